@@ -1,0 +1,1 @@
+"""One module per `evolve` sub-command; each exposes `register(subparsers)`."""

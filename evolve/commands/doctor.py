@@ -1,0 +1,100 @@
+"""`evolve doctor`: show the resolved LLM configuration and make one real call per role."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import dspy
+
+from evolve.llm import ROLES, RoleLMs, add_llm_arguments, llm_config_from_args, open_role_lms
+from evolve.llm.adapter import StructuredJSONAdapter
+from evolve.llm.config import LLMConfig
+
+
+class _FreeText(dspy.Signature):
+    """Answer the question in one short sentence."""
+
+    question: str = dspy.InputField()
+    answer: str = dspy.OutputField()
+
+
+class _Structured(dspy.Signature):
+    """Pick the number of the option that answers the question."""
+
+    question: str = dspy.InputField()
+    options: list[str] = dspy.InputField()
+    choice: int = dspy.OutputField(desc="1-based number of the chosen option")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "doctor",
+        help="check the LLM setup with one real call per role",
+        description="Print the resolved LLM configuration (keys masked), start the embedded "
+        "server or reach the configured endpoints, and make one free-text and one structured "
+        "call per role, printing model, latency and tokens.",
+    )
+    add_llm_arguments(parser)
+    parser.set_defaults(handler=run_doctor)
+
+
+def describe_config(config: LLMConfig) -> list[str]:
+    lines = []
+    for role in ROLES:
+        endpoint = config.endpoint_for(role)
+        lines.append(f"  {role:<10} {endpoint.describe() if endpoint else 'embedded llama.cpp'}")
+    if config.needs_embedded_server():
+        embedded = config.embedded
+        model = embedded.model_path or "bundled Qwen2.5-Coder-0.5B-Instruct (GGUF)"
+        lines.append(
+            f"  embedded   model={model} context={embedded.context_tokens} "
+            f"max_tokens={embedded.max_tokens} cache={'on' if embedded.cache else 'off'}"
+        )
+    return lines
+
+
+def check_role(lms: RoleLMs, role: str) -> list[str]:
+    """One free-text and one structured call, uncached so the endpoint is really reached."""
+    lines = []
+    lm = lms.lm(role).copy(cache=False)
+    free_text = dspy.Predict(_FreeText)
+    structured = dspy.Predict(_Structured)
+    with dspy.context(lm=lm, adapter=StructuredJSONAdapter()):
+        for label, run in (
+            ("free-text", lambda: free_text(question="What is the capital of France?").answer),
+            (
+                "structured",
+                lambda: (
+                    structured(
+                        question="Which of these is a fruit?", options=["carrot", "apple", "potato"]
+                    ).choice
+                ),
+            ),
+        ):
+            started = time.perf_counter()
+            output = run()
+            elapsed = time.perf_counter() - started
+            usage = dict((lm.history[-1].get("usage") if lm.history else None) or {})
+            lines.append(
+                f"  {role:<10} {label:<10} {elapsed:6.2f}s "
+                f"tokens {usage.get('prompt_tokens', '?')}+{usage.get('completion_tokens', '?')}"
+                f"  -> {str(output)[:80]!r}"
+            )
+    return lines
+
+
+def run_doctor(args: argparse.Namespace) -> int:
+    config = llm_config_from_args(args)
+    print("Resolved LLM configuration:")
+    print("\n".join(describe_config(config)))
+    started = time.perf_counter()
+    with open_role_lms(config) as lms:
+        print(f"Endpoints ready in {time.perf_counter() - started:.1f}s:")
+        for role in ROLES:
+            print(f"  {role:<10} {lms.endpoints[role]}")
+        print("Calls:")
+        for role in ROLES:
+            print("\n".join(check_role(lms, role)))
+    print("doctor: all roles answered")
+    return 0

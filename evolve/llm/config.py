@@ -1,0 +1,196 @@
+"""LLM endpoint configuration per role.
+
+A role (`simulator`, `agent`, `reflector`) either names an OpenAI-compatible endpoint or is
+left empty, in which case it is served by the embedded llama.cpp server. API keys are never
+stored: an endpoint names the environment variable that holds its key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+from pathlib import Path
+from typing import Literal
+from urllib.parse import urlparse
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from evolve.errors import MissingAPIKeyError
+
+Role = Literal["simulator", "agent", "reflector"]
+ROLES: tuple[Role, ...] = ("simulator", "agent", "reflector")
+
+OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
+# Local servers (llama.cpp, vLLM, Ollama) accept any key; the OpenAI client insists on one.
+LOCAL_PLACEHOLDER_KEY = "sk-local-no-key"
+
+
+class EndpointConfig(BaseModel):
+    """One OpenAI-compatible chat endpoint."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str = Field(description="Model name as the server knows it, e.g. gpt-4.1-mini.")
+    base_url: str | None = Field(
+        default=None,
+        description="Server URL ending in /v1. Unset: $OPENAI_BASE_URL, else OpenAI's API.",
+    )
+    api_key_env: str = Field(
+        default="OPENAI_API_KEY",
+        description="NAME of the environment variable holding the API key (never the key).",
+    )
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    max_tokens: int = Field(default=512, ge=1)
+    timeout: float = Field(default=120.0, gt=0, description="Seconds per request.")
+    retries: int = Field(default=3, ge=0, description="Retries with exponential backoff.")
+    cache: bool = Field(default=True, description="Reuse identical past responses (DSPy cache).")
+    structured_output: Literal["json_schema", "llama_cpp", "json_object", "none"] = Field(
+        default="json_schema",
+        description="How structured calls constrain decoding: OpenAI/vLLM/llama-server "
+        "json_schema, llama-cpp-python's json_object+schema, plain JSON mode, or none.",
+    )
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _looks_like_a_variable_name(cls, value: str) -> str:
+        if not value.replace("_", "").isalnum() or value[0].isdigit():
+            raise ValueError(
+                f"api_key_env must be the NAME of an environment variable (e.g. OPENAI_API_KEY), "
+                f"got {value!r}; put the key itself in that variable, never in a config file"
+            )
+        return value
+
+    def resolved_base_url(self) -> str:
+        return (
+            self.base_url or os.environ.get("OPENAI_BASE_URL") or OPENAI_DEFAULT_BASE_URL
+        ).rstrip("/")
+
+    def is_local(self) -> bool:
+        host = urlparse(self.resolved_base_url()).hostname or ""
+        if host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            return False
+
+    def resolve_api_key(self) -> str:
+        """The key from the named variable; local servers get a placeholder when it is unset."""
+        key = os.environ.get(self.api_key_env, "")
+        if key:
+            return key
+        if self.is_local():
+            return LOCAL_PLACEHOLDER_KEY
+        raise MissingAPIKeyError(
+            f"endpoint {self.resolved_base_url()} (model {self.model}) needs an API key, but "
+            f"${self.api_key_env} is not set; export {self.api_key_env}=<your key> or point "
+            f"api_key_env at the variable that holds it"
+        )
+
+    def describe(self) -> str:
+        """Printable summary with the key masked."""
+        key = os.environ.get(self.api_key_env, "")
+        masked = f"{key[:3]}...{key[-2:]}" if len(key) > 8 else ("set" if key else "not set")
+        return (
+            f"model={self.model} base_url={self.resolved_base_url()} "
+            f"key=${self.api_key_env} ({masked}) temperature={self.temperature} "
+            f"max_tokens={self.max_tokens} timeout={self.timeout}s retries={self.retries} "
+            f"cache={'on' if self.cache else 'off'} structured={self.structured_output}"
+        )
+
+
+class EmbeddedModelConfig(BaseModel):
+    """The local llama.cpp server used for every role with no endpoint configured."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model_path: Path | None = Field(
+        default=None, description="A GGUF file; unset: the bundled Qwen2.5-Coder-0.5B-Instruct."
+    )
+    context_tokens: int = Field(default=8192, ge=512)
+    threads: int | None = Field(default=None, ge=1, description="Unset: all cores.")
+    port: int | None = Field(default=None, ge=1, le=65535, description="Unset: a free port.")
+    startup_timeout: float = Field(default=240.0, gt=0)
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    max_tokens: int = Field(default=256, ge=1)
+    timeout: float = Field(default=600.0, gt=0)
+    retries: int = Field(default=2, ge=0)
+    cache: bool = True
+
+
+class LLMConfig(BaseModel):
+    """Endpoints per role; a role left unset falls back to `default`, then to the embedded model."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    default: EndpointConfig | None = None
+    simulator: EndpointConfig | None = None
+    agent: EndpointConfig | None = None
+    reflector: EndpointConfig | None = None
+    embedded: EmbeddedModelConfig = EmbeddedModelConfig()
+
+    def endpoint_for(self, role: Role) -> EndpointConfig | None:
+        return getattr(self, role) or self.default
+
+    def needs_embedded_server(self) -> bool:
+        return any(self.endpoint_for(role) is None for role in ROLES)
+
+    def check_keys(self) -> None:
+        """Fail before the first call when a configured hosted endpoint has no key."""
+        for role in ROLES:
+            endpoint = self.endpoint_for(role)
+            if endpoint is not None:
+                endpoint.resolve_api_key()
+
+
+def add_llm_arguments(parser: argparse.ArgumentParser) -> None:
+    """The LLM flags shared by every command that talks to a model."""
+    group = parser.add_argument_group(
+        "LLM endpoints",
+        "Without --model the embedded llama.cpp server with the bundled model serves all roles. "
+        "Keys are read from environment variables ($OPENAI_API_KEY by default).",
+    )
+    group.add_argument("--model", help="model name of an OpenAI-compatible endpoint (all roles)")
+    group.add_argument("--base-url", help="endpoint URL ending in /v1 (default $OPENAI_BASE_URL)")
+    group.add_argument(
+        "--api-key-env", default=None, help="NAME of the variable holding the key (OPENAI_API_KEY)"
+    )
+    for role in ROLES:
+        group.add_argument(f"--{role}-model", help=f"model for the {role} role only")
+    group.add_argument("--model-path", type=Path, help="GGUF file for the embedded server")
+    group.add_argument("--no-llm-cache", action="store_true", help="disable the response cache")
+
+
+def llm_config_from_args(args: argparse.Namespace, base: LLMConfig | None = None) -> LLMConfig:
+    """Overlay command-line flags on a config (from an experiment spec, or the defaults)."""
+    config = base or LLMConfig()
+    updates: dict[str, object] = {}
+    common: dict[str, object] = {}
+    if getattr(args, "base_url", None):
+        common["base_url"] = args.base_url
+    if getattr(args, "api_key_env", None):
+        common["api_key_env"] = args.api_key_env
+    if getattr(args, "no_llm_cache", False):
+        common["cache"] = False
+    if getattr(args, "model", None):
+        updates["default"] = EndpointConfig(model=args.model, **common)
+    for role in ROLES:
+        role_model = getattr(args, f"{role}_model", None)
+        if role_model:
+            updates[role] = EndpointConfig(model=role_model, **common)
+    embedded_updates: dict[str, object] = {}
+    if getattr(args, "model_path", None):
+        embedded_updates["model_path"] = args.model_path
+    if getattr(args, "no_llm_cache", False):
+        embedded_updates["cache"] = False
+    if embedded_updates:
+        updates["embedded"] = config.embedded.model_copy(update=embedded_updates)
+    if getattr(args, "base_url", None) and not updates.keys() & {"default", *ROLES}:
+        from evolve.errors import ConfigError
+
+        raise ConfigError(
+            f"--base-url {args.base_url} was given without --model; name the model the server "
+            f"serves, e.g. --model qwen2.5 (see GET {args.base_url.rstrip('/')}/models)"
+        )
+    return config.model_copy(update=updates) if updates else config

@@ -1,0 +1,193 @@
+"""DSPy LMs per role, usage tracking attached, and the context that opens them.
+
+`open_role_lms(config)` is the one way the toolkit gets its models: it checks keys before
+any call, starts the embedded server for roles with no endpoint, builds one `dspy.LM` per
+role and stops the server when the context closes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import dspy
+from dspy.utils.callback import BaseCallback
+
+from evolve.errors import EndpointError
+from evolve.llm.adapter import STRUCTURED_OUTPUT_ATTRIBUTE, StructuredJSONAdapter
+from evolve.llm.config import (
+    ROLES,
+    EndpointConfig,
+    LLMConfig,
+    Role,
+    llm_config_from_args,
+)
+from evolve.llm.server import EmbeddedServer
+from evolve.llm.usage import UsageTracker
+
+# DSPy 3.4's default ("auto") engine routes openai/* through its native lm15 client, which
+# speaks the newer OpenAI dialect (max_completion_tokens). llama.cpp's server ignores that
+# field and would generate until the context is full; LiteLLM sends max_tokens, which
+# llama.cpp, vLLM, Ollama and OpenAI all honour.
+ENGINE = "litellm"
+
+
+class _UsageCallback(BaseCallback):
+    """Times each LM call and records its usage (read from the history entry DSPy writes)."""
+
+    def __init__(self, role: str, tracker: UsageTracker):
+        self.role = role
+        self.tracker = tracker
+        self._local = threading.local()
+
+    def on_lm_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
+        self._starts()[call_id] = time.perf_counter()
+        self._local.usage = None
+
+    def on_lm_end(self, call_id: str, outputs: Any, exception: Exception | None = None) -> None:
+        started = self._starts().pop(call_id, None)
+        latency = time.perf_counter() - started if started is not None else 0.0
+        self.tracker.record(
+            self.role, getattr(self._local, "usage", None), latency, failed=exception is not None
+        )
+
+    def note_history_entry(self, entry: dict[str, Any]) -> None:
+        self._local.usage = dict(entry.get("usage") or {})
+
+    def _starts(self) -> dict[str, float]:
+        if not hasattr(self._local, "starts"):
+            self._local.starts = {}
+        return self._local.starts
+
+
+def attach_usage_tracking(lm: dspy.BaseLM, role: str, tracker: UsageTracker) -> dspy.BaseLM:
+    callback = _UsageCallback(role, tracker)
+    lm.callbacks = [*(getattr(lm, "callbacks", None) or []), callback]
+    record_history = lm.update_history
+
+    def update_history(entry: dict[str, Any]) -> None:
+        callback.note_history_entry(entry)
+        record_history(entry)
+
+    lm.update_history = update_history  # type: ignore[method-assign]
+    return lm
+
+
+def build_lm(endpoint: EndpointConfig) -> dspy.LM:
+    """A `dspy.LM` for an OpenAI-compatible endpoint (the key is resolved, never stored)."""
+    lm = dspy.LM(
+        f"openai/{endpoint.model}",
+        api_base=endpoint.resolved_base_url(),
+        api_key=endpoint.resolve_api_key(),
+        temperature=endpoint.temperature,
+        max_tokens=endpoint.max_tokens,
+        cache=endpoint.cache,
+        num_retries=endpoint.retries,
+        timeout=endpoint.timeout,
+        engine=ENGINE,
+    )
+    setattr(lm, STRUCTURED_OUTPUT_ATTRIBUTE, endpoint.structured_output)
+    return lm
+
+
+@dataclass
+class RoleLMs:
+    """The three roles' LMs, their endpoints' descriptions and the shared usage tracker."""
+
+    simulator: dspy.BaseLM
+    agent: dspy.BaseLM
+    reflector: dspy.BaseLM
+    usage: UsageTracker = field(default_factory=UsageTracker)
+    endpoints: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_lms(
+        cls,
+        simulator: dspy.BaseLM,
+        agent: dspy.BaseLM,
+        reflector: dspy.BaseLM,
+        endpoints: dict[str, str] | None = None,
+    ) -> RoleLMs:
+        tracker = UsageTracker()
+        lms = {"simulator": simulator, "agent": agent, "reflector": reflector}
+        for role, lm in lms.items():
+            attach_usage_tracking(lm, role, tracker)
+        return cls(usage=tracker, endpoints=endpoints or {}, **lms)
+
+    def lm(self, role: Role) -> dspy.BaseLM:
+        return getattr(self, role)
+
+    def context(self, role: Role):
+        """Run DSPy predictors as `role`: its LM and the JSON adapter."""
+        return dspy.context(lm=self.lm(role), adapter=StructuredJSONAdapter())
+
+    def model_names(self) -> dict[str, str]:
+        return {role: self.lm(role).model for role in ROLES}
+
+
+def check_reachable(endpoint: EndpointConfig, timeout: float = 10.0) -> None:
+    """Fail fast, before any LLM call, when nothing answers at an endpoint's address.
+
+    Any HTTP answer (even 401/404) proves a server is there; only connection-level failures
+    (refused, unknown host, timeout) are errors, so servers without GET /models still pass.
+    """
+    url = f"{endpoint.resolved_base_url()}/models"
+    request = urllib.request.Request(
+        url, headers={"Authorization": f"Bearer {endpoint.resolve_api_key()}"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout):
+            return
+    except urllib.error.HTTPError:
+        return
+    except (urllib.error.URLError, OSError, ValueError) as error:
+        reason = getattr(error, "reason", error)
+        raise EndpointError(
+            f"cannot reach the {endpoint.model} endpoint at {endpoint.resolved_base_url()}: "
+            f"{reason}; check that the server is running and that --base-url (or "
+            f"$OPENAI_BASE_URL) is right"
+        ) from None
+
+
+@contextmanager
+def open_role_lms(config: LLMConfig) -> Iterator[RoleLMs]:
+    config.check_keys()  # before any server start or LLM call
+    for endpoint in {config.endpoint_for(role) for role in ROLES} - {None}:
+        check_reachable(endpoint)
+    with ExitStack() as stack:
+        endpoints: dict[Role, EndpointConfig] = {}
+        if config.needs_embedded_server():
+            server = stack.enter_context(EmbeddedServer(config.embedded))
+            embedded = config.embedded
+            local = EndpointConfig(
+                model=server.model_name,
+                base_url=server.base_url,
+                api_key_env="EVOLVE_EMBEDDED_API_KEY",
+                temperature=embedded.temperature,
+                max_tokens=embedded.max_tokens,
+                timeout=embedded.timeout,
+                retries=embedded.retries,
+                cache=embedded.cache,
+                structured_output="llama_cpp",
+            )
+        for role in ROLES:
+            endpoints[role] = config.endpoint_for(role) or local
+        # One LM object per role (each carries its role's usage callback); identical
+        # endpoints still share DSPy's response cache, which is keyed on the request.
+        lms = {role: build_lm(endpoints[role]) for role in ROLES}
+        role_lms = RoleLMs.from_lms(
+            **lms, endpoints={role: endpoints[role].describe() for role in ROLES}
+        )
+        yield role_lms
+
+
+def open_role_lms_from_args(args: argparse.Namespace, base: LLMConfig | None = None):
+    """`open_role_lms` for a command's parsed LLM flags (see `add_llm_arguments`)."""
+    return open_role_lms(llm_config_from_args(args, base))

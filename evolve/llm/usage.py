@@ -1,0 +1,127 @@
+"""Per-role accounting of every LM call: tokens, latency, cache hits, failures."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+
+from pydantic import BaseModel
+
+
+class RoleUsage(BaseModel):
+    calls: int = 0
+    cache_hits: int = 0
+    failures: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_s: float = 0.0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def minus(self, other: RoleUsage) -> RoleUsage:
+        return RoleUsage(
+            **{name: getattr(self, name) - getattr(other, name) for name in RoleUsage.model_fields}
+        )
+
+    def plus(self, other: RoleUsage) -> RoleUsage:
+        return RoleUsage(
+            **{name: getattr(self, name) + getattr(other, name) for name in RoleUsage.model_fields}
+        )
+
+
+class UsageSummary(BaseModel):
+    roles: dict[str, RoleUsage] = {}
+
+    @property
+    def total_calls(self) -> int:
+        return sum(usage.calls for usage in self.roles.values())
+
+    @property
+    def total_tokens(self) -> int:
+        return sum(usage.total_tokens for usage in self.roles.values())
+
+    @property
+    def cache_hits(self) -> int:
+        return sum(usage.cache_hits for usage in self.roles.values())
+
+    def minus(self, other: UsageSummary) -> UsageSummary:
+        return UsageSummary(
+            roles={
+                role: usage.minus(other.roles.get(role, RoleUsage()))
+                for role, usage in self.roles.items()
+            }
+        )
+
+    def plus(self, other: UsageSummary) -> UsageSummary:
+        roles = dict(self.roles)
+        for role, usage in other.roles.items():
+            roles[role] = roles.get(role, RoleUsage()).plus(usage)
+        return UsageSummary(roles=roles)
+
+    def flat_metrics(self, prefix: str = "") -> dict[str, float]:
+        """Flat name -> number mapping for MLflow and tables."""
+        metrics: dict[str, float] = {
+            f"{prefix}llm_calls": self.total_calls,
+            f"{prefix}tokens": self.total_tokens,
+            f"{prefix}cache_hits": self.cache_hits,
+        }
+        for role, usage in self.roles.items():
+            metrics[f"{prefix}{role}_calls"] = usage.calls
+            metrics[f"{prefix}{role}_prompt_tokens"] = usage.prompt_tokens
+            metrics[f"{prefix}{role}_completion_tokens"] = usage.completion_tokens
+            metrics[f"{prefix}{role}_latency_s"] = round(usage.latency_s, 3)
+        return metrics
+
+    def table(self) -> str:
+        lines = [f"{'role':<10} {'calls':>6} {'cached':>6} {'failed':>6} {'prompt':>8} "
+                 f"{'completion':>10} {'latency':>9}"]  # fmt: skip
+        for role, usage in self.roles.items():
+            lines.append(
+                f"{role:<10} {usage.calls:>6} {usage.cache_hits:>6} {usage.failures:>6} "
+                f"{usage.prompt_tokens:>8} {usage.completion_tokens:>10} {usage.latency_s:>8.1f}s"
+            )
+        return "\n".join(lines)
+
+
+class UsageTracker:
+    """Thread-safe counters, one `RoleUsage` per role."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._roles: dict[str, RoleUsage] = {}
+
+    def record(
+        self,
+        role: str,
+        usage: Mapping[str, object] | None,
+        latency_s: float,
+        *,
+        failed: bool = False,
+    ) -> None:
+        prompt = _as_int((usage or {}).get("prompt_tokens", (usage or {}).get("input_tokens")))
+        completion = _as_int(
+            (usage or {}).get("completion_tokens", (usage or {}).get("output_tokens"))
+        )
+        with self._lock:
+            current = self._roles.setdefault(role, RoleUsage())
+            current.calls += 1
+            current.latency_s += latency_s
+            if failed:
+                current.failures += 1
+            elif not usage:
+                # DSPy reports empty usage exactly for responses served from its cache.
+                current.cache_hits += 1
+            current.prompt_tokens += prompt
+            current.completion_tokens += completion
+
+    def snapshot(self) -> UsageSummary:
+        with self._lock:
+            return UsageSummary(
+                roles={role: usage.model_copy() for role, usage in self._roles.items()}
+            )
+
+
+def _as_int(value: object) -> int:
+    return value if isinstance(value, int) else 0

