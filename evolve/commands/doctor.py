@@ -57,7 +57,7 @@ def describe_config(config: LLMConfig) -> list[str]:
 def check_role(lms: RoleLMs, role: str) -> list[str]:
     """One free-text and one structured call, uncached so the endpoint is really reached."""
     lines = []
-    lm = lms.lm(role).copy(cache=False)
+    lm = lms.lm(role).copy(cache=False)  # the copy keeps the role's usage tracking
     free_text = dspy.Predict(_FreeText)
     structured = dspy.Predict(_Structured)
     with dspy.context(lm=lm, adapter=StructuredJSONAdapter()):
@@ -72,13 +72,14 @@ def check_role(lms: RoleLMs, role: str) -> list[str]:
                 ),
             ),
         ):
+            before = lms.usage.snapshot()
             started = time.perf_counter()
             output = run()
             elapsed = time.perf_counter() - started
-            usage = dict((lm.history[-1].get("usage") if lm.history else None) or {})
+            usage = lms.usage.snapshot().minus(before).roles[role]
             lines.append(
                 f"  {role:<10} {label:<10} {elapsed:6.2f}s "
-                f"tokens {usage.get('prompt_tokens', '?')}+{usage.get('completion_tokens', '?')}"
+                f"tokens {usage.prompt_tokens}+{usage.completion_tokens}"
                 f"  -> {str(output)[:80]!r}"
             )
     return lines

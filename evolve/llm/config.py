@@ -158,6 +158,12 @@ def add_llm_arguments(parser: argparse.ArgumentParser) -> None:
     )
     for role in ROLES:
         group.add_argument(f"--{role}-model", help=f"model for the {role} role only")
+    group.add_argument(
+        "--structured-output",
+        choices=["json_schema", "llama_cpp", "json_object", "none"],
+        help="constrained decoding dialect of --base-url (json_schema: OpenAI, vLLM, "
+        "llama-server; llama_cpp: llama-cpp-python's server)",
+    )
     group.add_argument("--model-path", type=Path, help="GGUF file for the embedded server")
     group.add_argument("--no-llm-cache", action="store_true", help="disable the response cache")
 
@@ -173,6 +179,8 @@ def llm_config_from_args(args: argparse.Namespace, base: LLMConfig | None = None
         common["api_key_env"] = args.api_key_env
     if getattr(args, "no_llm_cache", False):
         common["cache"] = False
+    if getattr(args, "structured_output", None):
+        common["structured_output"] = args.structured_output
     if getattr(args, "model", None):
         updates["default"] = EndpointConfig(model=args.model, **common)
     for role in ROLES:

@@ -1,0 +1,64 @@
+"""Memory policies for LLM assistants, as DSPy programs with explicit, serializable state.
+
+Needs only `dspy` (and numpy; sentence-transformers for the default local embedder).
+"""
+
+from memory_policies.base import (
+    BUNDLE_FILE,
+    BUNDLE_FORMAT_VERSION,
+    MemoryPolicy,
+    MemoryState,
+    Message,
+    PolicyAnswer,
+)
+from memory_policies.embed import (
+    Embedder,
+    HashingEmbedder,
+    LocalMiniLMEmbedder,
+    OpenAIEmbedder,
+    default_embedder,
+)
+from memory_policies.errors import PolicyError
+from memory_policies.external import ExternalPolicy, ExternalState
+from memory_policies.in_context import InContextPolicy, InContextState
+from memory_policies.native import NativePolicy, NativeState
+from memory_policies.raw_rag import RawRagPolicy, RawRagState
+from memory_policies.registry import (
+    POLICY_KINDS,
+    build_policy,
+    create_policy,
+    load,
+    parse_spec,
+    read_bundle,
+    register_policy,
+)
+
+__all__ = [
+    "BUNDLE_FILE",
+    "BUNDLE_FORMAT_VERSION",
+    "POLICY_KINDS",
+    "Embedder",
+    "ExternalPolicy",
+    "ExternalState",
+    "HashingEmbedder",
+    "InContextPolicy",
+    "InContextState",
+    "LocalMiniLMEmbedder",
+    "MemoryPolicy",
+    "MemoryState",
+    "Message",
+    "NativePolicy",
+    "NativeState",
+    "OpenAIEmbedder",
+    "PolicyAnswer",
+    "PolicyError",
+    "RawRagPolicy",
+    "RawRagState",
+    "build_policy",
+    "create_policy",
+    "default_embedder",
+    "load",
+    "parse_spec",
+    "read_bundle",
+    "register_policy",
+]

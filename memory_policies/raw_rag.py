@@ -1,0 +1,45 @@
+"""`raw_rag` (the paper's RAG): raw message chunks in an embedding store; no LLM write."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+import dspy
+
+from memory_policies.base import MemoryState, Message, render_conversation
+from memory_policies.common import DEFAULT_MEMORY_USE, MemoryReply, latest_time
+from memory_policies.store import EmbeddingRead, EmbeddingStorePolicy, StoreState
+
+
+class RawRagState(StoreState):
+    kind: Literal["raw_rag"] = "raw_rag"
+
+
+class ChunkWrite(dspy.Module):
+    """Not an LLM step: the messages leaving the buffer become one stored chunk, verbatim."""
+
+    def forward(self, messages: list[Message]) -> dspy.Prediction:
+        return dspy.Prediction(chunk=render_conversation(messages))
+
+
+class RawRagPolicy(EmbeddingStorePolicy):
+    """Each flush of `update_every` messages is stored as one chunk (2 = one exchange)."""
+
+    kind: ClassVar[str] = "raw_rag"
+    state_type: ClassVar[type[MemoryState]] = RawRagState
+    default_parameters: ClassVar[dict[str, int]] = {
+        "update_every": 2,
+        "short_term_len": 4,
+        # Chunks are whole exchanges, longer than curated facts: fewer keep prompts lean.
+        "top_k": 4,
+    }
+
+    def _build_modules(self) -> None:
+        self.write = ChunkWrite()
+        self.read = EmbeddingRead()
+        self.use = dspy.Predict(MemoryReply.with_instructions(DEFAULT_MEMORY_USE))
+
+    def _write(self, state: MemoryState, messages: list[Message], times: list[str | None]) -> None:
+        assert isinstance(state, RawRagState)
+        chunk = self.write(messages=messages).chunk
+        self._store(state, [chunk], latest_time(times) or state.current_time)

@@ -1,0 +1,192 @@
+"""Build policies one way from a spec string, a mapping or a saved bundle."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from memory_policies.base import (
+    BUNDLE_FILE,
+    BUNDLE_FORMAT,
+    BUNDLE_FORMAT_VERSION,
+    MemoryPolicy,
+)
+from memory_policies.embed import Embedder
+from memory_policies.errors import PolicyError
+from memory_policies.external import ExternalPolicy
+from memory_policies.in_context import InContextPolicy
+from memory_policies.native import NativePolicy
+from memory_policies.raw_rag import RawRagPolicy
+
+logger = logging.getLogger(__name__)
+
+POLICY_KINDS: dict[str, type[MemoryPolicy]] = {}
+
+
+def register_policy(cls: type[MemoryPolicy]) -> type[MemoryPolicy]:
+    """Add a policy class to the registry (built-ins go through this too); usable as decorator."""
+    existing = POLICY_KINDS.get(cls.kind)
+    if existing is not None and existing is not cls:
+        raise PolicyError(f"policy kind '{cls.kind}' is already registered by {existing.__name__}")
+    POLICY_KINDS[cls.kind] = cls
+    return cls
+
+
+for _cls in (NativePolicy, InContextPolicy, ExternalPolicy, RawRagPolicy):
+    register_policy(_cls)
+
+
+def _valid_kinds() -> str:
+    return ", ".join(POLICY_KINDS)
+
+
+def _spec_help() -> str:
+    return (
+        f"expected a policy kind ({_valid_kinds()}) optionally with parameters, e.g. "
+        "'in_context:update_every=2,short_term_len=4', or a bundle directory holding "
+        f"{BUNDLE_FILE}"
+    )
+
+
+def create_policy(
+    kind: str,
+    parameters: Mapping[str, Any] | None = None,
+    *,
+    components: Mapping[str, str] | None = None,
+    embedder: Embedder | None = None,
+) -> MemoryPolicy:
+    cls = POLICY_KINDS.get(kind)
+    if cls is None:
+        raise PolicyError(f"unknown policy kind {kind!r}; valid kinds: {_valid_kinds()}")
+    params = dict(parameters or {})
+    policy = cls(**params, embedder=embedder) if cls.uses_embedder else cls(**params)
+    if components:
+        policy = policy.with_components(components)
+    return policy
+
+
+def _looks_like_path(spec: str) -> bool:
+    return "/" in spec or os.sep in spec or spec.endswith(".json") or Path(spec).exists()
+
+
+def parse_spec(spec: str) -> tuple[str, dict[str, int]]:
+    """'kind:name=value,name=value' -> (kind, parameters) with integer values."""
+    kind, _, params_text = spec.strip().partition(":")
+    kind = kind.strip()
+    if not kind:
+        raise PolicyError(f"empty policy spec {spec!r}; {_spec_help()}")
+    parameters: dict[str, int] = {}
+    for item in filter(None, (part.strip() for part in params_text.split(","))):
+        name, eq, value = item.partition("=")
+        name, value = name.strip(), value.strip()
+        if not eq or not name:
+            raise PolicyError(
+                f"cannot read {item!r} in policy spec {spec!r}: parameters are name=value pairs "
+                "separated by commas"
+            )
+        if name in parameters:
+            raise PolicyError(f"parameter '{name}' is given twice in policy spec {spec!r}")
+        try:
+            parameters[name] = int(value)
+        except ValueError:
+            raise PolicyError(
+                f"parameter '{name}' in policy spec {spec!r} must be an integer, got {value!r}"
+            ) from None
+    return kind, parameters
+
+
+def build_policy(
+    spec: str | os.PathLike[str] | Mapping[str, Any], *, embedder: Embedder | None = None
+) -> MemoryPolicy:
+    """Build a policy from a spec string, a bundle path, or a mapping.
+
+    Mappings: ``{"kind": "external", "top_k": 3}`` (parameters inline or under
+    ``"parameters"``, optional ``"components"``), or ``{"path": "<bundle dir>"}``.
+    """
+    if isinstance(spec, os.PathLike):
+        return load(spec, embedder=embedder)
+    if isinstance(spec, str):
+        head = spec.strip().split(":", 1)[0]
+        if head and head not in POLICY_KINDS and _looks_like_path(spec):
+            return load(spec, embedder=embedder)
+        kind, parameters = parse_spec(spec)
+        if kind not in POLICY_KINDS:
+            raise PolicyError(f"unknown policy kind {kind!r} in spec {spec!r}; {_spec_help()}")
+        return create_policy(kind, parameters, embedder=embedder)
+    if isinstance(spec, Mapping):
+        data = dict(spec)
+        if "path" in data:
+            extra = sorted(set(data) - {"path"})
+            if extra:
+                raise PolicyError(f"a bundle spec takes only 'path', also got {extra}")
+            return load(data["path"], embedder=embedder)
+        if "kind" not in data:
+            raise PolicyError(f"policy mapping {data!r} has no 'kind'; {_spec_help()}")
+        kind = data.pop("kind")
+        components = data.pop("components", None)
+        parameters = dict(data.pop("parameters", None) or {})
+        overlap = sorted(set(parameters) & set(data))
+        if overlap:
+            raise PolicyError(f"parameter(s) {overlap} given both inline and under 'parameters'")
+        parameters.update(data)
+        return create_policy(kind, parameters, components=components, embedder=embedder)
+    raise PolicyError(f"cannot build a policy from {type(spec).__name__}; {_spec_help()}")
+
+
+def bundle_path(directory: str | os.PathLike[str]) -> Path:
+    path = Path(directory)
+    return path / BUNDLE_FILE if path.is_dir() or path.suffix != ".json" else path
+
+
+def read_bundle(directory: str | os.PathLike[str]) -> dict[str, Any]:
+    path = bundle_path(directory)
+    if not path.is_file():
+        raise PolicyError(
+            f"no policy bundle at {path}; pass a directory written by policy.save() "
+            f"(it holds {BUNDLE_FILE})"
+        )
+    try:
+        bundle = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise PolicyError(f"cannot read policy bundle {path}: {exc}") from exc
+    if not isinstance(bundle, dict) or bundle.get("format") != BUNDLE_FORMAT:
+        raise PolicyError(f"{path} is not a memory-policy bundle (expected format {BUNDLE_FORMAT})")
+    version = bundle.get("format_version")
+    if not isinstance(version, int) or version > BUNDLE_FORMAT_VERSION:
+        raise PolicyError(
+            f"{path} has bundle format version {version!r}; this memory_policies reads versions "
+            f"up to {BUNDLE_FORMAT_VERSION}: upgrade memory_policies"
+        )
+    missing = [k for k in ("kind", "parameters", "components", "dspy_state") if k not in bundle]
+    if missing:
+        raise PolicyError(f"policy bundle {path} lacks field(s) {missing}")
+    return bundle
+
+
+def load(directory: str | os.PathLike[str], *, embedder: Embedder | None = None) -> MemoryPolicy:
+    """Rebuild a saved policy: same kind, parameters, instructions and DSPy state."""
+    bundle = read_bundle(directory)
+    policy = create_policy(bundle["kind"], bundle["parameters"], embedder=embedder)
+    try:
+        policy.load_state(bundle["dspy_state"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise PolicyError(
+            f"the DSPy state in bundle {bundle_path(directory)} does not fit a "
+            f"'{bundle['kind']}' policy: {exc!r}"
+        ) from exc
+    # `components` is the human-readable copy of the instructions; it wins, so a hand edit of
+    # policy.json takes effect.
+    policy = policy.with_components(bundle["components"])
+    recorded = bundle.get("embedder")
+    if recorded is not None and policy.uses_embedder and policy.embedder_name() != recorded:
+        logger.warning(
+            "policy bundle was saved with embedder %r, now using %r; memory states made with "
+            "the old embedder cannot be resumed with this policy",
+            recorded,
+            policy.embedder_name(),
+        )
+    return policy

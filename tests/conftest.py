@@ -1,0 +1,37 @@
+"""Shared fixtures. Unit tests use the scripted LM; `integration` tests share one embedded
+llama.cpp server for the whole session."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+import evolve  # noqa: F401  (sets cache locations before dspy is imported)
+from evolve.llm import EmbeddedServer, EndpointConfig, LLMConfig, RoleLMs, open_role_lms
+
+
+@pytest.fixture(scope="session")
+def embedded_server() -> Iterator[EmbeddedServer]:
+    with EmbeddedServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def embedded_endpoint(embedded_server: EmbeddedServer) -> EndpointConfig:
+    return EndpointConfig(
+        model=embedded_server.model_name,
+        base_url=embedded_server.base_url,
+        api_key_env="EVOLVE_EMBEDDED_API_KEY",
+        max_tokens=256,
+        timeout=600,
+        retries=2,
+        structured_output="llama_cpp",
+    )
+
+
+@pytest.fixture(scope="session")
+def role_lms_embedded(embedded_endpoint: EndpointConfig) -> Iterator[RoleLMs]:
+    """Real `RoleLMs`, all three roles on the session's embedded server."""
+    with open_role_lms(LLMConfig(default=embedded_endpoint)) as lms:
+        yield lms

@@ -1,0 +1,84 @@
+import argparse
+
+import pytest
+from pydantic import ValidationError
+
+from evolve.errors import ConfigError, MissingAPIKeyError
+from evolve.llm.config import (
+    LOCAL_PLACEHOLDER_KEY,
+    EndpointConfig,
+    LLMConfig,
+    add_llm_arguments,
+    llm_config_from_args,
+)
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_llm_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_hosted_endpoint_without_key_is_refused_naming_the_variable(monkeypatch):
+    monkeypatch.delenv("MY_KEY", raising=False)
+    endpoint = EndpointConfig(
+        model="gpt-4.1-mini", base_url="https://api.example.com/v1", api_key_env="MY_KEY"
+    )
+    with pytest.raises(MissingAPIKeyError, match=r"\$MY_KEY is not set") as error:
+        LLMConfig(agent=endpoint).check_keys()
+    assert "\n" not in str(error.value)
+
+
+def test_local_endpoint_gets_a_placeholder_key(monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    endpoint = EndpointConfig(model="qwen", base_url="http://127.0.0.1:8080/v1")
+    assert endpoint.is_local()
+    assert endpoint.resolve_api_key() == LOCAL_PLACEHOLDER_KEY
+
+
+def test_openai_environment_variables_work_as_in_amemgym(monkeypatch):
+    monkeypatch.setenv("OPENAI_BASE_URL", "https://proxy.example.org/v1/")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-0123456789abcdef")
+    endpoint = EndpointConfig(model="gpt-4.1")
+    assert endpoint.resolved_base_url() == "https://proxy.example.org/v1"
+    assert endpoint.resolve_api_key() == "sk-test-0123456789abcdef"
+
+
+def test_describe_masks_the_key(monkeypatch):
+    secret = "sk-test-0123456789abcdef"
+    monkeypatch.setenv("OPENAI_API_KEY", secret)
+    text = EndpointConfig(model="gpt-4.1").describe()
+    assert secret not in text and "$OPENAI_API_KEY" in text
+
+
+def test_a_key_in_place_of_a_variable_name_is_rejected():
+    with pytest.raises(ValidationError, match="NAME of an environment variable"):
+        EndpointConfig(model="m", api_key_env="sk-live-abc123-def")
+
+
+def test_roles_fall_back_to_default_then_embedded():
+    default = EndpointConfig(model="shared")
+    config = LLMConfig(default=default, reflector=EndpointConfig(model="strong"))
+    assert config.endpoint_for("agent") is default
+    assert config.endpoint_for("reflector").model == "strong"
+    assert not config.needs_embedded_server()
+    assert LLMConfig(agent=default).needs_embedded_server()
+
+
+def test_unknown_config_keys_are_errors():
+    with pytest.raises(ValidationError):
+        EndpointConfig(model="m", api_key="sk-oops")
+
+
+def test_cli_flags_overlay_config():
+    config = llm_config_from_args(
+        parse("--model", "m1", "--base-url", "http://127.0.0.1:9/v1", "--agent-model", "m2")
+    )
+    assert config.default.model == "m1"
+    assert config.agent.model == "m2" and config.agent.base_url == "http://127.0.0.1:9/v1"
+    assert llm_config_from_args(parse()).needs_embedded_server()
+
+
+def test_base_url_without_model_is_a_clear_error():
+    with pytest.raises(ConfigError, match="without --model"):
+        llm_config_from_args(parse("--base-url", "http://127.0.0.1:9/v1"))

@@ -1,0 +1,63 @@
+import hashlib
+
+import pytest
+
+from evolve.errors import ModelFileError
+from evolve.llm import model_files
+
+
+@pytest.fixture
+def fake_chunks(tmp_path, monkeypatch):
+    """Three small chunk files standing in for the six PyPI model packages."""
+    parts = [b"GGUF" + b"a" * 100, b"b" * 50, b"c" * 25]
+    paths = []
+    for index, content in enumerate(parts, start=1):
+        path = tmp_path / "site" / f"part{index:02d}.bin"
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(content)
+        paths.append(path)
+    whole = b"".join(parts)
+    monkeypatch.setattr(model_files, "chunk_files", lambda: paths)
+    monkeypatch.setattr(model_files, "EXPECTED_SIZE", len(whole))
+    monkeypatch.setattr(model_files, "EXPECTED_SHA256", hashlib.sha256(whole).hexdigest())
+    return paths, whole
+
+
+def test_assembles_once_and_verifies(fake_chunks, tmp_path):
+    _, whole = fake_chunks
+    target = model_files.default_model_path(tmp_path / "cache")
+    assert target.read_bytes() == whole
+    first_mtime = target.stat().st_mtime_ns
+    assert model_files.default_model_path(tmp_path / "cache") == target
+    assert target.stat().st_mtime_ns == first_mtime  # reused, not reassembled
+
+
+def test_corrupted_chunk_is_refused_with_a_fix(fake_chunks, tmp_path):
+    paths, _ = fake_chunks
+    paths[1].write_bytes(b"X" * 50)
+    with pytest.raises(ModelFileError, match="corrupted.*force-reinstall") as error:
+        model_files.default_model_path(tmp_path / "cache")
+    assert "\n" not in str(error.value)
+    assert not list((tmp_path / "cache").glob("*.gguf"))  # nothing half-written is left
+
+
+def test_tampered_cached_file_is_rebuilt(fake_chunks, tmp_path):
+    _, whole = fake_chunks
+    target = model_files.default_model_path(tmp_path / "cache")
+    target.write_bytes(b"GGUF" + b"z" * (len(whole) - 4))  # same size, other content
+    assert model_files.default_model_path(tmp_path / "cache").read_bytes() == whole
+
+
+def test_user_model_file_must_be_gguf(tmp_path):
+    bogus = tmp_path / "model.gguf"
+    bogus.write_bytes(b"not a model")
+    with pytest.raises(ModelFileError, match="not a GGUF file"):
+        model_files.check_gguf_file(bogus)
+    with pytest.raises(ModelFileError, match="does not exist"):
+        model_files.check_gguf_file(tmp_path / "missing.gguf")
+
+
+def test_installed_chunks_are_found_without_importing_them():
+    paths = model_files.chunk_files()
+    assert [path.name for path in paths] == [f"part{i:02d}.bin" for i in range(1, 7)]
+    assert sum(path.stat().st_size for path in paths) == model_files.EXPECTED_SIZE
