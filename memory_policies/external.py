@@ -35,7 +35,8 @@ class ExternalWrite(dspy.Signature):
     existing: str = dspy.InputField(desc="stored memories related to the messages, '[id] fact'")
     messages: str = dspy.InputField(desc="new conversation messages to memorize")
     operations: list[MemoryOperation] = dspy.OutputField(
-        desc="memory changes; an empty list if nothing is worth remembering"
+        desc="one operation per fact the user revealed about themselves, e.g. action 'add', "
+        "id 0, text 'The user is vegetarian.'; update or delete stored facts that changed"
     )
 
 

@@ -59,8 +59,10 @@ class InContextWrite(dspy.Signature):
     memory: str = dspy.InputField(desc="current long-term memory, oldest first")
     messages: str = dspy.InputField(desc="new conversation messages to memorize")
     updates: list[MemoryUpdate] = dspy.OutputField(
-        desc="entries to add or overwrite (reuse an existing label to replace its value); "
-        "an empty list if nothing is worth remembering"
+        # Small models take an "empty list if nothing to remember" escape hatch every time;
+        # a concrete example of one entry per revealed fact keeps them writing.
+        desc="one entry per fact the user revealed about themselves, e.g. label 'diet', "
+        "value 'vegetarian'; reuse an existing label to replace its value"
     )
 
 

@@ -1,0 +1,138 @@
+"""Evaluation throughput: concurrency 1 vs N against a stub server with a fixed latency.
+
+Starts `stub_openai_server.py` in its own process (so its work never competes with the
+measured client for the GIL), evaluates a generated environment with concurrency 1 and then
+N (fresh run directories, DSPy cache off), and prints the speedup and the toolkit's own
+overhead per LLM call:
+
+    overhead/call = (wall time - latency x calls / concurrency) / calls
+
+Targets: speedup >= 6x at concurrency 8 with 8 users, overhead <= 5 ms/call.
+
+    .venv/bin/python benchmarks/eval_throughput.py [--latency 0.1] [--users 8] [--policy SPEC]
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import evolve  # noqa: F401  (sets cache locations before dspy is imported)
+from evolve.llm import EndpointConfig, RoleLMs, build_lm
+from evolve.llm.server import free_loopback_port
+from evolve.simulator.generator import PRESETS, generate_environment
+from evolve.simulator.runner import EpisodeConfig, run_evaluation
+from memory_policies import build_policy
+
+HERE = Path(__file__).resolve().parent
+
+
+def start_stub(latency: float) -> tuple[subprocess.Popen, str]:
+    port = free_loopback_port()
+    process = subprocess.Popen(
+        [sys.executable, str(HERE / "stub_openai_server.py"), "--port", str(port)]
+        + ["--latency", str(latency)],
+        stdout=subprocess.DEVNULL,
+    )
+    base_url = f"http://127.0.0.1:{port}/v1"
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            with urllib.request.urlopen(f"{base_url}/models", timeout=1):
+                return process, base_url
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                process.kill()
+                raise RuntimeError("the stub server did not start") from None
+            time.sleep(0.05)
+
+
+def role_lms(base_url: str) -> RoleLMs:
+    endpoint = EndpointConfig(
+        model="stub",
+        base_url=base_url,
+        api_key_env="STUB_API_KEY",  # unset: local servers get a placeholder key
+        cache=False,  # every call must reach the server
+        retries=0,
+        timeout=30,
+    )
+    return RoleLMs.from_lms(
+        simulator=build_lm(endpoint), agent=build_lm(endpoint), reflector=build_lm(endpoint)
+    )
+
+
+def measure(env, policy_spec: str, base_url: str, concurrency: int, rounds: tuple[int, int]):
+    lms = role_lms(base_url)
+    config = EpisodeConfig(
+        rounds_initial=rounds[0], rounds_update=rounds[1], concurrency=concurrency, seed=0
+    )
+    with tempfile.TemporaryDirectory(prefix="evolve-bench-") as run_dir:
+        started = time.perf_counter()
+        report = run_evaluation(env, build_policy(policy_spec), lms, Path(run_dir), config)
+        wall = time.perf_counter() - started
+    usage = lms.usage.snapshot()
+    return wall, usage.total_calls, usage, report
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description="evaluation throughput benchmark")
+    parser.add_argument("--latency", type=float, default=0.1, help="stub seconds per call")
+    parser.add_argument("--users", type=int, default=8)
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--preset", default="tiny", choices=sorted(PRESETS))
+    parser.add_argument("--policy", default="in_context", help="policy spec (default in_context)")
+    parser.add_argument("--rounds-init", type=int, default=1)
+    parser.add_argument("--rounds-update", type=int, default=2)
+    args = parser.parse_args()
+
+    env = generate_environment(PRESETS[args.preset], seed=0, num_users=args.users)
+    process, base_url = start_stub(args.latency)
+    try:
+        # Warm-up: imports, connection pools and DSPy's first-call setup are not throughput.
+        measure(env.model_copy(update={"items": env.items[:1]}), args.policy, base_url, 1, (1, 1))
+        rows = []
+        for concurrency in (1, args.concurrency):
+            wall, calls, usage, report = measure(
+                env, args.policy, base_url, concurrency, (args.rounds_init, args.rounds_update)
+            )
+            ideal = args.latency * calls / concurrency
+            overhead_ms = 1000 * (wall - ideal) / calls if calls else float("nan")
+            rows.append((concurrency, wall, calls, overhead_ms, report.summary.n_items))
+            roles = ", ".join(f"{role} {u.calls}" for role, u in usage.roles.items())
+            print(
+                f"concurrency {concurrency:>2}: {calls} LLM calls ({roles}), "
+                f"{report.summary.n_items} items, wall {wall:.2f}s, ideal {ideal:.2f}s, "
+                f"overhead {overhead_ms:.2f} ms/call"
+            )
+            if concurrency == 1:
+                # Where the sequential overhead goes: inside the LM client (litellm, HTTP,
+                # JSON) versus outside it (DSPy adapter, policy, runner, storage).
+                in_client = sum(u.latency_s for u in usage.roles.values()) - args.latency * calls
+                outside = wall - sum(u.latency_s for u in usage.roles.values())
+                print(
+                    f"  per call: LM client {1000 * in_client / calls:.2f} ms, DSPy adapter + "
+                    f"policy + runner + storage {1000 * outside / calls:.2f} ms"
+                )
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+    (_, wall_1, calls_1, _, _), (_, wall_n, calls_n, overhead_n, _) = rows
+    if calls_1 != calls_n:
+        print(f"warning: call counts differ between runs ({calls_1} vs {calls_n})")
+    speedup = wall_1 / wall_n
+    print(
+        f"\n{args.users} users, {args.preset} preset, policy {args.policy}, latency "
+        f"{1000 * args.latency:.0f} ms: speedup {speedup:.2f}x at concurrency "
+        f"{args.concurrency} (target >= 6x); overhead {rows[0][3]:.2f} ms/call sequential, "
+        f"{overhead_n:.2f} ms/call concurrent (target <= 5 ms)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,236 @@
+"""`evolve eval`: evaluate one or more memory policies on an AMemGym environment.
+
+Each policy gets its own run directory under --out (resumed if it exists with the same
+configuration); the upper bound is computed once, cached per environment and agent model,
+and shared by all policies. Prints one row per policy, side by side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+from pathlib import Path
+
+from tqdm import tqdm
+
+from evolve.llm import add_llm_arguments, open_role_lms_from_args
+from evolve.paths import cache_dir
+from evolve.simulator.baselines import compute_upper_bound
+from evolve.simulator.environment import Environment, load_environment
+from evolve.simulator.generator import PRESETS, generate_environment, get_preset
+from evolve.simulator.metrics import MetricSummary
+from evolve.simulator.runner import EpisodeConfig, EvaluationReport, ProgressSink, run_evaluation
+from evolve.simulator.storage import safe_name
+from memory_policies import MemoryPolicy, build_policy
+
+DEFAULT_OUT = Path("runs") / "eval"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "eval",
+        help="evaluate memory policies on an AMemGym environment",
+        description="Run AMemGym episodes (simulated user <-> policy, questions, diagnosis) "
+        "for each --policy and print accuracy, memory score, write/read/utilization failure "
+        "rates, parse failures, tokens and wall time. Runs resume by default.",
+    )
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--env", type=Path, help="environment file (the original data.json format)")
+    source.add_argument(
+        "--preset", choices=sorted(PRESETS), help="generate the environment from a preset"
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of the generated environment and the episodes"
+    )
+    parser.add_argument(
+        "--policy",
+        action="append",
+        required=True,
+        metavar="SPEC",
+        help="policy spec, e.g. native, in_context:update_every=2, or a bundle directory "
+        "(repeat to compare policies)",
+    )
+    parser.add_argument("--users", type=int, help="evaluate only the first N users")
+    parser.add_argument(
+        "--off-policy",
+        type=Path,
+        metavar="DIR",
+        help="replay recorded transcripts (a previous run directory, or the original code's "
+        "per-user output) instead of live sessions",
+    )
+    parser.add_argument("--concurrency", type=int, default=4, help="users evaluated at once")
+    parser.add_argument(
+        "--out", type=Path, default=DEFAULT_OUT, help=f"output directory (default {DEFAULT_OUT})"
+    )
+    parser.add_argument(
+        "--rounds-init", type=int, help="rounds per period-0 session (default: preset's, else 1)"
+    )
+    parser.add_argument(
+        "--rounds-update", type=int, help="rounds per later session (default: preset's, else 1)"
+    )
+    parser.add_argument(
+        "--no-upper-bound",
+        action="store_true",
+        help="skip the upper-bound baseline (no memory score)",
+    )
+    parser.add_argument(
+        "--upper-bound-cache",
+        type=Path,
+        help="directory caching upper-bound answers (default <cache dir>/upper_bound)",
+    )
+    add_llm_arguments(parser)
+    parser.set_defaults(handler=run_eval)
+
+
+class TqdmProgress(ProgressSink):
+    """Bars for periods, user-periods and LLM calls (on stderr; thread-safe)."""
+
+    def __init__(self, label: str):
+        self.label = label
+        self._lock = threading.Lock()
+        self._bars: list[tqdm] = []
+        self._calls_seen = 0
+
+    def run_started(self, *, users: int, periods: int, finished_units: int) -> None:
+        options = {"file": sys.stderr, "leave": False, "dynamic_ncols": True}
+        self.periods = tqdm(total=periods, desc=f"{self.label} periods", position=0, **options)
+        self.units = tqdm(
+            total=users * periods, desc=f"{self.label} user-periods", position=1, **options
+        )
+        self.calls = tqdm(desc=f"{self.label} LLM calls", unit="call", position=2, **options)
+        self._bars = [self.periods, self.units, self.calls]
+
+    def unit_finished(self, user_id: str, period_index: int, *, resumed: bool) -> None:
+        with self._lock:
+            self.units.update(1)
+
+    def llm_calls(self, total: int) -> None:
+        with self._lock:
+            if total > self._calls_seen:
+                self.calls.update(total - self._calls_seen)
+                self._calls_seen = total
+
+    def period_finished(self, period_index: int, summary: MetricSummary) -> None:
+        with self._lock:
+            self.periods.update(1)
+            if summary.accuracy is not None:
+                self.periods.set_postfix(acc=f"{summary.accuracy:.3f}")
+
+    def close(self) -> None:
+        for bar in self._bars:
+            bar.close()
+
+
+def run_dir_names(specs: list[str]) -> list[str]:
+    """One distinct, file-system-safe directory name per policy spec."""
+    names: list[str] = []
+    for spec in specs:
+        base = safe_name(Path(spec.rstrip("/")).name if "/" in spec else spec.replace(":", "-"))
+        name, counter = base, 2
+        while name in names:
+            name, counter = f"{base}_{counter}", counter + 1
+        names.append(name)
+    return names
+
+
+def _load_env(args: argparse.Namespace) -> tuple[Environment, int, int]:
+    """The environment (first --users only) and the default rounds."""
+    if args.users is not None and args.users < 1:
+        from evolve.errors import ConfigError
+
+        raise ConfigError(f"--users must be at least 1, got {args.users}")
+    if args.preset:
+        preset = get_preset(args.preset)
+        env = generate_environment(preset, args.seed, args.users)
+        return env, preset.rounds_initial, preset.rounds_update
+    env = load_environment(args.env)
+    if args.users is not None:
+        env = Environment(items=env.items[: args.users])
+    return env, 1, 1
+
+
+def _fmt(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def format_table(rows: list[tuple[str, EvaluationReport]]) -> str:
+    width = max([6, *(len(name) for name, _ in rows)])
+    header = (
+        f"{'policy':<{width}} {'acc':>6} {'memory':>7} {'random':>6} {'UB':>6} {'write':>6} "
+        f"{'read':>6} {'util':>6} {'items':>5} {'parse!':>6} {'calls':>6} {'tokens':>8} "
+        f"{'wall s':>7}"
+    )
+    lines = [header, "-" * len(header)]
+    for name, report in rows:
+        s = report.summary
+        lines.append(
+            f"{name:<{width}} {_fmt(s.accuracy):>6} {_fmt(s.memory_score):>7} "
+            f"{_fmt(s.random_score):>6} {_fmt(s.upper_bound_score):>6} "
+            f"{_fmt(s.write_failure_rate):>6} {_fmt(s.read_failure_rate):>6} "
+            f"{_fmt(s.utilization_failure_rate):>6} {s.n_items:>5} {s.parse_failures_total:>6} "
+            f"{s.llm_calls:>6} {s.tokens:>8} {report.wall_time_s:>7.1f}"
+        )
+    return "\n".join(lines)
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    # Policies and the environment are checked before any server starts or LLM call.
+    policies: list[MemoryPolicy] = [build_policy(spec) for spec in args.policy]
+    env, rounds_initial, rounds_update = _load_env(args)
+    config = EpisodeConfig(
+        rounds_initial=args.rounds_init or rounds_initial,
+        rounds_update=args.rounds_update or rounds_update,
+        concurrency=args.concurrency,
+        seed=args.seed,
+    )
+    names = run_dir_names(args.policy)
+    rows: list[tuple[str, EvaluationReport]] = []
+    with open_role_lms_from_args(args) as lms:
+        upper_bound = None
+        if not args.no_upper_bound:
+            started = time.perf_counter()
+            total = sum(len(qa.answer_choices) for item in env.items for qa in item.qas)
+            with tqdm(
+                total=total, desc="upper bound", file=sys.stderr, leave=False, dynamic_ncols=True
+            ) as bar:
+                upper_bound = compute_upper_bound(
+                    env,
+                    lms,
+                    args.upper_bound_cache or cache_dir() / "upper_bound",
+                    concurrency=config.concurrency,
+                    on_entry=lambda entry: bar.update(1),
+                )
+            print(
+                f"upper bound: {len(upper_bound.entries)} answers for {upper_bound.agent_model} "
+                f"({upper_bound.parse_failures} unparseable, {time.perf_counter() - started:.1f}s)"
+            )
+        for spec, name, policy in zip(args.policy, names, policies, strict=True):
+            progress = TqdmProgress(name)
+            try:
+                report = run_evaluation(
+                    env,
+                    policy,
+                    lms,
+                    args.out / name,
+                    config,
+                    off_policy_dir=args.off_policy,
+                    progress=progress,
+                    upper_bound=upper_bound,
+                )
+            finally:
+                progress.close()
+            print(f"{spec}: {report.run_dir}")
+            rows.append((name, report))
+    print()
+    print(format_table(rows))
+    failures = {
+        kind: sum(r.summary.parse_failures[kind] for _, r in rows)
+        for kind in rows[0][1].summary.parse_failures
+    }
+    print(
+        "parse! = unparseable outputs (counted as wrong, never replaced): "
+        + ", ".join(f"{kind} {count}" for kind, count in failures.items())
+    )
+    return 0

@@ -1,0 +1,219 @@
+"""Reference scores for the memory score: random choice and the upper bound.
+
+The upper bound is the agent LLM answering each question with the relevant state stated
+explicitly (no memory needed). As in the original `upperbound.py` it is computed once per
+question x answer-option variant (the variant's state is the one given), so a user-period's
+upper bound is a table lookup with its gold variant. The table depends only on the
+environment and the agent model: it is cached on disk under a key made of both and reused by
+every candidate and trial.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import dspy
+from dspy.utils.exceptions import AdapterParseError
+from pydantic import BaseModel, Field
+
+from evolve.simulator.storage import atomic_write_json, read_json
+
+if TYPE_CHECKING:
+    from evolve.llm import RoleLMs
+    from evolve.simulator.environment import Environment
+
+UPPER_BOUND_FORMAT_VERSION = 1
+# Entries are saved in batches so an interrupted computation loses little and writes rarely.
+_SAVE_EVERY = 8
+
+
+def random_score(option_states: Sequence[Sequence[str]], gold_state: Sequence[str]) -> float:
+    """Expected accuracy of a uniform random pick (the original random.py, accuracy metric)."""
+    if not option_states:
+        return 0.0
+    gold = list(gold_state)
+    return sum(list(state) == gold for state in option_states) / len(option_states)
+
+
+class AnswerWithKnownState(dspy.Signature):
+    """The user's current situation is given. Pick the option that best fits it."""
+
+    known_state: str = dspy.InputField(desc="the user's current relevant state and preferences")
+    question: str = dspy.InputField(desc="the user's question")
+    options: str = dspy.InputField(desc="numbered answer options")
+    choice: int = dspy.OutputField(desc="the number of the single best option")
+
+
+class UpperBoundEntry(BaseModel):
+    item_id: str
+    question_index: int
+    variant_index: int = Field(description="0-based answer option whose state was given.")
+    chosen: int | None = Field(description="1-based; None when unparseable.")
+    correct: bool
+    parse_failed: bool
+    parse_error: str | None = None
+
+
+class UpperBoundTable(BaseModel):
+    """Upper-bound answers per (user, question, variant) for one environment and agent model."""
+
+    format_version: int = UPPER_BOUND_FORMAT_VERSION
+    environment_hash: str
+    agent_model: str
+    entries: dict[str, UpperBoundEntry] = Field(default_factory=dict)
+
+    @staticmethod
+    def key(item_id: str, question_index: int, variant_index: int) -> str:
+        return f"{item_id}/{question_index}/{variant_index}"
+
+    def entry(
+        self, item_id: str, question_index: int, variant_index: int
+    ) -> UpperBoundEntry | None:
+        return self.entries.get(self.key(item_id, question_index, variant_index))
+
+    def correct(self, item_id: str, question_index: int, variant_index: int) -> bool | None:
+        """None when the variant is not in the table (an incomplete or foreign table)."""
+        found = self.entry(item_id, question_index, variant_index)
+        return found.correct if found else None
+
+    def parse_failed(self, item_id: str, question_index: int, variant_index: int) -> bool:
+        found = self.entry(item_id, question_index, variant_index)
+        return bool(found and found.parse_failed)
+
+    @property
+    def parse_failures(self) -> int:
+        return sum(entry.parse_failed for entry in self.entries.values())
+
+
+def upper_bound_cache_path(cache_dir: Path, environment_hash: str, agent_model: str) -> Path:
+    model_slug = re.sub(r"[^A-Za-z0-9._-]+", "_", agent_model).strip("_") or "model"
+    return Path(cache_dir) / f"upper_bound-{environment_hash[:16]}-{model_slug}.json"
+
+
+def _format_state(required_info: Sequence[str], values: Sequence[str]) -> str:
+    return json.dumps(dict(zip(required_info, values, strict=True)), ensure_ascii=False)
+
+
+def _format_options(options: Sequence[str]) -> str:
+    return "\n".join(f"{i}. {option}" for i, option in enumerate(options, start=1))
+
+
+def _ask(
+    predictor: dspy.Predict,
+    lms: RoleLMs,
+    item_id: str,
+    question_index: int,
+    variant_index: int,
+    question: str,
+    required_info: Sequence[str],
+    option_texts: Sequence[str],
+    option_states: Sequence[Sequence[str]],
+) -> UpperBoundEntry:
+    given = option_states[variant_index]
+    try:
+        with lms.context("agent"):
+            prediction = predictor(
+                known_state=_format_state(required_info, given),
+                question=question,
+                options=_format_options(option_texts),
+            )
+        choice = prediction.choice
+        error = None
+        if isinstance(choice, bool) or not isinstance(choice, int):
+            error = f"choice {choice!r} is not an integer"
+        elif not 1 <= choice <= len(option_texts):
+            error = f"choice {choice} is not an option number in 1..{len(option_texts)}"
+    except AdapterParseError as exc:
+        choice, error = None, " ".join(str(exc).split())[:300]
+    if error is not None:
+        return UpperBoundEntry(
+            item_id=item_id,
+            question_index=question_index,
+            variant_index=variant_index,
+            chosen=None,
+            correct=False,
+            parse_failed=True,
+            parse_error=error,
+        )
+    return UpperBoundEntry(
+        item_id=item_id,
+        question_index=question_index,
+        variant_index=variant_index,
+        chosen=choice,
+        correct=list(option_states[choice - 1]) == list(given),
+        parse_failed=False,
+    )
+
+
+def compute_upper_bound(
+    env: Environment,
+    lms: RoleLMs,
+    cache_dir: Path,
+    *,
+    concurrency: int = 1,
+    on_entry: Callable[[UpperBoundEntry], None] | None = None,
+) -> UpperBoundTable:
+    """The upper-bound table for `env` and the agent model, computed only where not cached.
+
+    The cache file is keyed by the environment content hash and the agent model name; entries
+    already in it cost no LLM call, and progress is saved while computing, so an interrupted
+    computation resumes. `on_entry` is called for each newly computed entry (progress bars).
+    """
+    environment_hash = env.content_hash()
+    agent_model = str(getattr(lms.agent, "model", type(lms.agent).__name__))
+    path = upper_bound_cache_path(Path(cache_dir), environment_hash, agent_model)
+    table = UpperBoundTable(environment_hash=environment_hash, agent_model=agent_model)
+    if path.exists():
+        cached = UpperBoundTable.model_validate(read_json(path))
+        if (
+            cached.format_version == UPPER_BOUND_FORMAT_VERSION
+            and cached.environment_hash == environment_hash
+            and cached.agent_model == agent_model
+        ):
+            table = cached
+    todo = []
+    for item in env.items:
+        for qi, qa in enumerate(item.qas):
+            texts = [choice.answer for choice in qa.answer_choices]
+            states = [list(choice.state) for choice in qa.answer_choices]
+            for ci in range(len(qa.answer_choices)):
+                if table.key(item.id, qi, ci) not in table.entries:
+                    todo.append((item.id, qi, ci, qa.query, list(qa.required_info), texts, states))
+    if not todo:
+        return table
+    predictor = dspy.Predict(AnswerWithKnownState)
+    lock = threading.Lock()
+    pending = 0
+
+    def run(task: tuple) -> None:
+        nonlocal pending
+        entry = _ask(predictor, lms, *task)
+        with lock:
+            table.entries[table.key(entry.item_id, entry.question_index, entry.variant_index)] = (
+                entry
+            )
+            pending += 1
+            if pending >= _SAVE_EVERY:
+                atomic_write_json(path, table.model_dump(mode="json"))
+                pending = 0
+        if on_entry is not None:
+            on_entry(entry)
+
+    try:
+        if concurrency <= 1:
+            for task in todo:
+                run(task)
+        else:
+            with ThreadPoolExecutor(max_workers=concurrency) as pool:
+                for future in [pool.submit(run, task) for task in todo]:
+                    future.result()
+    finally:
+        with lock:
+            atomic_write_json(path, table.model_dump(mode="json"))
+    return table

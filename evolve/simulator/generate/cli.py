@@ -1,0 +1,155 @@
+"""`evolve env generate --llm`: flags and handler (wired into evolve/commands/env.py)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from tqdm import tqdm
+
+from evolve.errors import ConfigError
+from evolve.simulator.environment import save_environment
+from evolve.simulator.generate.config import (
+    LLMGenerationConfig,
+    generation_config_from_dict,
+    load_generation_config,
+)
+from evolve.simulator.generate.personas import catalog_personas, load_nemotron_personas
+from evolve.simulator.generate.pipeline import ProgressEvent, generate_environment_llm
+from evolve.simulator.generate.store import write_json_atomic
+from evolve.simulator.generator import load_catalog
+
+
+def add_llm_generate_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the LLM pipeline's flags; flags the parser already has (the offline generator's
+    --seed, --out, --users, ...) are shared, not redefined."""
+    from evolve.llm import add_llm_arguments
+
+    existing = set(parser._option_string_actions)
+
+    def add(flag: str, **kwargs: object) -> None:
+        if flag not in existing:
+            parser.add_argument(flag, **kwargs)  # type: ignore[arg-type]
+
+    add(
+        "--llm",
+        action="store_true",
+        help="generate with the paper's LLM pipeline (simulator role) instead of the catalog",
+    )
+    add(
+        "--personas",
+        type=Path,
+        metavar="FILE.parquet",
+        help="Nemotron-Personas parquet file (default: the built-in catalog personas)",
+    )
+    add(
+        "--config",
+        type=Path,
+        metavar="FILE.toml",
+        help="LLM generation config (see experiments/generate_llm.toml; default: preset tiny)",
+    )
+    add("--lang", help="language of generated text, e.g. en, zh (identifiers stay ASCII)")
+    add("--users", type=int, default=None, help="number of users (default: the config's)")
+    add("--seed", type=int, default=0)
+    add("--out", type=Path, help="environment file to write")
+    add(
+        "--work-dir",
+        type=Path,
+        help="where finished stages are kept for resuming (default: <out stem>.work/ beside --out)",
+    )
+    add("--workers", type=int, help="users generated concurrently (default: the config's)")
+    if "--model" not in existing:
+        add_llm_arguments(parser)
+
+
+def config_from_args(args: argparse.Namespace) -> LLMGenerationConfig:
+    config_path = getattr(args, "config", None)
+    if config_path:
+        config = load_generation_config(config_path)
+    else:
+        config = generation_config_from_dict({"preset": getattr(args, "preset", None) or "tiny"})
+    updates: dict[str, object] = {}
+    if getattr(args, "lang", None):
+        updates["lang"] = args.lang
+    if getattr(args, "workers", None) is not None:
+        updates["workers"] = args.workers
+    if getattr(args, "users", None) is not None:
+        updates["num_users"] = args.users
+    if updates:
+        config = generation_config_from_dict(
+            {**config.model_dump(), **updates}, source="command-line flags"
+        )
+    return config
+
+
+def run_llm_generate(args: argparse.Namespace) -> int:
+    from evolve.llm import open_role_lms_from_args
+
+    config = config_from_args(args)
+    out: Path | None = getattr(args, "out", None)
+    if out is None:
+        raise ConfigError("--out is required: the environment file to write, e.g. --out env.json")
+    out = Path(out)
+    work_dir = getattr(args, "work_dir", None) or out.parent / f"{out.stem}.work"
+    seed = int(getattr(args, "seed", 0) or 0)
+    count = config.num_users
+    if getattr(args, "personas", None):
+        personas = load_nemotron_personas(args.personas, count, seed)
+        source = f"personas from {args.personas}"
+    else:
+        personas = catalog_personas(count, seed, load_catalog(getattr(args, "catalog", None) or []))
+        source = "built-in catalog personas"
+    print(
+        f"LLM generation: {count} user(s) ({source}), {config.num_periods} periods of "
+        f"{config.period_length} {config.period_unit}, {config.num_questions} questions, "
+        f"lang {config.lang}, seed {seed}, {config.workers} worker(s); work dir {work_dir}"
+    )
+    started = time.perf_counter()
+    with open_role_lms_from_args(args) as lms:
+        before = lms.usage.snapshot()
+        bar = tqdm(total=count, unit="user", desc="users", file=sys.stderr)
+
+        def on_progress(event: ProgressEvent) -> None:
+            bar.set_postfix_str(f"{event.user_id[:16]} {event.unit} {event.status}")
+            if event.status in ("included", "excluded"):
+                bar.update(1)
+            if event.status == "excluded":
+                tqdm.write(f"excluded {event.user_id} at {event.unit}: {event.detail}")
+
+        try:
+            result = generate_environment_llm(
+                config, lms, personas, seed=seed, work_dir=work_dir, on_progress=on_progress
+            )
+        finally:
+            bar.close()
+        run_usage = lms.usage.snapshot().minus(before)
+    elapsed = time.perf_counter() - started
+    report = result.report
+    print("\nTokens and estimated cost per stage (including stages resumed from the work dir):")
+    print(report.stage_table())
+    print("\nPer user:")
+    print(report.user_table())
+    print("\nLLM calls made by this run (all roles):")
+    print(run_usage.table())
+    print(report.cost_summary())
+    report_path = out.with_name(f"{out.stem}.report.json")
+    write_json_atomic(report_path, report.model_dump(mode="json"))
+    excluded = report.excluded
+    if excluded:
+        print(f"\n{len(excluded)} user(s) excluded (kept out of the environment):")
+        for user in excluded:
+            print(f"  - {user.user_id}: stage {user.stage} ({user.unit}): {user.reason}")
+    if not result.environment.items:
+        print(
+            f"no user passed validation; nothing written to {out} (report: {report_path}); "
+            "raise the retry budget in the config or use a stronger --model"
+        )
+        return 1
+    save_environment(result.environment, out)
+    print(
+        f"wrote {out}: {len(result.environment.items)} of {count} user(s) in {elapsed:.1f}s; "
+        f"report {report_path}; content hash {result.environment.content_hash()[:16]}"
+    )
+    return 0

@@ -1,0 +1,672 @@
+"""Offline AMemGym environment generator: seeded sampling over a built-in catalog, no LLM.
+
+It follows the original generator's structure and constraints (questions first, the schema
+is exactly the variables they require, an initial state exposed in period 0, then periods of
+state changes each revealed by one session per change event, answer choices made of the
+state variants seen on the trajectory padded with unseen random ones) but draws every text
+from the catalog (`evolve/simulator/catalog/`, format in its README.md) instead of an LLM.
+It is the embedded default and the basis of the tests: the same config and seed always give
+a byte-identical file, and every user is generated from its own seed derived from
+(seed, user index), so one user can be reproduced on its own.
+"""
+
+from __future__ import annotations
+
+import calendar
+import hashlib
+import itertools
+import json
+import random
+from collections.abc import Mapping, Sequence
+from datetime import date, timedelta
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
+
+from evolve.errors import ConfigError
+from evolve.simulator.environment import (
+    CHOICE_EXPERIENCED,
+    CHOICE_RANDOM,
+    QA,
+    AnswerChoice,
+    Environment,
+    EnvironmentItem,
+    Period,
+    Session,
+    StateUpdate,
+)
+
+CATALOG_DIR = Path(__file__).with_name("catalog")
+DATE_FORMAT = "%Y-%m-%d"
+SESSION_TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
+
+# Sessions happen in the evening, as in the original (19:00-22:00).
+_EVENING_SECONDS = (19 * 3600, 22 * 3600 - 1)
+# Resampling budget when a draw cannot satisfy the change constraints (rare; see _trajectory).
+_MAX_ATTEMPTS = 200
+
+_INITIAL_OPENERS = ("", "", "Hi!", "Hello!")
+_UPDATE_OPENERS = ("", "", "Quick update on my side.", "A few things have changed lately.")
+
+
+# --- configuration ------------------------------------------------------------------------
+
+
+def _as_span(value: Any) -> Any:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return (value, value)
+    return value
+
+
+def _check_span(span: tuple[int, int]) -> tuple[int, int]:
+    low, high = span
+    if low > high:
+        raise ValueError(f"range [{low}, {high}] has its minimum above its maximum")
+    return span
+
+
+# An inclusive [min, max] range; a single integer n means [n, n].
+Span = Annotated[tuple[int, int], BeforeValidator(_as_span), AfterValidator(_check_span)]
+
+
+class GeneratorConfig(BaseModel):
+    """Shape of a generated environment (the original's env config, plus episode rounds).
+
+    `rounds_initial` / `rounds_update` are episode defaults for the runner; they are not
+    written into the environment file, which keeps the original format.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = "custom"
+    num_periods: int = Field(ge=1, description="Periods after the initial one (period 0).")
+    num_questions: int = Field(ge=1)
+    states_per_question: int = Field(ge=1, description="Variables each question depends on.")
+    choices_per_state: Span = Field(description="Values per schema variable, [min, max].")
+    changes_per_period: Span = Field(description="State changes per period, [min, max].")
+    max_changes_per_state: int = Field(ge=1, description="Changes of one variable in total.")
+    min_state_variants: int = Field(ge=2, description="Answer choices per question, at least.")
+    changes_per_event: Span = Field(default=(1, 2), description="Changes one session reveals.")
+    variables_per_initial_session: Span = Field(
+        default=(1, 3), description="Initial values one period-0 session reveals."
+    )
+    start_date: date = date(2020, 10, 1)
+    period_length: int = Field(default=3, ge=1)
+    period_unit: Literal["months", "days"] = "months"
+    rounds_initial: int = Field(default=1, ge=1, description="Episode rounds per period-0 session.")
+    rounds_update: int = Field(default=1, ge=1, description="Episode rounds per later session.")
+    num_users: int = Field(default=20, ge=1, description="Users generated when not given.")
+
+    @model_validator(mode="after")
+    def _check_consistency(self) -> GeneratorConfig:
+        if self.choices_per_state[0] < 2:
+            raise ValueError("choices_per_state must be at least 2 (a variable needs a choice)")
+        if self.changes_per_period[0] < 1:
+            raise ValueError("changes_per_period must be at least 1 (every period has a session)")
+        for name in ("changes_per_event", "variables_per_initial_session"):
+            if getattr(self, name)[0] < 1:
+                raise ValueError(f"{name} must be at least 1")
+        combinations = self.choices_per_state[0] ** self.states_per_question
+        if self.min_state_variants > combinations:
+            raise ValueError(
+                f"min_state_variants={self.min_state_variants} exceeds the {combinations} value "
+                f"combinations of {self.states_per_question} variables with "
+                f"{self.choices_per_state[0]} values; lower it or raise choices_per_state"
+            )
+        shortest = 28 * self.period_length if self.period_unit == "months" else self.period_length
+        if self.changes_per_period[1] > shortest:
+            raise ValueError(
+                f"up to {self.changes_per_period[1]} sessions must fit on separate evenings of a "
+                f"{shortest}-day period; lengthen the period or allow fewer changes"
+            )
+        return self
+
+
+PRESETS: dict[str, GeneratorConfig] = {
+    # The paper's v1.base: 4 changes per period, accepted within +-1 as the original does.
+    "v1.base": GeneratorConfig(
+        name="v1.base",
+        num_periods=10,
+        num_questions=10,
+        states_per_question=2,
+        choices_per_state=3,
+        changes_per_period=(3, 5),
+        max_changes_per_state=3,
+        min_state_variants=4,
+        rounds_initial=1,
+        rounds_update=2,
+        num_users=20,
+    ),
+    "v1.extra": GeneratorConfig(
+        name="v1.extra",
+        num_periods=20,
+        num_questions=10,
+        states_per_question=3,
+        choices_per_state=3,
+        changes_per_period=(3, 5),
+        max_changes_per_state=3,
+        min_state_variants=4,
+        rounds_initial=2,
+        rounds_update=5,
+        num_users=20,
+    ),
+    # Small enough for a 0.5B model on 2 CPU cores: a handful of sessions per user.
+    "tiny": GeneratorConfig(
+        name="tiny",
+        num_periods=2,
+        num_questions=2,
+        states_per_question=2,
+        choices_per_state=(2, 3),
+        changes_per_period=(1, 2),
+        max_changes_per_state=2,
+        min_state_variants=3,
+        period_length=1,
+        rounds_initial=1,
+        rounds_update=1,
+        num_users=4,
+    ),
+}
+
+
+def get_preset(name: str) -> GeneratorConfig:
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ConfigError(
+            f"unknown generator preset {name!r}; choose one of {', '.join(PRESETS)}"
+        ) from None
+
+
+# --- catalog ------------------------------------------------------------------------------
+
+
+class _CatalogModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class CatalogVariable(_CatalogModel):
+    """A state variable: mutually exclusive values, each with paraphrases revealing it."""
+
+    name: str = Field(min_length=1)
+    domain: str = Field(min_length=1)
+    label: str = Field(min_length=1)
+    requests: list[str] = Field(min_length=1)
+    values: dict[str, list[str]] = Field(description="value -> paraphrases revealing it")
+
+    @model_validator(mode="after")
+    def _check_values(self) -> CatalogVariable:
+        if len(self.values) < 2:
+            raise ValueError(f"variable {self.name!r} needs at least 2 values")
+        for value, paraphrases in self.values.items():
+            if not paraphrases:
+                raise ValueError(f"value {value!r} of variable {self.name!r} has no paraphrase")
+        return self
+
+
+class CatalogQuestion(_CatalogModel):
+    """An advice question; its answer is composed from per-value fragments."""
+
+    id: str = Field(min_length=1)
+    query: str = Field(min_length=1)
+    opening: str
+    variables: list[str] = Field(min_length=1)
+    advice: dict[str, dict[str, str]] = Field(description="variable -> value -> fragment")
+
+    def answer(self, assignment: Mapping[str, str]) -> str:
+        """The answer for values of (a subset of) the question's variables, in its order."""
+        fragments = [
+            self.advice[var][assignment[var]] for var in self.variables if var in assignment
+        ]
+        return " ".join(part for part in [self.opening, *fragments] if part)
+
+
+class Persona(_CatalogModel):
+    id: str = Field(min_length=1)
+    name: str
+    age: int = Field(ge=0)
+    gender: str
+    occupation: str
+    profile: str
+
+    def user_profile(self, user_id: str) -> dict[str, Any]:
+        """A profile dict shaped like the original's (with its ready `formatted_str`)."""
+        fields: dict[str, Any] = {
+            "name": self.name,
+            "age": self.age,
+            "gender": self.gender,
+            "occupation": self.occupation,
+            "complementary_info": self.profile,
+        }
+        formatted = "\n".join(f"{key}: {value}" for key, value in fields.items())
+        return {"uuid": user_id, **fields, "formatted_str": formatted}
+
+
+class _CatalogFile(_CatalogModel):
+    variables: list[CatalogVariable] = Field(default_factory=list)
+    questions: list[CatalogQuestion] = Field(default_factory=list)
+    personas: list[Persona] = Field(default_factory=list)
+
+
+class Catalog(_CatalogModel):
+    variables: dict[str, CatalogVariable]
+    questions: list[CatalogQuestion]
+    personas: list[Persona]
+
+    @property
+    def domains(self) -> list[str]:
+        return sorted({variable.domain for variable in self.variables.values()})
+
+    def question(self, question_id: str) -> CatalogQuestion:
+        for question in self.questions:
+            if question.id == question_id:
+                return question
+        raise KeyError(question_id)
+
+    def problems(self) -> list[str]:
+        """Cross-references that a single file cannot check."""
+        problems: list[str] = []
+        for question in self.questions:
+            where = f"question {question.id!r}"
+            if len(set(question.variables)) != len(question.variables):
+                problems.append(f"{where}: variables repeat: {question.variables}")
+            for var in question.variables:
+                variable = self.variables.get(var)
+                if variable is None:
+                    problems.append(f"{where}: unknown variable {var!r}")
+                    continue
+                fragments = question.advice.get(var, {})
+                missing = [value for value in variable.values if value not in fragments]
+                if missing:
+                    problems.append(f"{where}: no advice for {var!r} values {missing}")
+                extra = [value for value in fragments if value not in variable.values]
+                if extra:
+                    problems.append(f"{where}: advice for unknown {var!r} values {extra}")
+                texts = [fragments[value] for value in variable.values if value in fragments]
+                if len(set(texts)) != len(texts):
+                    problems.append(f"{where}: two values of {var!r} share the same advice")
+            for var in question.advice:
+                if var not in question.variables:
+                    problems.append(f"{where}: advice for {var!r}, which is not in its variables")
+        return problems
+
+
+def load_catalog(extra_dirs: Sequence[str | Path] = ()) -> Catalog:
+    """The built-in catalog merged with every `*.json` file of `extra_dirs`."""
+    variables: dict[str, CatalogVariable] = {}
+    questions: dict[str, CatalogQuestion] = {}
+    personas: dict[str, Persona] = {}
+    for directory in [CATALOG_DIR, *(Path(d) for d in extra_dirs)]:
+        if not directory.is_dir():
+            raise ConfigError(f"catalog directory {str(directory)!r} does not exist")
+        for path in sorted(directory.glob("*.json")):
+            part = _read_catalog_file(path)
+            for kind, target, entries in (
+                ("variable", variables, [(v.name, v) for v in part.variables]),
+                ("question", questions, [(q.id, q) for q in part.questions]),
+                ("persona", personas, [(p.id, p) for p in part.personas]),
+            ):
+                for key, entry in entries:
+                    if key in target:
+                        raise ConfigError(
+                            f"{path}: {kind} {key!r} is already defined by another catalog "
+                            "file; give it a unique name"
+                        )
+                    target[key] = entry
+    catalog = Catalog(
+        variables=variables, questions=list(questions.values()), personas=list(personas.values())
+    )
+    problems = catalog.problems()
+    if problems:
+        raise ConfigError(f"catalog is inconsistent: {'; '.join(problems)}")
+    if not catalog.personas:
+        raise ConfigError("catalog has no personas; add a file with a 'personas' list")
+    return catalog
+
+
+def _read_catalog_file(path: Path) -> _CatalogFile:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as error:
+        raise ConfigError(f"catalog file {path} cannot be read as JSON: {error}") from None
+    try:
+        return _CatalogFile.model_validate(data)
+    except ValidationError as error:
+        details = "; ".join(
+            f"{'.'.join(str(p) for p in detail['loc'])}: {detail['msg']}"
+            for detail in error.errors()[:5]
+        )
+        raise ConfigError(
+            f"catalog file {path} does not follow the catalog format (see catalog/README.md): "
+            f"{details}"
+        ) from None
+
+
+# --- generation ---------------------------------------------------------------------------
+
+
+def derive_rng(*parts: object) -> random.Random:
+    """A local RNG seeded from a stable hash of `parts` (independent of PYTHONHASHSEED)."""
+    digest = hashlib.sha256("/".join(str(part) for part in parts).encode("utf-8")).digest()
+    return random.Random(int.from_bytes(digest[:8], "big"))
+
+
+def generate_environment(
+    config: GeneratorConfig,
+    seed: int,
+    num_users: int | None = None,
+    *,
+    catalog: Catalog | None = None,
+) -> Environment:
+    """`num_users` users (default `config.num_users`), each reproducible from (seed, index)."""
+    catalog = catalog or load_catalog()
+    count = config.num_users if num_users is None else num_users
+    if count < 1:
+        raise ConfigError(f"num_users must be at least 1, got {count}")
+    items = [generate_user(config, seed, index, catalog=catalog) for index in range(count)]
+    env = Environment(items=items)
+    problems = env.problems()
+    if problems:  # a generator bug, never a user error
+        raise AssertionError(f"generated environment is inconsistent: {problems[:3]}")
+    return env
+
+
+def generate_user(
+    config: GeneratorConfig, seed: int, index: int, *, catalog: Catalog | None = None
+) -> EnvironmentItem:
+    """User `index` of the environment generated with `seed` (independent of other users)."""
+    catalog = catalog or load_catalog()
+    _check_catalog_fits(config, catalog)
+    # Personas follow one seeded permutation so that the first len(personas) users differ.
+    order = list(catalog.personas)
+    derive_rng("personas", seed).shuffle(order)
+    persona = order[index % len(order)]
+    user_id = f"u{index:03d}-{persona.id}"
+    rng = derive_rng("user", seed, index)
+
+    for _ in range(_MAX_ATTEMPTS):
+        questions, schema = _sample_questions(rng, config, catalog)
+        if not _feasible(config, questions, schema):
+            continue
+        trajectory = _sample_trajectory(rng, config, schema)
+        if trajectory is not None:
+            break
+    else:
+        raise ConfigError(
+            f"could not sample a trajectory for {config.name!r} in {_MAX_ATTEMPTS} attempts: "
+            f"{config.num_periods} periods of {list(config.changes_per_period)} changes need "
+            "more variables or a higher max_changes_per_state"
+        )
+    states, changes = trajectory
+
+    periods = [_initial_period(rng, config, catalog, schema, states[0])]
+    counts = dict.fromkeys(schema, 0)
+    for period_index in range(1, config.num_periods + 1):
+        for var in changes[period_index]:
+            counts[var] += 1
+        periods.append(
+            _update_period(
+                rng,
+                config,
+                catalog,
+                period_index,
+                states[period_index - 1],
+                states[period_index],
+                changes[period_index],
+                counts,
+            )
+        )
+    qas = [
+        _question(rng, config, question, variables, schema, states)
+        for question, variables in questions
+    ]
+    return EnvironmentItem(
+        id=user_id,
+        start_time=config.start_date.strftime(DATE_FORMAT),
+        user_profile=persona.user_profile(user_id),
+        state_schema=schema,
+        periods=periods,
+        qas=qas,
+    )
+
+
+def _check_catalog_fits(config: GeneratorConfig, catalog: Catalog) -> None:
+    eligible = [q for q in catalog.questions if len(q.variables) >= config.states_per_question]
+    if len(eligible) < config.num_questions:
+        raise ConfigError(
+            f"{config.name!r} needs {config.num_questions} questions with at least "
+            f"{config.states_per_question} variables each, the catalog has {len(eligible)}; "
+            "lower num_questions/states_per_question or add questions to the catalog"
+        )
+
+
+def _sample_questions(
+    rng: random.Random, config: GeneratorConfig, catalog: Catalog
+) -> tuple[list[tuple[CatalogQuestion, list[str]]], dict[str, list[str]]]:
+    """Questions with their required variables, and the schema (exactly those variables)."""
+    k = config.states_per_question
+    eligible = [q for q in catalog.questions if len(q.variables) >= k]
+    questions = []
+    for question in rng.sample(eligible, config.num_questions):
+        picked = set(rng.sample(question.variables, k))
+        questions.append((question, [var for var in question.variables if var in picked]))
+    schema: dict[str, list[str]] = {}
+    low, high = config.choices_per_state
+    for _, variables in questions:
+        for var in variables:
+            if var in schema:
+                continue
+            values = list(catalog.variables[var].values)
+            picked = set(rng.sample(values, min(rng.randint(low, high), len(values))))
+            schema[var] = [value for value in values if value in picked]
+    return questions, schema
+
+
+def _feasible(
+    config: GeneratorConfig,
+    questions: list[tuple[CatalogQuestion, list[str]]],
+    schema: dict[str, list[str]],
+) -> bool:
+    capacity = len(schema) * config.max_changes_per_state
+    if capacity < config.num_periods * config.changes_per_period[0]:
+        return False
+    for _, variables in questions:
+        combinations = 1
+        for var in variables:
+            combinations *= len(schema[var])
+        if combinations < config.min_state_variants:
+            return False
+    return True
+
+
+def _sample_trajectory(
+    rng: random.Random, config: GeneratorConfig, schema: dict[str, list[str]]
+) -> tuple[list[dict[str, str]], list[list[str]]] | None:
+    """States per period and the variables changed in each; None when the draw got stuck.
+
+    Variables are drawn with weights equal to their remaining change budget, so budgets
+    drain evenly and later periods still find enough variables to change.
+    """
+    low, high = config.changes_per_period
+    states = [{var: rng.choice(values) for var, values in schema.items()}]
+    changes: list[list[str]] = [[]]
+    remaining = dict.fromkeys(schema, config.max_changes_per_state)
+    for period_index in range(1, config.num_periods + 1):
+        periods_after = config.num_periods - period_index
+        available = [var for var in schema if remaining[var] > 0]
+        most = min(high, len(available), sum(remaining.values()) - periods_after * low)
+        if most < low:
+            return None
+        pool, weights, chosen = list(available), [remaining[v] for v in available], set()
+        for _ in range(rng.randint(low, most)):
+            pick = rng.choices(range(len(pool)), weights=weights)[0]
+            chosen.add(pool.pop(pick))
+            weights.pop(pick)
+        state = dict(states[-1])
+        changed = [var for var in schema if var in chosen]
+        for var in changed:
+            state[var] = rng.choice([value for value in schema[var] if value != state[var]])
+            remaining[var] -= 1
+        states.append(state)
+        changes.append(changed)
+    return states, changes
+
+
+def _groups(rng: random.Random, items: Sequence[str], span: tuple[int, int]) -> list[list[str]]:
+    pending = list(items)
+    rng.shuffle(pending)
+    groups = []
+    while pending:
+        size = rng.randint(*span)
+        groups.append(pending[:size])
+        pending = pending[size:]
+    return groups
+
+
+def _advance(config: GeneratorConfig, periods: int) -> date:
+    """The start date moved by `periods` period lengths (months clamp to the month's end)."""
+    start = config.start_date
+    if config.period_unit == "days":
+        return start + timedelta(days=periods * config.period_length)
+    month_index = start.month - 1 + periods * config.period_length
+    year, month = start.year + month_index // 12, month_index % 12 + 1
+    return date(year, month, min(start.day, calendar.monthrange(year, month)[1]))
+
+
+def _session_times(rng: random.Random, last_day: date, count: int) -> list[str]:
+    """One evening time on each of the last `count` days up to and including `last_day`."""
+    days = sorted(last_day - timedelta(days=offset) for offset in range(count))
+    times = []
+    for day in days:
+        seconds = rng.randint(*_EVENING_SECONDS)
+        hours, rest = divmod(seconds, 3600)
+        stamp = f"{day.strftime(DATE_FORMAT)} {hours:02d}:{rest // 60:02d}:{rest % 60:02d}"
+        times.append(stamp)
+    return times
+
+
+def _query(
+    rng: random.Random, catalog: Catalog, exposed: Mapping[str, str], openers: Sequence[str]
+) -> str:
+    """An opening message revealing only the exposed values, ending with a request for help."""
+    parts = [rng.choice(openers)]
+    parts += [rng.choice(catalog.variables[var].values[value]) for var, value in exposed.items()]
+    parts.append(rng.choice(catalog.variables[rng.choice(list(exposed))].requests))
+    return " ".join(part for part in parts if part)
+
+
+def _initial_period(
+    rng: random.Random,
+    config: GeneratorConfig,
+    catalog: Catalog,
+    schema: dict[str, list[str]],
+    state: dict[str, str],
+) -> Period:
+    groups = [
+        [var for var in schema if var in group]
+        for group in _groups(rng, list(schema), config.variables_per_initial_session)
+    ]
+    times = _session_times(rng, config.start_date, len(groups))
+    sessions = []
+    for group, time in zip(groups, times, strict=True):
+        exposed = {var: state[var] for var in group}
+        sessions.append(
+            Session(
+                event=None,
+                exposed_states=exposed,
+                query=_query(rng, catalog, exposed, _INITIAL_OPENERS),
+                session_time=time,
+            )
+        )
+    return Period(
+        period_start=None,
+        period_end=config.start_date.strftime(DATE_FORMAT),
+        period_summary=None,
+        sessions=sessions,
+        state=dict(state),
+        updates={var: StateUpdate(old=None, new=state[var]) for var in schema},
+        update_cnts=dict.fromkeys(schema, 0),
+    )
+
+
+def _change_text(catalog: Catalog, var: str, old: str, new: str) -> str:
+    return f"{catalog.variables[var].label} changed from {old} to {new}"
+
+
+def _update_period(
+    rng: random.Random,
+    config: GeneratorConfig,
+    catalog: Catalog,
+    period_index: int,
+    before: dict[str, str],
+    after: dict[str, str],
+    changed: list[str],
+    counts: dict[str, int],
+) -> Period:
+    start, end = _advance(config, period_index - 1), _advance(config, period_index)
+    groups = [
+        [var for var in changed if var in group]
+        for group in _groups(rng, changed, config.changes_per_event)
+    ]
+    times = _session_times(rng, end, len(groups))
+    sessions = []
+    for group, time in zip(groups, times, strict=True):
+        exposed = {var: after[var] for var in group}
+        event = " and ".join(_change_text(catalog, var, before[var], after[var]) for var in group)
+        sessions.append(
+            Session(
+                event=event[:1].upper() + event[1:],
+                exposed_states=exposed,
+                query=_query(rng, catalog, exposed, _UPDATE_OPENERS),
+                session_time=time,
+            )
+        )
+    summary = "; ".join(_change_text(catalog, var, before[var], after[var]) for var in changed)
+    return Period(
+        period_start=start.strftime(DATE_FORMAT),
+        period_end=end.strftime(DATE_FORMAT),
+        period_summary=f"Between {start:%Y-%m-%d} and {end:%Y-%m-%d}: {summary}.",
+        sessions=sessions,
+        state=dict(after),
+        updates={var: StateUpdate(old=before[var], new=after[var]) for var in changed},
+        # Cumulative counts up to this period (the original repeats the final totals).
+        update_cnts=dict(counts),
+    )
+
+
+def _question(
+    rng: random.Random,
+    config: GeneratorConfig,
+    question: CatalogQuestion,
+    variables: list[str],
+    schema: dict[str, list[str]],
+    states: list[dict[str, str]],
+) -> QA:
+    """Choices: every variant seen on the trajectory, padded with unseen ones, shuffled."""
+    seen = list(dict.fromkeys(tuple(state[var] for var in variables) for state in states))
+    variants = list(seen)
+    if len(variants) < config.min_state_variants:
+        unseen = [
+            combination
+            for combination in itertools.product(*(schema[var] for var in variables))
+            if combination not in seen
+        ]
+        variants += rng.sample(unseen, config.min_state_variants - len(variants))
+    rng.shuffle(variants)
+    choices = [
+        AnswerChoice(
+            state=list(variant),
+            answer=question.answer(dict(zip(variables, variant, strict=True))),
+            type=CHOICE_EXPERIENCED if variant in seen else CHOICE_RANDOM,
+        )
+        for variant in variants
+    ]
+    return QA(query=question.query, required_info=list(variables), answer_choices=choices)

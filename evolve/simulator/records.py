@@ -1,0 +1,163 @@
+"""Stored results of an evaluation episode: plain, JSON-serializable pydantic records.
+
+Everything the metrics, the diagnosis and the reflective mutation need is kept here, so that
+scores can be recomputed from disk without a single LLM call. Indices of answer options are
+1-based (as the policy answers them); period and question indices are 0-based (as in the
+environment file).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Diagnosis(StrEnum):
+    """Why an item was answered wrongly (or that it was not)."""
+
+    CORRECT = "correct"
+    WRITE = "write"  # a required variable never made it into memory correctly
+    READ = "read"  # it was stored correctly once, but is not recalled correctly now
+    UTILIZATION = "utilization"  # every required variable is recalled, the answer is still wrong
+
+
+class TranscriptMessage(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    role: str
+    content: str
+
+
+class SessionTranscript(BaseModel):
+    """One session of a period: the opening query, then user <-> assistant rounds."""
+
+    session_index: int
+    session_time: str
+    query: str
+    exposed_states: dict[str, str] = Field(default_factory=dict)
+    messages: list[TranscriptMessage] = Field(default_factory=list)
+    rounds_planned: int
+    rounds_completed: int
+    replayed: bool = Field(
+        default=False, description="Off-policy: messages came from a recorded transcript."
+    )
+    simulator_parse_failures: int = 0
+    ended_early: str | None = Field(
+        default=None, description="Why the session has fewer rounds than planned, if it has."
+    )
+
+
+class ProbeResult(BaseModel):
+    """Diagnosis probe: the policy's recalled current value of one state variable."""
+
+    variable: str
+    question: str
+    options: list[str]
+    chosen: int | None = Field(description="1-based option index; None when unparseable.")
+    value: str | None
+    gold: str
+    correct: bool
+    parse_failed: bool
+    parse_error: str | None = None
+    raw_answer: str = ""
+    retrieved: list[str] = Field(default_factory=list)
+
+
+class VariableCheck(BaseModel):
+    """One required variable of an item, as the diagnosis sees it."""
+
+    variable: str
+    gold: str
+    probed: str | None
+    correct_now: bool
+    last_write_period: int
+    correct_at_last_write: bool = Field(
+        description="The probe at the end of `last_write_period` recalled the value."
+    )
+
+
+class ItemResult(BaseModel):
+    """One multiple-choice question asked at the end of one period."""
+
+    question_index: int
+    question: str
+    required_info: list[str]
+    options: list[str]
+    option_states: list[list[str]]
+    gold: int = Field(description="1-based index of the option matching the period's state.")
+    gold_state: list[str]
+    chosen: int | None = Field(description="1-based; None when the answer was unparseable.")
+    chosen_state: list[str] | None
+    correct: bool
+    parse_failed: bool = Field(description="Counted as wrong; no random fallback is drawn.")
+    parse_error: str | None = None
+    raw_answer: str = ""
+    retrieved: list[str] = Field(default_factory=list)
+    random_score: float = Field(description="Expected accuracy of a uniform random choice.")
+    upper_bound_correct: bool | None = Field(
+        default=None, description="The agent LLM, told the gold state, chose the gold option."
+    )
+    variables: list[VariableCheck] = Field(default_factory=list)
+    diagnosis: Diagnosis
+
+
+class CallUsage(BaseModel):
+    """LM calls made for one unit of work (calls served from the DSPy cache are not counted)."""
+
+    llm_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def plus(self, other: CallUsage) -> CallUsage:
+        return CallUsage(
+            llm_calls=self.llm_calls + other.llm_calls,
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+        )
+
+
+class PeriodResult(BaseModel):
+    """Everything that happened to one user in one period; the unit of resumption."""
+
+    user_id: str
+    period_index: int
+    period_start: str = ""
+    period_end: str = ""
+    state: dict[str, str] = Field(description="The period's gold state (every variable).")
+    state_updates: dict[str, dict[str, str | None]] = Field(
+        default_factory=dict, description="Variables that changed entering this period: old/new."
+    )
+    exposed_states: dict[str, str] = Field(
+        default_factory=dict, description="States the period's sessions expose to the assistant."
+    )
+    sessions: list[SessionTranscript] = Field(default_factory=list)
+    off_policy: bool = False
+    memory_description: str = ""
+    items: list[ItemResult] = Field(default_factory=list)
+    probes: list[ProbeResult] = Field(default_factory=list)
+    policy_parse_failures: dict[str, int] = Field(
+        default_factory=dict, description="Increase of state.parse_failures during the sessions."
+    )
+    evaluation_mutated_state: bool = Field(
+        default=False,
+        description="answer() changed the memory it was given; the checkpoint was kept instead.",
+    )
+    usage: CallUsage = Field(default_factory=CallUsage)
+    wall_time_s: float = 0.0
+
+    @property
+    def accuracy(self) -> float:
+        return sum(item.correct for item in self.items) / len(self.items) if self.items else 0.0
+
+    def probe(self, variable: str) -> ProbeResult | None:
+        return next((probe for probe in self.probes if probe.variable == variable), None)
+
+
+class UserResult(BaseModel):
+    user_id: str
+    periods: list[PeriodResult] = Field(default_factory=list)

@@ -1,0 +1,340 @@
+"""Results on disk: the run directory layout, atomic JSON writes, the config hash guarding
+resumption, and an export in the original AMemGym per-user layout.
+
+Run directory::
+
+    run.json                         resolved config, its hash, format version
+    environment.json                 the environment (original data.json format)
+    upper_bound.json                 the upper-bound table used for the memory score, if any
+    users/<user>/period_NN/
+        transcript.json              the period's sessions and what they cost
+        checkpoint.json              policy memory after the sessions, before the questions
+        result.json                  the PeriodResult; written last: marks the unit finished
+    report.json                      EvaluationReport without the per-item records
+    original/<user>/                 the original code's layout (see `export_original_layout`)
+        overall_results.json  overall_metrics.json  diagnosis_results.json
+        diagnosis_metrics.json  interactions/period_NN.json
+    original/random_metrics.json  original/utilization_metrics.json
+
+Every file is written to a temporary file in the same directory and moved into place with
+`os.replace`, so a reader (or a resumed run) never sees a half-written file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from evolve.errors import ResumeMismatchError
+from evolve.simulator.records import (
+    CallUsage,
+    Diagnosis,
+    PeriodResult,
+    SessionTranscript,
+    UserResult,
+)
+
+if TYPE_CHECKING:
+    from evolve.simulator.baselines import UpperBoundTable
+
+RUN_FORMAT = "amemgym-evolve.run"
+RUN_FORMAT_VERSION = 1
+
+
+# ----- atomic files ----------------------------------------------------------------------------
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_json(path: Path, data: Any) -> None:
+    atomic_write_text(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+
+def read_json(path: Path) -> Any:
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+# ----- config hash -----------------------------------------------------------------------------
+
+
+def canonical_json(data: Any) -> str:
+    return json.dumps(data, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+def config_hash(resolved_config: Mapping[str, Any]) -> str:
+    return hashlib.sha256(canonical_json(resolved_config).encode("utf-8")).hexdigest()
+
+
+def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(data, Mapping) and data:
+        flat: dict[str, Any] = {}
+        for key, value in data.items():
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        return flat
+    return {prefix.rstrip("."): data}
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= 60 else f"{text[:57]}..."
+
+
+def config_differences(stored: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
+    """Human-readable `path: old -> new` lines for every differing leaf."""
+    old, new = _flatten(stored), _flatten(current)
+    lines = []
+    for key in sorted(old.keys() | new.keys()):
+        if old.get(key, "<absent>") != new.get(key, "<absent>"):
+            lines.append(
+                f"{key}: {_short(old.get(key, '<absent>'))} -> {_short(new.get(key, '<absent>'))}"
+            )
+    return lines
+
+
+# ----- layout ----------------------------------------------------------------------------------
+
+
+def safe_name(text: str) -> str:
+    """A file-system-safe directory name for a user id."""
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._")
+    return name or "user"
+
+
+class RunLayout:
+    """Paths inside one run directory (nothing is created until written)."""
+
+    def __init__(self, run_dir: Path):
+        self.root = Path(run_dir)
+
+    @property
+    def run_file(self) -> Path:
+        return self.root / "run.json"
+
+    @property
+    def environment_file(self) -> Path:
+        return self.root / "environment.json"
+
+    @property
+    def upper_bound_file(self) -> Path:
+        return self.root / "upper_bound.json"
+
+    @property
+    def report_file(self) -> Path:
+        return self.root / "report.json"
+
+    @property
+    def original_dir(self) -> Path:
+        return self.root / "original"
+
+    def user_dir(self, user_dir_name: str) -> Path:
+        return self.root / "users" / user_dir_name
+
+    def period_dir(self, user_dir_name: str, period_index: int) -> Path:
+        return self.user_dir(user_dir_name) / f"period_{period_index:02d}"
+
+    def transcript_file(self, user_dir_name: str, period_index: int) -> Path:
+        return self.period_dir(user_dir_name, period_index) / "transcript.json"
+
+    def checkpoint_file(self, user_dir_name: str, period_index: int) -> Path:
+        return self.period_dir(user_dir_name, period_index) / "checkpoint.json"
+
+    def result_file(self, user_dir_name: str, period_index: int) -> Path:
+        return self.period_dir(user_dir_name, period_index) / "result.json"
+
+    # -- run header ---------------------------------------------------------------------
+
+    def open_run(self, resolved_config: Mapping[str, Any]) -> str:
+        """Create the run header, or check that an existing run has the same config.
+
+        Returns the config hash. Raises ResumeMismatchError naming each differing setting.
+        """
+        digest = config_hash(resolved_config)
+        if self.run_file.exists():
+            stored = read_json(self.run_file)
+            if stored.get("config_hash") != digest:
+                differences = config_differences(stored.get("config", {}), resolved_config)
+                listed = "; ".join(differences[:8]) or "(stored config unreadable)"
+                more = f" (+{len(differences) - 8} more)" if len(differences) > 8 else ""
+                raise ResumeMismatchError(
+                    f"{self.root} holds a run made with a different configuration: "
+                    f"{listed}{more}. Resume with the same settings, or choose another output "
+                    f"directory (or delete this one) to start a new run"
+                )
+            return digest
+        atomic_write_json(
+            self.run_file,
+            {
+                "format": RUN_FORMAT,
+                "format_version": RUN_FORMAT_VERSION,
+                "config_hash": digest,
+                "config": dict(resolved_config),
+            },
+        )
+        return digest
+
+    # -- units ----------------------------------------------------------------------------
+
+    def load_period_result(self, user_dir_name: str, period_index: int) -> PeriodResult | None:
+        path = self.result_file(user_dir_name, period_index)
+        if not path.exists():
+            return None
+        return PeriodResult.model_validate(read_json(path))
+
+    def save_transcript(
+        self,
+        user_dir_name: str,
+        period_index: int,
+        sessions: Sequence[SessionTranscript],
+        usage: CallUsage,
+    ) -> None:
+        """The sessions and the LM usage they cost (kept so that a resumed unit, which skips
+        its sessions, still reports what they cost)."""
+        atomic_write_json(
+            self.transcript_file(user_dir_name, period_index),
+            {
+                "sessions": [session.model_dump(mode="json") for session in sessions],
+                "usage": usage.model_dump(mode="json"),
+            },
+        )
+
+    def load_transcript(
+        self, user_dir_name: str, period_index: int
+    ) -> tuple[list[SessionTranscript], CallUsage] | None:
+        path = self.transcript_file(user_dir_name, period_index)
+        if not path.exists():
+            return None
+        data = read_json(path)
+        sessions = [SessionTranscript.model_validate(s) for s in data["sessions"]]
+        return sessions, CallUsage.model_validate(data.get("usage", {}))
+
+    def save_checkpoint(self, user_dir_name: str, period_index: int, state_json: str) -> None:
+        atomic_write_text(self.checkpoint_file(user_dir_name, period_index), state_json + "\n")
+
+    def load_checkpoint(self, user_dir_name: str, period_index: int) -> str | None:
+        path = self.checkpoint_file(user_dir_name, period_index)
+        return path.read_text(encoding="utf-8").strip() if path.exists() else None
+
+    def save_period_result(self, user_dir_name: str, result: PeriodResult) -> None:
+        atomic_write_json(
+            self.result_file(user_dir_name, result.period_index), result.model_dump(mode="json")
+        )
+
+
+# ----- original layout export ----------------------------------------------------------------
+
+ORIGINAL_METRICS = ("accuracy",)
+
+
+def _overall_result(item: Any) -> dict[str, Any]:
+    """One entry of the original overall_results.json (its `answer` is 0-based, its
+    `response` 1-based, as in the original code). No random fallback: an unparseable answer
+    has `response` None and scores 0."""
+    return {
+        "query": item.question,
+        "answer": item.gold - 1,
+        "answer_state": item.gold_state,
+        "answer_choice": item.options[item.gold - 1],
+        "raw_response": item.raw_answer,
+        "response": item.chosen,
+        "response_state": item.chosen_state,
+        "response_choice": item.options[item.chosen - 1] if item.chosen else None,
+        "json_error": item.parse_failed,
+        "llm_usage_statistics": {},
+        "scores": {"accuracy": float(item.correct)},
+        "relevant_memories": item.retrieved,
+    }
+
+
+def _diagnosis_result(item: Any) -> dict[str, Any]:
+    return {
+        "query": item.question,
+        "required_info": item.required_info,
+        "correct": item.correct,
+        "diagnosis": item.diagnosis.value,
+        "variables": [check.model_dump(mode="json") for check in item.variables],
+    }
+
+
+def export_original_user(target: Path, user: UserResult) -> None:
+    """Write one user's results in the original per-user layout under `target`."""
+    periods = sorted(user.periods, key=lambda p: p.period_index)
+    overall = [[_overall_result(item) for item in p.items] for p in periods]
+    atomic_write_json(target / "overall_results.json", overall)
+    atomic_write_json(
+        target / "overall_metrics.json",
+        {"accuracy": [[float(item.correct) for item in p.items] for p in periods]},
+    )
+    diagnosis = [
+        {
+            "probes": [probe.model_dump(mode="json") for probe in p.probes],
+            "items": [_diagnosis_result(item) for item in p.items],
+        }
+        for p in periods
+    ]
+    atomic_write_json(target / "diagnosis_results.json", diagnosis)
+    atomic_write_json(
+        target / "diagnosis_metrics.json",
+        {
+            f"{kind.value}_failure": [
+                [float(item.diagnosis is kind) for item in p.items] for p in periods
+            ]
+            for kind in (Diagnosis.WRITE, Diagnosis.READ, Diagnosis.UTILIZATION)
+        },
+    )
+    for p in periods:
+        atomic_write_json(
+            target / "interactions" / f"period_{p.period_index:02d}.json",
+            [[m.model_dump(mode="json") for m in s.messages] for s in p.sessions],
+        )
+
+
+def export_original_layout(
+    layout: RunLayout,
+    users: Sequence[UserResult],
+    user_dir_names: Mapping[str, str],
+    upper_bound: UpperBoundTable | None = None,
+) -> Path:
+    """The original code's per-user files, plus its global random / upper-bound matrices.
+
+    `random_metrics.json` and `utilization_metrics.json` hold `{metric: [user][period][q]}`
+    like the original `random.py` / `upperbound.py` outputs (the latter only with a table).
+    """
+    root = layout.original_dir
+    for user in users:
+        export_original_user(root / user_dir_names[user.user_id], user)
+
+    def matrix(value) -> list[list[list[float]]]:
+        return [
+            [[value(user, p, item) for item in p.items] for p in user.periods] for user in users
+        ]
+
+    atomic_write_json(
+        root / "random_metrics.json",
+        {"accuracy": matrix(lambda user, p, item: item.random_score)},
+    )
+    if upper_bound is not None:
+
+        def ub(user: UserResult, p: PeriodResult, item: Any) -> float:
+            found = upper_bound.correct(user.user_id, item.question_index, item.gold - 1)
+            return float(bool(found))
+
+        atomic_write_json(root / "utilization_metrics.json", {"accuracy": matrix(ub)})
+    return root

@@ -1,0 +1,189 @@
+"""The simulated user: a DSPy program run in the `simulator` role, and the session loop.
+
+A session opens with the environment's query (prefixed with its time stamp, as in the
+original code); the user then follows up after each assistant reply until the planned number
+of rounds is reached. Unlike the original simulator, this one is told the period's current
+state so that its follow-ups stay consistent with it; it may talk about what the session
+exposes and must keep every other tracked value to itself.
+
+The simulated user belongs to the environment, never to a policy: an optimizer that mutates a
+policy's modules must not be able to reach it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
+from typing import TYPE_CHECKING, Any
+
+import dspy
+from dspy.utils.exceptions import AdapterParseError
+
+from evolve.simulator.records import SessionTranscript, TranscriptMessage
+
+if TYPE_CHECKING:
+    from evolve.llm import RoleLMs
+    from memory_policies.base import MemoryPolicy, MemoryState
+
+# The small model pays for every prompt token; these bound what one follow-up call reads.
+_PERSONA_CHARS = 1500
+_REPLY_CHARS = 800
+
+
+FOLLOW_UP_INSTRUCTIONS = (
+    "You role-play the user described by `persona`, chatting with an AI assistant. Write the "
+    "user's next message: 1-3 short sentences, first person, in character. React to the "
+    "assistant's last reply: answer its question, or ask a natural follow-up about the same "
+    "topic. Never end the conversation. `shared_facts` were already told and may be referred "
+    "to. `private_facts` are true now: never contradict them, and never state or hint at them."
+)
+
+
+class UserFollowUp(dspy.Signature):
+    """Write the simulated user's next message (instructions: FOLLOW_UP_INSTRUCTIONS)."""
+
+    persona: str = dspy.InputField(desc="who the user is")
+    today: str = dspy.InputField(desc="the current date")
+    topic: str = dspy.InputField(desc="the user's opening message of this conversation")
+    shared_facts: str = dspy.InputField(desc="facts about the user this conversation is about")
+    private_facts: str = dspy.InputField(desc="other current facts about the user: keep secret")
+    last_exchange: str = dspy.InputField(desc="the latest user message and assistant reply")
+    message: str = dspy.OutputField(desc="the user's next message, 1-3 sentences")
+
+
+def format_persona(profile: Any) -> str:
+    """The original data stores the profile as a dict with a `formatted_str`; accept text too."""
+    if isinstance(profile, str):
+        text = profile
+    elif isinstance(profile, Mapping) and isinstance(profile.get("formatted_str"), str):
+        text = profile["formatted_str"]
+    else:
+        text = json.dumps(profile, ensure_ascii=False, default=str)
+    return text if len(text) <= _PERSONA_CHARS else text[: _PERSONA_CHARS - 3] + "..."
+
+
+def _facts(values: Mapping[str, str]) -> str:
+    return "\n".join(f"- {name}: {value}" for name, value in values.items()) or "(none)"
+
+
+def opening_message(session_time: str, query: str) -> str:
+    """The first user message of a session, exactly as the original code builds it."""
+    return f"[Current Time: {session_time}]\n{query}"
+
+
+def derive_seed(*parts: object) -> int:
+    """A stable 31-bit seed from any parts (Python's hash() is salted per process)."""
+    digest = hashlib.sha256("/".join(map(str, parts)).encode("utf-8")).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
+class SimulatedUser(dspy.Module):
+    """Writes the user's follow-up messages; holds no state between calls."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        # Set explicitly: a docstring would reach the prompt with its indentation.
+        self.follow_up = dspy.Predict(UserFollowUp.with_instructions(FOLLOW_UP_INSTRUCTIONS))
+
+    def next_message(
+        self,
+        *,
+        persona: str,
+        today: str,
+        topic: str,
+        shared_facts: Mapping[str, str],
+        private_facts: Mapping[str, str],
+        last_user: str,
+        last_assistant: str,
+        seed: int,
+    ) -> str:
+        """One follow-up; raises AdapterParseError when the output cannot be parsed."""
+        reply = last_assistant
+        if len(reply) > _REPLY_CHARS:
+            reply = reply[: _REPLY_CHARS - 3] + "..."
+        prediction = self.follow_up(
+            persona=persona,
+            today=today,
+            topic=topic,
+            shared_facts=_facts(shared_facts),
+            private_facts=_facts(private_facts),
+            last_exchange=f"User: {last_user}\nAssistant: {reply}",
+            # Forwarded to the endpoint: sampled follow-ups are reproducible where supported.
+            config={"seed": seed},
+        )
+        return str(prediction.message).strip()
+
+
+def play_session(
+    *,
+    policy: MemoryPolicy,
+    state: MemoryState,
+    user: SimulatedUser,
+    lms: RoleLMs,
+    session_index: int,
+    session_time: str,
+    query: str,
+    exposed_states: Mapping[str, str],
+    current_state: Mapping[str, str],
+    persona: str,
+    rounds: int,
+    seed: int,
+    call_slot: Callable[[], AbstractContextManager[Any]] = nullcontext,
+) -> tuple[SessionTranscript, MemoryState]:
+    """Run one on-policy session: policy replies live, the simulated user follows up.
+
+    With rounds=1 the session is the opening query and the reply, and the simulator is never
+    called. An unparseable or empty follow-up ends the session early; it is counted in
+    `simulator_parse_failures` and explained in `ended_early`, never replaced by a canned text.
+    Every LM-backed call is made inside `call_slot()` (the runner bounds calls in flight).
+    """
+    shared = {name: str(value) for name, value in exposed_states.items()}
+    private = {name: str(value) for name, value in current_state.items() if name not in shared}
+    opening = opening_message(session_time, query)
+    messages: list[TranscriptMessage] = []
+    user_message = opening
+    failures = 0
+    ended_early: str | None = None
+    completed = 0
+    for round_index in range(rounds):
+        with call_slot(), lms.context("agent"):
+            reply, state = policy.respond(state, user_message)
+        messages.append(TranscriptMessage(role="user", content=user_message))
+        messages.append(TranscriptMessage(role="assistant", content=reply))
+        completed += 1
+        if round_index == rounds - 1:
+            break
+        try:
+            with call_slot(), lms.context("simulator"):
+                user_message = user.next_message(
+                    persona=persona,
+                    today=session_time,
+                    topic=query,
+                    shared_facts=shared,
+                    private_facts=private,
+                    last_user=user_message,
+                    last_assistant=reply,
+                    seed=derive_seed(seed, session_index, round_index),
+                )
+        except AdapterParseError as exc:
+            failures += 1
+            ended_early = "simulator output unparseable: " + " ".join(str(exc).split())[:200]
+            break
+        if not user_message:
+            failures += 1
+            ended_early = "simulator returned an empty message"
+            break
+    transcript = SessionTranscript(
+        session_index=session_index,
+        session_time=session_time,
+        query=query,
+        exposed_states=shared,
+        messages=messages,
+        rounds_planned=rounds,
+        rounds_completed=completed,
+        simulator_parse_failures=failures,
+        ended_early=ended_early,
+    )
+    return transcript, state

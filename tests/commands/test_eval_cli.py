@@ -1,0 +1,95 @@
+"""`evolve eval` with scripted LMs in place of the embedded server."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+
+import pytest
+from scripted_lm import ScriptedLM, scripted_role_lms
+from simulator.eval_helpers import agent_responder, make_environment, simulator_responder
+
+import evolve.commands.eval as eval_command
+from evolve.cli import main
+from evolve.simulator.environment import save_environment
+
+
+@pytest.fixture
+def scripted(monkeypatch):
+    """Replace the LLM context the command opens; returns the agent LM to count calls."""
+    agent = ScriptedLM(agent_responder, model="agent-model")
+    simulator = ScriptedLM(simulator_responder, model="simulator-model")
+    opened = []
+
+    @contextlib.contextmanager
+    def fake_open(args):
+        opened.append(args)
+        yield scripted_role_lms(simulator=simulator, agent=agent)
+
+    monkeypatch.setattr(eval_command, "open_role_lms_from_args", fake_open)
+    return agent, opened
+
+
+def test_eval_two_policies_side_by_side_then_resume(tmp_path, scripted, capsys):
+    agent, opened = scripted
+    env_file = tmp_path / "env.json"
+    save_environment(make_environment(users=2), env_file)
+    argv = [
+        "eval",
+        "--env",
+        str(env_file),
+        "--policy",
+        "native",
+        "--policy",
+        "in_context:update_every=2,short_term_len=2",
+        "--out",
+        str(tmp_path / "out"),
+        "--rounds-init",
+        "2",
+        "--concurrency",
+        "2",
+        "--upper-bound-cache",
+        str(tmp_path / "ub"),
+    ]
+    assert main(argv) == 0
+    output = capsys.readouterr().out
+    table = output[output.index("\npolicy ") + 1 :].splitlines()
+    assert table[0].split()[:4] == ["policy", "acc", "memory", "random"]
+    rows = [line.split() for line in table[2:4]]
+    assert [row[0] for row in rows] == ["native", "in_context-update_every_2_short_term_len_2"]
+    assert rows[0][1] == "1.000"  # the latest-mention agent recalls everything with full history
+    assert "parse! = unparseable outputs" in output
+    for name in ("native", "in_context-update_every_2_short_term_len_2"):
+        report = json.loads((tmp_path / "out" / name / "report.json").read_text())
+        assert report["summary"]["n_items"] == 2 * 3 * 2
+        assert report["summary"]["memory_score"] is not None
+        assert (tmp_path / "out" / name / "original" / "user-0" / "overall_results.json").exists()
+    calls = len(agent.calls)
+    assert main(argv) == 0  # a rerun resumes everything: no new LLM call
+    assert len(agent.calls) == calls
+    assert len(opened) == 2
+
+
+def test_eval_with_a_preset_and_limited_users(tmp_path, scripted, capsys):
+    argv = ["eval", "--preset", "tiny", "--users", "1", "--policy", "native"]
+    argv += ["--out", str(tmp_path / "out"), "--no-upper-bound"]
+    assert main(argv) == 0
+    report = json.loads((tmp_path / "out" / "native" / "report.json").read_text())
+    assert len(report["per_user"]) == 1
+    assert report["summary"]["memory_score"] is None
+
+
+def test_eval_bad_policy_spec_fails_before_opening_the_llm(tmp_path, scripted, capsys):
+    _, opened = scripted
+    code = main(["eval", "--preset", "tiny", "--policy", "nonsense", "--out", str(tmp_path)])
+    assert code == 2
+    assert "unknown policy kind" in capsys.readouterr().err
+    assert opened == []
+
+
+def test_run_dir_names_are_distinct_and_safe():
+    assert eval_command.run_dir_names(["native", "native", "a/b/bundle/"]) == [
+        "native",
+        "native_2",
+        "bundle",
+    ]

@@ -1,0 +1,119 @@
+"""`evolve env generate --llm` flags and handler, with a scripted simulator."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+from pathlib import Path
+
+import pytest
+from gen_helpers import PipelinePlayer, wrong_match
+from scripted_lm import ScriptedLM, scripted_role_lms
+
+import evolve.llm
+from evolve.errors import ConfigError
+from evolve.simulator.environment import load_environment
+from evolve.simulator.generate import add_llm_generate_arguments, run_llm_generate
+
+CONFIG_TOML = """
+preset = "tiny"
+num_periods = 2
+num_questions = 2
+choices_per_state = [2, 3]
+changes_per_period = [1, 2]
+max_changes_per_state = 2
+min_state_variants = 3
+period_length = 1
+num_users = 2
+workers = 2
+[retries]
+stage_attempts = 2
+answer_refinements = 1
+query_refinements = 1
+"""
+
+
+def offline_like_parser() -> argparse.ArgumentParser:
+    """The offline generator's flags, which the LLM flags must share, not redefine."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--preset", default="tiny")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--users", type=int, default=None)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--catalog", action="append", default=[])
+    add_llm_generate_arguments(parser)
+    return parser
+
+
+@pytest.fixture
+def scripted(monkeypatch: pytest.MonkeyPatch):
+    players: list[PipelinePlayer] = []
+
+    def use(player: PipelinePlayer) -> None:
+        players.append(player)
+
+    @contextlib.contextmanager
+    def fake_open(args, base=None):
+        yield scripted_role_lms(simulator=ScriptedLM(players[-1], model="scripted-simulator"))
+
+    monkeypatch.setattr(evolve.llm, "open_role_lms_from_args", fake_open)
+    return use
+
+
+def test_flags_are_added_once_next_to_the_offline_ones(tmp_path: Path) -> None:
+    parser = offline_like_parser()
+    args = parser.parse_args(
+        ["--llm", "--out", "x.json", "--lang", "de", "--workers", "3", "--model", "gpt-4.1"]
+    )
+    assert args.llm and args.lang == "de" and args.workers == 3 and args.model == "gpt-4.1"
+    assert args.personas is None and args.work_dir is None and args.seed == 0
+    bare = argparse.ArgumentParser()
+    add_llm_generate_arguments(bare)
+    assert bare.parse_args(["--seed", "4"]).seed == 4
+
+
+def test_run_writes_environment_report_and_cost_tables(tmp_path: Path, scripted, capsys) -> None:
+    config = tmp_path / "gen.toml"
+    config.write_text(CONFIG_TOML)
+    out = tmp_path / "env.json"
+    args = offline_like_parser().parse_args(["--llm", "--config", str(config), "--out", str(out)])
+    scripted(PipelinePlayer())
+    assert run_llm_generate(args) == 0
+    env = load_environment(out)
+    assert len(env.items) == 2
+    printed = capsys.readouterr().out
+    assert "Tokens and estimated cost per stage" in printed and "answers" in printed
+    assert "$0.40 per user" in printed
+    report = json.loads((tmp_path / "env.report.json").read_text())
+    assert [u["status"] for u in report["users"]] == ["included", "included"]
+    assert (tmp_path / "env.work" / report["work_key"] / "report.json").is_file()
+
+    # Rerunning resumes everything from the work dir: no LLM call at all.
+    again = PipelinePlayer()
+    scripted(again)
+    assert run_llm_generate(args) == 0
+    assert sum(again.counts.values()) == 0
+    assert "resumed (no new calls)" in capsys.readouterr().out
+
+
+def test_all_users_excluded_writes_nothing_and_fails(tmp_path: Path, scripted, capsys) -> None:
+    config = tmp_path / "gen.toml"
+    config.write_text(CONFIG_TOML)
+    out = tmp_path / "env.json"
+    args = offline_like_parser().parse_args(
+        ["--llm", "--config", str(config), "--out", str(out), "--users", "1"]
+    )
+    scripted(PipelinePlayer({"match": wrong_match}))
+    assert run_llm_generate(args) == 1
+    assert not out.exists()
+    printed = capsys.readouterr().out
+    assert "1 user(s) excluded" in printed and "stage answers" in printed
+    assert "no user passed validation" in printed
+
+
+def test_out_is_required(tmp_path: Path) -> None:
+    parser = argparse.ArgumentParser()
+    add_llm_generate_arguments(parser)
+    with pytest.raises(ConfigError, match="--out is required"):
+        run_llm_generate(parser.parse_args(["--llm"]))

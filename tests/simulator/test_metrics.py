@@ -1,0 +1,246 @@
+"""Metrics and diagnosis on hand-computed records (no LLM)."""
+
+from __future__ import annotations
+
+import pytest
+
+from evolve.simulator.baselines import UpperBoundEntry, UpperBoundTable, random_score
+from evolve.simulator.metrics import check_variables, diagnose, summarize, summarize_by_period
+from evolve.simulator.records import (
+    CallUsage,
+    Diagnosis,
+    ItemResult,
+    PeriodResult,
+    ProbeResult,
+    SessionTranscript,
+    UserResult,
+    VariableCheck,
+)
+
+
+def check(var: str, now: bool, then: bool, last_write: int = 0) -> VariableCheck:
+    return VariableCheck(
+        variable=var,
+        gold="x",
+        probed="x" if now else "y",
+        correct_now=now,
+        last_write_period=last_write,
+        correct_at_last_write=then,
+    )
+
+
+def probe(var: str, correct: bool, parse_failed: bool = False) -> ProbeResult:
+    return ProbeResult(
+        variable=var,
+        question=f"What is my current {var}?",
+        options=["x", "y"],
+        chosen=None if parse_failed else (1 if correct else 2),
+        value=None if parse_failed else ("x" if correct else "y"),
+        gold="x",
+        correct=correct,
+        parse_failed=parse_failed,
+    )
+
+
+def item(
+    qi: int,
+    correct: bool,
+    diagnosis: Diagnosis,
+    n_options: int = 4,
+    ub: bool | None = True,
+    parse_failed: bool = False,
+) -> ItemResult:
+    states = [[f"s{i}"] for i in range(n_options)]
+    return ItemResult(
+        question_index=qi,
+        question=f"q{qi}",
+        required_info=["v"],
+        options=[f"o{i}" for i in range(n_options)],
+        option_states=states,
+        gold=1,
+        gold_state=states[0],
+        chosen=None if parse_failed else (1 if correct else 2),
+        chosen_state=None if parse_failed else states[0 if correct else 1],
+        correct=correct,
+        parse_failed=parse_failed,
+        random_score=random_score(states, states[0]),
+        upper_bound_correct=ub,
+        diagnosis=diagnosis,
+    )
+
+
+def period(index: int, items: list[ItemResult], user: str = "u", **extra) -> PeriodResult:
+    return PeriodResult(user_id=user, period_index=index, state={"v": "s0"}, items=items, **extra)
+
+
+# ----- diagnosis ----------------------------------------------------------------------------
+
+
+def test_correct_answer_is_correct_even_with_wrong_probes():
+    assert diagnose(True, [check("a", now=False, then=False)]) is Diagnosis.CORRECT
+
+
+def test_wrong_now_and_wrong_at_last_write_is_write_failure():
+    assert diagnose(False, [check("a", now=False, then=False)]) is Diagnosis.WRITE
+
+
+def test_wrong_now_but_right_at_last_write_is_read_failure():
+    assert diagnose(False, [check("a", now=False, then=True)]) is Diagnosis.READ
+
+
+def test_all_variables_right_but_answer_wrong_is_utilization_failure():
+    checks = [check("a", now=True, then=True), check("b", now=True, then=False)]
+    assert diagnose(False, checks) is Diagnosis.UTILIZATION
+
+
+def test_tie_break_write_beats_read():
+    """One variable read-failed and another write-failed: the item is a write failure."""
+    checks = [check("a", now=False, then=True), check("b", now=False, then=False)]
+    assert diagnose(False, checks) is Diagnosis.WRITE
+    assert diagnose(False, list(reversed(checks))) is Diagnosis.WRITE
+
+
+def test_check_variables_reads_the_probe_of_the_last_write_period():
+    probes_by_period = [
+        {"a": probe("a", True), "b": probe("b", False)},  # period 0
+        {"a": probe("a", False), "b": probe("b", True)},  # period 1
+        {"a": probe("a", False), "b": probe("b", False)},  # period 2 (now)
+    ]
+    checks = check_variables(["a", "b"], {"a": "x", "b": "x"}, {"a": 0, "b": 1}, probes_by_period)
+    assert [(c.variable, c.correct_now, c.correct_at_last_write) for c in checks] == [
+        ("a", False, True),  # stored right in period 0, lost since: read failure
+        ("b", False, True),
+    ]
+    checks = check_variables(["b"], {"b": "x"}, {"b": 2}, probes_by_period)
+    assert checks[0].correct_at_last_write is False  # written this period and already wrong
+
+
+def test_unparseable_probe_counts_as_not_recalled():
+    checks = check_variables(["a"], {"a": "x"}, {"a": 0}, [{"a": probe("a", False, True)}])
+    assert checks[0].correct_now is False and checks[0].probed is None
+
+
+# ----- summaries ----------------------------------------------------------------------------
+
+
+def test_summary_on_a_hand_computed_case():
+    # Period 0: 4 items, 2 correct, random 1/4, UB 3/4 -> (0.5-0.25)/(0.75-0.25) = 0.5
+    p0 = period(
+        0,
+        [
+            item(0, True, Diagnosis.CORRECT),
+            item(1, True, Diagnosis.CORRECT),
+            item(2, False, Diagnosis.WRITE),
+            item(3, False, Diagnosis.READ, ub=False),
+        ],
+        usage=CallUsage(llm_calls=3, prompt_tokens=10, completion_tokens=5),
+    )
+    # Period 1: 2 items (2 options each), 1 correct, random 1/2, UB 1 -> (0.5-0.5)/0.5 = 0
+    p1 = period(
+        1,
+        [
+            item(0, True, Diagnosis.CORRECT, n_options=2),
+            item(1, False, Diagnosis.UTILIZATION, n_options=2, parse_failed=True),
+        ],
+        probes=[probe("v", False, parse_failed=True)],
+        sessions=[
+            SessionTranscript(
+                session_index=0,
+                session_time="t",
+                query="q",
+                rounds_planned=3,
+                rounds_completed=1,
+                simulator_parse_failures=1,
+            )
+        ],
+        policy_parse_failures={"write": 2},
+    )
+    summary = summarize([UserResult(user_id="u", periods=[p0, p1])])
+    assert summary.n_items == 6
+    assert summary.accuracy == pytest.approx(3 / 6)
+    assert summary.random_score == pytest.approx((4 * 0.25 + 2 * 0.5) / 6)
+    assert summary.upper_bound_score == pytest.approx(5 / 6)
+    assert summary.memory_score == pytest.approx((0.5 + 0.0) / 2)
+    assert summary.write_failure_rate == pytest.approx(1 / 6)
+    assert summary.read_failure_rate == pytest.approx(1 / 6)
+    assert summary.utilization_failure_rate == pytest.approx(1 / 6)
+    total_failures = (
+        summary.write_failure_rate + summary.read_failure_rate + summary.utilization_failure_rate
+    )
+    assert total_failures == pytest.approx(1 - summary.accuracy)
+    assert summary.parse_failures == {
+        "answer": 1,
+        "probe": 1,
+        "simulator": 1,
+        "policy": 2,
+        "upper_bound": 0,
+    }
+    assert summary.degenerate_periods == 0
+    assert (summary.llm_calls, summary.tokens) == (3, 15)
+    per_period = summarize_by_period([UserResult(user_id="u", periods=[p0, p1])])
+    assert [s.memory_score for s in per_period] == [pytest.approx(0.5), pytest.approx(0.0)]
+
+
+def test_degenerate_user_period_is_excluded_and_counted():
+    # Period 0: UB 1/4 == random 1/4 -> degenerate; period 1: acc 1, random 1/4, UB 1 -> 1.0
+    p0 = period(
+        0,
+        [
+            item(0, True, Diagnosis.CORRECT, ub=True),
+            item(1, False, Diagnosis.WRITE, ub=False),
+            item(2, False, Diagnosis.WRITE, ub=False),
+            item(3, False, Diagnosis.WRITE, ub=False),
+        ],
+    )
+    p1 = period(1, [item(0, True, Diagnosis.CORRECT), item(1, True, Diagnosis.CORRECT)])
+    summary = summarize([UserResult(user_id="u", periods=[p0, p1])])
+    assert summary.degenerate_periods == 1
+    assert summary.memory_score == pytest.approx(1.0)
+
+
+def test_upper_bound_below_random_is_degenerate_and_all_degenerate_gives_none():
+    p0 = period(
+        0, [item(0, True, Diagnosis.CORRECT, ub=False), item(1, True, Diagnosis.CORRECT, ub=False)]
+    )
+    summary = summarize([UserResult(user_id="u", periods=[p0])])
+    assert summary.degenerate_periods == 1
+    assert summary.memory_score is None
+    assert summary.accuracy == 1.0
+
+
+def test_unknown_upper_bound_gives_no_memory_score():
+    p0 = period(0, [item(0, True, Diagnosis.CORRECT, ub=None)])
+    summary = summarize([UserResult(user_id="u", periods=[p0])])
+    assert summary.memory_score is None and summary.upper_bound_score is None
+    assert summary.accuracy == 1.0
+
+
+def test_upper_bound_table_overrides_stored_values():
+    p0 = period(
+        0, [item(0, True, Diagnosis.CORRECT, ub=None), item(1, False, Diagnosis.WRITE, ub=None)]
+    )
+    table = UpperBoundTable(environment_hash="h", agent_model="m")
+    for qi in range(2):
+        table.entries[table.key("u", qi, 0)] = UpperBoundEntry(
+            item_id="u",
+            question_index=qi,
+            variant_index=0,
+            chosen=None if qi else 1,
+            correct=not qi,
+            parse_failed=bool(qi),
+        )
+    summary = summarize([UserResult(user_id="u", periods=[p0])], table)
+    # acc 0.5, random 0.25, UB 0.5 -> (0.5 - 0.25) / (0.5 - 0.25) = 1
+    assert summary.upper_bound_score == pytest.approx(0.5)
+    assert summary.memory_score == pytest.approx(1.0)
+    assert summary.parse_failures["upper_bound"] == 1
+
+
+def test_empty_results_have_undefined_scores():
+    summary = summarize([])
+    assert summary.accuracy is None and summary.n_items == 0 and summary.memory_score is None
+
+
+def test_random_score_counts_options_matching_gold():
+    assert random_score([["a"], ["b"], ["c"]], ["b"]) == pytest.approx(1 / 3)
+    assert random_score([["a", "x"], ["b", "x"]], ["c", "x"]) == 0.0
