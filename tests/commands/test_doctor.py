@@ -155,3 +155,24 @@ def test_killed_parent_takes_the_server_down():
     process.kill()  # SIGKILL: no cleanup code runs in the parent
     process.wait(timeout=30)
     assert not wait_until_gone(started)
+
+
+def _can_unshare_network() -> bool:
+    probe = subprocess.run(["unshare", "-n", "true"], capture_output=True)
+    return probe.returncode == 0
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not _can_unshare_network(), reason="needs `unshare -n` (root)")
+def test_embedded_path_needs_no_network():
+    """In a network namespace with only loopback, any attempt to reach the internet fails."""
+    command = f"ip link set lo up && {sys.executable} -m evolve.cli doctor"
+    result = subprocess.run(
+        ["unshare", "-n", "bash", "-c", command],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=PROJECT,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "doctor: all roles answered" in result.stdout
