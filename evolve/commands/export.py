@@ -1,0 +1,56 @@
+"""`evolve export EXPERIMENT|RUN_ID --out DIR`: the best policy as a bundle, and registered."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "export",
+        help="write the best evolved policy as a bundle and register it in MLflow",
+        description="Pick the best candidate by held-out score, write its bundle to --out "
+        "(load it with memory_policies.load(DIR)), and register it in the MLflow model "
+        "registry with the alias 'champion'. No LM, endpoint or key is saved or logged.",
+    )
+    parser.add_argument(
+        "target",
+        metavar="EXPERIMENT|RUN_ID",
+        help="experiment spec (.toml), name under --runs-dir, directory, or MLflow run id",
+    )
+    parser.add_argument("--out", type=Path, required=True, help="bundle directory to write")
+    parser.add_argument("--runs-dir", type=Path, default=Path("runs"))
+    parser.add_argument(
+        "--name", help="registered model name (default: the spec's or experiment's)"
+    )
+    parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: the spec's)")
+    parser.add_argument(
+        "--no-register", action="store_true", help="write the bundle only, skip the registry"
+    )
+    parser.set_defaults(handler=run_export)
+
+
+def run_export(args: argparse.Namespace) -> int:
+    from evolve.export import export_policy
+
+    result = export_policy(
+        args.target,
+        args.out,
+        runs_dir=args.runs_dir,
+        register=not args.no_register,
+        registered_name=args.name,
+        tracking_uri=args.tracking_uri,
+    )
+    held_out = "-" if result.heldout_score is None else f"{result.heldout_score:.3f}"
+    train = "-" if result.train_score is None else f"{result.train_score:.3f}"
+    print(
+        f"exported {result.candidate_id} of {result.experiment} (held-out {held_out}, "
+        f"train {train}) to {result.path.resolve()}"
+    )
+    if result.registered_name is not None:
+        print(
+            f"registered {result.registered_name} version {result.registered_version} "
+            f"as {result.model_uri}"
+        )
+    return 0

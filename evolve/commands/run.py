@@ -1,0 +1,163 @@
+"""`evolve run SPEC.toml`: run (or resume) a self-evolution experiment.
+
+Validates the whole spec before any LLM call, opens the LMs of its `[llm]` table (command-line
+LLM flags override it), runs the optimizer loop with progress bars, tracks it in MLflow,
+prints the per-generation table and the best policy's lineage, and writes the best policy's
+bundle to `runs/<name>/best_policy/`. An interrupted run resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+from pathlib import Path
+
+from tqdm import tqdm
+
+from evolve.config import load_spec, resolve
+from evolve.llm import add_llm_arguments, llm_config_from_args, open_role_lms
+from evolve.optimize import LoopProgress, format_lineage, format_table, run_experiment
+from evolve.optimize.records import CandidateRecord
+from evolve.simulator.metrics import MetricSummary
+from evolve.simulator.runner import ProgressSink
+from evolve.tracking import tracker_for
+
+BEST_POLICY_DIR = "best_policy"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "run",
+        help="run or resume a self-evolution experiment from a TOML spec",
+        description="Evolve a memory policy: evaluate candidates on-policy on the train users, "
+        "mutate them (reflective and parameter mutations), keep a population, check the best "
+        "on held-out users, and track everything in MLflow. Rerunning resumes.",
+    )
+    parser.add_argument("spec", type=Path, help="experiment spec, e.g. experiments/quickstart.toml")
+    parser.add_argument(
+        "--runs-dir", type=Path, default=Path("runs"), help="where runs/<name>/ lives (runs)"
+    )
+    parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: the spec's)")
+    parser.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
+    parser.add_argument(
+        "--no-progress", action="store_true", help="no progress bars (e.g. in CI logs)"
+    )
+    add_llm_arguments(parser)
+    parser.set_defaults(handler=run_command)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    spec = load_spec(args.spec)
+    resolved = resolve(spec)  # everything checkable is checked before the first LLM call
+    llm_config = llm_config_from_args(args, base=spec.llm)
+    tracker = tracker_for(spec, tracking_uri=args.tracking_uri, enabled=not args.no_tracking)
+    print(
+        f"experiment {spec.name}: {resolved.environment_description}; "
+        f"{len(resolved.train.items)} train / {len(resolved.heldout.items)} held-out users; "
+        f"base policy {resolved.base_policy.kind}; schedule {spec.optimizer.schedule}",
+        file=sys.stderr,
+    )
+    progress = _Bars(enabled=not args.no_progress)
+    with open_role_lms(llm_config) as lms:
+        try:
+            result = run_experiment(
+                resolved, lms, runs_dir=args.runs_dir, tracker=tracker, progress=progress
+            )
+        finally:
+            progress.close()
+    print(format_table(result))
+    print()
+    print(format_lineage(result))
+    if result.best_id is not None:
+        from evolve.export import write_bundle
+        from evolve.optimize.store import ExperimentStore
+
+        store = ExperimentStore(args.runs_dir / spec.name)
+        best = result.candidate(result.best_id)
+        path = write_bundle(
+            store.policy_dir(best.id), store.root / BEST_POLICY_DIR, spec.name, best
+        )
+        print(f"\nbest policy ({best.id}): {path.resolve()}")
+        print(
+            f"register it: evolve export {args.spec} --out DIR   "
+            f"load it: memory_policies.load({str(path)!r})"
+        )
+    if result.stopped:
+        print(f"stopped early: {result.stopped}; raise the budget and rerun to continue")
+    return 0
+
+
+class _Bars(LoopProgress):
+    """tqdm bars: generations, then per evaluation the user-periods and LLM calls."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self._lock = threading.Lock()
+        self.generations: tqdm | None = None
+        self.units: tqdm | None = None
+
+    def _bar(self, **kwargs) -> tqdm:
+        return tqdm(disable=not self.enabled, file=sys.stderr, dynamic_ncols=True, **kwargs)
+
+    def stage(self, text: str) -> None:
+        if self.enabled:
+            tqdm.write(f"... {text}", file=sys.stderr)
+
+    def generation_started(self, generation: int, total: int) -> None:
+        if self.generations is None:
+            self.generations = self._bar(total=total + 1, desc="generations", position=0)
+        self.generations.n = generation
+        self.generations.refresh()
+
+    def candidate_proposed(self, record: CandidateRecord) -> None:
+        if self.enabled and record.generation > 0:
+            status = "" if record.status == "proposed" else f" [{record.status}]"
+            tqdm.write(f"    {record.id}: {record.mutation.describe()}{status}", file=sys.stderr)
+
+    def evaluation_started(self, record: CandidateRecord, split: str) -> ProgressSink | None:
+        bars = self
+
+        class Sink(ProgressSink):
+            def run_started(self, *, users: int, periods: int, finished_units: int) -> None:
+                with bars._lock:
+                    if bars.units is not None:
+                        bars.units.close()
+                    bars.units = bars._bar(
+                        total=users * periods,
+                        initial=finished_units,
+                        desc=f"{record.id} {split}",
+                        unit="user-period",
+                        position=1,
+                        leave=False,
+                    )
+
+            def unit_finished(self, user_id: str, period_index: int, *, resumed: bool) -> None:
+                if not resumed:
+                    with bars._lock:
+                        if bars.units is not None:
+                            bars.units.update(1)
+
+            def llm_calls(self, total: int) -> None:
+                with bars._lock:
+                    if bars.units is not None:
+                        bars.units.set_postfix_str(f"{total} LLM calls", refresh=False)
+
+            def period_finished(self, period_index: int, summary: MetricSummary) -> None:
+                pass
+
+        return Sink()
+
+    def evaluation_finished(self, record: CandidateRecord, split: str) -> None:
+        scores = getattr(record, split)
+        if self.enabled and scores is not None:
+            tqdm.write(
+                f"    {record.id} {split}: score {scores.score:.3f} "
+                f"(accuracy {scores.summary.accuracy or 0:.2f})",
+                file=sys.stderr,
+            )
+
+    def close(self) -> None:
+        for bar in (self.units, self.generations):
+            if bar is not None:
+                bar.close()

@@ -1,0 +1,573 @@
+"""Experiment specs: one TOML file under `experiments/` describes a whole self-evolution run.
+
+A spec names the environment (a generator preset + seed + user count, or a `data.json` file)
+split into disjoint train and held-out users, the base policy, the LM per role (an `[llm]`
+table parsed into `evolve.llm.LLMConfig`), the optimizer, the budget, the concurrency, the
+seed and the MLflow experiment. Every table forbids unknown keys, and `resolve()` checks
+everything that can be checked without an LLM (environment, users, policy, components and
+parameter bounds) before the first call. See `experiments/quickstart.toml` for an annotated
+example.
+
+Paths inside a spec (`environment.file`, `policy.path`) are relative to the spec file.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+
+from evolve.errors import ConfigError, EnvironmentDataError
+from evolve.llm.config import LLMConfig
+from evolve.simulator.environment import Environment
+from evolve.simulator.runner import EpisodeConfig
+from evolve.simulator.storage import config_hash
+
+DEFAULT_TRACKING_URI = "sqlite:///mlruns/mlflow.db"
+_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+Schedule = Literal["population", "per_period"]
+FeedbackKind = Literal["complete", "question_only", "none"]
+Objective = Literal["memory_score", "accuracy"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ParameterRange(_Strict):
+    """Inclusive bounds a numeric policy parameter may be mutated within."""
+
+    low: int
+    high: int
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ParameterRange:
+        if self.low > self.high:
+            raise ValueError(f"low ({self.low}) must not exceed high ({self.high})")
+        return self
+
+
+class EnvironmentSpec(_Strict):
+    """Where the users come from and how they are split."""
+
+    preset: str | None = Field(default=None, description="Generator preset: tiny, v1.base, ...")
+    file: Path | None = Field(default=None, description="An environment in data.json format.")
+    seed: int = Field(default=0, description="Generator seed (preset only).")
+    users: int | None = Field(
+        default=None, ge=1, description="Users to generate (preset only); default train+held-out."
+    )
+    train_users: int | list[str] = Field(
+        default=2, description="The first N users, or a list of user ids."
+    )
+    heldout_users: int | list[str] = Field(
+        default=1, description="The next N users after the train users, or a list of user ids."
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> EnvironmentSpec:
+        if (self.preset is None) == (self.file is None):
+            raise ValueError(
+                "give exactly one of 'preset' (e.g. preset = \"tiny\") or 'file' "
+                '(e.g. file = "data/env.json")'
+            )
+        if self.file is not None and {"seed", "users"} & self.model_fields_set:
+            raise ValueError("'seed' and 'users' only apply to a generator 'preset', not 'file'")
+        for name in ("train_users", "heldout_users"):
+            value = getattr(self, name)
+            if isinstance(value, int) and value < 1:
+                raise ValueError(f"'{name}' must be at least 1, got {value}")
+            if isinstance(value, list) and not value:
+                raise ValueError(f"'{name}' must list at least one user id")
+            if isinstance(value, list) and len(set(value)) != len(value):
+                raise ValueError(f"'{name}' lists a user id twice: {value}")
+        return self
+
+
+class EpisodeSpec(_Strict):
+    """Episode settings; unset rounds come from the preset (1 and 1 for a file)."""
+
+    rounds_initial: int | None = Field(default=None, ge=1)
+    rounds_update: int | None = Field(default=None, ge=1)
+    seed: int | None = Field(default=None, description="Simulated-user seed; default: `seed`.")
+
+
+class PolicySpec(_Strict):
+    """The base policy: a kind with parameters/components, or a saved bundle."""
+
+    kind: str | None = None
+    path: Path | None = None
+    parameters: dict[str, int] = Field(default_factory=dict)
+    components: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> PolicySpec:
+        if (self.kind is None) == (self.path is None):
+            raise ValueError(
+                "give exactly one of 'kind' (e.g. kind = \"in_context\") or 'path' (a bundle)"
+            )
+        if self.path is not None and (self.parameters or self.components):
+            raise ValueError("a bundle 'path' takes no 'parameters' or 'components'")
+        return self
+
+
+class OptimizerSpec(_Strict):
+    """How candidates are proposed, evaluated and selected (see `evolve.optimize`)."""
+
+    schedule: Schedule = Field(
+        default="population",
+        description="population: generations of candidates over whole episodes; per_period: "
+        "the paper's single chain, one mutation after each period of the train run.",
+    )
+    generations: int = Field(default=3, ge=0)
+    candidates_per_generation: int = Field(default=2, ge=1)
+    population_size: int = Field(default=4, ge=1)
+    selection: Literal["pareto", "best_k"] = "pareto"
+    objective: Objective = "memory_score"
+    feedback: FeedbackKind = "complete"
+    mutate_components: list[str] = Field(
+        default_factory=lambda: ["write.types_to_remember"],
+        description="Policy components the reflector may rewrite.",
+    )
+    parameters: dict[str, ParameterRange] = Field(
+        default_factory=dict, description="Numeric parameters that may mutate, with bounds."
+    )
+    parameter_mutation_rate: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description="Share of candidates made by parameter mutation; default 0.25 when both "
+        "kinds of mutation are possible.",
+    )
+    max_feedback_failures: int = Field(default=4, ge=1, description="Failures shown per proposal.")
+    max_feedback_chars: int = Field(default=1600, ge=200)
+    max_instruction_chars: int = Field(default=1200, ge=50)
+    reflector_temperature: float = Field(default=0.7, ge=0.0, le=2.0)
+    proposal_attempts: int = Field(
+        default=2, ge=1, description="Tries per candidate when a proposal duplicates another."
+    )
+    heldout: Literal["every_generation", "final"] = Field(
+        default="every_generation",
+        description="Evaluate each generation's best on the held-out users, or only the "
+        "base and the final best.",
+    )
+
+    @model_validator(mode="after")
+    def _schedule_fits(self) -> OptimizerSpec:
+        if self.schedule == "per_period":
+            misplaced = sorted(
+                {
+                    "generations",
+                    "candidates_per_generation",
+                    "population_size",
+                    "selection",
+                    "parameters",
+                    "parameter_mutation_rate",
+                }
+                & self.model_fields_set
+            )
+            if misplaced:
+                raise ValueError(
+                    f'{misplaced} do not apply to schedule = "per_period" (one chain, one '
+                    "instruction mutation after each period); remove them or use schedule = "
+                    '"population"'
+                )
+        if len(set(self.mutate_components)) != len(self.mutate_components):
+            raise ValueError(
+                f"'mutate_components' lists a component twice: {self.mutate_components}"
+            )
+        return self
+
+    def reflective_enabled(self) -> bool:
+        return self.feedback != "none" and bool(self.mutate_components)
+
+    def parameter_rate(self) -> float:
+        """Probability that a candidate is a parameter mutation (vs a reflective one)."""
+        if not self.parameters or self.schedule == "per_period":
+            return 0.0
+        if not self.reflective_enabled():
+            return 1.0
+        return 0.25 if self.parameter_mutation_rate is None else self.parameter_mutation_rate
+
+
+class BudgetSpec(_Strict):
+    """Limits over the whole experiment (cumulated across resumed invocations).
+
+    LLM calls count requests that reached an endpoint (DSPy cache hits are free); the loop
+    checks before each unit of work and at every period barrier of an evaluation, and stops
+    cleanly, keeping everything finished. Raise a limit and rerun to continue.
+    """
+
+    max_llm_calls: int | None = Field(default=None, ge=1)
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_wall_time_s: float | None = Field(default=None, gt=0)
+
+
+class TrackingSpec(_Strict):
+    enabled: bool = True
+    experiment_name: str | None = Field(
+        default=None, description="MLflow experiment; default 'amemgym-evolve/<name>'."
+    )
+    tracking_uri: str | None = Field(
+        default=None, description=f"Default {DEFAULT_TRACKING_URI} (relative to the cwd)."
+    )
+    registered_model: str | None = Field(
+        default=None, description="Model-registry name for `evolve export`; default '<name>'."
+    )
+
+
+class ExperimentSpec(_Strict):
+    name: str = Field(description="Results go to runs/<name>/.")
+    description: str = ""
+    seed: int = 0
+    concurrency: int = Field(default=2, ge=1, description="Users evaluated at the same time.")
+    environment: EnvironmentSpec
+    episode: EpisodeSpec = EpisodeSpec()
+    policy: PolicySpec
+    optimizer: OptimizerSpec = OptimizerSpec()
+    budget: BudgetSpec = BudgetSpec()
+    tracking: TrackingSpec = TrackingSpec()
+    llm: LLMConfig = LLMConfig()
+
+    _source: Path | None = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _valid_name(self) -> ExperimentSpec:
+        if not _NAME_PATTERN.match(self.name):
+            raise ValueError(
+                f"name {self.name!r} must start with a letter or digit and contain only letters, "
+                "digits, '.', '_' and '-' (it names the directory runs/<name>/)"
+            )
+        return self
+
+    @property
+    def source(self) -> Path | None:
+        """The spec file this spec was loaded from, if any."""
+        return self._source
+
+    @property
+    def base_dir(self) -> Path:
+        return self._source.parent if self._source is not None else Path.cwd()
+
+    def mlflow_experiment_name(self) -> str:
+        return self.tracking.experiment_name or f"amemgym-evolve/{self.name}"
+
+    def registered_model_name(self) -> str:
+        return self.tracking.registered_model or self.name
+
+    def tracking_uri(self) -> str:
+        return self.tracking.tracking_uri or DEFAULT_TRACKING_URI
+
+    def identity(self) -> dict[str, Any]:
+        """What results depend on: the resume guard hashes this.
+
+        Budget, concurrency, tracking, the LLM endpoints (the models actually used are added
+        by the loop) and the number of generations are left out, so a run can be continued
+        with a larger budget or more generations.
+        """
+        data = self.model_dump(
+            mode="json", exclude={"budget", "concurrency", "tracking", "llm", "description"}
+        )
+        data["optimizer"].pop("generations", None)
+        return data
+
+
+def load_spec(path: str | Path) -> ExperimentSpec:
+    """Read and validate a TOML experiment spec; errors name the file and the key path."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(
+            f"experiment spec {str(path)!r} does not exist; pass a TOML file such as "
+            "experiments/quickstart.toml"
+        ) from None
+    except OSError as error:
+        raise ConfigError(f"cannot read experiment spec {str(path)!r}: {error}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{path}: not valid TOML: {error}") from None
+    return spec_from_dict(data, source=path)
+
+
+def spec_from_dict(data: dict[str, Any], source: Path | None = None) -> ExperimentSpec:
+    label = str(source) if source is not None else "experiment spec"
+    try:
+        spec = ExperimentSpec.model_validate(data)
+    except ValidationError as error:
+        raise ConfigError(format_validation_error(label, error)) from None
+    spec._source = source.resolve() if source is not None else None
+    return spec
+
+
+def format_validation_error(label: str, error: ValidationError, limit: int = 4) -> str:
+    """One line per problem: the key path, what was wrong, and what is expected."""
+    lines: list[str] = []
+    seen: set[str] = set()
+    details = error.errors()
+    alternatives: dict[str, list[str]] = {}
+    for detail in details:
+        loc = tuple(part for part in detail["loc"] if not _is_union_tag(part))
+        tags = [str(part) for part in detail["loc"] if _is_union_tag(part)]
+        if tags:
+            where = ".".join(str(part) for part in loc)
+            alternatives.setdefault(where, [])
+            if tags[0] not in alternatives[where]:
+                alternatives[where].append(tags[0])
+    for detail in details:
+        loc = tuple(part for part in detail["loc"] if not _is_union_tag(part))
+        where = ".".join(str(part) for part in loc) or "(top level)"
+        if where in seen:
+            continue  # a union reports one error per alternative; one line is enough
+        seen.add(where)
+        kind = detail["type"]
+        if len(alternatives.get(where, [])) > 1:
+            expected = " or ".join(alternatives[where])
+            lines.append(f"{where}: expected {expected} (got {detail.get('input')!r})")
+            continue
+        if kind == "extra_forbidden":
+            parent = loc[:-1]
+            table = f"[{'.'.join(map(str, parent))}]" if parent else "the top level"
+            valid = ", ".join(_valid_keys(parent)) or "none"
+            lines.append(f"{where}: unknown key in {table}; valid keys: {valid}")
+        elif kind == "missing":
+            lines.append(f"{where}: required key is missing")
+        else:
+            message = detail["msg"].removeprefix("Value error, ")
+            received = detail.get("input")
+            shown = "" if isinstance(received, dict) else f" (got {received!r})"
+            lines.append(f"{where}: {message}{shown}")
+    more = len(lines) - limit
+    text = "; ".join(lines[:limit]) + (f"; ... and {more} more" if more > 0 else "")
+    return f"{label}: {text}"
+
+
+def _is_union_tag(part: Any) -> bool:
+    # pydantic names union alternatives in the location ("int", "list[str]", "EndpointConfig").
+    return isinstance(part, str) and (
+        part in {"int", "str", "float", "bool", "list[str]", "none"} or part[:1].isupper()
+    )
+
+
+def _valid_keys(loc: tuple[Any, ...]) -> list[str]:
+    model: Any = ExperimentSpec
+    for part in loc:
+        field = model.model_fields.get(part) if isinstance(part, str) else None
+        if field is None:
+            return []
+        model = _model_in(field.annotation)
+        if model is None:
+            return []
+    return list(model.model_fields)
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        for arg in typing.get_args(annotation):
+            found = _model_in(arg)
+            if found is not None:
+                return found
+    return None
+
+
+# ----- resolution: everything checked before the first LLM call ---------------------------------
+
+
+@dataclass(frozen=True)
+class ResolvedExperiment:
+    """A validated spec with its environment split and its base policy built."""
+
+    spec: ExperimentSpec
+    environment: Environment
+    train: Environment
+    heldout: Environment
+    episode: EpisodeConfig
+    base_policy: Any  # memory_policies.MemoryPolicy
+    environment_description: str
+
+    def identity(self, model_names: dict[str, str]) -> dict[str, Any]:
+        return {
+            "spec": self.spec.identity(),
+            "environment": self.environment.content_hash(),
+            "train_users": [item.id for item in self.train.items],
+            "heldout_users": [item.id for item in self.heldout.items],
+            "episode": self.episode.identity(),
+            "base_policy": {
+                "kind": self.base_policy.kind,
+                "parameters": self.base_policy.parameters(),
+                "components": self.base_policy.components(),
+            },
+            "models": dict(sorted(model_names.items())),
+        }
+
+    def config_hash(self, model_names: dict[str, str]) -> str:
+        return config_hash(self.identity(model_names))
+
+
+def resolve(spec: ExperimentSpec) -> ResolvedExperiment:
+    """Load/generate the environment, split users, build the base policy, check the optimizer.
+
+    Raises `ConfigError` / `EnvironmentDataError` / `PolicyError` naming the spec file.
+    """
+    from memory_policies import build_policy
+    from memory_policies.base import PARAMETER_RULES
+    from memory_policies.errors import PolicyError
+
+    label = str(spec.source) if spec.source is not None else "experiment spec"
+    env_spec = spec.environment
+    rounds_initial, rounds_update = 1, 1
+    if env_spec.preset is not None:
+        from evolve.simulator.generator import generate_environment, get_preset
+
+        try:
+            preset = get_preset(env_spec.preset)
+        except ConfigError as error:
+            raise ConfigError(f"{label}: environment.preset: {error}") from None
+        rounds_initial, rounds_update = preset.rounds_initial, preset.rounds_update
+        needed = _users_needed(env_spec)
+        count = env_spec.users if env_spec.users is not None else needed
+        if needed is not None and count is not None and count < needed:
+            raise ConfigError(
+                f"{label}: environment.users = {count} but train_users + heldout_users need "
+                f"{needed}; raise users or lower the splits"
+            )
+        if count is None:
+            raise ConfigError(
+                f"{label}: environment.users is required when train/held-out users are given "
+                "as id lists with a preset (how many users to generate?)"
+            )
+        environment = generate_environment(preset, env_spec.seed, count)
+        description = f"preset {env_spec.preset} seed {env_spec.seed} ({count} users)"
+    else:
+        from evolve.simulator.environment import load_environment
+
+        path = env_spec.file if env_spec.file.is_absolute() else spec.base_dir / env_spec.file
+        try:
+            environment = load_environment(path)
+        except EnvironmentDataError as error:
+            raise EnvironmentDataError(f"{label}: environment.file: {error}") from None
+        description = f"file {path} ({len(environment.items)} users)"
+
+    train_items, heldout_items = _split_users(label, environment, env_spec)
+    episode = EpisodeConfig(
+        rounds_initial=spec.episode.rounds_initial or rounds_initial,
+        rounds_update=spec.episode.rounds_update or rounds_update,
+        concurrency=spec.concurrency,
+        seed=spec.seed if spec.episode.seed is None else spec.episode.seed,
+    )
+
+    try:
+        if spec.policy.path is not None:
+            path = spec.policy.path
+            path = path if path.is_absolute() else spec.base_dir / path
+            base_policy = build_policy({"path": path})
+        else:
+            base_policy = build_policy(
+                {
+                    "kind": spec.policy.kind,
+                    "parameters": dict(spec.policy.parameters),
+                    "components": dict(spec.policy.components) or None,
+                }
+            )
+    except PolicyError as error:
+        raise ConfigError(f"{label}: policy: {error}") from None
+
+    optimizer = spec.optimizer
+    components = base_policy.components()
+    unknown = [name for name in optimizer.mutate_components if name not in components]
+    if unknown:
+        raise ConfigError(
+            f"{label}: optimizer.mutate_components: {unknown} are not components of a "
+            f"'{base_policy.kind}' policy; valid: {list(components)}"
+        )
+    parameters = base_policy.parameters()
+    for name, bounds in optimizer.parameters.items():
+        if name not in parameters:
+            raise ConfigError(
+                f"{label}: optimizer.parameters.{name}: not a parameter of a "
+                f"'{base_policy.kind}' policy; valid: {list(parameters) or 'none'}"
+            )
+        minimum = PARAMETER_RULES[name][0]
+        if bounds.low < minimum:
+            raise ConfigError(
+                f"{label}: optimizer.parameters.{name}.low = {bounds.low} is below the smallest "
+                f"valid value {minimum} ({PARAMETER_RULES[name][1]})"
+            )
+        if bounds.low == bounds.high:
+            raise ConfigError(
+                f"{label}: optimizer.parameters.{name}: low == high ({bounds.low}) leaves "
+                "nothing to mutate; widen the range or remove the parameter"
+            )
+    if (
+        optimizer.schedule == "per_period"
+        and optimizer.feedback != "none"
+        and not optimizer.mutate_components
+    ):
+        raise ConfigError(
+            f"{label}: optimizer.mutate_components is empty: the per_period schedule "
+            "rewrites instructions; name at least one component"
+        )
+    return ResolvedExperiment(
+        spec=spec,
+        environment=environment,
+        train=Environment(items=train_items),
+        heldout=Environment(items=heldout_items),
+        episode=episode,
+        base_policy=base_policy,
+        environment_description=description,
+    )
+
+
+def _users_needed(env_spec: EnvironmentSpec) -> int | None:
+    train, heldout = env_spec.train_users, env_spec.heldout_users
+    if isinstance(train, int) and isinstance(heldout, int):
+        return train + heldout
+    return None
+
+
+def _split_users(label: str, environment: Environment, env_spec: EnvironmentSpec):
+    items = list(environment.items)
+    ids = [item.id for item in items]
+    by_id = {item.id: item for item in items}
+    train_spec, heldout_spec = env_spec.train_users, env_spec.heldout_users
+
+    def pick(name: str, value: int | list[str], start: int, taken: set[str]) -> list:
+        if isinstance(value, int):
+            remaining = [item for item in items[start:] if item.id not in taken]
+            if len(remaining) < value:
+                raise ConfigError(
+                    f"{label}: environment.{name} = {value} but only {len(remaining)} user(s) "
+                    f"remain of {len(items)} in the environment; lower it or add users"
+                )
+            return remaining[:value]
+        missing = [user_id for user_id in value if user_id not in by_id]
+        if missing:
+            raise ConfigError(
+                f"{label}: environment.{name}: no user(s) {missing} in the environment; "
+                f"known ids include {ids[:5]}"
+            )
+        return [by_id[user_id] for user_id in value]
+
+    if isinstance(train_spec, list) and isinstance(heldout_spec, int):
+        heldout = pick("heldout_users", heldout_spec, 0, set(train_spec))
+        train = pick("train_users", train_spec, 0, set())
+    else:
+        train = pick("train_users", train_spec, 0, set())
+        start = len(train) if isinstance(train_spec, int) else 0
+        heldout = pick("heldout_users", heldout_spec, start, {item.id for item in train})
+    overlap = sorted({item.id for item in train} & {item.id for item in heldout})
+    if overlap:
+        raise ConfigError(
+            f"{label}: environment: users {overlap} are both train and held-out users; the "
+            "held-out users must be disjoint from the train users"
+        )
+    return train, heldout

@@ -1,0 +1,371 @@
+"""Export the best evolved policy as a bundle and register it in the MLflow model registry.
+
+The best candidate is the one with the best held-out score (train score when nothing was
+evaluated on held-out users). The bundle is written with `policy.save` (instructions,
+parameters, provenance; never an LM, endpoint or key) and reloads with
+`memory_policies.load(dir)`.
+
+Registration does not use MLflow's DSPy flavor, which pickles the configured LM with its
+key. `PolicyModel` is a small `mlflow.pyfunc.PythonModel` with no attributes whose only
+artifact is the bundle directory; `load_context` rebuilds the policy with
+`memory_policies.load`, and `predict` runs it with whatever LM the caller configured in DSPy.
+The registered version gets the alias `champion`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import mlflow.pyfunc
+from pydantic import BaseModel, Field
+
+from evolve.errors import ConfigError
+from evolve.optimize.records import CandidateRecord, ExperimentResult
+from evolve.optimize.store import ExperimentStore, experiment_dir_for
+from evolve.simulator.storage import read_json
+from evolve.tracking import (
+    PARENT_RUN_TAG,
+    STATE_FILE,
+    TAG_CANDIDATE,
+    TAG_KIND,
+    TAG_RUN_DIR,
+    get_or_create_experiment,
+    mlflow_client,
+    normalize_tracking_uri,
+    quiet_mlflow,
+)
+
+CHAMPION_ALIAS = "champion"
+MODEL_NAME_IN_RUN = "memory_policy"
+
+
+class PolicyRequest(BaseModel):
+    """One call of an exported policy: a user message (on-policy turn) or a question."""
+
+    user_message: str = ""
+    state: str | None = Field(default=None, description="Memory state JSON; None: a new user.")
+    question: str | None = Field(default=None, description="Answer read-only instead.")
+    options: list[str] | None = Field(default=None, description="Multiple-choice options.")
+
+
+class PolicyResponse(BaseModel):
+    reply: str
+    state: str = Field(description="Memory state JSON after the turn (unchanged for questions).")
+    choice: int | None = Field(default=None, description="1-based option, for questions.")
+
+
+class PolicyModel(mlflow.pyfunc.PythonModel):
+    """A memory policy as an MLflow pyfunc model (the bundle is its only artifact).
+
+    `predict` takes `PolicyRequest` records (dicts are validated into them) and runs the policy
+    with the LM configured by the caller (``dspy.configure(lm=...)``): an on-policy turn for a
+    `user_message`, or a read-only multiple-choice answer for a `question` with `options`.
+    """
+
+    def load_context(self, context) -> None:
+        import memory_policies
+
+        self.policy = memory_policies.load(context.artifacts["policy"])
+
+    def predict(
+        self, context, model_input: list[PolicyRequest], params=None
+    ) -> list[PolicyResponse]:
+        outputs = []
+        for request in model_input:
+            state = (
+                self.policy.state_from_json(request.state)
+                if request.state
+                else self.policy.initial_state()
+            )
+            if request.question:
+                answer = self.policy.answer(state, request.question, request.options)
+                outputs.append(
+                    PolicyResponse(
+                        reply=answer.text, choice=answer.choice, state=state.model_dump_json()
+                    )
+                )
+            else:
+                reply, state = self.policy.respond(state, request.user_message)
+                outputs.append(PolicyResponse(reply=reply, state=state.model_dump_json()))
+        return outputs
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    path: Path
+    candidate_id: str
+    experiment: str
+    train_score: float | None
+    heldout_score: float | None
+    registered_name: str | None = None
+    registered_version: str | None = None
+    model_uri: str | None = None
+
+
+def best_candidate(result: ExperimentResult) -> CandidateRecord:
+    if result.best_id is None:
+        raise ConfigError(
+            f"experiment {result.name} has no evaluated candidate yet; run it first "
+            f"(evolve run <spec>) and export when at least generation 0 is finished"
+        )
+    return result.candidate(result.best_id)
+
+
+def export_policy(
+    target: str,
+    out_dir: str | Path,
+    *,
+    runs_dir: str | Path = "runs",
+    register: bool = True,
+    registered_name: str | None = None,
+    tracking_uri: str | None = None,
+) -> ExportResult:
+    """Write the best policy of an experiment (or of an MLflow run) to `out_dir`.
+
+    `target`: an experiment spec file, an experiment name under `runs_dir`, an experiment
+    directory, or an MLflow run id (a parent run: its best candidate by held-out score; a
+    candidate run: that candidate).
+    """
+    from evolve.config import DEFAULT_TRACKING_URI, load_spec
+
+    out = Path(out_dir)
+    experiment_dir = experiment_dir_for(target, runs_dir)
+    spec_name = None
+    if Path(target).suffix == ".toml" and Path(target).is_file():
+        spec = load_spec(target)
+        spec_name = spec.registered_model_name()
+        tracking_uri = tracking_uri or spec.tracking_uri()
+    elif experiment_dir is not None and (experiment_dir / STATE_FILE).is_file():
+        # An experiment named by directory: the store and registry name its run used.
+        state = read_json(experiment_dir / STATE_FILE)
+        spec_name = state.get("registered_model")
+        tracking_uri = tracking_uri or state.get("tracking_uri")
+    tracking_uri = normalize_tracking_uri(tracking_uri or DEFAULT_TRACKING_URI)
+    if experiment_dir is not None:
+        result = ExperimentStore(experiment_dir).load_result()
+        best = best_candidate(result)
+        source = ExperimentStore(experiment_dir).policy_dir(best.id)
+        run_id = _candidate_run_id(experiment_dir, best.id, tracking_uri)
+        exported = write_bundle(source, out, result.name, best)
+        name = registered_name or spec_name or result.name
+    else:
+        exported, best, run_id, experiment_name = _export_from_run(target, out, tracking_uri)
+        name = registered_name or experiment_name
+        result = None
+    export = ExportResult(
+        path=exported,
+        candidate_id=best.id,
+        experiment=result.name if result is not None else name,
+        train_score=best.train_score,
+        heldout_score=best.heldout_score,
+    )
+    if not register:
+        return export
+    version, model_uri = register_policy(
+        exported, name, tracking_uri=tracking_uri, run_id=run_id, candidate=best
+    )
+    return ExportResult(
+        **{
+            **export.__dict__,
+            "registered_name": name,
+            "registered_version": version,
+            "model_uri": model_uri,
+        }
+    )
+
+
+def write_bundle(source: Path, out: Path, experiment: str, record: CandidateRecord) -> Path:
+    """Load and save again: proves the bundle loads, and records where it came from."""
+    import memory_policies
+
+    policy = memory_policies.load(source)
+    provenance = dict(memory_policies.read_bundle(source).get("provenance") or {})
+    provenance.update(
+        {
+            "experiment": experiment,
+            "candidate": record.id,
+            "train_score": record.train_score,
+            "heldout_score": record.heldout_score,
+        }
+    )
+    policy.save(out, provenance=provenance)
+    return out
+
+
+def _candidate_run_id(experiment_dir: Path, candidate_id: str, tracking_uri: str) -> str | None:
+    state_file = experiment_dir / STATE_FILE
+    if not state_file.exists():
+        return None
+    state = read_json(state_file)
+    if state.get("tracking_uri") != tracking_uri:
+        return None
+    return (state.get("candidates", {}).get(candidate_id) or {}).get("run_id")
+
+
+def _export_from_run(
+    run_id: str, out: Path, tracking_uri: str
+) -> tuple[Path, CandidateRecord, str | None, str]:
+    from mlflow.exceptions import MlflowException
+
+    client = mlflow_client(tracking_uri)
+    try:
+        run = client.get_run(run_id)
+    except MlflowException:
+        raise ConfigError(
+            f"{run_id!r} is not an experiment spec, an experiment under runs/, nor a run id in "
+            f"the MLflow store {tracking_uri}; pass e.g. experiments/quickstart.toml, "
+            "quickstart, or a run id from `mlflow ui` (and --tracking-uri if it lives elsewhere)"
+        ) from None
+    tags = run.data.tags
+    if tags.get(TAG_KIND) == "experiment":
+        local = Path(tags.get(TAG_RUN_DIR, ""))
+        if (local / "experiment.json").is_file():
+            result = ExperimentStore(local).load_result()
+            best = best_candidate(result)
+            candidate_run = _candidate_run_id(local, best.id, tracking_uri)
+            path = write_bundle(ExperimentStore(local).policy_dir(best.id), out, result.name, best)
+            return path, best, candidate_run, result.name
+        children = client.search_runs(
+            [run.info.experiment_id],
+            filter_string=f"tags.`{PARENT_RUN_TAG}` = '{run_id}'",
+            max_results=10000,
+        )
+        if not children:
+            raise ConfigError(f"MLflow run {run_id} has no candidate runs to export")
+        # The same rule as the local records (selection.best_of): held-out, train, older.
+        run = min(children, key=_run_rank)
+        tags = run.data.tags
+    if tags.get(TAG_KIND) != "candidate":
+        raise ConfigError(
+            f"MLflow run {run_id} is not an amemgym-evolve experiment or candidate run "
+            f"(tag {TAG_KIND} is {tags.get(TAG_KIND)!r})"
+        )
+    candidate_run_id = run.info.run_id
+    with tempfile.TemporaryDirectory() as tmp:
+        local = Path(client.download_artifacts(candidate_run_id, "policy", tmp))
+        record = _record_from_run(run)
+        experiment = tags.get("evolve.experiment", "policy")
+        path = write_bundle(local, out, experiment, record)
+    return path, record, candidate_run_id, experiment
+
+
+def _run_rank(run: Any) -> tuple:
+    metrics, tags = run.data.metrics, run.data.tags
+    heldout = metrics.get("heldout_score", float("-inf"))
+    train = metrics.get("train_score", float("-inf"))
+    return (
+        heldout == float("-inf"),
+        -heldout,
+        -train,
+        int(tags.get("evolve.generation", 0)),
+        tags.get(TAG_CANDIDATE, ""),
+    )
+
+
+def _record_from_run(run: Any) -> CandidateRecord:
+    """Enough of a candidate record for provenance, from a candidate run's tags/metrics."""
+    from evolve.optimize.records import CandidateStatus, EvaluationScores, Mutation
+    from evolve.simulator.metrics import MetricSummary
+
+    tags, metrics = run.data.tags, run.data.metrics
+
+    def scores(split: str) -> EvaluationScores | None:
+        if f"{split}_score" not in metrics:
+            return None
+        return EvaluationScores(
+            users=[],
+            score=metrics[f"{split}_score"],
+            objective="",
+            per_user={},
+            summary=MetricSummary(),
+            run_dir="",
+        )
+
+    return CandidateRecord(
+        id=tags.get(TAG_CANDIDATE, run.info.run_id),
+        generation=int(tags.get("evolve.generation", 0)),
+        parent_ids=tuple(p for p in tags.get("evolve.parent_ids", "").split(",") if p),
+        mutation=Mutation(kind=tags.get("evolve.mutation", "base")),
+        seed=int(run.data.params.get("seed.candidate", 0)),
+        fingerprint=run.data.params.get("fingerprint", ""),
+        kind=run.data.params.get("policy_kind", ""),
+        components={},
+        parameters={},
+        status=CandidateStatus.EVALUATED,
+        train=scores("train"),
+        heldout=scores("heldout"),
+    )
+
+
+def register_policy(
+    bundle_dir: Path,
+    name: str,
+    *,
+    tracking_uri: str,
+    run_id: str | None = None,
+    candidate: CandidateRecord | None = None,
+) -> tuple[str, str]:
+    """Log the bundle as a pyfunc model, register it as `name`, alias it `champion`.
+
+    Logged into the candidate's MLflow run when known, else into a new run of the
+    experiment's MLflow experiment. Returns (version, model URI).
+    """
+    import dspy
+
+    quiet_mlflow()
+    tracking_uri = normalize_tracking_uri(tracking_uri)
+    client = mlflow_client(tracking_uri)
+    mlflow.set_tracking_uri(tracking_uri)
+    mlflow.set_registry_uri(tracking_uri)
+    if run_id is None:
+        experiment_id = get_or_create_experiment(client, "amemgym-evolve/exports", tracking_uri)
+        run_id = client.create_run(
+            experiment_id,
+            run_name=f"export-{candidate.id if candidate else name}",
+            tags={TAG_KIND: "export"},
+        ).info.run_id
+    # The model's artifact is a private copy: the export directory may be edited later.
+    with tempfile.TemporaryDirectory() as tmp:
+        staged = Path(tmp) / "policy"
+        shutil.copytree(bundle_dir, staged)
+        with _quiet_run(run_id):
+            info = mlflow.pyfunc.log_model(
+                name=MODEL_NAME_IN_RUN,
+                python_model=PolicyModel(),
+                artifacts={"policy": str(staged)},
+                pip_requirements=[f"dspy=={dspy.__version__}", "pydantic>=2"],
+                registered_model_name=name,
+            )
+    version = str(info.registered_model_version)
+    client.set_registered_model_alias(name, CHAMPION_ALIAS, version)
+    if candidate is not None:
+        client.set_model_version_tag(name, version, TAG_CANDIDATE, candidate.id)
+    return version, f"models:/{name}@{CHAMPION_ALIAS}"
+
+
+@contextlib.contextmanager
+def _quiet_run(run_id: str):
+    """Resume `run_id` for fluent logging, leaving it FINISHED (without MLflow's prints)."""
+    import io
+    from contextlib import redirect_stderr, redirect_stdout
+
+    # MLflow prints registration chatter and a CloudPickle caution (the pickled object is an
+    # attribute-less PolicyModel: no LM, no key) on stdout/stderr and its logger.
+    logger = logging.getLogger("mlflow")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with (
+            redirect_stdout(io.StringIO()),
+            redirect_stderr(io.StringIO()),
+            mlflow.start_run(run_id=run_id),
+        ):
+            yield
+    finally:
+        logger.setLevel(level)

@@ -1,0 +1,56 @@
+"""The self-evolution loop: candidates, mutation operators, selection, lineage (see `loop`)."""
+
+from evolve.optimize.feedback import Feedback, build_feedback, load_period_results
+from evolve.optimize.loop import (
+    Budget,
+    BudgetExhausted,
+    LoopProgress,
+    objective_value,
+    run_experiment,
+)
+from evolve.optimize.parameters import ParameterProposer, RandomStepProposer
+from evolve.optimize.records import (
+    CandidateRecord,
+    CandidateStatus,
+    EvaluationScores,
+    ExperimentResult,
+    GenerationRecord,
+    Mutation,
+    fingerprint,
+)
+from evolve.optimize.reflect import Proposal, Reflector
+from evolve.optimize.report import format_lineage, format_table, generation_rows, plot_scores
+from evolve.optimize.selection import best_of, pareto_front, sample_parent, select_population
+from evolve.optimize.store import ExperimentStore, Spend
+
+__all__ = [
+    "Budget",
+    "BudgetExhausted",
+    "CandidateRecord",
+    "CandidateStatus",
+    "EvaluationScores",
+    "ExperimentResult",
+    "ExperimentStore",
+    "Feedback",
+    "GenerationRecord",
+    "LoopProgress",
+    "Mutation",
+    "ParameterProposer",
+    "Proposal",
+    "RandomStepProposer",
+    "Reflector",
+    "Spend",
+    "best_of",
+    "build_feedback",
+    "fingerprint",
+    "format_lineage",
+    "format_table",
+    "generation_rows",
+    "load_period_results",
+    "objective_value",
+    "pareto_front",
+    "plot_scores",
+    "run_experiment",
+    "sample_parent",
+    "select_population",
+]

@@ -1,0 +1,236 @@
+"""Diagnostic feedback for the reflector, built from stored evaluation records (no LLM).
+
+Three kinds, as in the paper's ablation (AMemGym Table 3):
+
+- ``complete``: per failure, the question, the chosen vs correct option, the diagnosis (write,
+  read or utilization) with the variables that failed (recalled vs true value, and whether
+  the value changed in that period), the user's message that revealed it, and the memory the
+  policy held. Plus one line of totals.
+- ``question_only``: the evaluation questions, nothing about answers or truth.
+- ``none``: no feedback (no evolution).
+
+The reflector may run on a 0.5B model with an 8k context that prefills ~150 tokens/s, so the
+text is capped: at most `max_failures` failures and `max_chars` characters. Failures are
+ranked by how much they can teach the component being rewritten (write failures first for
+`write`-side components, utilization first for `use`), spread over distinct variables, and the
+order within a rank is drawn from the caller's RNG, so candidates from the same parent see
+different subsets (one source of proposal diversity).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from evolve.simulator.records import Diagnosis, ItemResult, PeriodResult
+from evolve.simulator.storage import read_json
+
+_CHOSEN_CHARS = 90
+_SAID_CHARS = 140
+_MEMORY_CHARS = 220
+
+# Which diagnoses teach a component most, best first.
+_PRIORITY_WRITE = (Diagnosis.WRITE, Diagnosis.READ, Diagnosis.UTILIZATION)
+_PRIORITY_USE = (Diagnosis.UTILIZATION, Diagnosis.READ, Diagnosis.WRITE)
+
+
+class Feedback(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    kind: str
+    text: str
+    failures_shown: int = 0
+    failures_total: int = 0
+    items_total: int = 0
+
+
+def load_period_results(run_dir: Path, periods: Iterable[int] | None = None) -> list[PeriodResult]:
+    """Every stored user-period result of a runner directory, ordered by user then period."""
+    wanted = set(periods) if periods is not None else None
+    results = []
+    for path in sorted(Path(run_dir).glob("users/*/period_*/result.json")):
+        result = PeriodResult.model_validate(read_json(path))
+        if wanted is None or result.period_index in wanted:
+            results.append(result)
+    return results
+
+
+def build_feedback(
+    results: Sequence[PeriodResult],
+    kind: str,
+    *,
+    component: str,
+    max_failures: int,
+    max_chars: int,
+    rng: random.Random,
+    periods: Iterable[int] | None = None,
+) -> Feedback:
+    """Feedback on the items of `results` (restricted to `periods` when given).
+
+    `results` may include earlier periods than those scored: they are where the diagnosis
+    finds the message that revealed a variable.
+    """
+    scored_periods = set(periods) if periods is not None else None
+    scored = [r for r in results if scored_periods is None or r.period_index in scored_periods]
+    items = [(result, item) for result in scored for item in result.items]
+    if kind == "none":
+        return Feedback(kind=kind, text="", items_total=len(items))
+    if kind == "question_only":
+        return _question_only(items, max_chars)
+    if kind != "complete":
+        raise ValueError(f"unknown feedback kind {kind!r}; expected complete, question_only, none")
+
+    history = {(r.user_id, r.period_index): r for r in results}
+    failures = [(result, item) for result, item in items if not item.correct]
+    counts = dict.fromkeys(Diagnosis, 0)
+    for _, item in items:
+        counts[item.diagnosis] += 1
+    correct = counts[Diagnosis.CORRECT]
+    header = (
+        f"{correct} of {len(items)} answers were correct. Wrong: {counts[Diagnosis.WRITE]} "
+        f"write (the memory never held the right value), {counts[Diagnosis.READ]} read (it was "
+        f"stored once, then lost), {counts[Diagnosis.UTILIZATION]} use (memory right, answer "
+        f"wrong)."
+    )
+    if not failures:
+        return Feedback(
+            kind=kind,
+            text=header + " No failures to show.",
+            failures_total=0,
+            items_total=len(items),
+        )
+    ordered = _rank_failures(failures, component, rng)
+    blocks: list[str] = []
+    length = len(header) + len("\nFailures:")
+    shown: set[str] = set()
+    for result, item in ordered:
+        if len(blocks) >= max_failures:
+            break
+        block = _describe_failure(len(blocks) + 1, result, item, history)
+        # Users with the same story fail the same way: one copy teaches as much.
+        signature = block.split(".", 1)[1]
+        if signature in shown:
+            continue
+        shown.add(signature)
+        if length + len(block) + 1 > max_chars:
+            if blocks:
+                break
+            block = block[: max(0, max_chars - length - 4)] + "..."
+        blocks.append(block)
+        length += len(block) + 1
+    text = "\n".join([header, "Failures:", *blocks])
+    return Feedback(
+        kind=kind,
+        text=text,
+        failures_shown=len(blocks),
+        failures_total=len(failures),
+        items_total=len(items),
+    )
+
+
+def _question_only(items: Sequence[tuple[PeriodResult, ItemResult]], max_chars: int) -> Feedback:
+    header = "Questions the assistant had to answer about the user:"
+    lines = [header]
+    length = len(header)
+    seen: set[str] = set()
+    for _, item in items:
+        question = " ".join(item.question.split())
+        if question in seen:
+            continue
+        line = f"- {question}"
+        if length + len(line) + 1 > max_chars:
+            break
+        seen.add(question)
+        lines.append(line)
+        length += len(line) + 1
+    return Feedback(kind="question_only", text="\n".join(lines), items_total=len(items))
+
+
+def _rank_failures(
+    failures: Sequence[tuple[PeriodResult, ItemResult]], component: str, rng: random.Random
+) -> list[tuple[PeriodResult, ItemResult]]:
+    priority = _PRIORITY_USE if component.startswith("use") else _PRIORITY_WRITE
+    shuffled = list(failures)
+    rng.shuffle(shuffled)
+    shuffled.sort(key=lambda pair: priority.index(pair[1].diagnosis))
+    # Spread over variables: a failure whose variables were all shown already goes last.
+    picked: list[tuple[PeriodResult, ItemResult]] = []
+    deferred: list[tuple[PeriodResult, ItemResult]] = []
+    covered: set[str] = set()
+    for result, item in shuffled:
+        variables = set(_failed_variables(item)) or set(item.required_info)
+        if variables <= covered:
+            deferred.append((result, item))
+        else:
+            covered |= variables
+            picked.append((result, item))
+    return picked + deferred
+
+
+def _failed_variables(item: ItemResult) -> list[str]:
+    return [check.variable for check in item.variables if not check.correct_now]
+
+
+def _clip(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _describe_failure(
+    number: int,
+    result: PeriodResult,
+    item: ItemResult,
+    history: dict[tuple[str, int], PeriodResult],
+) -> str:
+    chosen = (
+        f'"{_clip(item.options[item.chosen - 1], _CHOSEN_CHARS)}"'
+        if item.chosen is not None
+        else "no valid option (unparseable answer)"
+    )
+    correct = _clip(item.options[item.gold - 1], _CHOSEN_CHARS)
+    lines = [
+        f'{number}. Period {result.period_index}, question: "{_clip(item.question, 120)}"',
+        f'   answered {chosen}; correct "{correct}"',
+    ]
+    if item.diagnosis == Diagnosis.UTILIZATION:
+        known = ", ".join(f"{c.variable}={c.gold}" for c in item.variables)
+        lines.append(f"   cause: use - memory recalled every needed fact ({known}), answer wrong")
+    else:
+        causes = []
+        for check in item.variables:
+            if check.correct_now:
+                continue
+            changed = result.state_updates.get(check.variable)
+            change = (
+                f", changed from {changed.get('old')} this period"
+                if changed and changed.get("old") is not None
+                else ""
+            )
+            recalled = check.probed if check.probed is not None else "nothing"
+            causes.append(f"{check.variable} is {check.gold}{change}; memory recalled {recalled}")
+        lines.append(f"   cause: {item.diagnosis.value} - " + "; ".join(causes))
+        said = _revealing_message(item, result, history)
+        if said:
+            lines.append(f'   the user had said: "{said}"')
+    memory = _clip(result.memory_description or "(empty)", _MEMORY_CHARS)
+    lines.append(f"   memory held: {memory}")
+    return "\n".join(lines)
+
+
+def _revealing_message(
+    item: ItemResult, result: PeriodResult, history: dict[tuple[str, int], PeriodResult]
+) -> str | None:
+    """The opening message of the session that last exposed a failed variable."""
+    for check in item.variables:
+        if check.correct_now:
+            continue
+        source = history.get((result.user_id, check.last_write_period))
+        if source is None:
+            continue
+        for session in source.sessions:
+            if check.variable in session.exposed_states:
+                return _clip(session.query, _SAID_CHARS)
+    return None

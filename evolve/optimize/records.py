@@ -1,0 +1,163 @@
+"""Frozen records of an evolution: candidates with lineage, generations, the experiment.
+
+Everything here is JSON on disk under `runs/<experiment>/` and is what `evolve compare`,
+`evolve export` and MLflow read; no record holds an LM, an endpoint or a key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from evolve.simulator.metrics import MetricSummary
+from evolve.simulator.storage import canonical_json
+
+MutationKind = Literal["base", "reflective", "parameter"]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Mutation(_Frozen):
+    """How a candidate was made from its parent(s)."""
+
+    kind: MutationKind
+    component: str | None = Field(default=None, description="Rewritten component (reflective).")
+    feedback: str | None = Field(default=None, description="complete, question_only or none.")
+    feedback_failures: int = Field(default=0, description="Failures shown to the reflector.")
+    rollout_id: int | None = None
+    temperature: float | None = None
+    parameter_changes: dict[str, tuple[int, int]] = Field(
+        default_factory=dict, description="name -> (old, new)."
+    )
+    attempts: int = Field(default=1, description="Proposals tried (duplicates are retried).")
+
+    def describe(self) -> str:
+        if self.kind == "reflective":
+            return f"reflective({self.component})"
+        if self.kind == "parameter":
+            changes = ", ".join(f"{n} {a}->{b}" for n, (a, b) in self.parameter_changes.items())
+            return f"parameter({changes})"
+        return "base"
+
+
+class CandidateStatus(StrEnum):
+    PROPOSED = "proposed"  # stored, not yet evaluated on the train users
+    EVALUATED = "evaluated"
+    DUPLICATE = "duplicate"  # identical to an earlier candidate: never evaluated
+    INVALID = "invalid"  # the reflector's output could not be used (counted, not replaced)
+
+
+class EvaluationScores(_Frozen):
+    """One candidate on one user split."""
+
+    users: list[str]
+    score: float = Field(description="The objective (memory score; accuracy where undefined).")
+    objective: str
+    per_user: dict[str, float] = Field(description="The objective per user (Pareto selection).")
+    summary: MetricSummary
+    per_period: list[MetricSummary] = Field(default_factory=list)
+    run_dir: str = Field(description="Runner directory, relative to the experiment directory.")
+    periods: list[int] | None = Field(
+        default=None, description="Periods scored (per_period schedule); None: all."
+    )
+    wall_time_s: float = 0.0
+
+
+class CandidateRecord(_Frozen):
+    id: str
+    generation: int
+    parent_ids: tuple[str, ...] = ()
+    mutation: Mutation
+    seed: int
+    fingerprint: str
+    kind: str
+    components: dict[str, str]
+    parameters: dict[str, int]
+    status: CandidateStatus
+    duplicate_of: str | None = None
+    invalid_reason: str | None = None
+    reflection_calls: int = Field(default=0, description="Reflector calls made to propose it.")
+    reflection_tokens: int = 0
+    reflection_parse_failures: int = Field(
+        default=0, description="Reflector outputs that could not be parsed (retried or invalid)."
+    )
+    train: EvaluationScores | None = None
+    heldout: EvaluationScores | None = None
+
+    @property
+    def train_score(self) -> float | None:
+        return self.train.score if self.train is not None else None
+
+    @property
+    def heldout_score(self) -> float | None:
+        return self.heldout.score if self.heldout is not None else None
+
+
+class GenerationRecord(_Frozen):
+    """A finished generation: its candidates, the population kept, and its best."""
+
+    generation: int
+    candidate_ids: list[str] = Field(default_factory=list, description="Proposed this generation.")
+    evaluated_ids: list[str] = Field(default_factory=list)
+    population: list[str] = Field(default_factory=list, description="Kept after selection.")
+    best_id: str | None = Field(default=None, description="Best train score this generation.")
+    best_train_score: float | None = None
+    mean_train_score: float | None = None
+    best_heldout_score: float | None = None
+    llm_calls: int = Field(default=0, description="Calls spent in this generation.")
+    tokens: int = 0
+    wall_time_s: float = 0.0
+
+
+class ExperimentResult(_Frozen):
+    name: str
+    config_hash: str
+    schedule: str
+    candidates: list[CandidateRecord]
+    generations: list[GenerationRecord]
+    best_id: str | None = Field(default=None, description="Best held-out score (train if none).")
+    stopped: str | None = Field(default=None, description="Why the loop stopped early, if it did.")
+    complete: bool = True
+    chain_summary: MetricSummary | None = Field(
+        default=None, description="per_period schedule: the whole evolving train run."
+    )
+    llm_calls: int = 0
+    tokens: int = 0
+    wall_time_s: float = 0.0
+    reflection_parse_failures: int = 0
+
+    def candidate(self, candidate_id: str) -> CandidateRecord:
+        for record in self.candidates:
+            if record.id == candidate_id:
+                return record
+        raise KeyError(candidate_id)
+
+    def lineage(self, candidate_id: str) -> list[CandidateRecord]:
+        """The candidate, its first parent, that one's first parent, ... back to the base."""
+        chain: list[CandidateRecord] = []
+        by_id = {record.id: record for record in self.candidates}
+        current = by_id.get(candidate_id)
+        while current is not None and current not in chain:
+            chain.append(current)
+            current = by_id.get(current.parent_ids[0]) if current.parent_ids else None
+        return chain
+
+
+def fingerprint(kind: str, components: Mapping[str, str], parameters: Mapping[str, int]) -> str:
+    """Identity of a policy for de-duplication: kind + instructions + parameters."""
+    payload: dict[str, Any] = {
+        "kind": kind,
+        "components": {name: text.strip() for name, text in components.items()},
+        "parameters": dict(parameters),
+    }
+    return hashlib.sha256(canonical_json(payload).encode("utf-8")).hexdigest()[:16]
+
+
+def candidate_id(generation: int, index: int) -> str:
+    return f"g{generation:02d}-c{index}"

@@ -1,0 +1,92 @@
+"""Reflective mutation: the `reflector` LM rewrites one policy component from feedback.
+
+Diversity: at temperature 0 with DSPy's response cache, two proposals for the same parent,
+component and feedback would be the same text. Each proposal therefore carries its own
+`rollout_id` (part of DSPy's cache key) and a nonzero temperature, passed per call through
+the predictor's `config`, plus a `seed` derived from the experiment seed so that endpoints
+that honour it sample reproducibly. Callers also vary the component and the feedback subset.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import dspy
+from dspy.utils.exceptions import AdapterParseError
+
+from evolve.llm import RoleLMs
+
+REFLECT_INSTRUCTIONS = (
+    "You improve the long-term memory of a personal AI assistant. `current_text` is one part "
+    "of its instructions; `feedback` shows how the assistant did when later asked questions "
+    "about its user. Rewrite `current_text` so these failures do not happen again: keep what "
+    "works, add what is missing (e.g. kinds of facts it failed to store or to keep up to "
+    "date when they changed), and stay general - never copy one user's facts. Return the "
+    "complete new text."
+)
+
+# What each component controls, in the reflector's words.
+COMPONENT_ROLES = {
+    "write": "how the assistant turns new conversation messages into long-term memory entries",
+    "write.types_to_remember": "the list of types of information about the user that the "
+    "memory writer must store and keep up to date (a numbered list)",
+    "read": "how the assistant selects the memories relevant to the current message",
+    "use": "how the assistant uses its memory to reply and to answer questions about the user",
+}
+
+
+class ProposeInstruction(dspy.Signature):
+    part: str = dspy.InputField(desc="what this text controls")
+    current_text: str = dspy.InputField(desc="the current text of that part")
+    feedback: str = dspy.InputField(desc="how the assistant did")
+    new_text: str = dspy.OutputField(
+        desc="the complete improved text: plain text, at most 120 words"
+    )
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """A reflector output: the new text, or why there is none (counted, never replaced)."""
+
+    text: str | None
+    error: str | None = None
+    parse_failed: bool = False
+
+
+class Reflector:
+    """Proposes a new text for one component; stateless apart from the fixed predictor."""
+
+    def __init__(self, lms: RoleLMs, *, temperature: float, max_chars: int) -> None:
+        self.lms = lms
+        self.temperature = temperature
+        self.max_chars = max_chars
+        self.predictor = dspy.Predict(ProposeInstruction.with_instructions(REFLECT_INSTRUCTIONS))
+
+    def propose(
+        self, component: str, current_text: str, feedback: str, *, rollout_id: int, seed: int
+    ) -> Proposal:
+        part = COMPONENT_ROLES.get(component, f"the '{component}' instruction")
+        config = {"rollout_id": rollout_id, "temperature": self.temperature, "seed": seed}
+        try:
+            with self.lms.context("reflector"):
+                prediction = self.predictor(
+                    part=part,
+                    current_text=current_text,
+                    feedback=feedback or "(no feedback)",
+                    config=config,
+                )
+        except AdapterParseError as error:
+            message = " ".join(str(error).split())[:200]
+            return Proposal(
+                text=None, error=f"unparseable reflector output: {message}", parse_failed=True
+            )
+        text = str(prediction.new_text or "").strip()
+        if not text:
+            return Proposal(text=None, error="the reflector returned an empty text")
+        if len(text) > self.max_chars:
+            return Proposal(
+                text=None,
+                error=f"the reflector's text has {len(text)} characters, more than "
+                f"max_instruction_chars = {self.max_chars}",
+            )
+        return Proposal(text=text)

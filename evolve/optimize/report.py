@@ -1,0 +1,153 @@
+"""Human-readable views of an experiment: the per-generation table, lineage, a score plot.
+
+Pure functions over `ExperimentResult`; `evolve compare`, `evolve run` and the MLflow parent
+run all show the same text.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from evolve.optimize.records import CandidateRecord, ExperimentResult
+
+
+def _score(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def generation_rows(result: ExperimentResult) -> list[dict[str, object]]:
+    """One row per stored generation (numbers, for tables, plots and tests)."""
+    rows = []
+    for generation in result.generations:
+        best = result.candidate(generation.best_id) if generation.best_id else None
+        summary = best.train.summary if best is not None and best.train is not None else None
+        periods = best.train.periods if summary is not None else None
+        if periods is not None and generation.generation in periods:  # per_period: its period
+            summary = best.train.per_period[periods.index(generation.generation)]
+        rows.append(
+            {
+                "generation": generation.generation,
+                "proposed": len(generation.candidate_ids),
+                "evaluated": len(generation.evaluated_ids),
+                "best_id": generation.best_id,
+                "best_train": generation.best_train_score,
+                "mean_train": generation.mean_train_score,
+                "heldout_best": (
+                    best.heldout.score if best is not None and best.heldout is not None else None
+                ),
+                "write": summary.write_failure_rate if summary else None,
+                "read": summary.read_failure_rate if summary else None,
+                "util": summary.utilization_failure_rate if summary else None,
+                "parse_failures": summary.parse_failures_total if summary else None,
+                "tokens": generation.tokens,
+                "llm_calls": generation.llm_calls,
+            }
+        )
+    return rows
+
+
+def format_table(result: ExperimentResult) -> str:
+    objective = next(
+        (r.train.objective for r in result.candidates if r.train is not None), "memory_score"
+    )
+    header = (
+        f"{'gen':>3} {'cands':>5} {'best':<8} {'best train':>10} {'mean train':>10} "
+        f"{'held-out':>8} {'write':>5} {'read':>5} {'util':>5} {'parse':>5} "
+        f"{'tokens':>9} {'calls':>6}"
+    )
+    lines = [f"experiment {result.name} ({result.schedule}; score = {objective})", header]
+    for row in generation_rows(result):
+        cands = f"{row['evaluated']}/{row['proposed']}"
+        parse = "-" if row["parse_failures"] is None else str(row["parse_failures"])
+        lines.append(
+            f"{row['generation']:>3} {cands:>5} {str(row['best_id'] or '-'):<8} "
+            f"{_score(row['best_train']):>10} {_score(row['mean_train']):>10} "  # type: ignore[arg-type]
+            f"{_score(row['heldout_best']):>8} {_rate(row['write']):>5} "  # type: ignore[arg-type]
+            f"{_rate(row['read']):>5} {_rate(row['util']):>5} {parse:>5} "  # type: ignore[arg-type]
+            f"{row['tokens']:>9} {row['llm_calls']:>6}"
+        )
+    if not result.generations:
+        lines.append("  (no finished generation yet)")
+    skipped = [r for r in result.candidates if r.status in ("duplicate", "invalid")]
+    if skipped:
+        duplicates = sum(r.status == "duplicate" for r in skipped)
+        lines.append(
+            f"skipped candidates: {duplicates} duplicate, {len(skipped) - duplicates} invalid "
+            f"(reflector parse failures: {result.reflection_parse_failures})"
+        )
+    if result.chain_summary is not None:
+        summary = result.chain_summary
+        lines.append(
+            f"evolving train run (the paper's number): memory score "
+            f"{_score(summary.memory_score)}, accuracy {_score(summary.accuracy)}, "
+            f"parse failures {summary.parse_failures_total}"
+        )
+    status = "complete" if result.complete else f"stopped: {result.stopped or 'interrupted'}"
+    lines.append(
+        f"spent: {result.llm_calls} LLM calls, {result.tokens} tokens, "
+        f"{result.wall_time_s:.0f} s ({status})"
+    )
+    return "\n".join(lines)
+
+
+def format_lineage(result: ExperimentResult, candidate_id: str | None = None) -> str:
+    """The best policy's ancestry, newest first, with each step's mutation and scores."""
+    target = candidate_id or result.best_id
+    if target is None:
+        return "no evaluated candidate yet"
+    basis = "held-out" if result.candidate(target).heldout is not None else "train"
+    lines = [f"lineage of {target} (best by {basis} score):"]
+    for record in result.lineage(target):
+        lines.append(f"  {_describe(record)}")
+    return "\n".join(lines)
+
+
+def _describe(record: CandidateRecord) -> str:
+    train = record.train.score if record.train is not None else None
+    heldout = record.heldout.score if record.heldout is not None else None
+    params = ",".join(f"{k}={v}" for k, v in sorted(record.parameters.items()))
+    return (
+        f"{record.id:<7} gen {record.generation:<2} {record.mutation.describe():<36} "
+        f"train {_score(train)}  held-out {_score(heldout)}  [{params}]"
+    )
+
+
+def plot_scores(result: ExperimentResult, path: str | Path) -> Path:
+    """Score per generation: best and mean train, held-out of the best (PNG, Agg backend)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    rows = generation_rows(result)
+    generations = [row["generation"] for row in rows]
+    figure, axis = plt.subplots(figsize=(6.4, 4.0))
+    for key, label, style in (
+        ("best_train", "best train", "o-"),
+        ("mean_train", "mean train", "s--"),
+        ("heldout_best", "held-out (best)", "^-"),
+    ):
+        points = [
+            (g, row[key]) for g, row in zip(generations, rows, strict=True) if row[key] is not None
+        ]
+        if points:
+            axis.plot([p[0] for p in points], [p[1] for p in points], style, label=label)
+    objective = next((r.train.objective for r in result.candidates if r.train is not None), "score")
+    axis.set_xlabel("generation" if result.schedule == "population" else "period")
+    axis.set_ylabel(objective.replace("_", " "))
+    axis.set_title(f"{result.name}: train vs held-out")
+    axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axis.grid(alpha=0.3)
+    if axis.get_legend_handles_labels()[0]:
+        axis.legend()
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    figure.tight_layout()
+    figure.savefig(target, dpi=120)
+    plt.close(figure)
+    return target

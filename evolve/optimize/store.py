@@ -1,0 +1,216 @@
+"""The experiment directory `runs/<name>/`: records on disk, resume guard, spend ledger.
+
+Layout::
+
+    experiment.json                 format, config hash, the identity it hashes
+    ledger.json                     LLM calls / tokens / wall time spent so far (all invocations)
+    candidates/<id>/candidate.json  CandidateRecord (written when proposed, rewritten when scored)
+    candidates/<id>/policy/         the candidate's policy bundle (memory_policies.load)
+    candidates/<id>/feedback.txt    what the reflector was shown (reflective mutations)
+    candidates/<id>/train/          runner directory of its train evaluation (resumable)
+    candidates/<id>/heldout/        runner directory of its held-out evaluation
+    chain/train/                    per_period schedule: the one evolving train run
+    generations/gen_NN.json         GenerationRecord: written when the generation is finished
+    result.json                     ExperimentResult of the latest invocation
+
+Every file is written atomically; a finished unit (candidate split, generation) is never
+recomputed, which is what makes an interrupted `evolve run` resume where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from evolve.errors import ResumeMismatchError
+from evolve.optimize.records import CandidateRecord, ExperimentResult, GenerationRecord
+from evolve.simulator.storage import (
+    atomic_write_json,
+    atomic_write_text,
+    config_differences,
+    config_hash,
+    read_json,
+)
+
+EXPERIMENT_FORMAT = "amemgym-evolve.experiment"
+EXPERIMENT_FORMAT_VERSION = 1
+
+
+class Spend(BaseModel):
+    llm_calls: int = 0
+    tokens: int = 0
+    wall_time_s: float = 0.0
+
+    def plus(self, other: Spend) -> Spend:
+        return Spend(
+            llm_calls=self.llm_calls + other.llm_calls,
+            tokens=self.tokens + other.tokens,
+            wall_time_s=self.wall_time_s + other.wall_time_s,
+        )
+
+
+class ExperimentStore:
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    # -- header -----------------------------------------------------------------------------
+
+    @property
+    def experiment_file(self) -> Path:
+        return self.root / "experiment.json"
+
+    def open(self, identity: dict[str, Any]) -> str:
+        """Create the header, or check that the stored experiment has the same identity."""
+        digest = config_hash(identity)
+        if self.experiment_file.exists():
+            stored = read_json(self.experiment_file)
+            if stored.get("config_hash") != digest:
+                differences = config_differences(stored.get("identity", {}), identity)
+                listed = "; ".join(differences[:6]) or "(stored header unreadable)"
+                more = f" (+{len(differences) - 6} more)" if len(differences) > 6 else ""
+                raise ResumeMismatchError(
+                    f"{self.root} holds an experiment run with a different spec: {listed}{more}. "
+                    "Resume with the same spec (budget, concurrency, tracking and the number of "
+                    "generations may change), rename the experiment (name = ...), or delete "
+                    "the directory to start over"
+                )
+            return digest
+        atomic_write_json(
+            self.experiment_file,
+            {
+                "format": EXPERIMENT_FORMAT,
+                "format_version": EXPERIMENT_FORMAT_VERSION,
+                "config_hash": digest,
+                "identity": identity,
+            },
+        )
+        return digest
+
+    def exists(self) -> bool:
+        return self.experiment_file.exists()
+
+    def config_hash(self) -> str:
+        return str(read_json(self.experiment_file).get("config_hash", ""))
+
+    # -- candidates ---------------------------------------------------------------------------
+
+    def candidate_dir(self, candidate_id: str) -> Path:
+        return self.root / "candidates" / candidate_id
+
+    def policy_dir(self, candidate_id: str) -> Path:
+        return self.candidate_dir(candidate_id) / "policy"
+
+    def feedback_file(self, candidate_id: str) -> Path:
+        return self.candidate_dir(candidate_id) / "feedback.txt"
+
+    def save_candidate(self, record: CandidateRecord) -> None:
+        atomic_write_json(
+            self.candidate_dir(record.id) / "candidate.json", record.model_dump(mode="json")
+        )
+
+    def load_candidate(self, candidate_id: str) -> CandidateRecord | None:
+        path = self.candidate_dir(candidate_id) / "candidate.json"
+        if not path.exists():
+            return None
+        return CandidateRecord.model_validate(read_json(path))
+
+    def load_candidates(self) -> list[CandidateRecord]:
+        records = [
+            CandidateRecord.model_validate(read_json(path))
+            for path in (self.root / "candidates").glob("*/candidate.json")
+        ]
+        return sorted(records, key=lambda r: (r.generation, r.id))
+
+    def save_feedback(self, candidate_id: str, text: str) -> None:
+        atomic_write_text(self.feedback_file(candidate_id), text + "\n")
+
+    def load_feedback(self, candidate_id: str) -> str | None:
+        path = self.feedback_file(candidate_id)
+        return path.read_text(encoding="utf-8").rstrip("\n") if path.exists() else None
+
+    # -- generations ----------------------------------------------------------------------------
+
+    def generation_file(self, generation: int) -> Path:
+        return self.root / "generations" / f"gen_{generation:02d}.json"
+
+    def save_generation(self, record: GenerationRecord) -> None:
+        atomic_write_json(self.generation_file(record.generation), record.model_dump(mode="json"))
+
+    def load_generation(self, generation: int) -> GenerationRecord | None:
+        path = self.generation_file(generation)
+        return GenerationRecord.model_validate(read_json(path)) if path.exists() else None
+
+    def load_generations(self) -> list[GenerationRecord]:
+        records = [
+            GenerationRecord.model_validate(read_json(path))
+            for path in (self.root / "generations").glob("gen_*.json")
+        ]
+        return sorted(records, key=lambda r: r.generation)
+
+    # -- spend and result --------------------------------------------------------------------
+
+    @property
+    def ledger_file(self) -> Path:
+        return self.root / "ledger.json"
+
+    def load_spend(self) -> Spend:
+        if not self.ledger_file.exists():
+            return Spend()
+        return Spend.model_validate(read_json(self.ledger_file))
+
+    def save_spend(self, spend: Spend) -> None:
+        atomic_write_json(self.ledger_file, spend.model_dump(mode="json"))
+
+    @property
+    def result_file(self) -> Path:
+        return self.root / "result.json"
+
+    def save_result(self, result: ExperimentResult) -> None:
+        atomic_write_json(self.result_file, result.model_dump(mode="json"))
+
+    def load_result(self) -> ExperimentResult:
+        """The latest result; rebuilt from the records when an invocation was killed."""
+        if not self.exists():
+            raise FileNotFoundError(self.experiment_file)
+        stored: dict[str, Any] = {}
+        if self.result_file.exists():
+            try:
+                stored = read_json(self.result_file)
+            except (OSError, json.JSONDecodeError):
+                stored = {}
+        from evolve.optimize.selection import best_of
+
+        candidates = self.load_candidates()
+        best = best_of(candidates, "heldout") or best_of(candidates, "train")
+        spend = self.load_spend()
+        return ExperimentResult(
+            name=stored.get("name", self.root.name),
+            config_hash=self.config_hash(),
+            schedule=stored.get("schedule", "population"),
+            candidates=candidates,
+            generations=self.load_generations(),
+            best_id=best.id if best is not None else None,
+            stopped=stored.get("stopped"),
+            complete=bool(stored.get("complete", False)),
+            chain_summary=stored.get("chain_summary"),
+            llm_calls=spend.llm_calls,
+            tokens=spend.tokens,
+            wall_time_s=spend.wall_time_s,
+            reflection_parse_failures=sum(r.reflection_parse_failures for r in candidates),
+        )
+
+
+def experiment_dir_for(target: str, runs_dir: str | Path = "runs") -> Path | None:
+    """The experiment directory named by a spec file, a name under `runs_dir`, or a path."""
+    path = Path(target)
+    if path.suffix == ".toml" and path.is_file():
+        from evolve.config import load_spec
+
+        return Path(runs_dir) / load_spec(path).name
+    for candidate in (Path(runs_dir) / target, path):
+        if (candidate / "experiment.json").is_file():
+            return candidate
+    return None

@@ -1,0 +1,483 @@
+"""MLflow tracking of experiments: one parent run per experiment, one child run per candidate.
+
+Called by the optimizer loop and the commands only (never by the simulator or a policy). The
+tracking URI defaults to `sqlite:///mlruns/mlflow.db` relative to the current directory, with
+artifacts under `mlruns/artifacts/`.
+
+- parent run: params (experiment, seeds, environment, optimizer, budget, models per role);
+  metrics per generation (`step` = generation): best/mean train score, held-out score of the
+  best, calls and tokens spent; at the end the compare table and lineage as text.
+- child run per candidate (tags: generation, candidate id, parent ids, mutation kind; tag
+  `mlflow.parentRunId`): params (policy kind, numeric parameters, models, seeds, mutation),
+  metrics with `step` = generation for the train and held-out evaluations (memory score,
+  accuracy, write/read/utilization rates, parse failures, tokens, LLM calls, wall time) and
+  artifacts: each component's instruction, the unified diff of a mutated component against
+  its parent, the policy bundle, the per-period score tables, the reflector's feedback.
+
+Nothing logged comes from an endpoint description: models are logged by name, never a URL,
+and never a key. Logging is idempotent (state in `<run dir>/mlflow.json`), so a resumed
+experiment continues the same parent run and never logs a candidate twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import json
+import logging
+import os
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
+
+from evolve.errors import ConfigError
+from evolve.simulator.storage import atomic_write_json, read_json
+
+if TYPE_CHECKING:
+    from evolve.config import ExperimentSpec
+    from evolve.optimize.records import (
+        CandidateRecord,
+        EvaluationScores,
+        ExperimentResult,
+        GenerationRecord,
+    )
+    from evolve.optimize.store import Spend
+
+STATE_FILE = "mlflow.json"
+TAG_KIND = "evolve.kind"
+TAG_EXPERIMENT = "evolve.experiment"
+TAG_CONFIG_HASH = "evolve.config_hash"
+TAG_RUN_DIR = "evolve.run_dir"
+TAG_CANDIDATE = "evolve.candidate_id"
+TAG_GENERATION = "evolve.generation"
+TAG_PARENTS = "evolve.parent_ids"
+TAG_MUTATION = "evolve.mutation"
+TAG_STATUS = "evolve.status"
+PARENT_RUN_TAG = "mlflow.parentRunId"
+
+
+@dataclass(frozen=True)
+class TrackingContext:
+    """What a tracker needs to know about the experiment it tracks."""
+
+    name: str
+    config_hash: str
+    spec: ExperimentSpec
+    run_dir: Path
+    model_names: dict[str, str]
+    environment: str
+    train_users: list[str] = field(default_factory=list)
+    heldout_users: list[str] = field(default_factory=list)
+    registered_model: str | None = None
+
+
+class ExperimentTracker:
+    """The loop's view of tracking; every hook is a no-op here (see `MLflowTracker`)."""
+
+    def start(self, context: TrackingContext) -> None:
+        """The experiment starts or resumes."""
+
+    def log_candidate(
+        self,
+        record: CandidateRecord,
+        *,
+        split: str,
+        parent: CandidateRecord | None,
+        policy_dir: Path,
+        feedback: str | None,
+    ) -> None:
+        """`record` was evaluated on `split` ("train" or "heldout")."""
+
+    def log_generation(self, record: GenerationRecord, *, spent: Spend) -> None:
+        """A generation finished."""
+
+    def finish(self, result: ExperimentResult) -> None:
+        """The invocation ended (complete, or stopped on the budget)."""
+
+    def fail(self) -> None:
+        """The invocation was interrupted by an error or Ctrl-C."""
+
+
+class NullTracker(ExperimentTracker):
+    """Tracking disabled."""
+
+
+def quiet_mlflow() -> None:
+    """Keep MLflow's and alembic's INFO logs, warnings, telemetry and progress bars quiet."""
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    for name in ("mlflow", "alembic", "alembic.runtime.migration"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", module=r"mlflow(\..*)?$")
+    warnings.filterwarnings("ignore", category=FutureWarning, message=r".*mlflow.*")
+
+
+def default_artifact_location(tracking_uri: str) -> str | None:
+    """For a sqlite store: `<db dir>/artifacts` (absolute file URI); else the server decides."""
+    if not tracking_uri.startswith("sqlite:///"):
+        return None
+    db_path = Path(tracking_uri.removeprefix("sqlite:///"))
+    return (db_path.parent.resolve() / "artifacts").as_uri()
+
+
+def normalize_tracking_uri(tracking_uri: str) -> str:
+    """A relative sqlite path made absolute (relative to the current directory, once)."""
+    if tracking_uri.startswith("sqlite:///") and not tracking_uri.startswith("sqlite:////"):
+        return f"sqlite:///{Path(tracking_uri.removeprefix('sqlite:///')).resolve()}"
+    return tracking_uri
+
+
+def prepare_tracking_uri(tracking_uri: str) -> str:
+    """Normalize; create the directory of a sqlite store; refuse URIs with credentials."""
+    tracking_uri = normalize_tracking_uri(tracking_uri)
+    parsed = urlparse(tracking_uri)
+    if parsed.password or (parsed.username and parsed.scheme in ("http", "https")):
+        raise ConfigError(
+            f"tracking URI {parsed.scheme}://{parsed.hostname}... carries credentials; set "
+            "MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD (or a token) in the "
+            "environment instead"
+        )
+    if tracking_uri.startswith("sqlite:///"):
+        Path(tracking_uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    return tracking_uri
+
+
+def mlflow_client(tracking_uri: str):
+    quiet_mlflow()
+    from mlflow.tracking import MlflowClient
+
+    uri = prepare_tracking_uri(tracking_uri)
+    # Explicit registry URI: the default is MLflow's process-wide one, which may point elsewhere.
+    return MlflowClient(tracking_uri=uri, registry_uri=uri)
+
+
+def get_or_create_experiment(client: Any, name: str, tracking_uri: str) -> str:
+    experiment = client.get_experiment_by_name(name)
+    if experiment is not None:
+        if experiment.lifecycle_stage != "active":
+            raise ConfigError(
+                f"MLflow experiment {name!r} is deleted; restore it (mlflow experiments "
+                "restore) or set [tracking] experiment_name to another name"
+            )
+        return experiment.experiment_id
+    return client.create_experiment(name, artifact_location=default_artifact_location(tracking_uri))
+
+
+class MLflowTracker(ExperimentTracker):
+    def __init__(self, tracking_uri: str, experiment_name: str) -> None:
+        self.tracking_uri = normalize_tracking_uri(tracking_uri)
+        self.experiment_name = experiment_name
+        self.client: Any = None
+        self.parent_run_id: str | None = None
+        self.context: TrackingContext | None = None
+        self._state: dict[str, Any] = {}
+        self._state_file: Path | None = None
+
+    # ----- lifecycle -----------------------------------------------------------------------
+
+    def start(self, context: TrackingContext) -> None:
+        from mlflow.entities import Param, RunTag
+
+        self.context = context
+        self.client = mlflow_client(self.tracking_uri)
+        experiment_id = get_or_create_experiment(
+            self.client, self.experiment_name, self.tracking_uri
+        )
+        self._state_file = context.run_dir / STATE_FILE
+        state = read_json(self._state_file) if self._state_file.exists() else {}
+        same_store = (
+            state.get("tracking_uri") == self.tracking_uri
+            and state.get("experiment_id") == experiment_id
+            and state.get("config_hash") == context.config_hash
+            and self._run_exists(state.get("parent_run_id"))
+        )
+        if not same_store:
+            state = {
+                "tracking_uri": self.tracking_uri,
+                "experiment_id": experiment_id,
+                "config_hash": context.config_hash,
+                "parent_run_id": None,
+                "candidates": {},
+                "generations": {},
+            }
+        if state["parent_run_id"] is None:
+            run = self.client.create_run(
+                experiment_id,
+                run_name=context.name,
+                tags={
+                    TAG_KIND: "experiment",
+                    TAG_EXPERIMENT: context.name,
+                    TAG_CONFIG_HASH: context.config_hash,
+                    TAG_RUN_DIR: str(context.run_dir),
+                },
+            )
+            state["parent_run_id"] = run.info.run_id
+            params = [Param(k, v) for k, v in experiment_params(context).items()]
+            self.client.log_batch(run.info.run_id, params=params)
+        else:
+            self.client.update_run(state["parent_run_id"], status="RUNNING")
+            self.client.log_batch(
+                state["parent_run_id"], tags=[RunTag(TAG_RUN_DIR, str(context.run_dir))]
+            )
+        self.parent_run_id = state["parent_run_id"]
+        # `evolve export <name>` finds the store and the registry name here.
+        state["registered_model"] = context.registered_model
+        self._state = state
+        self._save_state()
+
+    def _run_exists(self, run_id: str | None) -> bool:
+        if not run_id:
+            return False
+        try:
+            return self.client.get_run(run_id).info.lifecycle_stage == "active"
+        except Exception:  # noqa: BLE001 - any lookup failure means: make a new run
+            return False
+
+    def _save_state(self) -> None:
+        if self._state_file is not None:
+            atomic_write_json(self._state_file, self._state)
+
+    def finish(self, result: ExperimentResult) -> None:
+        from mlflow.entities import Metric, RunTag
+
+        from evolve.optimize.report import format_lineage, format_table
+
+        run_id = self.parent_run_id
+        assert run_id is not None
+        timestamp = _now_ms()
+        metrics = {
+            "total_llm_calls": result.llm_calls,
+            "total_tokens": result.tokens,
+            "total_wall_time_s": result.wall_time_s,
+            "reflection_parse_failures": result.reflection_parse_failures,
+            "candidates_evaluated": sum(r.train is not None for r in result.candidates),
+        }
+        if result.best_id is not None:
+            best = result.candidate(result.best_id)
+            if best.train is not None:
+                metrics["final_best_train_score"] = best.train.score
+            if best.heldout is not None:
+                metrics["final_best_heldout_score"] = best.heldout.score
+        if result.chain_summary is not None:
+            metrics.update(result.chain_summary.flat_metrics("chain_"))
+        tags = [RunTag("evolve.complete", str(result.complete).lower())]
+        if result.best_id is not None:
+            tags.append(RunTag("evolve.best_candidate", result.best_id))
+        if result.stopped:
+            tags.append(RunTag("evolve.stopped", result.stopped[:500]))
+        self.client.log_batch(
+            run_id,
+            metrics=[Metric(k, float(v), timestamp, 0) for k, v in metrics.items()],
+            tags=tags,
+        )
+        text = format_table(result) + "\n\n" + format_lineage(result) + "\n"
+        self.client.log_text(run_id, text, "compare.txt")
+        self.client.set_terminated(run_id, "FINISHED")
+
+    def fail(self) -> None:
+        if self.client is not None and self.parent_run_id is not None:
+            # Never hide the original error behind a tracking failure.
+            with contextlib.suppress(Exception):
+                self.client.set_terminated(self.parent_run_id, "KILLED")
+
+    # ----- candidates and generations ---------------------------------------------------------
+
+    def log_candidate(
+        self,
+        record: CandidateRecord,
+        *,
+        split: str,
+        parent: CandidateRecord | None,
+        policy_dir: Path,
+        feedback: str | None,
+    ) -> None:
+        from mlflow.entities import Metric, Param
+
+        scores: EvaluationScores | None = getattr(record, split)
+        if scores is None:
+            return
+        entry = self._state["candidates"].setdefault(record.id, {"run_id": None, "logged": []})
+        if split in entry["logged"]:
+            return
+        if entry["run_id"] is None or not self._run_exists(entry["run_id"]):
+            entry["run_id"] = self._create_candidate_run(record)
+            entry["logged"] = []
+            params = [Param(k, v) for k, v in self._candidate_params(record).items()]
+            self.client.log_batch(entry["run_id"], params=params)
+            self._log_candidate_artifacts(entry["run_id"], record, parent, policy_dir, feedback)
+        run_id = entry["run_id"]
+        timestamp = _now_ms()
+        values = scores.summary.flat_metrics(f"{split}_")
+        values[f"{split}_score"] = scores.score
+        values[f"{split}_wall_time_s"] = scores.wall_time_s
+        if split == "train":
+            values["reflection_llm_calls"] = record.reflection_calls
+            values["reflection_tokens"] = record.reflection_tokens
+            values["reflection_parse_failures"] = record.reflection_parse_failures
+        metrics = [Metric(k, float(v), timestamp, record.generation) for k, v in values.items()]
+        self.client.log_batch(run_id, metrics=metrics)
+        self.client.log_text(run_id, per_period_table(scores), f"scores/{split}_per_period.csv")
+        self.client.set_tag(run_id, TAG_STATUS, str(record.status))
+        self.client.set_terminated(run_id, "FINISHED")
+        entry["logged"].append(split)
+        self._save_state()
+
+    def _create_candidate_run(self, record: CandidateRecord) -> str:
+        assert self.context is not None
+        tags = {
+            PARENT_RUN_TAG: self.parent_run_id,
+            TAG_KIND: "candidate",
+            TAG_EXPERIMENT: self.context.name,
+            TAG_CANDIDATE: record.id,
+            TAG_GENERATION: str(record.generation),
+            TAG_PARENTS: ",".join(record.parent_ids),
+            TAG_MUTATION: record.mutation.kind,
+            TAG_STATUS: str(record.status),
+        }
+        if record.mutation.component:
+            tags["evolve.component"] = record.mutation.component
+        run = self.client.create_run(self._state["experiment_id"], run_name=record.id, tags=tags)
+        return run.info.run_id
+
+    def _candidate_params(self, record: CandidateRecord) -> dict[str, str]:
+        assert self.context is not None
+        params = {
+            "policy_kind": record.kind,
+            "candidate_id": record.id,
+            "generation": str(record.generation),
+            "parent_ids": ",".join(record.parent_ids) or "-",
+            "mutation": record.mutation.describe()[:250],
+            "seed.candidate": str(record.seed),
+            "seed.experiment": str(self.context.spec.seed),
+            "seed.environment": str(self.context.spec.environment.seed),
+            "seed.episode": str(
+                self.context.spec.seed
+                if self.context.spec.episode.seed is None
+                else self.context.spec.episode.seed
+            ),
+            "fingerprint": record.fingerprint,
+        }
+        for name, value in sorted(record.parameters.items()):
+            params[f"param.{name}"] = str(value)
+        for role, model in sorted(self.context.model_names.items()):
+            params[f"model.{role}"] = str(model)
+        if record.mutation.kind == "reflective":
+            params["feedback"] = str(record.mutation.feedback)
+            params["reflector_temperature"] = str(record.mutation.temperature)
+            params["rollout_id"] = str(record.mutation.rollout_id)
+        return params
+
+    def _log_candidate_artifacts(
+        self,
+        run_id: str,
+        record: CandidateRecord,
+        parent: CandidateRecord | None,
+        policy_dir: Path,
+        feedback: str | None,
+    ) -> None:
+        for name, text in sorted(record.components.items()):
+            self.client.log_text(run_id, text + "\n", f"components/{name}.txt")
+            if parent is not None and parent.components.get(name) != text:
+                old = parent.components.get(name, "")
+                diff = instruction_diff(old, text, name, parent.id, record.id)
+                self.client.log_text(run_id, diff, f"diffs/{name}.diff")
+        if Path(policy_dir).is_dir():
+            self.client.log_artifacts(run_id, str(policy_dir), "policy")
+        if feedback:
+            self.client.log_text(run_id, feedback + "\n", "feedback.txt")
+
+    def log_generation(self, record: GenerationRecord, *, spent: Spend) -> None:
+        from mlflow.entities import Metric
+
+        key = str(record.generation)
+        digest = record.model_dump_json()
+        if self._state["generations"].get(key) == digest:
+            return
+        timestamp = _now_ms()
+        values: dict[str, float] = {
+            "generation_llm_calls": record.llm_calls,
+            "generation_tokens": record.tokens,
+            "population_size": len(record.population),
+            "candidates_evaluated": len(record.evaluated_ids),
+            "spent_llm_calls": spent.llm_calls,
+            "spent_tokens": spent.tokens,
+            "spent_wall_time_s": spent.wall_time_s,
+        }
+        for name in ("best_train_score", "mean_train_score", "best_heldout_score"):
+            value = getattr(record, name)
+            if value is not None:
+                values[name] = value
+        metrics = [Metric(k, float(v), timestamp, record.generation) for k, v in values.items()]
+        self.client.log_batch(self.parent_run_id, metrics=metrics)
+        self._state["generations"][key] = digest
+        self._save_state()
+
+
+def experiment_params(context: TrackingContext) -> dict[str, str]:
+    """The parent run's params: the spec's settings (never endpoints or keys) and models."""
+    spec = context.spec
+    data = spec.model_dump(mode="json", exclude={"llm", "tracking", "description"})
+    params: dict[str, str] = {}
+
+    def flatten(value: Any, prefix: str) -> None:
+        if isinstance(value, dict) and value:
+            for key, inner in value.items():
+                flatten(inner, f"{prefix}{key}.")
+        else:
+            text = json.dumps(value) if not isinstance(value, str) else value
+            params[prefix.rstrip(".")] = text[:500]
+
+    flatten(data, "")
+    for role, model in sorted(context.model_names.items()):
+        params[f"model.{role}"] = str(model)
+    params["environment"] = context.environment[:500]
+    params["train_users"] = ",".join(context.train_users)[:500]
+    params["heldout_users"] = ",".join(context.heldout_users)[:500]
+    params["config_hash"] = context.config_hash
+    return params
+
+
+def instruction_diff(old: str, new: str, name: str, old_id: str, new_id: str) -> str:
+    lines = difflib.unified_diff(
+        old.splitlines(keepends=True),
+        new.splitlines(keepends=True),
+        fromfile=f"{old_id}/{name}",
+        tofile=f"{new_id}/{name}",
+    )
+    text = "".join(line if line.endswith("\n") else line + "\n" for line in lines)
+    return text or f"(no change in {name})\n"
+
+
+def per_period_table(scores: EvaluationScores) -> str:
+    columns = (
+        "accuracy",
+        "memory_score",
+        "write_failure_rate",
+        "read_failure_rate",
+        "utilization_failure_rate",
+        "n_items",
+        "llm_calls",
+        "tokens",
+    )
+    periods = scores.periods if scores.periods is not None else range(len(scores.per_period))
+    lines = ["period," + ",".join(columns) + ",parse_failures"]
+    for period, summary in zip(periods, scores.per_period, strict=False):
+        values = [getattr(summary, column) for column in columns]
+        cells = ["" if value is None else f"{value:g}" for value in values]
+        lines.append(f"{period}," + ",".join(cells) + f",{summary.parse_failures_total}")
+    return "\n".join(lines) + "\n"
+
+
+def _now_ms() -> int:
+    import time
+
+    return int(time.time() * 1000)
+
+
+def tracker_for(spec: ExperimentSpec, *, tracking_uri: str | None = None, enabled: bool = True):
+    """The tracker a command should use for `spec` (a `NullTracker` when disabled)."""
+    if not enabled or not spec.tracking.enabled:
+        return NullTracker()
+    return MLflowTracker(tracking_uri or spec.tracking_uri(), spec.mlflow_experiment_name())

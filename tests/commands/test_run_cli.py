@@ -1,0 +1,109 @@
+"""`evolve run`, `evolve compare` and `evolve export` end to end through `evolve.cli.main`,
+with scripted LMs injected where the command opens its LMs."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import pytest
+from optimize.evolve_helpers import MARKER, World, write_spec
+
+import memory_policies
+from evolve.cli import main
+from evolve.optimize import ExperimentStore
+
+QUICKSTART = Path(__file__).resolve().parents[2] / "experiments" / "quickstart.toml"
+
+
+@pytest.fixture
+def inject(monkeypatch):
+    """Make `evolve run` use scripted LMs; returns the list of worlds it opened."""
+    worlds: list[World] = []
+    configs = []
+
+    @contextlib.contextmanager
+    def fake_open_role_lms(config):
+        configs.append(config)
+        world = World()
+        worlds.append(world)
+        yield world.lms
+
+    monkeypatch.setattr("evolve.commands.run.open_role_lms", fake_open_role_lms)
+    worlds_and_configs = (worlds, configs)
+    return worlds_and_configs
+
+
+def test_quickstart_runs_end_to_end_on_scripted_lms(tmp_path, monkeypatch, inject, capsys):
+    monkeypatch.chdir(tmp_path)  # runs/ and mlruns/ are relative to the current directory
+    monkeypatch.setenv("EVOLVE_CACHE_DIR", str(tmp_path / "cache"))
+    assert main(["run", str(QUICKSTART), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "experiment quickstart (population; score = memory_score)" in out
+    assert "lineage of" in out and "best policy (" in out
+    for generation in range(4):
+        assert f"\n  {generation} " in out
+    bundle = tmp_path / "runs" / "quickstart" / "best_policy"
+    assert str(bundle.resolve()) in out
+    assert memory_policies.load(bundle).kind == "in_context"
+    assert (tmp_path / "mlruns" / "mlflow.db").is_file()
+    worlds, configs = inject
+    assert configs[0].needs_embedded_server()  # the quickstart names no endpoint
+    calls = worlds[0].calls()
+    assert calls["reflector"] >= 3 and calls["agent"] > 100
+
+    assert main(["compare", str(QUICKSTART), "--plot", "scores.png"]) == 0
+    compared = capsys.readouterr().out
+    assert "best train" in compared and "held-out" in compared
+    assert (tmp_path / "scores.png").stat().st_size > 1000
+
+    assert main(["export", "quickstart", "--out", "exported"]) == 0
+    exported = capsys.readouterr().out
+    assert "registered quickstart-memory-policy version 1 as models:/" in exported
+    result = ExperimentStore(tmp_path / "runs" / "quickstart").load_result()
+    best = result.candidate(result.best_id)
+    policy = memory_policies.load(tmp_path / "exported")
+    assert policy.components() == best.components and policy.parameters() == best.parameters
+
+    # Rerunning resumes: nothing is recomputed.
+    assert main(["run", str(QUICKSTART), "--no-progress"]) == 0
+    assert worlds[1].calls() == {"agent": 0, "reflector": 0, "simulator": 0}
+
+
+def test_run_finds_the_marker_and_prints_lineage(tmp_path, inject, capsys):
+    spec = write_spec(tmp_path)
+    args = ["run", str(spec), "--runs-dir", str(tmp_path / "runs"), "--no-tracking"]
+    assert main([*args, "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "reflective(use)" in out
+    policy = memory_policies.load(tmp_path / "runs" / "exp" / "best_policy")
+    assert MARKER in policy.components()["use"]
+
+
+def test_llm_flags_override_the_spec(tmp_path, inject):
+    spec = write_spec(tmp_path, optimizer="generations = 0")
+    runs = str(tmp_path / "runs")
+    args = ["run", str(spec), "--runs-dir", runs, "--no-tracking", "--no-progress"]
+    assert main([*args, "--agent-model", "my-model"]) == 0
+    _, configs = inject
+    assert configs[0].agent.model == "my-model"
+
+
+def test_invalid_spec_fails_before_opening_any_lm(tmp_path, inject, capsys):
+    spec = write_spec(tmp_path, optimizer='mutate_components = ["nope"]')
+    assert main(["run", str(spec), "--no-tracking"]) == 2
+    error = capsys.readouterr().err
+    assert "evolve: error:" in error and "'nope'" in error and str(spec) in error
+    worlds, configs = inject
+    assert configs == []  # no LM was opened
+
+
+def test_compare_and_export_explain_unknown_experiments(tmp_path, capsys):
+    assert main(["compare", "missing", "--runs-dir", str(tmp_path)]) == 2
+    assert "no experiment 'missing'" in capsys.readouterr().err
+    code = main(
+        ["export", "missing", "--out", str(tmp_path / "o"), "--tracking-uri",
+         f"sqlite:///{tmp_path}/m/mlflow.db"]
+    )  # fmt: skip
+    assert code == 2
+    assert "not an experiment spec" in capsys.readouterr().err

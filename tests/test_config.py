@@ -1,0 +1,177 @@
+"""Experiment specs: the shipped files load, every mistake is reported before any LLM call
+with the file, the key path and what was expected."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from optimize.evolve_helpers import write_spec
+
+from evolve.config import DEFAULT_TRACKING_URI, load_spec, resolve, spec_from_dict
+from evolve.errors import ConfigError, EnvironmentDataError
+from evolve.llm.config import LLMConfig
+
+EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["quickstart", "paper_table3_none", "paper_table3_question_only", "paper_table3_complete"],
+)
+def test_shipped_specs_load_and_resolve(name):
+    spec = load_spec(EXPERIMENTS / f"{name}.toml")
+    resolved = resolve(spec)
+    assert spec.name == name
+    assert resolved.base_policy.kind == "in_context"
+    train = {item.id for item in resolved.train.items}
+    heldout = {item.id for item in resolved.heldout.items}
+    assert train and heldout and not train & heldout
+    assert isinstance(spec.llm, LLMConfig)
+
+
+def test_quickstart_is_small_and_embedded():
+    spec = load_spec(EXPERIMENTS / "quickstart.toml")
+    resolved = resolve(spec)
+    assert spec.environment.preset == "tiny" and spec.policy.kind == "in_context"
+    assert spec.optimizer.generations >= 3 and spec.optimizer.candidates_per_generation >= 2
+    assert spec.llm.needs_embedded_server()
+    assert len(resolved.train.items) == 1 and len(resolved.heldout.items) == 1
+    assert spec.tracking_uri() == DEFAULT_TRACKING_URI
+
+
+def test_paper_specs_reproduce_the_per_period_setup():
+    for feedback in ("none", "question_only", "complete"):
+        spec = load_spec(EXPERIMENTS / f"paper_table3_{feedback}.toml")
+        assert spec.optimizer.schedule == "per_period"
+        assert spec.optimizer.feedback == feedback
+        assert spec.optimizer.mutate_components == ["write.types_to_remember"]
+        assert spec.policy.parameters == {"update_every": 2, "short_term_len": 4}
+        assert spec.environment.preset == "v1.base"
+        assert spec.llm.default.model == "gpt-4.1-mini"
+        assert spec.llm.default.api_key_env == "OPENAI_API_KEY"
+
+
+def base_spec(**overrides):
+    data = {
+        "name": "x",
+        "environment": {"preset": "tiny", "users": 3, "train_users": 2, "heldout_users": 1},
+        "policy": {"kind": "in_context"},
+    }
+    for key, value in overrides.items():
+        data[key] = value
+    return data
+
+
+def test_unknown_keys_name_the_file_the_path_and_the_valid_keys(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text(
+        'name = "x"\n[environment]\npreset = "tiny"\n[policy]\nkind = "in_context"\n'
+        '[optimizer]\nfeedbak = "complete"\n'
+    )
+    with pytest.raises(ConfigError) as error:
+        load_spec(path)
+    message = str(error.value)
+    assert str(path) in message
+    assert "optimizer.feedbak: unknown key in [optimizer]" in message
+    assert "feedback" in message and "mutate_components" in message
+
+
+def test_unknown_key_in_the_llm_table_lists_endpoint_keys():
+    with pytest.raises(ConfigError, match=r"llm\.agent\.api_key: unknown key .*api_key_env"):
+        spec_from_dict(base_spec(llm={"agent": {"model": "m", "api_key": "sk-no"}}))
+
+
+def test_wrong_types_and_ranges_are_explained():
+    with pytest.raises(ConfigError, match=r"optimizer\.generations: .*greater than or equal to 0"):
+        spec_from_dict(base_spec(optimizer={"generations": -1}))
+    with pytest.raises(ConfigError, match=r"optimizer\.feedback: .*'complete'"):
+        spec_from_dict(base_spec(optimizer={"feedback": "all"}))
+    with pytest.raises(ConfigError, match="name 'my exp' must start"):
+        spec_from_dict({**base_spec(), "name": "my exp"})
+    with pytest.raises(ConfigError, match="environment: .*exactly one of 'preset'"):
+        spec_from_dict(base_spec(environment={"preset": "tiny", "file": "a.json"}))
+    with pytest.raises(ConfigError, match="low .* must not exceed high"):
+        spec_from_dict(base_spec(optimizer={"parameters": {"top_k": {"low": 5, "high": 2}}}))
+
+
+def test_per_period_rejects_population_settings():
+    with pytest.raises(ConfigError, match=r"\['generations'\] do not apply"):
+        spec_from_dict(base_spec(optimizer={"schedule": "per_period", "generations": 3}))
+
+
+def test_resolve_checks_components_parameters_and_users():
+    with pytest.raises(ConfigError, match="'read'.*not components of a 'in_context'"):
+        resolve(spec_from_dict(base_spec(optimizer={"mutate_components": ["read"]})))
+    with pytest.raises(ConfigError, match="top_k: not a parameter of a 'in_context'"):
+        resolve(
+            spec_from_dict(base_spec(optimizer={"parameters": {"top_k": {"low": 1, "high": 3}}}))
+        )
+    with pytest.raises(ConfigError, match="update_every.low = 0 is below"):
+        resolve(
+            spec_from_dict(
+                base_spec(optimizer={"parameters": {"update_every": {"low": 0, "high": 3}}})
+            )
+        )
+    with pytest.raises(ConfigError, match="environment.users = 2 but train_users"):
+        resolve(
+            spec_from_dict(base_spec(environment={"preset": "tiny", "users": 2, "train_users": 2}))
+        )
+    with pytest.raises(ConfigError, match="unknown generator preset 'huge'"):
+        resolve(spec_from_dict(base_spec(environment={"preset": "huge"})))
+    with pytest.raises(ConfigError, match="policy: unknown policy kind 'magic'"):
+        resolve(spec_from_dict(base_spec(policy={"kind": "magic"})))
+    with pytest.raises(ConfigError, match="policy: .*short_term_len.* must be >= 0"):
+        resolve(
+            spec_from_dict(
+                base_spec(policy={"kind": "in_context", "parameters": {"short_term_len": -1}})
+            )
+        )
+
+
+def test_train_and_heldout_users_by_id_must_exist_and_be_disjoint(tmp_path):
+    environment = """
+        file = "env.json"
+        train_users = ["user-0", "user-1"]
+        heldout_users = ["user-1"]
+    """
+    with pytest.raises(ConfigError, match=r"users \['user-1'\] are both train and held-out"):
+        resolve(load_spec(write_spec(tmp_path, environment=environment)))
+    missing = environment.replace('["user-1"]', '["nobody"]')
+    with pytest.raises(ConfigError, match=r"no user\(s\) \['nobody'\]"):
+        resolve(load_spec(write_spec(tmp_path, environment=missing)))
+    by_count = environment.replace('["user-1"]', "2")
+    resolved = resolve(load_spec(write_spec(tmp_path, environment=by_count)))
+    assert [i.id for i in resolved.heldout.items] == ["user-2", "user-3"]
+
+
+def test_environment_file_is_relative_to_the_spec_and_must_exist(tmp_path):
+    spec = load_spec(write_spec(tmp_path))
+    assert resolve(spec).environment_description.startswith(f"file {tmp_path}")
+    broken = write_spec(tmp_path, environment='file = "missing.json"')
+    with pytest.raises(EnvironmentDataError, match="environment.file: .*missing.json"):
+        resolve(load_spec(broken))
+
+
+def test_missing_file_and_bad_toml(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_spec(tmp_path / "nope.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("name = ")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_spec(bad)
+
+
+def test_identity_ignores_budget_tracking_concurrency_and_generations():
+    one = spec_from_dict(base_spec())
+    two = spec_from_dict(
+        {
+            **base_spec(optimizer={"generations": 9}),
+            "budget": {"max_llm_calls": 5},
+            "tracking": {"enabled": False},
+            "concurrency": 8,
+        }
+    )
+    assert one.identity() == two.identity()
+    three = spec_from_dict(base_spec(optimizer={"feedback": "question_only"}))
+    assert one.identity() != three.identity()

@@ -1,0 +1,194 @@
+"""MLflow tracking of an experiment (tmp sqlite store): parent and child runs with lineage
+tags, metrics per generation, artifacts, idempotent resume, and no API key anywhere."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from optimize.evolve_helpers import MARKER, World, write_spec
+from scripted_lm import ScriptedLM
+
+from evolve.config import load_spec
+from evolve.llm import EndpointConfig, RoleLMs
+from evolve.optimize import run_experiment
+from evolve.tracking import MLflowTracker, instruction_diff, mlflow_client
+
+SECRET = "sk-test-VERYSECRET-0123456789abcdef"
+
+
+def tracked_run(tmp_path: Path, world: World, spec_path: Path, uri: str):
+    spec = load_spec(spec_path)
+    tracker = MLflowTracker(uri, spec.mlflow_experiment_name())
+    result = run_experiment(
+        spec,
+        world.lms,
+        runs_dir=tmp_path / "runs",
+        tracker=tracker,
+        upper_bound_cache=tmp_path / "ub",
+    )
+    return result, tracker
+
+
+@pytest.fixture(scope="module")
+def tracked(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("tracking")
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    spec_path = write_spec(tmp_path)
+    result, tracker = tracked_run(tmp_path, World(), spec_path, uri)
+    return tmp_path, uri, spec_path, result, tracker
+
+
+def runs_by_kind(uri: str, experiment_name: str):
+    client = mlflow_client(uri)
+    experiment = client.get_experiment_by_name(experiment_name)
+    runs = client.search_runs([experiment.experiment_id], max_results=1000)
+    parents = [r for r in runs if r.data.tags.get("evolve.kind") == "experiment"]
+    children = [r for r in runs if r.data.tags.get("evolve.kind") == "candidate"]
+    return client, parents, children
+
+
+def test_parent_and_child_runs_carry_lineage(tracked):
+    _, uri, _, result, tracker = tracked
+    client, parents, children = runs_by_kind(uri, "amemgym-evolve/exp")
+    assert len(parents) == 1
+    parent = parents[0]
+    assert parent.info.status == "FINISHED"
+    assert parent.data.params["optimizer.feedback"] == "complete"
+    assert parent.data.params["model.agent"] == "agent-model"
+    assert parent.data.tags["evolve.best_candidate"] == result.best_id
+    evaluated = [r for r in result.candidates if r.train is not None]
+    assert sorted(c.data.tags["evolve.candidate_id"] for c in children) == sorted(
+        r.id for r in evaluated
+    )
+    for child in children:
+        tags = child.data.tags
+        record = result.candidate(tags["evolve.candidate_id"])
+        assert tags["mlflow.parentRunId"] == parent.info.run_id
+        assert tags["evolve.generation"] == str(record.generation)
+        assert tags["evolve.parent_ids"] == ",".join(record.parent_ids)
+        assert tags["evolve.mutation"] == record.mutation.kind
+        assert child.data.params["policy_kind"] == "in_context"
+        assert child.data.params["param.update_every"] == "2"
+        assert child.data.params["seed.candidate"] == str(record.seed)
+        assert child.data.metrics["train_score"] == pytest.approx(record.train.score)
+        assert "train_write_failure_rate" in child.data.metrics
+        assert "train_parse_failures" in child.data.metrics and "train_tokens" in child.data.metrics
+        if record.heldout is not None:
+            assert child.data.metrics["heldout_score"] == pytest.approx(record.heldout.score)
+        history = client.get_metric_history(child.info.run_id, "train_score")
+        assert [m.step for m in history] == [record.generation]
+
+
+def test_parent_metrics_per_generation(tracked):
+    _, uri, _, result, _ = tracked
+    client, parents, _ = runs_by_kind(uri, "amemgym-evolve/exp")
+    run_id = parents[0].info.run_id
+    history = client.get_metric_history(run_id, "best_train_score")
+    assert [m.step for m in history] == [g.generation for g in result.generations]
+    assert [m.value for m in history] == pytest.approx(
+        [g.best_train_score for g in result.generations]
+    )
+    heldout = client.get_metric_history(run_id, "best_heldout_score")
+    assert [m.step for m in heldout] == [0, 1, 2]
+    assert "total_llm_calls" in client.get_run(run_id).data.metrics
+
+
+def test_candidate_artifacts(tracked):
+    tmp_path, uri, _, result, _ = tracked
+    client, _, children = runs_by_kind(uri, "amemgym-evolve/exp")
+    mutated = next(c for c in children if c.data.tags["evolve.candidate_id"] == result.best_id)
+    root = Path(client.download_artifacts(mutated.info.run_id, "", str(tmp_path / "dl")))
+    assert (
+        (root / "components" / "use.txt")
+        .read_text()
+        .strip()
+        .endswith(MARKER + ": always answer from the most recent memory.")
+    )
+    diff = (root / "diffs" / "use.diff").read_text()
+    assert diff.startswith("--- g00-c0/use") and f"+{''}" in diff and MARKER in diff
+    assert (root / "policy" / "policy.json").is_file()
+    table = (root / "scores" / "train_per_period.csv").read_text().splitlines()
+    assert table[0].startswith("period,accuracy,memory_score") and len(table) == 4
+    assert "cause:" in (root / "feedback.txt").read_text()
+    assert (root / "scores" / "heldout_per_period.csv").is_file()
+
+
+def test_resume_continues_the_same_parent_run_without_duplicates(tracked):
+    tmp_path, uri, spec_path, _, _ = tracked
+    world = World()
+    tracked_run(tmp_path, world, spec_path, uri)
+    assert world.calls()["agent"] == 0
+    _, parents, children = runs_by_kind(uri, "amemgym-evolve/exp")
+    assert len(parents) == 1
+    ids = [c.data.tags["evolve.candidate_id"] for c in children]
+    assert len(ids) == len(set(ids))
+
+
+def test_instruction_diff_is_a_unified_diff():
+    diff = instruction_diff("a\nb\n", "a\nc\n", "use", "p", "c")
+    assert diff.splitlines()[:2] == ["--- p/use", "+++ c/use"]
+    assert "-b" in diff and "+c" in diff
+    assert instruction_diff("same", "same", "use", "p", "c") == "(no change in use)\n"
+
+
+def test_no_api_key_in_mlflow_runs_or_bundles(tmp_path, monkeypatch):
+    """A configured hosted endpoint's key must appear in no param, tag, metric or artifact."""
+    from evolve.export import export_policy
+
+    monkeypatch.setenv("EVOLVE_TEST_SECRET_KEY", SECRET)
+    endpoint = EndpointConfig(
+        model="gpt-4.1-mini",
+        base_url="https://api.example.com/v1",
+        api_key_env="EVOLVE_TEST_SECRET_KEY",
+    )
+    spec_path = write_spec(
+        tmp_path,
+        body="""
+            [llm.agent]
+            model = "gpt-4.1-mini"
+            base_url = "https://api.example.com/v1"
+            api_key_env = "EVOLVE_TEST_SECRET_KEY"
+        """,
+        tracking='experiment_name = "secret-scan"',
+    )
+    world = World()
+    # RoleLMs as open_role_lms builds them: endpoints described (key masked) next to the LMs;
+    # the agent LM even carries the key like a real dspy.LM would.
+    world.agent.kwargs["api_key"] = SECRET
+    lms = RoleLMs.from_lms(
+        simulator=world.simulator,
+        agent=world.agent,
+        reflector=world.reflector,
+        endpoints={"agent": endpoint.describe()},
+    )
+    world.lms = lms
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    result, _ = tracked_run(tmp_path, world, spec_path, uri)
+    export = export_policy(
+        str(spec_path), tmp_path / "exported", runs_dir=tmp_path / "runs", tracking_uri=uri
+    )
+    assert export.registered_version is not None and result.best_id
+
+    client, parents, children = runs_by_kind(uri, "secret-scan")
+    for run in [*parents, *children]:
+        data = run.data
+        texts = [*data.params.keys(), *data.params.values(), *data.tags.keys(), *data.tags.values()]
+        texts += list(data.metrics)
+        assert not any(SECRET in text or "VERYSECRET" in text for text in texts)
+    scanned = 0
+    for root in (tmp_path / "mlruns", tmp_path / "runs", tmp_path / "exported"):
+        for path in root.rglob("*"):
+            if path.is_file():
+                content = path.read_bytes()
+                assert b"VERYSECRET" not in content, path
+                scanned += 1
+    assert scanned > 20
+    assert (tmp_path / "mlruns" / "mlflow.db").is_file()
+
+
+def test_scripted_lm_is_a_real_lm_double():
+    # Guard for the secret test above: the scripted LM keeps kwargs like a dspy.LM does.
+    lm = ScriptedLM(lambda call: {})
+    lm.kwargs["api_key"] = "x"
+    assert lm.kwargs["api_key"] == "x"
