@@ -17,7 +17,7 @@ from dspy.utils.exceptions import LMError
 from evolve.errors import ToolkitError
 from memory_policies.errors import PolicyError
 
-COMMAND_MODULES = ["doctor", "env", "eval", "run", "compare", "export"]
+COMMAND_MODULES = ["doctor", "env", "eval", "run", "compare", "export", "tune"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -12,12 +12,14 @@ from pathlib import Path
 from evolve.errors import ConfigError
 from evolve.optimize import ExperimentStore, format_lineage, format_table, plot_scores
 from evolve.optimize.store import experiment_dir_for
+from evolve.tuning.report import render_tuning_dir, tuning_dir_for
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "compare",
-        help="show an experiment's generations, the best lineage, and plot its scores",
+        help="show an experiment's generations, the best lineage, and plot its scores "
+        "(or a tuning study's trials)",
         description="Print one row per generation (best and mean train score, held-out score "
         "of the best, write/read/utilization failure rates, tokens) and the lineage of the "
         "best policy (by held-out score).",
@@ -33,9 +35,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_compare(args: argparse.Namespace) -> int:
+    # A tuning study (`evolve tune`) first: its spec has a [tuning] table that the
+    # evolution spec loader rejects.
+    tuning_directory = tuning_dir_for(args.experiment, args.runs_dir)
+    if tuning_directory is not None:
+        if args.plot is not None:
+            raise ConfigError("--plot draws evolution experiments; a tuning study has no plot")
+        print(render_tuning_dir(tuning_directory))
+        return 0
     directory = experiment_dir_for(args.experiment, args.runs_dir)
     if directory is None or not (directory / "experiment.json").is_file():
-        known = sorted(p.parent.name for p in Path(args.runs_dir).glob("*/experiment.json"))
+        known = sorted(
+            p.parent.name
+            for pattern in ("*/experiment.json", "*/tuning.json")
+            for p in Path(args.runs_dir).glob(pattern)
+        )
         raise ConfigError(
             f"no experiment {args.experiment!r} under {args.runs_dir}/ (known: "
             f"{', '.join(known) or 'none'}); pass a spec file, an experiment name or directory"

@@ -101,9 +101,10 @@ class EmbeddedServer:
             "--n_threads_batch", str(threads),
             # Only the last token's logits are needed for sampling; all-token logits cost time.
             "--logits_all", "false",
-            # Keep KV states of earlier prompts so a shared prefix is not prefilled again.
-            "--cache", "true",
-            "--cache_type", "ram",
+            # No RAM state cache: each saved state also copies a 300 MB logits buffer that the
+            # cache's size limit does not count (a 1-hour run grew the server past 20 GB).
+            # llama.cpp still reuses the KV of the previous prompt's common prefix.
+            "--cache", "false",
             "--verbose", "false",
         ]  # fmt: skip
         self.log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,215 @@
+"""`evolve tune SPEC.toml`: an Optuna study over a policy's numeric parameters.
+
+Validates the whole spec before any LLM call, opens the LMs of its `[llm]` table (command-line
+LLM flags override it), runs trials until the study holds the requested number (pruning per
+period), evaluates the best setting on the held-out users, prints the trial table and the
+best parameters (the Pareto front with a cost objective), and tracks everything in MLflow.
+Rerunning resumes the study; more workers on other machines can join it with `--worker`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+
+from tqdm import tqdm
+
+from evolve.llm import add_llm_arguments, llm_config_from_args, open_role_lms
+from evolve.simulator.metrics import MetricSummary
+from evolve.simulator.runner import ProgressSink
+from evolve.tuning import (
+    HeldoutRecord,
+    TrialRecord,
+    TuneProgress,
+    format_result,
+    load_tune_spec,
+    resolve_tuning,
+    run_tuning,
+    study_tracker_for,
+)
+from evolve.tuning.spec import parameter_slug
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "tune",
+        help="tune update_every / short_term_len / top_k with an Optuna study",
+        description="Evaluate a policy on-policy on the train users for each trial's numeric "
+        "parameters, prune weak trials after each period, check the best setting on the "
+        "held-out users, and track every trial in MLflow. Rerunning resumes the study; "
+        "several workers (processes or machines) can share one study storage.",
+    )
+    parser.add_argument("spec", type=Path, help="tuning spec, e.g. experiments/tune_quick.toml")
+    parser.add_argument(
+        "--runs-dir", type=Path, default=Path("runs"), help="where runs/<name>/ lives (runs)"
+    )
+    parser.add_argument("--trials", type=int, help="finished trials wanted (default: the spec's)")
+    parser.add_argument(
+        "--storage",
+        help="Optuna storage URL (default: the spec's, else sqlite:///mlruns/optuna.db)",
+    )
+    parser.add_argument("--study-name", help="study name (default: the spec's, else its name)")
+    parser.add_argument(
+        "--worker",
+        action="store_true",
+        help="an extra worker: run trials only (the main invocation does the held-out check)",
+    )
+    parser.add_argument(
+        "--fail-running",
+        action="store_true",
+        help="first mark RUNNING trials failed (a killed worker on a journal storage); only "
+        "when no other worker of the study is active",
+    )
+    parser.add_argument(
+        "--upper-bound-cache",
+        type=Path,
+        help="directory caching upper-bound answers (default <cache dir>/upper_bound)",
+    )
+    parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: the spec's)")
+    parser.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
+    parser.add_argument(
+        "--no-progress", action="store_true", help="no progress bars (e.g. in CI logs)"
+    )
+    add_llm_arguments(parser)
+    parser.set_defaults(handler=run_tune)
+
+
+def run_tune(args: argparse.Namespace) -> int:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # our own lines say the same
+    spec = load_tune_spec(args.spec)
+    # Everything checkable is checked before the embedded server starts or any LLM call.
+    resolved = resolve_tuning(
+        spec, trials=args.trials, storage=args.storage, study_name=args.study_name
+    )
+    llm_config = llm_config_from_args(args, base=spec.llm)
+    tracker = study_tracker_for(spec, tracking_uri=args.tracking_uri, enabled=not args.no_tracking)
+    experiment = resolved.experiment
+    tuning = spec.tuning
+    print(
+        f"study {resolved.study_name}: {experiment.environment_description}; "
+        f"{len(experiment.train.items)} train / {len(experiment.heldout.items)} held-out users; "
+        f"policy {experiment.base_policy.kind}; {resolved.trials} trials, sampler "
+        f"{tuning.sampler}, pruner {tuning.pruner.kind}; objective "
+        f"{' + '.join(tuning.objectives)}; space "
+        + ", ".join(f"{name}={values}" for name, values in resolved.space.items()),
+        file=sys.stderr,
+    )
+    for note in resolved.notes:
+        print(f"warning: {note}", file=sys.stderr)
+    progress = _Bars(enabled=not args.no_progress)
+    with open_role_lms(llm_config) as lms:
+        try:
+            result = run_tuning(
+                resolved,
+                lms,
+                runs_dir=args.runs_dir,
+                tracker=tracker,
+                progress=progress,
+                upper_bound_cache=args.upper_bound_cache,
+                worker_only=args.worker,
+                fail_running=args.fail_running,
+            )
+        finally:
+            progress.close()
+    print(format_result(result))
+    print(f"\ntrial directories: {(args.runs_dir / spec.name).resolve()}")
+    if not args.no_tracking and spec.tracking.enabled:
+        print(
+            f"MLflow: experiment {spec.mlflow_experiment_name()!r} at "
+            f"{args.tracking_uri or spec.tracking_uri()} (mlflow ui --backend-store-uri ...)"
+        )
+    return 0
+
+
+class _Bars(TuneProgress):
+    """tqdm bars: trials of the study, then per evaluation the user-periods and LLM calls."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self._lock = threading.Lock()
+        self.trials: tqdm | None = None
+        self.units: tqdm | None = None
+
+    def _bar(self, **kwargs) -> tqdm:
+        return tqdm(disable=not self.enabled, file=sys.stderr, dynamic_ncols=True, **kwargs)
+
+    def _write(self, text: str) -> None:
+        if self.enabled:
+            tqdm.write(text, file=sys.stderr)
+        else:
+            print(text, file=sys.stderr)
+
+    def stage(self, text: str) -> None:
+        self._write(f"... {text}")
+
+    def study_opened(self, *, requested: int, finished: int, running: int) -> None:
+        more = f", {running} running elsewhere" if running else ""
+        self._write(f"... study holds {finished}/{requested} finished trials{more}")
+        self.trials = self._bar(total=requested, initial=min(finished, requested), desc="trials")
+
+    def trial_started(self, number: int, parameters: Mapping[str, int]) -> None:
+        self._write(f"    trial {number}: {parameter_slug(dict(parameters))}")
+
+    def trial_reported(self, number: int, period: int, value: float, objective: str) -> None:
+        if self.units is not None:
+            with self._lock:
+                self.units.set_postfix_str(f"period {period}: {objective} {value:.3f}")
+
+    def trial_finished(self, record: TrialRecord) -> None:
+        value = record.values[0] if record.values else None
+        shown = "-" if value is None else f"{value:.3f}"
+        text = f"    trial {record.number} {record.state}: {record.objective_used or ''} {shown}"
+        if record.state == "pruned" and record.last_period is not None:
+            text += f" (after period {record.last_period})"
+        if record.state == "failed" and record.note:
+            text += f" ({record.note[:120]})"
+        self._write(text)
+        if self.trials is not None and record.finished:
+            self.trials.update(1)
+
+    def heldout_finished(self, record: HeldoutRecord) -> None:
+        self._write(
+            f"    held-out {parameter_slug(record.parameters)}: {record.objective_used} "
+            f"{record.score:.3f} (accuracy {record.metrics.get('accuracy', 0.0):.3f})"
+        )
+
+    def evaluation_started(self, label: str) -> ProgressSink | None:
+        bars = self
+
+        class Sink(ProgressSink):
+            def run_started(self, *, users: int, periods: int, finished_units: int) -> None:
+                with bars._lock:
+                    if bars.units is not None:
+                        bars.units.close()
+                    bars.units = bars._bar(
+                        total=users * periods,
+                        initial=finished_units,
+                        desc=label,
+                        unit="user-period",
+                        position=1,
+                        leave=False,
+                    )
+
+            def unit_finished(self, user_id: str, period_index: int, *, resumed: bool) -> None:
+                if not resumed:
+                    with bars._lock:
+                        if bars.units is not None:
+                            bars.units.update(1)
+
+            def llm_calls(self, total: int) -> None:
+                pass
+
+            def period_finished(self, period_index: int, summary: MetricSummary) -> None:
+                pass
+
+        return Sink()
+
+    def close(self) -> None:
+        for bar in (self.units, self.trials):
+            if bar is not None:
+                bar.close()

@@ -1,0 +1,168 @@
+"""Outcomes of a tuning study as data: one record per trial, held-out checks, the result.
+
+Records are rebuilt from the Optuna storage (trial states, parameters, values and the user
+attributes the worker sets), so every worker of a shared study reports the same study.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+from pydantic import BaseModel, ConfigDict, Field
+
+# User attributes a worker sets on each trial (JSON values in the Optuna storage).
+ATTR_METRICS = "evolve.metrics"
+ATTR_OBJECTIVE_USED = "evolve.objective_used"
+ATTR_PERIODS = "evolve.periods"
+ATTR_RUN_DIR = "evolve.run_dir"
+ATTR_MLFLOW_RUN = "evolve.mlflow_run_id"
+ATTR_WALL_TIME = "evolve.wall_time_s"
+ATTR_LLM_CALLS = "evolve.llm_calls"
+ATTR_TOKENS = "evolve.tokens"
+ATTR_NOTE = "evolve.note"
+ATTR_SURPLUS = "evolve.surplus"
+ATTR_STOPPED = "evolve.stopped"
+ATTR_WORKER = "evolve.worker"
+ATTR_SEED = "evolve.seed"
+
+TrialOutcome = Literal["complete", "pruned", "failed", "running", "waiting", "surplus"]
+
+
+class TrialRecord(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    number: int
+    state: TrialOutcome
+    parameters: dict[str, int]
+    values: list[float] | None = Field(
+        default=None, description="Objective values; a pruned trial has its last reported one."
+    )
+    objective_used: str | None = Field(
+        default=None, description="memory_score, or accuracy where the memory score is undefined."
+    )
+    periods: dict[int, float] = Field(
+        default_factory=dict, description="Value reported after each period (pruning input)."
+    )
+    metrics: dict[str, float] = Field(
+        default_factory=dict, description="Train metrics (MetricSummary.flat_metrics)."
+    )
+    run_dir: str | None = None
+    mlflow_run_id: str | None = None
+    wall_time_s: float | None = None
+    llm_calls: int = 0
+    tokens: int = 0
+    note: str | None = None
+    seed: int | None = None
+
+    @property
+    def last_period(self) -> int | None:
+        return max(self.periods) if self.periods else None
+
+    @property
+    def finished(self) -> bool:
+        return self.state in ("complete", "pruned")
+
+
+class HeldoutRecord(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    label: str = Field(description="best, pareto or base")
+    trial: int | None = None
+    parameters: dict[str, int]
+    score: float
+    objective_used: str
+    metrics: dict[str, float]
+    run_dir: str
+
+
+class TuningResult(BaseModel):
+    name: str
+    study_name: str
+    storage: str = Field(description="Storage URL without credentials.")
+    config_hash: str
+    objectives: list[str]
+    sampler: str
+    pruner: str
+    requested_trials: int
+    space: dict[str, list[int]]
+    base_parameters: dict[str, int] = Field(default_factory=dict)
+    trials: list[TrialRecord]
+    best: list[int] = Field(
+        default_factory=list,
+        description="Best trial (single objective) or the Pareto front (two objectives).",
+    )
+    heldout: list[HeldoutRecord] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+    complete: bool = False
+    stopped: str | None = None
+
+    def trial(self, number: int) -> TrialRecord:
+        for record in self.trials:
+            if record.number == number:
+                return record
+        raise KeyError(number)
+
+    def count(self, state: str) -> int:
+        return sum(record.state == state for record in self.trials)
+
+    @property
+    def finished_trials(self) -> int:
+        return sum(record.finished for record in self.trials)
+
+    @property
+    def best_parameters(self) -> dict[str, int] | None:
+        return self.trial(self.best[0]).parameters if self.best else None
+
+    @property
+    def multi_objective(self) -> bool:
+        return len(self.objectives) > 1
+
+
+_STATES: dict[TrialState, TrialOutcome] = {
+    TrialState.COMPLETE: "complete",
+    TrialState.PRUNED: "pruned",
+    TrialState.FAIL: "failed",
+    TrialState.RUNNING: "running",
+    TrialState.WAITING: "waiting",
+}
+
+
+def trial_record(trial: FrozenTrial) -> TrialRecord:
+    attrs: dict[str, Any] = trial.user_attrs
+    state = _STATES[trial.state]
+    if state == "failed" and attrs.get(ATTR_SURPLUS):
+        state = "surplus"
+    periods = {int(k): float(v) for k, v in (attrs.get(ATTR_PERIODS) or {}).items()}
+    values = list(trial.values) if trial.values is not None else None
+    return TrialRecord(
+        number=trial.number,
+        state=state,
+        parameters={name: int(value) for name, value in trial.params.items()},
+        values=values,
+        objective_used=attrs.get(ATTR_OBJECTIVE_USED),
+        periods=periods,
+        metrics={k: float(v) for k, v in (attrs.get(ATTR_METRICS) or {}).items()},
+        run_dir=attrs.get(ATTR_RUN_DIR),
+        mlflow_run_id=attrs.get(ATTR_MLFLOW_RUN),
+        wall_time_s=attrs.get(ATTR_WALL_TIME),
+        llm_calls=int(attrs.get(ATTR_LLM_CALLS) or 0),
+        tokens=int(attrs.get(ATTR_TOKENS) or 0),
+        note=attrs.get(ATTR_NOTE) or attrs.get(ATTR_STOPPED),
+        seed=attrs.get(ATTR_SEED),
+    )
+
+
+def trial_records(study: optuna.Study) -> list[TrialRecord]:
+    return [trial_record(t) for t in study.get_trials(deepcopy=False)]
+
+
+def best_trial_numbers(study: optuna.Study) -> list[int]:
+    """The best complete trial, or the Pareto front of complete trials (two objectives)."""
+    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    if not complete:
+        return []
+    if len(study.directions) > 1:
+        return sorted(t.number for t in study.best_trials)
+    return [study.best_trial.number]

@@ -1,0 +1,509 @@
+"""Tuning specs: one TOML file describes an Optuna study over a policy's numeric parameters.
+
+A tuning spec shares the experiment spec's tables (`[environment]`, `[episode]`, `[policy]`,
+`[budget]`, `[tracking]`, `[llm]`, `seed`, `concurrency`; see `evolve.config`) and adds a
+`[tuning]` table: the search space, the number of trials, the sampler, the pruner, the
+objective(s) and where the study is stored. `resolve_tuning()` checks everything that can be
+checked without an LLM before the first call. See `experiments/tune_quick.toml`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from evolve.config import (
+    _NAME_PATTERN,
+    BudgetSpec,
+    EnvironmentSpec,
+    EpisodeSpec,
+    ExperimentSpec,
+    OptimizerSpec,
+    PolicySpec,
+    ResolvedExperiment,
+    TrackingSpec,
+    resolve,
+)
+from evolve.errors import ConfigError
+from evolve.llm.config import LLMConfig
+from memory_policies.base import PARAMETER_RULES
+
+DEFAULT_STORAGE = "sqlite:///mlruns/optuna.db"
+PRIMARY_OBJECTIVES = ("memory_score", "accuracy")
+COST_OBJECTIVE = "tokens"
+# Trials used by the non-grid samplers when `trials` is not given.
+DEFAULT_TRIALS = 20
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class IntRange(_Strict):
+    """Integers `low, low + step, ..., high` (inclusive); TOML: `{ low = 1, high = 8 }`."""
+
+    low: int
+    high: int
+    step: int = Field(default=1, ge=1)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> IntRange:
+        if self.low > self.high:
+            raise ValueError(f"low ({self.low}) must not exceed high ({self.high})")
+        if (self.high - self.low) % self.step:
+            raise ValueError(
+                f"high - low ({self.high} - {self.low}) must be a multiple of step ({self.step}), "
+                "so that high is a value of the range"
+            )
+        return self
+
+    def values(self) -> list[int]:
+        return list(range(self.low, self.high + 1, self.step))
+
+
+ParameterSpace = list[int] | IntRange
+
+
+class NoPrunerSpec(_Strict):
+    kind: Literal["none"] = "none"
+
+
+class MedianPrunerSpec(_Strict):
+    """Prune when the running score is below the median of earlier trials at that period."""
+
+    kind: Literal["median"] = "median"
+    # Optuna's default (5) never prunes a study of a handful of trials.
+    n_startup_trials: int = Field(default=2, ge=0, description="Trials finished before pruning.")
+    n_warmup_steps: int = Field(default=0, ge=0, description="Periods before pruning starts.")
+    interval_steps: int = Field(default=1, ge=1)
+    n_min_trials: int = Field(default=1, ge=1, description="Trials reported at a period, at least.")
+
+
+class SuccessiveHalvingPrunerSpec(_Strict):
+    """Asynchronous successive halving: rungs at periods min_resource * reduction_factor^k."""
+
+    kind: Literal["successive_halving"] = "successive_halving"
+    min_resource: int | Literal["auto"] = Field(default=1)
+    reduction_factor: int = Field(default=2, ge=2)
+    min_early_stopping_rate: int = Field(default=0, ge=0)
+    bootstrap_count: int = Field(default=0, ge=0)
+
+    @field_validator("min_resource")
+    @classmethod
+    def _positive(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and value < 1:
+            raise ValueError(f"min_resource must be at least 1 or 'auto', got {value}")
+        return value
+
+
+class WilcoxonPrunerSpec(_Strict):
+    """Wilcoxon signed-rank test of this trial's per-period scores against the best trial's.
+
+    Each period is an "instance": the value reported at a period is that period's own score,
+    not the running one (the test needs paired, per-instance values).
+    """
+
+    kind: Literal["wilcoxon"] = "wilcoxon"
+    p_threshold: float = Field(default=0.1, gt=0.0, le=1.0)
+    n_startup_steps: int = Field(default=2, ge=0)
+
+
+PrunerSpec = Annotated[
+    NoPrunerSpec | MedianPrunerSpec | SuccessiveHalvingPrunerSpec | WilcoxonPrunerSpec,
+    Field(discriminator="kind"),
+]
+PRUNER_KINDS = ("none", "median", "successive_halving", "wilcoxon")
+
+
+class TuningSpec(_Strict):
+    """The `[tuning]` table."""
+
+    parameters: dict[str, ParameterSpace] = Field(
+        description="Search space: a list of values (e.g. the paper's grid) or an integer "
+        "range { low, high, step } per parameter."
+    )
+    trials: int | None = Field(
+        default=None,
+        ge=1,
+        description=f"Finished trials wanted in the study; default: the grid size (grid), "
+        f"else {DEFAULT_TRIALS}.",
+    )
+    sampler: Literal["tpe", "random", "grid"] = "tpe"
+    tpe_startup_trials: int = Field(
+        default=4, ge=0, description="TPE: random trials before the model is used."
+    )
+    pruner: PrunerSpec = Field(default_factory=NoPrunerSpec)
+    objectives: list[str] = Field(
+        default_factory=lambda: ["memory_score"],
+        description='"memory_score" or "accuracy" (maximized), optionally followed by "tokens" '
+        "(minimized): a multi-objective study with a Pareto front.",
+    )
+    storage: str | None = Field(
+        default=None,
+        description=f"Optuna storage URL; default {DEFAULT_STORAGE} (relative to the cwd). "
+        "Any RDB URL (postgresql://, mysql://), or journal:PATH for a journal file.",
+    )
+    study_name: str | None = Field(default=None, description="Default: the spec's name.")
+    load_if_exists: bool = Field(
+        default=True, description="Resume (and share) an existing study of that name."
+    )
+    heldout: Literal["best", "best_and_base", "none"] = Field(
+        default="best",
+        description="Evaluate the best parameters (and the base policy's) on the held-out users.",
+    )
+    heldout_max_trials: int = Field(
+        default=3, ge=1, description="Multi-objective: Pareto-front trials checked on held-out."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _pruner_shorthand(cls, data: Any) -> Any:
+        # `pruner = "median"` is the short form of `[tuning.pruner] kind = "median"`.
+        if isinstance(data, dict) and isinstance(data.get("pruner"), str):
+            data = {**data, "pruner": {"kind": data["pruner"]}}
+        return data
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TuningSpec:
+        if not self.parameters:
+            raise ValueError(
+                "parameters: name at least one parameter to tune, e.g. update_every = [2, 4, 8]"
+            )
+        for name, space in self.parameters.items():
+            if name not in PARAMETER_RULES:
+                raise ValueError(
+                    f"parameters.{name}: unknown parameter; tunable: {', '.join(PARAMETER_RULES)}"
+                )
+            values = space.values() if isinstance(space, IntRange) else list(space)
+            if not values:
+                raise ValueError(f"parameters.{name}: give at least one value")
+            if len(set(values)) != len(values):
+                raise ValueError(f"parameters.{name}: a value is listed twice: {values}")
+            minimum, meaning = PARAMETER_RULES[name]
+            if min(values) < minimum:
+                raise ValueError(
+                    f"parameters.{name}: {min(values)} is below the smallest valid value "
+                    f"{minimum} ({meaning})"
+                )
+        if not 1 <= len(self.objectives) <= 2 or self.objectives[0] not in PRIMARY_OBJECTIVES:
+            raise ValueError(
+                f'objectives must be ["memory_score"] or ["accuracy"], optionally followed by '
+                f'"{COST_OBJECTIVE}", got {self.objectives}'
+            )
+        if len(self.objectives) == 2 and self.objectives[1] != COST_OBJECTIVE:
+            raise ValueError(
+                f'the second objective can only be "{COST_OBJECTIVE}" (minimized), '
+                f"got {self.objectives[1]!r}"
+            )
+        if self.sampler == "grid" and self.trials is not None and self.trials > self.grid_size():
+            raise ValueError(
+                f"trials = {self.trials} exceeds the {self.grid_size()} points of the grid; "
+                'lower trials (or leave it out: the whole grid) or use sampler = "tpe"'
+            )
+        return self
+
+    def values(self, name: str) -> list[int]:
+        space = self.parameters[name]
+        return space.values() if isinstance(space, IntRange) else list(space)
+
+    def grid(self) -> dict[str, list[int]]:
+        return {name: self.values(name) for name in self.parameters}
+
+    def grid_size(self) -> int:
+        size = 1
+        for values in self.grid().values():
+            size *= len(values)
+        return size
+
+    def requested_trials(self) -> int:
+        if self.trials is not None:
+            return self.trials
+        return self.grid_size() if self.sampler == "grid" else DEFAULT_TRIALS
+
+    @property
+    def objective(self) -> str:
+        return self.objectives[0]
+
+    @property
+    def multi_objective(self) -> bool:
+        return len(self.objectives) == 2
+
+
+class TuneSpec(_Strict):
+    name: str = Field(description="Results go to runs/<name>/.")
+    description: str = ""
+    seed: int = 0
+    concurrency: int = Field(default=2, ge=1, description="Users evaluated at the same time.")
+    environment: EnvironmentSpec
+    episode: EpisodeSpec = EpisodeSpec()
+    policy: PolicySpec
+    tuning: TuningSpec
+    budget: BudgetSpec = BudgetSpec()
+    tracking: TrackingSpec = TrackingSpec()
+    llm: LLMConfig = LLMConfig()
+
+    _source: Path | None = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _valid_name(self) -> TuneSpec:
+        if not _NAME_PATTERN.match(self.name):
+            raise ValueError(
+                f"name {self.name!r} must start with a letter or digit and contain only letters, "
+                "digits, '.', '_' and '-' (it names the directory runs/<name>/)"
+            )
+        return self
+
+    @property
+    def source(self) -> Path | None:
+        return self._source
+
+    @property
+    def base_dir(self) -> Path:
+        return self._source.parent if self._source is not None else Path.cwd()
+
+    def study_name(self) -> str:
+        return self.tuning.study_name or self.name
+
+    def storage_url(self) -> str:
+        return self.tuning.storage or DEFAULT_STORAGE
+
+    def mlflow_experiment_name(self) -> str:
+        return self.tracking.experiment_name or f"amemgym-evolve/{self.name}"
+
+    def tracking_uri(self) -> str:
+        from evolve.config import DEFAULT_TRACKING_URI
+
+        return self.tracking.tracking_uri or DEFAULT_TRACKING_URI
+
+    def registered_model_name(self) -> str:
+        return self.tracking.registered_model or self.name
+
+    def as_experiment(self) -> ExperimentSpec:
+        """The experiment spec with the same environment, episode and policy (no optimizer)."""
+        experiment = ExperimentSpec(
+            name=self.name,
+            description=self.description,
+            seed=self.seed,
+            concurrency=self.concurrency,
+            environment=self.environment,
+            episode=self.episode,
+            policy=self.policy,
+            # Nothing to mutate: `resolve` then checks no component against the policy.
+            optimizer=OptimizerSpec(mutate_components=[], feedback="none"),
+            budget=self.budget,
+            tracking=self.tracking,
+            llm=self.llm,
+        )
+        experiment._source = self._source
+        return experiment
+
+
+def load_tune_spec(path: str | Path) -> TuneSpec:
+    """Read and validate a TOML tuning spec; errors name the file and the key path."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(
+            f"tuning spec {str(path)!r} does not exist; pass a TOML file such as "
+            "experiments/tune_quick.toml"
+        ) from None
+    except OSError as error:
+        raise ConfigError(f"cannot read tuning spec {str(path)!r}: {error}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{path}: not valid TOML: {error}") from None
+    if "tuning" not in data and "optimizer" in data:
+        raise ConfigError(
+            f"{path} is an evolution spec ([optimizer], no [tuning] table); run it with "
+            "`evolve run`, or add a [tuning] table (see experiments/tune_quick.toml)"
+        )
+    return tune_spec_from_dict(data, source=path)
+
+
+def tune_spec_from_dict(data: dict[str, Any], source: Path | None = None) -> TuneSpec:
+    label = str(source) if source is not None else "tuning spec"
+    try:
+        spec = TuneSpec.model_validate(data)
+    except ValidationError as error:
+        raise ConfigError(_format_errors(label, error)) from None
+    spec._source = source.resolve() if source is not None else None
+    return spec
+
+
+def is_tuning_spec(path: str | Path) -> bool:
+    """Whether a TOML file has a `[tuning]` table (for commands that accept both kinds)."""
+    try:
+        return "tuning" in tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError):
+        return False
+
+
+_SPACE_EXPECTED = (
+    "expected a list of integers (e.g. [2, 4, 8]) or a range table { low = 1, high = 8, step = 1 }"
+)
+
+
+def _is_tag(part: Any) -> bool:
+    """A location part naming a union alternative, not a key."""
+    from evolve.config import _is_union_tag
+
+    return _is_union_tag(part) or (isinstance(part, str) and ("[" in part or part in PRUNER_KINDS))
+
+
+def _format_errors(label: str, error: ValidationError, limit: int = 4) -> str:
+    """One line per problem: key path, what was wrong, what is expected (valid keys)."""
+    from evolve.config import _model_in
+
+    lines: list[str] = []
+    seen: set[str] = set()
+    details = error.errors()
+    for detail in details:
+        loc = tuple(part for part in detail["loc"] if not _is_tag(part))
+        where = ".".join(str(part) for part in loc) or "(top level)"
+        in_space = len(loc) >= 3 and loc[:2] == ("tuning", "parameters")
+        if in_space and not isinstance(detail.get("input"), dict) and len(loc) == 3:
+            # A parameter's value is a list or a range table; pydantic reports both failures.
+            key = ".".join(map(str, loc))
+            if key not in seen:
+                seen.add(key)
+                lines.append(f"{key}: {_SPACE_EXPECTED} (got {detail.get('input')!r})")
+            continue
+        if in_space and any(isinstance(p, str) and p.startswith("list[") for p in detail["loc"]):
+            continue  # the range-table alternative below says what is wrong with the table
+        if where in seen:
+            continue  # unions report one error per alternative
+        seen.add(where)
+        if detail["type"] == "extra_forbidden":
+            model: Any = TuneSpec
+            for part in loc[:-1]:
+                fields = getattr(model, "model_fields", {})
+                model = _model_in(fields[part].annotation) if part in fields else None
+                if model is None:
+                    break
+            if in_space:
+                valid = ", ".join(IntRange.model_fields)
+            elif loc[:1] == ("tuning",) and len(loc) == 3 and loc[1] == "pruner":
+                valid = "kind and the options of that pruner (see evolve/tuning/spec.py)"
+            else:
+                valid = ", ".join(getattr(model, "model_fields", {})) or "none"
+            table = f"[{'.'.join(map(str, loc[:-1]))}]" if len(loc) > 1 else "the top level"
+            lines.append(f"{where}: unknown key in {table}; valid keys: {valid}")
+        elif detail["type"] == "missing":
+            lines.append(f"{where}: required key is missing")
+        elif detail["type"] == "union_tag_invalid":
+            lines.append(f"{where}: kind must be one of {', '.join(PRUNER_KINDS)}")
+        else:
+            message = detail["msg"].removeprefix("Value error, ")
+            received = detail.get("input")
+            shown = "" if isinstance(received, dict) else f" (got {received!r})"
+            lines.append(f"{where}: {message}{shown}")
+    more = len(lines) - limit
+    return f"{label}: " + "; ".join(lines[:limit]) + (f"; ... and {more} more" if more > 0 else "")
+
+
+# ----- resolution --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ResolvedTuning:
+    """A validated tuning spec with its environment split and base policy built."""
+
+    spec: TuneSpec
+    experiment: ResolvedExperiment
+    space: dict[str, list[int]]
+    trials: int
+    study_name: str
+    storage_url: str
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def base_parameters(self) -> dict[str, int]:
+        return dict(self.experiment.base_policy.parameters())
+
+
+def resolve_tuning(
+    spec: TuneSpec,
+    *,
+    trials: int | None = None,
+    storage: str | None = None,
+    study_name: str | None = None,
+) -> ResolvedTuning:
+    """Load/generate the environment, split users, build the base policy, check the space.
+
+    `trials`, `storage` and `study_name` override the spec (the command's flags).
+    """
+    label = str(spec.source) if spec.source is not None else "tuning spec"
+    experiment = resolve(spec.as_experiment())
+    policy = experiment.base_policy
+    tuning = spec.tuning
+    valid = list(policy.parameters())
+    for name in tuning.parameters:
+        if name not in valid:
+            raise ConfigError(
+                f"{label}: tuning.parameters.{name}: not a parameter of a '{policy.kind}' policy; "
+                f"valid: {valid or 'none'}"
+                + (" (top_k exists for external stores only)" if name == "top_k" else "")
+            )
+    requested = trials if trials is not None else tuning.requested_trials()
+    if requested < 1:
+        raise ConfigError(f"{label}: the number of trials must be at least 1, got {requested}")
+    if tuning.sampler == "grid" and requested > tuning.grid_size():
+        raise ConfigError(
+            f"{label}: {requested} trials exceed the {tuning.grid_size()} points of the grid; "
+            "ask for fewer trials or use the tpe sampler"
+        )
+    notes: list[str] = []
+    if tuning.multi_objective and tuning.pruner.kind != "none":
+        notes.append(
+            f"pruner '{tuning.pruner.kind}' is ignored: Optuna does not prune multi-objective "
+            f"studies (objectives {tuning.objectives}); every trial runs to the end"
+        )
+    if tuning.multi_objective and _cache_on(spec.llm):
+        notes.append(
+            "the tokens objective counts LLM calls actually made; responses served from the "
+            "DSPy cache count 0 tokens, so set cache = false in [llm] (or --no-llm-cache) for a "
+            "fair cost comparison"
+        )
+    space = {name: list(values) for name, values in tuning.grid().items()}
+    return ResolvedTuning(
+        spec=spec,
+        experiment=experiment,
+        space=space,
+        trials=requested,
+        study_name=study_name or spec.study_name(),
+        storage_url=storage or spec.storage_url(),
+        notes=notes,
+    )
+
+
+def _cache_on(config: LLMConfig) -> bool:
+    endpoints = [config.endpoint_for(role) for role in ("simulator", "agent")]
+    return any(
+        endpoint.cache if endpoint is not None else config.embedded.cache for endpoint in endpoints
+    )
+
+
+def parameter_slug(parameters: dict[str, int]) -> str:
+    """A short, file-system-safe name for a parameter setting (e.g. ue4-stl0)."""
+    short = {"update_every": "ue", "short_term_len": "stl", "top_k": "k"}
+    return "-".join(f"{short.get(name, name)}{value}" for name, value in sorted(parameters.items()))
+
+
+def grid_points(space: dict[str, list[int]]) -> list[dict[str, int]]:
+    names = list(space)
+    return [dict(zip(names, values, strict=True)) for values in itertools.product(*space.values())]
