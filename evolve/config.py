@@ -157,6 +157,25 @@ class OptimizerSpec(_Strict):
         description="Evaluate each generation's best on the held-out users, or only the "
         "base and the final best.",
     )
+    parameter_proposer: Literal["random", "optuna"] = Field(
+        default="random",
+        description="Who proposes parameter mutations: random = a seeded step of +-1..2 in one "
+        "parameter; optuna = an Optuna TPE sampler over `parameters` (ask/tell), told every "
+        "evaluated candidate's train score, so later proposals follow what scored well.",
+    )
+    tune_every: int | None = Field(
+        default=None,
+        ge=1,
+        description="After every N-th generation, run a short Optuna study over `parameters` "
+        "on that generation's best candidate; a better setting becomes a 'tuned' candidate "
+        "(parent: that candidate) that is evaluated and competes in selection. None: never.",
+    )
+    tune_trials: int = Field(
+        default=4, ge=1, description="Trials of each tune_every study (each a train evaluation)."
+    )
+    tune_sampler: Literal["tpe", "random", "grid"] = Field(
+        default="tpe", description="Sampler of each tune_every study."
+    )
 
     @model_validator(mode="after")
     def _schedule_fits(self) -> OptimizerSpec:
@@ -169,6 +188,10 @@ class OptimizerSpec(_Strict):
                     "selection",
                     "parameters",
                     "parameter_mutation_rate",
+                    "parameter_proposer",
+                    "tune_every",
+                    "tune_trials",
+                    "tune_sampler",
                 }
                 & self.model_fields_set
             )
@@ -178,6 +201,19 @@ class OptimizerSpec(_Strict):
                     "instruction mutation after each period); remove them or use schedule = "
                     '"population"'
                 )
+        tunable = [name for name, bounds in self.parameters.items() if bounds.low < bounds.high]
+        if self.tune_every is not None and not tunable:
+            raise ValueError(
+                f"tune_every = {self.tune_every} tunes numeric parameters, but "
+                "[optimizer.parameters] has none with low < high; add one (e.g. update_every = "
+                "{ low = 1, high = 8 }) or remove tune_every"
+            )
+        if self.parameter_proposer == "optuna" and not tunable:
+            raise ValueError(
+                'parameter_proposer = "optuna" proposes numeric parameters, but '
+                "[optimizer.parameters] has none with low < high; add one (e.g. update_every = "
+                "{ low = 1, high = 8 }) or remove parameter_proposer"
+            )
         if len(set(self.mutate_components)) != len(self.mutate_components):
             raise ValueError(
                 f"'mutate_components' lists a component twice: {self.mutate_components}"
@@ -271,10 +307,17 @@ class ExperimentSpec(_Strict):
         by the loop) and the number of generations are left out, so a run can be continued
         with a larger budget or more generations.
         """
+        # Defaults are left out so that adding an option (with a default) to the spec format
+        # does not make every earlier experiment directory refuse to resume.
         data = self.model_dump(
-            mode="json", exclude={"budget", "concurrency", "tracking", "llm", "description"}
+            mode="json",
+            exclude={"budget", "concurrency", "tracking", "llm", "description"},
+            exclude_defaults=True,
         )
-        data["optimizer"].pop("generations", None)
+        optimizer = data.pop("optimizer", {})
+        optimizer.pop("generations", None)
+        if optimizer:
+            data["optimizer"] = optimizer
         return data
 
 

@@ -175,3 +175,11 @@ def test_identity_ignores_budget_tracking_concurrency_and_generations():
     assert one.identity() == two.identity()
     three = spec_from_dict(base_spec(optimizer={"feedback": "question_only"}))
     assert one.identity() != three.identity()
+
+
+def test_identity_is_stable_when_the_spec_format_gains_an_option_with_a_default():
+    # An option left at its default is not part of the identity, so experiment directories
+    # made before the option existed still resume.
+    plain = spec_from_dict(base_spec())
+    explicit_default = spec_from_dict(base_spec(optimizer={"feedback": "complete"}))
+    assert plain.identity() == explicit_default.identity()

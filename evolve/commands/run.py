@@ -58,6 +58,12 @@ def run_command(args: argparse.Namespace) -> int:
         f"base policy {resolved.base_policy.kind}; schedule {spec.optimizer.schedule}",
         file=sys.stderr,
     )
+    optimizer = spec.optimizer
+    if optimizer.parameter_proposer == "optuna" or optimizer.tune_every is not None:
+        import optuna
+
+        # Optuna's per-trial INFO lines would break the progress bars; ours report the same.
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
     progress = _Bars(enabled=not args.no_progress)
     with open_role_lms(llm_config) as lms:
         try:

@@ -17,6 +17,15 @@ Two schedules:
   candidate (generation = the period from which it is in effect); the base and the final
   policy (or every step) are also evaluated on held-out users from scratch.
 
+Optuna in the population schedule (spec options): with `parameter_proposer = "optuna"` the
+parameter mutations are asked from an Optuna sampler told every evaluated candidate's score
+(`evolve.tune.OptunaParameterProposer`); with `tune_every = N`, after every N-th generation a
+short study (`evolve.tune.tune_best_candidate`, `tune_trials` trials) tunes the numeric
+parameters of the generation's best child, and a better setting becomes a *tuned* candidate of
+that generation, evaluated and selected like the others. The study's trials live under
+`tuning/gen_NN/` (resumable); its outcome is stored there (`outcome.json`) once finished and
+never recomputed.
+
 The simulated user is never mutated: it is not part of a policy. Every unit (a candidate's
 proposal, its evaluation on a split, a generation) is stored when finished and never
 recomputed (`store`); the budget is checked before each unit and at every period barrier.
@@ -24,13 +33,17 @@ recomputed (`store`); the budget is checked before each unit and at every period
 
 from __future__ import annotations
 
+import os
 import random
+import shutil
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from evolve.config import ExperimentSpec, ResolvedExperiment, resolve
+from pydantic import BaseModel, ConfigDict, Field
+
+from evolve.config import BudgetSpec, ExperimentSpec, ResolvedExperiment, resolve
 from evolve.llm import RoleLMs
 from evolve.optimize.feedback import build_feedback, load_period_results
 from evolve.optimize.parameters import ParameterProposer, RandomStepProposer
@@ -50,6 +63,7 @@ from evolve.optimize.store import ExperimentStore, Spend
 from evolve.simulator.metrics import MetricSummary, summarize_periods
 from evolve.simulator.records import PeriodResult, UserResult
 from evolve.simulator.runner import EvaluationReport, ProgressSink, run_evaluation
+from evolve.simulator.storage import atomic_write_json, atomic_write_text, read_json
 from evolve.simulator.user import derive_seed
 from evolve.tracking import ExperimentTracker, NullTracker, TrackingContext
 
@@ -150,10 +164,49 @@ def run_experiment(
         runs_dir=Path(runs_dir),
         tracker=tracker or NullTracker(),
         progress=progress or LoopProgress(),
-        proposer=proposer or RandomStepProposer(),
+        proposer=proposer or default_proposer(resolved.spec),
         upper_bound_cache=Path(upper_bound_cache) if upper_bound_cache else None,
     )
     return evolution.run()
+
+
+def default_proposer(spec: ExperimentSpec) -> ParameterProposer:
+    """The parameter proposer the spec asks for (`optimizer.parameter_proposer`)."""
+    if spec.optimizer.parameter_proposer == "optuna":
+        # Imported here: evolve.tuning builds on this module (Budget, objective_value).
+        from evolve.tuning.evolution import OptunaParameterProposer
+
+        return OptunaParameterProposer(spec.optimizer.parameters, seed=spec.seed)
+    return RandomStepProposer()
+
+
+class TuningOutcome(BaseModel):
+    """A finished `tune_every` study of one generation, stored so it is never rerun."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    generation: int
+    tuned_from: str = Field(description="The candidate whose parameters were tuned.")
+    seed: int
+    sampler: str
+    requested_trials: int
+    best_parameters: dict[str, int] | None = Field(
+        default=None, description="Full parameter mapping of the best trial; None: none completed."
+    )
+    best_value: float | None = None
+    objective_used: str | None = None
+    best_run_dir: str | None = Field(
+        default=None, description="The best trial's runner directory, relative to the experiment."
+    )
+    llm_calls: int = 0
+    tokens: int = 0
+    trials: list[dict[str, Any]] = Field(default_factory=list, description="TrialRecord dumps.")
+
+
+def _record_order(record: CandidateRecord) -> tuple[int, int, str]:
+    """Generation, then the candidate index as a number (g01-c10 after g01-c2)."""
+    _, _, index = record.id.rpartition("-c")
+    return (record.generation, int(index) if index.isdigit() else -1, record.id)
 
 
 class _ChainPolicy:
@@ -230,7 +283,9 @@ class _Evolution:
                 registered_model=self.spec.registered_model_name(),
             )
         )
-        for record in self.records.values():
+        # Replayed in evaluation order, so a stateful proposer (an Optuna study) rebuilds the
+        # history it had when the run stopped.
+        for record in sorted(self.records.values(), key=_record_order):
             if record.train is not None:
                 self.proposer.observe(record.parameters, record.train.score)
         stopped: str | None = None
@@ -443,6 +498,13 @@ class _Evolution:
                 for record in proposed
                 if record.status in (CandidateStatus.PROPOSED, CandidateStatus.EVALUATED)
             ]
+            if optimizer.tune_every is not None and generation % optimizer.tune_every == 0:
+                target = best_of(evaluated, "train") or best_of(population, "train")
+                tuned = self._tuned(generation, target) if target is not None else None
+                if tuned is not None:
+                    proposed.append(tuned)
+                    if tuned.status in (CandidateStatus.PROPOSED, CandidateStatus.EVALUATED):
+                        evaluated.append(self._evaluate(tuned, "train"))
             population = select_population(
                 [*(self.records[r.id] for r in population), *evaluated],
                 optimizer.population_size,
@@ -489,11 +551,18 @@ class _Evolution:
         tokens = sum(r.reflection_tokens for r in proposed)
         wall = 0.0
         for r in evaluated:
-            for split_scores in (r.train, r.heldout):
-                if split_scores is not None:
-                    calls += split_scores.summary.llm_calls
-                    tokens += split_scores.summary.tokens
-                    wall += split_scores.wall_time_s
+            for split, split_scores in (("train", r.train), ("heldout", r.heldout)):
+                if split_scores is None:
+                    continue
+                wall += split_scores.wall_time_s
+                if split == "train" and self._reused_trial_file(r.id).exists():
+                    continue  # its train run is the tuning study's best trial, counted below
+                calls += split_scores.summary.llm_calls
+                tokens += split_scores.summary.tokens
+        outcome = self._load_tuning(generation)
+        if outcome is not None:
+            calls += outcome.llm_calls
+            tokens += outcome.tokens
         return GenerationRecord(
             generation=generation,
             candidate_ids=list(proposed_ids),
@@ -518,6 +587,177 @@ class _Evolution:
                 self.store.save_generation(
                     stored.model_copy(update={"best_heldout_score": best.heldout.score})
                 )
+
+    # ----- tune_every: a short Optuna study on a generation's best --------------------------
+
+    def _tuning_dir(self, generation: int) -> Path:
+        return self.store.root / "tuning" / f"gen_{generation:02d}"
+
+    def _load_tuning(self, generation: int) -> TuningOutcome | None:
+        path = self._tuning_dir(generation) / "outcome.json"
+        return TuningOutcome.model_validate(read_json(path)) if path.exists() else None
+
+    def _reused_trial_file(self, cid: str) -> Path:
+        return self.store.candidate_dir(cid) / "train_from_trial.txt"
+
+    def _tuned(self, generation: int, target: CandidateRecord) -> CandidateRecord | None:
+        """The tuned candidate of `generation` (stored, not yet evaluated), or None when the
+        study found nothing better than `target`'s own parameters."""
+        outcome = self._load_tuning(generation) or self._run_tuning(generation, target)
+        best = outcome.best_parameters
+        parent = self.records[outcome.tuned_from]
+        if best is None or best == parent.parameters:
+            return None
+        cid = candidate_id(generation, self.optimizer.candidates_per_generation)
+        record = self.records.get(cid)
+        if record is None:
+            record = self._record_tuned(cid, generation, parent, outcome)
+        self._reuse_best_trial(record, outcome)
+        return record
+
+    def _run_tuning(self, generation: int, target: CandidateRecord) -> TuningOutcome:
+        from evolve.tuning.evolution import tune_best_candidate
+
+        self.budget.check()
+        optimizer = self.optimizer
+        seed = derive_seed(self.spec.seed, "tune", generation)
+        run_dir = self._tuning_dir(generation)
+        self.progress.stage(f"tuning {target.id} (generation {generation})")
+        tuning = tune_best_candidate(
+            self._policy(target),
+            self.resolved.train,
+            self.lms,
+            run_dir,
+            self.resolved.episode,
+            parameters=optimizer.parameters,
+            trials=optimizer.tune_trials,
+            seed=seed,
+            objective=optimizer.objective,
+            sampler=optimizer.tune_sampler,
+            upper_bound=self.upper_bound,
+            budget=self._remaining_budget(),
+            progress=self._tune_progress(target),
+        )
+        requested = optimizer.tune_trials
+        if optimizer.tune_sampler == "grid":
+            grid = 1
+            for bounds in optimizer.parameters.values():
+                grid *= bounds.high - bounds.low + 1
+            requested = min(requested, grid)
+        if sum(trial.finished for trial in tuning.trials) < requested:
+            # Only the budget stops a study early (failed trials raise): keep its trials on
+            # disk, store no outcome, and let the next invocation resume the study.
+            raise BudgetExhausted(
+                self.budget.exhausted()
+                or f"the budget ran out during the tuning study of generation {generation}"
+            )
+        best_run_dir = None
+        if tuning.best_run_dir is not None:
+            best_run_dir = os.path.relpath(tuning.best_run_dir, self.store.root)
+        outcome = TuningOutcome(
+            generation=generation,
+            tuned_from=target.id,
+            seed=seed,
+            sampler=optimizer.tune_sampler,
+            requested_trials=requested,
+            best_parameters=tuning.best_parameters,
+            best_value=tuning.best_value,
+            objective_used=tuning.objective_used,
+            best_run_dir=best_run_dir,
+            llm_calls=tuning.llm_calls,
+            tokens=tuning.tokens,
+            trials=[trial.model_dump(mode="json") for trial in tuning.trials],
+        )
+        atomic_write_json(run_dir / "outcome.json", outcome.model_dump(mode="json"))
+        self.store.save_spend(self.budget.spent())
+        return outcome
+
+    def _tune_progress(self, target: CandidateRecord) -> Any:
+        """The study's events shown through the loop's progress hooks (the CLI's bars)."""
+        from evolve.tuning.study import TuneProgress
+
+        progress = self.progress
+
+        class Bridge(TuneProgress):
+            def evaluation_started(self, label: str) -> ProgressSink | None:
+                return progress.evaluation_started(target, f"tuning {label}")
+
+            def trial_finished(self, record: Any) -> None:
+                shown = " ".join(f"{k}={v}" for k, v in sorted(record.parameters.items()))
+                value = f" {record.values[0]:.3f}" if record.values else ""
+                progress.stage(f"tuning trial {record.number} {record.state}: {shown}{value}")
+
+        return Bridge()
+
+    def _remaining_budget(self) -> BudgetSpec:
+        """The experiment's budget left now, as the study's own limits."""
+        limits, spent = self.spec.budget, self.budget.spent()
+
+        def left(limit: float | None, used: float) -> float | None:
+            # check() passed, so every limit still has something left.
+            return None if limit is None else max(limit - used, 1)
+
+        calls = left(limits.max_llm_calls, spent.llm_calls)
+        tokens = left(limits.max_tokens, spent.tokens)
+        wall = limits.max_wall_time_s
+        return BudgetSpec(
+            max_llm_calls=int(calls) if calls is not None else None,
+            max_tokens=int(tokens) if tokens is not None else None,
+            max_wall_time_s=max(wall - spent.wall_time_s, 1e-3) if wall is not None else None,
+        )
+
+    def _record_tuned(
+        self, cid: str, generation: int, parent: CandidateRecord, outcome: TuningOutcome
+    ) -> CandidateRecord:
+        assert outcome.best_parameters is not None
+        policy = self._policy(parent).with_parameters(**outcome.best_parameters)
+        key = fingerprint(policy.kind, policy.components(), policy.parameters())
+        duplicate_of = self._seen().get(key)
+        status = CandidateStatus.PROPOSED if duplicate_of is None else CandidateStatus.DUPLICATE
+        changes = {
+            name: (parent.parameters[name], value)
+            for name, value in policy.parameters().items()
+            if name in parent.parameters and value != parent.parameters[name]
+        }
+        record = CandidateRecord(
+            id=cid,
+            generation=generation,
+            parent_ids=(parent.id,),
+            mutation=Mutation(kind="tuned", parameter_changes=changes),
+            seed=outcome.seed,
+            fingerprint=key,
+            kind=parent.kind,
+            components=policy.components(),
+            parameters=policy.parameters(),
+            status=status,
+            duplicate_of=duplicate_of,
+        )
+        if status == CandidateStatus.PROPOSED:
+            policy.save(self.store.policy_dir(cid), provenance=self._provenance(record))
+        self.progress.candidate_proposed(record)
+        return self._save(record)
+
+    def _reuse_best_trial(self, record: CandidateRecord, outcome: TuningOutcome) -> None:
+        """Start the tuned candidate's train run from the study's best trial.
+
+        That trial evaluated exactly this policy (the target with the best parameters) on the
+        same users with the same episode settings, and the runner guards the directory with
+        that identity; resuming from a copy scores the candidate without repeating its most
+        expensive unit, a whole train evaluation.
+        """
+        train_dir = self.store.candidate_dir(record.id) / "train"
+        if record.status != CandidateStatus.PROPOSED or record.train is not None:
+            return
+        if train_dir.exists() or outcome.best_run_dir is None:
+            return
+        source = self.store.root / outcome.best_run_dir
+        if not (source / "report.json").is_file():
+            return
+        partial = train_dir.with_name("train.partial")
+        shutil.rmtree(partial, ignore_errors=True)  # left by an interrupted copy
+        shutil.copytree(source, partial)
+        atomic_write_text(self._reused_trial_file(record.id), outcome.best_run_dir + "\n")
+        os.replace(partial, train_dir)
 
     def _propose(
         self, generation: int, index: int, population: Sequence[CandidateRecord]

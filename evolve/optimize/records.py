@@ -16,7 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from evolve.simulator.metrics import MetricSummary
 from evolve.simulator.storage import canonical_json
 
-MutationKind = Literal["base", "reflective", "parameter"]
+# tuned: the best parameters of a short Optuna study on the parent (optimizer.tune_every).
+MutationKind = Literal["base", "reflective", "parameter", "tuned"]
 
 
 class _Frozen(BaseModel):
@@ -40,9 +41,9 @@ class Mutation(_Frozen):
     def describe(self) -> str:
         if self.kind == "reflective":
             return f"reflective({self.component})"
-        if self.kind == "parameter":
+        if self.kind in ("parameter", "tuned"):
             changes = ", ".join(f"{n} {a}->{b}" for n, (a, b) in self.parameter_changes.items())
-            return f"parameter({changes})"
+            return f"{self.kind}({changes})"
         return "base"
 
 
