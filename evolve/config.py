@@ -258,7 +258,10 @@ class TrackingSpec(_Strict):
     )
 
 
-class ExperimentSpec(_Strict):
+class RunSpec(_Strict):
+    """What every spec file shares (`evolve run` and `evolve tune`): the environment and its
+    users, the policy, the episodes, the LMs, budget, tracking and seeds."""
+
     name: str = Field(description="Results go to runs/<name>/.")
     description: str = ""
     seed: int = 0
@@ -266,7 +269,6 @@ class ExperimentSpec(_Strict):
     environment: EnvironmentSpec
     episode: EpisodeSpec = EpisodeSpec()
     policy: PolicySpec
-    optimizer: OptimizerSpec = OptimizerSpec()
     budget: BudgetSpec = BudgetSpec()
     tracking: TrackingSpec = TrackingSpec()
     llm: LLMConfig = LLMConfig()
@@ -274,7 +276,7 @@ class ExperimentSpec(_Strict):
     _source: Path | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
-    def _valid_name(self) -> ExperimentSpec:
+    def _valid_name(self) -> RunSpec:
         if not _NAME_PATTERN.match(self.name):
             raise ValueError(
                 f"name {self.name!r} must start with a letter or digit and contain only letters, "
@@ -299,6 +301,12 @@ class ExperimentSpec(_Strict):
 
     def tracking_uri(self) -> str:
         return self.tracking.tracking_uri or DEFAULT_TRACKING_URI
+
+
+class ExperimentSpec(RunSpec):
+    """An evolution experiment (`evolve run`): a run spec plus the optimizer."""
+
+    optimizer: OptimizerSpec = OptimizerSpec()
 
     def identity(self) -> dict[str, Any]:
         """What results depend on: the resume guard hashes this.

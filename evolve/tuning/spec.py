@@ -19,22 +19,16 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    PrivateAttr,
     ValidationError,
     field_validator,
     model_validator,
 )
 
 from evolve.config import (
-    _NAME_PATTERN,
-    BudgetSpec,
-    EnvironmentSpec,
-    EpisodeSpec,
     ExperimentSpec,
     OptimizerSpec,
-    PolicySpec,
     ResolvedExperiment,
-    TrackingSpec,
+    RunSpec,
     resolve,
 )
 from evolve.errors import ConfigError
@@ -242,54 +236,16 @@ class TuningSpec(_Strict):
         return len(self.objectives) == 2
 
 
-class TuneSpec(_Strict):
-    name: str = Field(description="Results go to runs/<name>/.")
-    description: str = ""
-    seed: int = 0
-    concurrency: int = Field(default=2, ge=1, description="Users evaluated at the same time.")
-    environment: EnvironmentSpec
-    episode: EpisodeSpec = EpisodeSpec()
-    policy: PolicySpec
+class TuneSpec(RunSpec):
+    """A tuning study (`evolve tune`): a run spec plus the `[tuning]` table."""
+
     tuning: TuningSpec
-    budget: BudgetSpec = BudgetSpec()
-    tracking: TrackingSpec = TrackingSpec()
-    llm: LLMConfig = LLMConfig()
-
-    _source: Path | None = PrivateAttr(default=None)
-
-    @model_validator(mode="after")
-    def _valid_name(self) -> TuneSpec:
-        if not _NAME_PATTERN.match(self.name):
-            raise ValueError(
-                f"name {self.name!r} must start with a letter or digit and contain only letters, "
-                "digits, '.', '_' and '-' (it names the directory runs/<name>/)"
-            )
-        return self
-
-    @property
-    def source(self) -> Path | None:
-        return self._source
-
-    @property
-    def base_dir(self) -> Path:
-        return self._source.parent if self._source is not None else Path.cwd()
 
     def study_name(self) -> str:
         return self.tuning.study_name or self.name
 
     def storage_url(self) -> str:
         return self.tuning.storage or DEFAULT_STORAGE
-
-    def mlflow_experiment_name(self) -> str:
-        return self.tracking.experiment_name or f"amemgym-evolve/{self.name}"
-
-    def tracking_uri(self) -> str:
-        from evolve.config import DEFAULT_TRACKING_URI
-
-        return self.tracking.tracking_uri or DEFAULT_TRACKING_URI
-
-    def registered_model_name(self) -> str:
-        return self.tracking.registered_model or self.name
 
     def as_experiment(self) -> ExperimentSpec:
         """The experiment spec with the same environment, episode and policy (no optimizer)."""
