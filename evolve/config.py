@@ -329,22 +329,26 @@ class ExperimentSpec(RunSpec):
         return data
 
 
-def load_spec(path: str | Path) -> ExperimentSpec:
-    """Read and validate a TOML experiment spec; errors name the file and the key path."""
-    path = Path(path)
+def read_toml(path: Path, what: str, example: str) -> dict[str, Any]:
+    """A spec file's TOML table; errors name the file and say what to pass instead."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(
-            f"experiment spec {str(path)!r} does not exist; pass a TOML file such as "
-            "experiments/quickstart.toml"
+            f"{what} {str(path)!r} does not exist; pass a TOML file such as {example}"
         ) from None
     except OSError as error:
-        raise ConfigError(f"cannot read experiment spec {str(path)!r}: {error}") from None
+        raise ConfigError(f"cannot read {what} {str(path)!r}: {error}") from None
     try:
-        data = tomllib.loads(text)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"{path}: not valid TOML: {error}") from None
+
+
+def load_spec(path: str | Path) -> ExperimentSpec:
+    """Read and validate a TOML experiment spec; errors name the file and the key path."""
+    path = Path(path)
+    data = read_toml(path, "experiment spec", "experiments/quickstart.toml")
     return spec_from_dict(data, source=path)
 
 

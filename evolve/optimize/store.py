@@ -25,13 +25,11 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from evolve.errors import ResumeMismatchError
 from evolve.optimize.records import CandidateRecord, ExperimentResult, GenerationRecord
 from evolve.simulator.storage import (
     atomic_write_json,
     atomic_write_text,
-    config_differences,
-    config_hash,
+    open_header,
     read_json,
 )
 
@@ -64,30 +62,18 @@ class ExperimentStore:
 
     def open(self, identity: dict[str, Any]) -> str:
         """Create the header, or check that the stored experiment has the same identity."""
-        digest = config_hash(identity)
-        if self.experiment_file.exists():
-            stored = read_json(self.experiment_file)
-            if stored.get("config_hash") != digest:
-                differences = config_differences(stored.get("identity", {}), identity)
-                listed = "; ".join(differences[:6]) or "(stored header unreadable)"
-                more = f" (+{len(differences) - 6} more)" if len(differences) > 6 else ""
-                raise ResumeMismatchError(
-                    f"{self.root} holds an experiment run with a different spec: {listed}{more}. "
-                    "Resume with the same spec (budget, concurrency, tracking and the number of "
-                    "generations may change), rename the experiment (name = ...), or delete "
-                    "the directory to start over"
-                )
-            return digest
-        atomic_write_json(
+        return open_header(
             self.experiment_file,
-            {
-                "format": EXPERIMENT_FORMAT,
-                "format_version": EXPERIMENT_FORMAT_VERSION,
-                "config_hash": digest,
-                "identity": identity,
-            },
+            file_format=EXPERIMENT_FORMAT,
+            format_version=EXPERIMENT_FORMAT_VERSION,
+            key="identity",
+            config=identity,
+            mismatch=f"{self.root} holds an experiment run with a different spec",
+            fix="Resume with the same spec (budget, concurrency, tracking and the number of "
+            "generations may change), rename the experiment (name = ...), or delete the "
+            "directory to start over",
+            listed=6,
         )
-        return digest
 
     def exists(self) -> bool:
         return self.experiment_file.exists()

@@ -97,6 +97,43 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else f"{text[:57]}..."
 
 
+def open_header(
+    path: Path,
+    *,
+    file_format: str,
+    format_version: int,
+    key: str,
+    config: Mapping[str, Any],
+    mismatch: str,
+    fix: str,
+    listed: int = 8,
+) -> str:
+    """Write a run header holding `config` and its hash, or check an existing one.
+
+    Returns the hash. An existing header with another hash raises ResumeMismatchError:
+    "<mismatch>: <each differing setting>. <fix>".
+    """
+    digest = config_hash(config)
+    if path.exists():
+        stored = read_json(path)
+        if stored.get("config_hash") != digest:
+            differences = config_differences(stored.get(key, {}), config)
+            shown = "; ".join(differences[:listed]) or "(stored header unreadable)"
+            more = f" (+{len(differences) - listed} more)" if len(differences) > listed else ""
+            raise ResumeMismatchError(f"{mismatch}: {shown}{more}. {fix}")
+        return digest
+    atomic_write_json(
+        path,
+        {
+            "format": file_format,
+            "format_version": format_version,
+            "config_hash": digest,
+            key: dict(config),
+        },
+    )
+    return digest
+
+
 def config_differences(stored: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
     """Human-readable `path: old -> new` lines for every differing leaf."""
     old, new = _flatten(stored), _flatten(current)
@@ -166,29 +203,16 @@ class RunLayout:
 
         Returns the config hash. Raises ResumeMismatchError naming each differing setting.
         """
-        digest = config_hash(resolved_config)
-        if self.run_file.exists():
-            stored = read_json(self.run_file)
-            if stored.get("config_hash") != digest:
-                differences = config_differences(stored.get("config", {}), resolved_config)
-                listed = "; ".join(differences[:8]) or "(stored config unreadable)"
-                more = f" (+{len(differences) - 8} more)" if len(differences) > 8 else ""
-                raise ResumeMismatchError(
-                    f"{self.root} holds a run made with a different configuration: "
-                    f"{listed}{more}. Resume with the same settings, or choose another output "
-                    f"directory (or delete this one) to start a new run"
-                )
-            return digest
-        atomic_write_json(
+        return open_header(
             self.run_file,
-            {
-                "format": RUN_FORMAT,
-                "format_version": RUN_FORMAT_VERSION,
-                "config_hash": digest,
-                "config": dict(resolved_config),
-            },
+            file_format=RUN_FORMAT,
+            format_version=RUN_FORMAT_VERSION,
+            key="config",
+            config=resolved_config,
+            mismatch=f"{self.root} holds a run made with a different configuration",
+            fix="Resume with the same settings, or choose another output directory (or delete "
+            "this one) to start a new run",
         )
-        return digest
 
     # -- units ----------------------------------------------------------------------------
 

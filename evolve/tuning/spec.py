@@ -29,6 +29,7 @@ from evolve.config import (
     OptimizerSpec,
     ResolvedExperiment,
     RunSpec,
+    read_toml,
     resolve,
 )
 from evolve.errors import ConfigError
@@ -270,19 +271,7 @@ class TuneSpec(RunSpec):
 def load_tune_spec(path: str | Path) -> TuneSpec:
     """Read and validate a TOML tuning spec; errors name the file and the key path."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(
-            f"tuning spec {str(path)!r} does not exist; pass a TOML file such as "
-            "experiments/tune_quick.toml"
-        ) from None
-    except OSError as error:
-        raise ConfigError(f"cannot read tuning spec {str(path)!r}: {error}") from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as error:
-        raise ConfigError(f"{path}: not valid TOML: {error}") from None
+    data = read_toml(path, "tuning spec", "experiments/tune_quick.toml")
     if "tuning" not in data and "optimizer" in data:
         raise ConfigError(
             f"{path} is an evolution spec ([optimizer], no [tuning] table); run it with "
