@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-import threading
 from pathlib import Path
 
 from tqdm import tqdm
 
+from evolve.commands.progress import EvaluationBar, make_bar
 from evolve.config import load_spec, resolve
 from evolve.llm import add_llm_arguments, llm_config_from_args, open_role_lms
 from evolve.optimize import LoopProgress, format_lineage, format_table, run_experiment
 from evolve.optimize.records import CandidateRecord
-from evolve.simulator.metrics import MetricSummary
 from evolve.simulator.runner import ProgressSink
 from evolve.tracking import tracker_for
 
@@ -99,12 +98,8 @@ class _Bars(LoopProgress):
 
     def __init__(self, enabled: bool = True) -> None:
         self.enabled = enabled
-        self._lock = threading.Lock()
         self.generations: tqdm | None = None
-        self.units: tqdm | None = None
-
-    def _bar(self, **kwargs) -> tqdm:
-        return tqdm(disable=not self.enabled, file=sys.stderr, dynamic_ncols=True, **kwargs)
+        self.evaluation = EvaluationBar(enabled)
 
     def stage(self, text: str) -> None:
         if self.enabled:
@@ -112,7 +107,9 @@ class _Bars(LoopProgress):
 
     def generation_started(self, generation: int, total: int) -> None:
         if self.generations is None:
-            self.generations = self._bar(total=total + 1, desc="generations", position=0)
+            self.generations = make_bar(
+                self.enabled, total=total + 1, desc="generations", position=0
+            )
         self.generations.n = generation
         self.generations.refresh()
 
@@ -122,37 +119,7 @@ class _Bars(LoopProgress):
             tqdm.write(f"    {record.id}: {record.mutation.describe()}{status}", file=sys.stderr)
 
     def evaluation_started(self, record: CandidateRecord, split: str) -> ProgressSink | None:
-        bars = self
-
-        class Sink(ProgressSink):
-            def run_started(self, *, users: int, periods: int, finished_units: int) -> None:
-                with bars._lock:
-                    if bars.units is not None:
-                        bars.units.close()
-                    bars.units = bars._bar(
-                        total=users * periods,
-                        initial=finished_units,
-                        desc=f"{record.id} {split}",
-                        unit="user-period",
-                        position=1,
-                        leave=False,
-                    )
-
-            def unit_finished(self, user_id: str, period_index: int, *, resumed: bool) -> None:
-                if not resumed:
-                    with bars._lock:
-                        if bars.units is not None:
-                            bars.units.update(1)
-
-            def llm_calls(self, total: int) -> None:
-                with bars._lock:
-                    if bars.units is not None:
-                        bars.units.set_postfix_str(f"{total} LLM calls", refresh=False)
-
-            def period_finished(self, period_index: int, summary: MetricSummary) -> None:
-                pass
-
-        return Sink()
+        return self.evaluation.sink(f"{record.id} {split}")
 
     def evaluation_finished(self, record: CandidateRecord, split: str) -> None:
         scores = getattr(record, split)
@@ -164,6 +131,6 @@ class _Bars(LoopProgress):
             )
 
     def close(self) -> None:
-        for bar in (self.units, self.generations):
-            if bar is not None:
-                bar.close()
+        self.evaluation.close()
+        if self.generations is not None:
+            self.generations.close()

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-import threading
 from collections.abc import Mapping
 from pathlib import Path
 
 from tqdm import tqdm
 
+from evolve.commands.progress import EvaluationBar, make_bar
 from evolve.llm import add_llm_arguments, llm_config_from_args, open_role_lms
-from evolve.simulator.metrics import MetricSummary
 from evolve.simulator.runner import ProgressSink
 from evolve.tuning import (
     HeldoutRecord,
@@ -131,12 +130,8 @@ class _Bars(TuneProgress):
 
     def __init__(self, enabled: bool = True) -> None:
         self.enabled = enabled
-        self._lock = threading.Lock()
         self.trials: tqdm | None = None
-        self.units: tqdm | None = None
-
-    def _bar(self, **kwargs) -> tqdm:
-        return tqdm(disable=not self.enabled, file=sys.stderr, dynamic_ncols=True, **kwargs)
+        self.evaluation = EvaluationBar(enabled)
 
     def _write(self, text: str) -> None:
         if self.enabled:
@@ -150,15 +145,15 @@ class _Bars(TuneProgress):
     def study_opened(self, *, requested: int, finished: int, running: int) -> None:
         more = f", {running} running elsewhere" if running else ""
         self._write(f"... study holds {finished}/{requested} finished trials{more}")
-        self.trials = self._bar(total=requested, initial=min(finished, requested), desc="trials")
+        self.trials = make_bar(
+            self.enabled, total=requested, initial=min(finished, requested), desc="trials"
+        )
 
     def trial_started(self, number: int, parameters: Mapping[str, int]) -> None:
         self._write(f"    trial {number}: {parameter_slug(dict(parameters))}")
 
     def trial_reported(self, number: int, period: int, value: float, objective: str) -> None:
-        if self.units is not None:
-            with self._lock:
-                self.units.set_postfix_str(f"period {period}: {objective} {value:.3f}")
+        self.evaluation.set_postfix(f"period {period}: {objective} {value:.3f}")
 
     def trial_finished(self, record: TrialRecord) -> None:
         value = record.values[0] if record.values else None
@@ -179,37 +174,9 @@ class _Bars(TuneProgress):
         )
 
     def evaluation_started(self, label: str) -> ProgressSink | None:
-        bars = self
-
-        class Sink(ProgressSink):
-            def run_started(self, *, users: int, periods: int, finished_units: int) -> None:
-                with bars._lock:
-                    if bars.units is not None:
-                        bars.units.close()
-                    bars.units = bars._bar(
-                        total=users * periods,
-                        initial=finished_units,
-                        desc=label,
-                        unit="user-period",
-                        position=1,
-                        leave=False,
-                    )
-
-            def unit_finished(self, user_id: str, period_index: int, *, resumed: bool) -> None:
-                if not resumed:
-                    with bars._lock:
-                        if bars.units is not None:
-                            bars.units.update(1)
-
-            def llm_calls(self, total: int) -> None:
-                pass
-
-            def period_finished(self, period_index: int, summary: MetricSummary) -> None:
-                pass
-
-        return Sink()
+        return self.evaluation.sink(label)
 
     def close(self) -> None:
-        for bar in (self.units, self.trials):
-            if bar is not None:
-                bar.close()
+        self.evaluation.close()
+        if self.trials is not None:
+            self.trials.close()

@@ -1,0 +1,71 @@
+"""tqdm progress shared by the commands that run several evaluations (`run`, `tune`)."""
+
+from __future__ import annotations
+
+import sys
+import threading
+
+from tqdm import tqdm
+
+from evolve.simulator.metrics import MetricSummary
+from evolve.simulator.runner import ProgressSink
+
+
+def make_bar(enabled: bool, **kwargs) -> tqdm:
+    return tqdm(disable=not enabled, file=sys.stderr, dynamic_ncols=True, **kwargs)
+
+
+class EvaluationBar:
+    """The second-line bar of the evaluation under way: its user-periods and LLM calls.
+
+    One bar is reused for every evaluation of a command (a candidate, a trial, a held-out
+    check); `sink(label)` gives the runner a `ProgressSink` that drives it.
+    """
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self._lock = threading.Lock()
+        self._bar: tqdm | None = None
+
+    def set_postfix(self, text: str) -> None:
+        with self._lock:
+            if self._bar is not None:
+                self._bar.set_postfix_str(text, refresh=False)
+
+    def sink(self, label: str) -> ProgressSink:
+        owner = self
+
+        class Sink(ProgressSink):
+            def run_started(self, *, users: int, periods: int, finished_units: int) -> None:
+                with owner._lock:
+                    if owner._bar is not None:
+                        owner._bar.close()
+                    owner._bar = make_bar(
+                        owner.enabled,
+                        total=users * periods,
+                        initial=finished_units,
+                        desc=label,
+                        unit="user-period",
+                        position=1,
+                        leave=False,
+                    )
+
+            def unit_finished(self, user_id: str, period_index: int, *, resumed: bool) -> None:
+                if not resumed:
+                    with owner._lock:
+                        if owner._bar is not None:
+                            owner._bar.update(1)
+
+            def llm_calls(self, total: int) -> None:
+                owner.set_postfix(f"{total} LLM calls")
+
+            def period_finished(self, period_index: int, summary: MetricSummary) -> None:
+                pass
+
+        return Sink()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._bar is not None:
+                self._bar.close()
+                self._bar = None
