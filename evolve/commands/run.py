@@ -69,6 +69,8 @@ def run_command(args: argparse.Namespace) -> int:
             result = run_experiment(
                 resolved, lms, runs_dir=args.runs_dir, tracker=tracker, progress=progress
             )
+            if result.complete:
+                progress.all_generations_done()
         finally:
             progress.close()
     print(format_table(result))
@@ -112,6 +114,11 @@ class _Bars(LoopProgress):
             )
         self.generations.n = generation
         self.generations.refresh()
+
+    def all_generations_done(self) -> None:
+        if self.generations is not None:
+            self.generations.n = self.generations.total
+            self.generations.refresh()
 
     def candidate_proposed(self, record: CandidateRecord) -> None:
         if self.enabled and record.generation > 0:

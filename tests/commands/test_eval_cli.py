@@ -93,3 +93,33 @@ def test_run_dir_names_are_distinct_and_safe():
         "native_2",
         "bundle",
     ]
+
+
+@pytest.mark.integration
+def test_the_four_policies_side_by_side_on_the_embedded_model(tmp_path, embedded_server, capsys):
+    """Every policy kind runs the tiny environment on the real model (issue: policies)."""
+    policies = ["native", "in_context", "external", "raw_rag"]
+    argv = ["eval", "--preset", "tiny", "--users", "1", "--out", str(tmp_path / "runs")]
+    for policy in policies:
+        argv += ["--policy", policy]
+    argv += [
+        "--base-url", embedded_server.base_url, "--model", embedded_server.model_name,
+        "--structured-output", "llama_cpp",
+        "--upper-bound-cache", str(tmp_path / "upper_bound"),
+    ]  # fmt: skip
+    assert main(argv) == 0
+    table = capsys.readouterr().out
+    rows = [line for line in table.splitlines() if line.split()[:1] and line.split()[0] in policies]
+    assert [row.split()[0] for row in rows] == policies
+    for policy in policies:
+        report = json.loads((tmp_path / "runs" / policy / "report.json").read_text())
+        summary = report["summary"]
+        assert summary["n_items"] > 0 and summary["accuracy"] is not None
+        # Real answers: most questions parse (constrained decoding), failures are counted.
+        assert summary["parse_failures"]["answer"] < summary["n_items"]
+        total = (
+            summary["write_failure_rate"]
+            + summary["read_failure_rate"]
+            + summary["utilization_failure_rate"]
+        )
+        assert abs(total - (1 - summary["accuracy"])) < 1e-9
