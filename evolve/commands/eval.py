@@ -223,6 +223,8 @@ def run_eval(args: argparse.Namespace) -> int:
                 progress.close()
             print(f"{spec}: {report.run_dir}")
             rows.append((name, report))
+        usage = lms.usage.snapshot()
+    print(f"\nLLM usage of this invocation (cached responses cost nothing):\n{usage.table()}")
     print()
     print(format_table(rows))
     failures = {

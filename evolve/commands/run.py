@@ -73,9 +73,11 @@ def run_command(args: argparse.Namespace) -> int:
                 progress.all_generations_done()
         finally:
             progress.close()
+        usage = lms.usage.snapshot()
     print(format_table(result))
     print()
     print(format_lineage(result))
+    print(f"\nLLM usage of this invocation (cached responses cost nothing):\n{usage.table()}")
     if result.best_id is not None:
         from evolve.export import write_bundle
         from evolve.optimize.store import ExperimentStore

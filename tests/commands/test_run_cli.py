@@ -39,7 +39,7 @@ def test_quickstart_runs_end_to_end_on_scripted_lms(tmp_path, monkeypatch, injec
     monkeypatch.setenv("EVOLVE_CACHE_DIR", str(tmp_path / "cache"))
     assert main(["run", str(QUICKSTART), "--no-progress"]) == 0
     out = capsys.readouterr().out
-    assert "experiment quickstart (population; score = memory_score)" in out
+    assert "experiment quickstart (population; score = accuracy)" in out
     assert "lineage of" in out and "best policy (" in out
     for generation in range(4):
         assert f"\n  {generation} " in out
