@@ -29,13 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     subparsers.required = True
     for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(f"evolve.commands.{name}")
-        except ModuleNotFoundError as error:  # TEMPORARY while commands are being written
-            if error.name == f"evolve.commands.{name}":
-                continue
-            raise
-        module.register(subparsers)
+        importlib.import_module(f"evolve.commands.{name}").register(subparsers)
     return parser
 
 
