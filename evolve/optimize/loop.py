@@ -797,24 +797,10 @@ class _Evolution:
                 components = optimizer.mutate_components
                 component = components[(component_offset + attempt) % len(components)]
                 parent_dir = self.store.root / parent.train.run_dir  # type: ignore[union-attr]
-                feedback = build_feedback(
-                    load_period_results(parent_dir),
-                    optimizer.feedback,
-                    component=component,
-                    max_failures=optimizer.max_feedback_failures,
-                    max_chars=optimizer.max_feedback_chars,
-                    rng=random.Random(seed),
+                feedback, mutation = self._reflective_mutation(
+                    load_period_results(parent_dir), component, seed, attempt
                 )
                 feedback_text = feedback.text
-                mutation = Mutation(
-                    kind="reflective",
-                    component=component,
-                    feedback=optimizer.feedback,
-                    feedback_failures=feedback.failures_shown,
-                    rollout_id=seed,
-                    temperature=optimizer.reflector_temperature,
-                    attempts=attempt + 1,
-                )
                 outcome = self._reflect(parent_policy, parent, component, feedback.text, seed)
                 outcome["mutation"] = mutation
                 parse_failures += outcome.pop("parse_failed", 0)
@@ -860,6 +846,37 @@ class _Evolution:
             policy.save(self.store.policy_dir(cid), provenance=self._provenance(record))
         self.progress.candidate_proposed(record)
         return self._save(record)
+
+    def _reflective_mutation(
+        self,
+        results: Any,
+        component: str,
+        seed: int,
+        attempt: int,
+        periods: list[int] | None = None,
+    ) -> tuple[Any, Mutation]:
+        """The reflector's feedback on a parent's period results, and the mutation record of
+        a proposal made from it (both schedules propose this way)."""
+        optimizer = self.optimizer
+        feedback = build_feedback(
+            results,
+            optimizer.feedback,
+            component=component,
+            max_failures=optimizer.max_feedback_failures,
+            max_chars=optimizer.max_feedback_chars,
+            rng=random.Random(seed),
+            periods=periods,
+        )
+        mutation = Mutation(
+            kind="reflective",
+            component=component,
+            feedback=optimizer.feedback,
+            feedback_failures=feedback.failures_shown,
+            rollout_id=seed,
+            temperature=optimizer.reflector_temperature,
+            attempts=attempt + 1,
+        )
+        return feedback, mutation
 
     def _reflect(
         self, parent_policy: Any, parent: CandidateRecord, component: str, feedback: str, seed: int
@@ -956,25 +973,10 @@ class _Evolution:
         mutation = Mutation(kind="reflective", component=component, feedback=optimizer.feedback)
         for attempt in range(optimizer.proposal_attempts):
             seed = derive_seed(self.spec.seed, "candidate", generation, 0, attempt)
-            feedback = build_feedback(
-                results,
-                optimizer.feedback,
-                component=component,
-                max_failures=optimizer.max_feedback_failures,
-                max_chars=optimizer.max_feedback_chars,
-                rng=random.Random(seed),
-                periods=[period],
+            feedback, mutation = self._reflective_mutation(
+                results, component, seed, attempt, periods=[period]
             )
             feedback_text = feedback.text
-            mutation = Mutation(
-                kind="reflective",
-                component=component,
-                feedback=optimizer.feedback,
-                feedback_failures=feedback.failures_shown,
-                rollout_id=seed,
-                temperature=optimizer.reflector_temperature,
-                attempts=attempt + 1,
-            )
             outcome = self._reflect(current_policy, current, component, feedback.text, seed)
             parse_failures += outcome.pop("parse_failed", 0)
             if not outcome.get("invalid"):
