@@ -453,7 +453,9 @@ def test_tuning_on_the_embedded_model(tmp_path, role_lms_embedded):
     for record in result.trials:
         assert record.values is not None and -5.0 <= record.values[0] <= 5.0
         assert record.objective_used in ("memory_score", "accuracy")
-        assert record.metrics["llm_calls"] > 0
+        # Real answers were scored; their LLM calls may all be DSPy cache hits (counted as 0)
+        # when this machine ran the same prompts before, so count items, not calls.
+        assert record.metrics["n_items"] > 0
     assert result.heldout and result.heldout[0].parameters == result.best_parameters
     assert optuna.load_study(
         study_name=resolved.study_name, storage=f"sqlite:///{tmp_path / 'optuna.db'}"
