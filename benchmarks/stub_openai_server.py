@@ -7,6 +7,18 @@ from the request's `response_format` JSON schema, or, without one, from DSPy's p
 process so that its work never competes with the measured client for the GIL:
 
     python benchmarks/stub_openai_server.py --port 8765 --latency 0.1
+
+Fault and accounting tests drive it through two extra routes:
+
+- `GET /stats` -> `{"requests": N, "chat_requests": N, "in_flight": N, "fault": {...}}`:
+  a server-side request counter to compare with the toolkit's ledger;
+- `POST /fault` with `{"mode": M, "count": N}` sets a fault for the next N chat requests
+  (`count` omitted or null: until changed). Modes: `none`, `http500` (an HTTP 500 error),
+  `non_json` (200 with content that is not JSON), `truncated` (a body cut short before its
+  declared length), `hang` (never answers; the client must time out). `--fault MODE`
+  sets the same at start.
+
+`--port 0` picks a free port; the first line printed is always `stub server on URL`.
 """
 
 from __future__ import annotations
@@ -15,11 +27,52 @@ import argparse
 import itertools
 import json
 import re
+import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 _ids = itertools.count(1)
+
+FAULT_MODES = ("none", "http500", "non_json", "truncated", "hang")
+
+
+class ServerState:
+    """Request counters and the current fault, shared by the handler threads."""
+
+    def __init__(self, fault: str = "none", fault_count: int | None = None) -> None:
+        self.lock = threading.Lock()
+        self.requests = 0
+        self.chat_requests = 0
+        self.in_flight = 0
+        self.fault = fault
+        self.fault_remaining = fault_count
+
+    def set_fault(self, mode: str, count: int | None) -> None:
+        if mode not in FAULT_MODES:
+            raise ValueError(f"unknown fault mode {mode!r}; expected one of {FAULT_MODES}")
+        with self.lock:
+            self.fault, self.fault_remaining = mode, count
+
+    def next_fault(self) -> str:
+        """The fault for the chat request being served (consumes one of its count)."""
+        with self.lock:
+            self.chat_requests += 1
+            mode = self.fault
+            if mode != "none" and self.fault_remaining is not None:
+                self.fault_remaining -= 1
+                if self.fault_remaining <= 0:
+                    self.fault, self.fault_remaining = "none", None
+            return mode
+
+    def stats(self) -> dict[str, Any]:
+        with self.lock:
+            return {
+                "requests": self.requests,
+                "chat_requests": self.chat_requests,
+                "in_flight": self.in_flight,
+                "fault": {"mode": self.fault, "remaining": self.fault_remaining},
+            }
 
 
 def value_for(schema: dict[str, Any], defs: dict[str, Any], name: str = "") -> Any:
@@ -69,23 +122,35 @@ def outputs_for(request: dict[str, Any]) -> dict[str, Any]:
     return outputs
 
 
-def make_handler(latency: float) -> type[BaseHTTPRequestHandler]:
+def make_handler(latency: float, state: ServerState | None = None) -> type[BaseHTTPRequestHandler]:
+    state = state or ServerState()
+
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive: clients reuse connections
         # Headers and body go out in two writes; with Nagle on, the body waits for the
         # client's delayed ACK (~40 ms), which would be charged to the toolkit's overhead.
         disable_nagle_algorithm = True
 
-        def _send(self, status: int, payload: dict[str, Any]) -> None:
+        def _send(self, status: int, payload: dict[str, Any], truncate: bool = False) -> None:
             body = json.dumps(payload).encode("utf-8")
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
+            if truncate:
+                # Half the declared body, then close: the client sees a short read.
+                self.wfile.write(body[: len(body) // 2])
+                self.wfile.flush()
+                self.close_connection = True
+                return
             self.wfile.write(body)
 
         def do_GET(self) -> None:  # noqa: N802 (http.server naming)
-            if self.path.rstrip("/").endswith("/models"):
+            with state.lock:
+                state.requests += 1
+            if self.path.rstrip("/").endswith("/stats"):
+                self._send(200, state.stats())
+            elif self.path.rstrip("/").endswith("/models"):
                 self._send(200, {"object": "list", "data": [{"id": "stub", "object": "model"}]})
             else:
                 self._send(404, {"error": {"message": f"no route {self.path}"}})
@@ -93,11 +158,39 @@ def make_handler(latency: float) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:  # noqa: N802
             length = int(self.headers.get("Content-Length", "0"))
             request = json.loads(self.rfile.read(length) or b"{}")
+            if self.path.rstrip("/").endswith("/fault"):
+                try:
+                    state.set_fault(str(request.get("mode", "none")), request.get("count"))
+                except ValueError as error:
+                    self._send(400, {"error": {"message": str(error)}})
+                    return
+                self._send(200, state.stats())
+                return
             if not self.path.rstrip("/").endswith("/chat/completions"):
                 self._send(404, {"error": {"message": f"no route {self.path}"}})
                 return
+            with state.lock:
+                state.requests += 1
+                state.in_flight += 1
+            try:
+                self._complete(request)
+            finally:
+                with state.lock:
+                    state.in_flight -= 1
+
+        def _complete(self, request: dict[str, Any]) -> None:
+            fault = state.next_fault()
+            if fault == "hang":
+                # Hold the connection without answering until the client gives up.
+                while True:
+                    time.sleep(3600)
             content = json.dumps(outputs_for(request))
             time.sleep(latency)
+            if fault == "http500":
+                self._send(500, {"error": {"message": "stub fault: internal error"}})
+                return
+            if fault == "non_json":
+                content = "I am not JSON, sorry."
             prompt_chars = sum(len(str(m.get("content", ""))) for m in request.get("messages", []))
             prompt_tokens, completion_tokens = prompt_chars // 4, max(1, len(content) // 4)
             self._send(
@@ -120,6 +213,7 @@ def make_handler(latency: float) -> type[BaseHTTPRequestHandler]:
                         "total_tokens": prompt_tokens + completion_tokens,
                     },
                 },
+                truncate=fault == "truncated",
             )
 
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
@@ -128,8 +222,9 @@ def make_handler(latency: float) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def serve(port: int, latency: float) -> None:
-    server = ThreadingHTTPServer(("127.0.0.1", port), make_handler(latency))
+def serve(port: int, latency: float, fault: str = "none") -> None:
+    state = ServerState(fault)
+    server = ThreadingHTTPServer(("127.0.0.1", port), make_handler(latency, state))
     server.daemon_threads = True
     print(f"stub server on http://127.0.0.1:{server.server_address[1]}/v1", flush=True)
     try:
@@ -142,7 +237,8 @@ def serve(port: int, latency: float) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--port", type=int, required=True, help="0 picks a free port")
     parser.add_argument("--latency", type=float, default=0.1, help="seconds slept per call")
+    parser.add_argument("--fault", choices=FAULT_MODES, default="none", help="initial fault")
     args = parser.parse_args()
-    serve(args.port, args.latency)
+    serve(args.port, args.latency, args.fault)

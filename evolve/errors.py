@@ -2,15 +2,34 @@
 
 Every error message says what was received, what was expected and how to fix it; the CLI
 turns any `ToolkitError` into a one-line message and a non-zero exit, never a traceback.
+
+Exit codes (the README's table is written from this one):
+
+| code | meaning |
+|---|---|
+| 0 | success |
+| 2 | bad input: a config, spec, environment, bundle or command-line value was refused |
+| 3 | an LLM endpoint failed after its retries (or cannot be reached) |
+| 4 | another evolve process is running the same run directory |
+| 5 | storage failed: read-only or full disk, unreachable or refused database |
+| 130 | interrupted (Ctrl-C / SIGTERM); finished work is saved and a rerun resumes |
 """
 
 from __future__ import annotations
 
 
+EXIT_OK = 0
+EXIT_BAD_INPUT = 2
+EXIT_LLM_FAILURE = 3
+EXIT_RUN_BUSY = 4
+EXIT_STORAGE = 5
+EXIT_INTERRUPTED = 130
+
+
 class ToolkitError(Exception):
     """Base class of every error the toolkit reports to a user."""
 
-    exit_code: int = 2
+    exit_code: int = EXIT_BAD_INPUT
 
 
 class ConfigError(ToolkitError):
@@ -23,6 +42,20 @@ class ModelFileError(ToolkitError):
 
 class EndpointError(ToolkitError):
     """An LLM endpoint cannot be reached or keeps failing."""
+
+    exit_code = EXIT_LLM_FAILURE
+
+
+class RunBusyError(ToolkitError):
+    """Another live evolve process holds the lock of this run directory."""
+
+    exit_code = EXIT_RUN_BUSY
+
+
+class StorageError(ToolkitError):
+    """Results, caches or a database cannot be written or read (read-only, full, refused)."""
+
+    exit_code = EXIT_STORAGE
 
 
 class MissingAPIKeyError(ConfigError):
