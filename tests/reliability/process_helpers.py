@@ -1,0 +1,102 @@
+"""Run `python -m evolve.cli` as a real process against the stub server (lock and signal
+tests need separate processes: flock conflicts and signal delivery are per process)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from stub_server import StubServer
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def write_tiny_spec(
+    directory: Path, name: str = "tiny", *, generations: int = 1, tracking: bool = False
+) -> Path:
+    """A small evolution spec on the offline tiny preset: 1 train and 1 held-out user."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}.toml"
+    path.write_text(
+        textwrap.dedent(
+            f"""
+            name = "{name}"
+            seed = 0
+            concurrency = 2
+
+            [environment]
+            preset = "tiny"
+            seed = 0
+            users = 2
+            train_users = 1
+            heldout_users = 1
+
+            [policy]
+            kind = "in_context"
+            parameters = {{ update_every = 2, short_term_len = 2 }}
+
+            [optimizer]
+            schedule = "population"
+            generations = {generations}
+            candidates_per_generation = 1
+            population_size = 2
+            objective = "accuracy"
+            mutate_components = ["use"]
+
+            [tracking]
+            enabled = {"true" if tracking else "false"}
+            """
+        ),
+        encoding="utf-8",
+    )
+    return path
+
+
+def cli_env(tmp_path: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["EVOLVE_CACHE_DIR"] = str(tmp_path / "cache")
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def llm_flags(stub: StubServer) -> list[str]:
+    return ["--base-url", stub.base_url, "--model", "stub", "--no-llm-cache"]
+
+
+def start_cli(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "evolve.cli", *args],
+        cwd=tmp_path,
+        env=cli_env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def run_cli(tmp_path: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "evolve.cli", *args],
+        cwd=tmp_path,
+        env=cli_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def wait_for_requests(stub: StubServer, at_least: int, timeout: float = 60) -> int:
+    """Block until the stub has served `at_least` chat requests; returns the count."""
+    deadline = time.monotonic() + timeout
+    while True:
+        count = stub.stats()["chat_requests"]
+        if count >= at_least:
+            return count
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the stub saw only {count} chat requests in {timeout}s")
+        time.sleep(0.05)

@@ -1,0 +1,134 @@
+"""Issue 10 item 5: Ctrl-C and SIGTERM stop `eval`, `run` and `tune` within one call's latency
++ 2 s, exit 130 with one line, leave no LLM call behind, and a rerun completes the work with
+the results of an uninterrupted run."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from reliability.process_helpers import llm_flags, run_cli, start_cli, wait_for_requests
+from reliability.process_helpers import write_tiny_spec
+from stub_server import StubServer
+
+from evolve.errors import EXIT_INTERRUPTED
+
+SLOW_CALL_S = 2.0
+
+
+def stop_and_measure(process, stub: StubServer, signum: int) -> tuple[float, str]:
+    """Send `signum` once the process is making LLM calls; seconds to exit and its stderr."""
+    wait_for_requests(stub, at_least=3, timeout=90)
+    sent = time.monotonic()
+    process.send_signal(signum)
+    _, err = process.communicate(timeout=30)
+    took = time.monotonic() - sent
+    # Nothing runs on after the exit: the server-side counter stops growing.
+    after_exit = stub.stats()["chat_requests"]
+    time.sleep(1.0)
+    assert stub.stats()["chat_requests"] == after_exit
+    return took, err
+
+
+def assert_interrupted(process, took: float, err: str) -> None:
+    assert process.returncode == EXIT_INTERRUPTED, err[-3000:]
+    assert took <= SLOW_CALL_S + 2.0, f"took {took:.1f}s to stop"
+    lines = [line for line in err.splitlines() if line.startswith("evolve:")]
+    assert lines == ["evolve: interrupted; rerun resumes (finished work is saved)"], err[-3000:]
+    assert "Traceback" not in err
+
+
+def scores_of_eval(out: Path) -> dict:
+    report = json.loads((out / "in_context" / "report.json").read_text())
+    summary = {k: v for k, v in report["summary"].items() if k not in ("tokens", "llm_calls")}
+    return {"summary": summary, "complete": report["complete"]}
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_eval_stops_on_signal_and_a_rerun_completes_it(tmp_path, signum):
+    eval_args = ["eval", "--preset", "tiny", "--users", "2", "--policy", "in_context"]
+    eval_args += ["--concurrency", "2"]
+    with StubServer(latency=SLOW_CALL_S) as slow:
+        process = start_cli(tmp_path, *eval_args, "--out", "out", *llm_flags(slow))
+        took, err = stop_and_measure(process, slow, signum)
+    assert_interrupted(process, took, err)
+
+    with StubServer(latency=0.01) as fast:
+        rerun = run_cli(tmp_path, *eval_args, "--out", "out", *llm_flags(fast))
+        assert rerun.returncode == 0, rerun.stderr[-3000:]
+        reference = run_cli(tmp_path, *eval_args, "--out", "reference", *llm_flags(fast))
+        assert reference.returncode == 0, reference.stderr[-3000:]
+    assert scores_of_eval(tmp_path / "out") == scores_of_eval(tmp_path / "reference")
+    assert scores_of_eval(tmp_path / "out")["complete"] is True
+
+
+def candidate_scores(runs_dir: Path) -> dict:
+    from evolve.optimize import ExperimentStore
+
+    result = ExperimentStore(runs_dir / "tiny").load_result()
+    return {
+        c.id: (c.train.score if c.train else None, c.heldout.score if c.heldout else None)
+        for c in result.candidates
+    }
+
+
+def test_run_stops_on_sigterm_and_a_rerun_completes_it(tmp_path):
+    spec = write_tiny_spec(tmp_path)
+    run_args = ["run", str(spec), "--no-progress"]
+    with StubServer(latency=SLOW_CALL_S) as slow:
+        process = start_cli(tmp_path, *run_args, "--runs-dir", "runs", *llm_flags(slow))
+        took, err = stop_and_measure(process, slow, signal.SIGTERM)
+    assert_interrupted(process, took, err)
+
+    with StubServer(latency=0.01) as fast:
+        rerun = run_cli(tmp_path, *run_args, "--runs-dir", "runs", *llm_flags(fast))
+        assert rerun.returncode == 0, rerun.stderr[-3000:]
+        reference = run_cli(tmp_path, *run_args, "--runs-dir", "reference", *llm_flags(fast))
+        assert reference.returncode == 0, reference.stderr[-3000:]
+    assert candidate_scores(tmp_path / "runs") == candidate_scores(tmp_path / "reference")
+
+
+TUNE_SPEC = """
+name = "tiny-tune"
+seed = 0
+concurrency = 2
+
+[environment]
+preset = "tiny"
+seed = 0
+users = 2
+train_users = 1
+heldout_users = 1
+
+[policy]
+kind = "in_context"
+parameters = { update_every = 2, short_term_len = 2 }
+
+[tracking]
+enabled = false
+
+[tuning]
+sampler = "grid"
+trials = 2
+objectives = ["accuracy"]
+heldout = "none"
+storage = "sqlite:///optuna.db"
+
+[tuning.parameters]
+update_every = [2, 4]
+
+[tuning.pruner]
+kind = "none"
+"""
+
+
+def test_tune_stops_on_sigint(tmp_path):
+    spec = tmp_path / "tune.toml"
+    spec.write_text(TUNE_SPEC, encoding="utf-8")
+    with StubServer(latency=SLOW_CALL_S) as slow:
+        process = start_cli(tmp_path, "tune", str(spec), "--no-progress", *llm_flags(slow))
+        took, err = stop_and_measure(process, slow, signal.SIGINT)
+    assert_interrupted(process, took, err)

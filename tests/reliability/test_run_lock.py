@@ -1,0 +1,133 @@
+"""Issue 10 item 3: one evolve process per run directory; MLflow DB creation serialized."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from reliability.process_helpers import cli_env, llm_flags, run_cli, start_cli, write_tiny_spec
+from stub_server import StubServer
+
+from evolve.errors import EXIT_RUN_BUSY, RunBusyError
+from evolve.locking import RUN_LOCK_FILE, RunLock, lock_holder
+
+
+def test_a_second_lock_on_a_directory_is_refused_at_once_naming_the_holder(tmp_path):
+    with RunLock(tmp_path / "run", "run"):
+        holder = lock_holder(tmp_path / "run")
+        assert holder is not None and holder.pid == os.getpid() and holder.started
+        started = time.monotonic()
+        with pytest.raises(RunBusyError) as refused:
+            RunLock(tmp_path / "run", "eval").acquire()
+        assert time.monotonic() - started < 2
+        message = str(refused.value)
+        assert f"another evolve process (pid {os.getpid()}, started " in message
+        assert message.endswith("is running this; wait or stop it")
+        assert refused.value.exit_code == EXIT_RUN_BUSY == 4
+    assert lock_holder(tmp_path / "run") is None
+    with RunLock(tmp_path / "run", "run"):  # free again once released
+        pass
+
+
+def test_a_lock_left_by_a_dead_process_is_taken_over(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    # A lock file naming a process that is gone (its flock died with it).
+    (run_dir / RUN_LOCK_FILE).write_text(json.dumps({"pid": 999999, "started": "long ago"}))
+    assert lock_holder(run_dir) is None
+    with RunLock(run_dir, "run"):
+        assert lock_holder(run_dir).pid == os.getpid()
+
+    # A live holder killed with SIGKILL: the kernel drops its lock, the next process takes it.
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from evolve.locking import RunLock; "
+            f"RunLock({str(run_dir)!r}, 'run').acquire(); print('locked', flush=True); "
+            "time.sleep(60)",
+        ],
+        env=cli_env(tmp_path),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        assert lock_holder(run_dir).pid == holder.pid
+        with pytest.raises(RunBusyError, match=f"pid {holder.pid}"):
+            RunLock(run_dir, "run").acquire()
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(timeout=10)
+    with RunLock(run_dir, "run"):
+        assert lock_holder(run_dir).pid == os.getpid()
+
+
+def test_two_evolve_run_processes_on_one_spec_exactly_one_runs(tmp_path):
+    spec = write_tiny_spec(tmp_path)
+    with StubServer(latency=0.05) as stub:
+        args = ["run", str(spec), "--runs-dir", "runs", "--no-progress", *llm_flags(stub)]
+        first = start_cli(tmp_path, *args)
+        second = start_cli(tmp_path, *args)
+        outcomes = [p.communicate(timeout=240) for p in (first, second)]
+        codes = sorted([first.returncode, second.returncode])
+        assert codes == [0, EXIT_RUN_BUSY], outcomes
+        refused = outcomes[[first.returncode, second.returncode].index(EXIT_RUN_BUSY)][1]
+        assert "another evolve process (pid " in refused and "wait or stop it" in refused
+        assert "Traceback" not in refused and len(refused.strip().splitlines()) <= 2
+        both = stub.stats()["chat_requests"]
+
+        # The same spec run alone (another runs dir, no response cache) costs the same.
+        alone = run_cli(tmp_path, *args[:2], "--runs-dir", "runs_alone", *args[4:])
+        assert alone.returncode == 0, alone.stderr
+        assert stub.stats()["chat_requests"] - both == both
+
+        # compare may read a running experiment and says that it is still going.
+        with RunLock(tmp_path / "runs" / "tiny", "run"):
+            compared = run_cli(tmp_path, "compare", "tiny", "--runs-dir", "runs")
+        assert compared.returncode == 0, compared.stderr
+        assert f"still running (pid {os.getpid()}" in compared.stderr
+
+
+def test_evolve_eval_out_directory_is_locked(tmp_path):
+    out = tmp_path / "evals"
+    with RunLock(out, "eval"):
+        refused = run_cli(
+            tmp_path,
+            *["eval", "--preset", "tiny", "--users", "1", "--policy", "in_context"],
+            *["--out", str(out), "--base-url", "http://127.0.0.1:9/v1", "--model", "stub"],
+        )
+    assert refused.returncode == EXIT_RUN_BUSY, refused.stderr
+    assert f"another evolve process (pid {os.getpid()}, started " in refused.stderr
+
+
+MLFLOW_OPEN = """
+import sys
+from evolve.tracking import get_or_create_experiment, mlflow_client
+uri = sys.argv[1]
+client = mlflow_client(uri)
+print(get_or_create_experiment(client, "race", uri))
+"""
+
+
+def test_two_processes_create_a_fresh_mlflow_db_at_once(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}"
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-c", MLFLOW_OPEN, uri],
+            env=cli_env(tmp_path),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
+    outcomes = [p.communicate(timeout=120) for p in processes]
+    for process, (out, err) in zip(processes, outcomes, strict=True):
+        assert process.returncode == 0, err[-2000:]
+    assert len({out.strip() for out, _ in outcomes}) == 1  # one experiment, seen by all
