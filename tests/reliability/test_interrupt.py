@@ -10,8 +10,13 @@ import time
 from pathlib import Path
 
 import pytest
-from reliability.process_helpers import llm_flags, run_cli, start_cli, wait_for_requests
-from reliability.process_helpers import write_tiny_spec
+from reliability.process_helpers import (
+    llm_flags,
+    run_cli,
+    start_cli,
+    wait_for_requests,
+    write_tiny_spec,
+)
 from stub_server import StubServer
 
 from evolve.errors import EXIT_INTERRUPTED

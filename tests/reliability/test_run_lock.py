@@ -128,6 +128,6 @@ def test_two_processes_create_a_fresh_mlflow_db_at_once(tmp_path):
         for _ in range(3)
     ]
     outcomes = [p.communicate(timeout=120) for p in processes]
-    for process, (out, err) in zip(processes, outcomes, strict=True):
+    for process, (_out, err) in zip(processes, outcomes, strict=True):
         assert process.returncode == 0, err[-2000:]
     assert len({out.strip() for out, _ in outcomes}) == 1  # one experiment, seen by all
