@@ -14,7 +14,6 @@ Paths inside a spec (`environment.file`, `policy.path`) are relative to the spec
 from __future__ import annotations
 
 import re
-import tomllib
 import types
 import typing
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from evolve.errors import ConfigError, EnvironmentDataError
+from evolve.files import read_toml_file
 from evolve.llm.config import LLMConfig
 from evolve.simulator.environment import Environment
 from evolve.simulator.runner import EpisodeConfig
@@ -331,18 +331,7 @@ class ExperimentSpec(RunSpec):
 
 def read_toml(path: Path, what: str, example: str) -> dict[str, Any]:
     """A spec file's TOML table; errors name the file and say what to pass instead."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(
-            f"{what} {str(path)!r} does not exist; pass a TOML file such as {example}"
-        ) from None
-    except OSError as error:
-        raise ConfigError(f"cannot read {what} {str(path)!r}: {error}") from None
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as error:
-        raise ConfigError(f"{path}: not valid TOML: {error}") from None
+    return read_toml_file(path, what, missing_hint=f"pass a TOML file such as {example}")
 
 
 def load_spec(path: str | Path) -> ExperimentSpec:

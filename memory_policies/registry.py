@@ -151,8 +151,13 @@ def read_bundle(directory: str | os.PathLike[str]) -> dict[str, Any]:
         )
     try:
         bundle = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise PolicyError(f"cannot read policy bundle {path}: {exc}") from exc
+    except UnicodeDecodeError:
+        raise PolicyError(f"{path}: not a UTF-8 text file; is it really a policy bundle?") from None
+    except RecursionError:
+        raise PolicyError(f"{path}: policy bundle is nested too deeply to read") from None
+    except (OSError, ValueError) as exc:  # ValueError: bad JSON, or an over-long integer
+        detail = " ".join(str(exc).split())[:300]
+        raise PolicyError(f"cannot read policy bundle {path}: {detail}") from None
     if not isinstance(bundle, dict) or bundle.get("format") != BUNDLE_FORMAT:
         raise PolicyError(f"{path} is not a memory-policy bundle (expected format {BUNDLE_FORMAT})")
     version = bundle.get("format_version")

@@ -43,6 +43,7 @@ from pydantic import (
 )
 
 from evolve.errors import EnvironmentDataError
+from evolve.files import read_json_file
 
 # Types of answer choices, as the original generator names them.
 CHOICE_EXPERIENCED = "experience"
@@ -273,21 +274,12 @@ class Environment(BaseModel):
 def load_environment(path: str | os.PathLike[str], *, check: bool = True) -> Environment:
     """Read a `data.json` file; with `check`, inconsistent content raises with every problem."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise EnvironmentDataError(
-            f"environment file {str(path)!r} does not exist; make one with "
-            "`evolve env generate --preset tiny --out FILE`"
-        ) from None
-    except OSError as error:
-        raise EnvironmentDataError(f"cannot read environment file {str(path)!r}: {error}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise EnvironmentDataError(
-            f"{path}: not valid JSON ({error.msg} at line {error.lineno}, column {error.colno})"
-        ) from None
+    data = read_json_file(
+        path,
+        "environment file",
+        error=EnvironmentDataError,
+        missing_hint="make one with `evolve env generate --preset tiny --out FILE`",
+    )
     env = Environment.from_original(data, source=str(path))
     if check:
         problems = env.problems()

@@ -15,7 +15,6 @@ from __future__ import annotations
 import calendar
 import hashlib
 import itertools
-import json
 import random
 from collections.abc import Mapping, Sequence
 from datetime import date, timedelta
@@ -33,6 +32,7 @@ from pydantic import (
 )
 
 from evolve.errors import ConfigError
+from evolve.files import read_json_file
 from evolve.simulator.environment import (
     CHOICE_EXPERIENCED,
     CHOICE_RANDOM,
@@ -333,10 +333,7 @@ def load_catalog(extra_dirs: Sequence[str | Path] = ()) -> Catalog:
 
 
 def _read_catalog_file(path: Path) -> _CatalogFile:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as error:
-        raise ConfigError(f"catalog file {path} cannot be read as JSON: {error}") from None
+    data = read_json_file(path, "catalog file")
     try:
         return _CatalogFile.model_validate(data)
     except ValidationError as error:

@@ -10,7 +10,6 @@ checked without an LLM before the first call. See `experiments/tune_quick.toml`.
 from __future__ import annotations
 
 import itertools
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -32,7 +31,8 @@ from evolve.config import (
     read_toml,
     resolve,
 )
-from evolve.errors import ConfigError
+from evolve.errors import ConfigError, ToolkitError
+from evolve.files import read_toml_file
 from evolve.llm.config import LLMConfig
 from memory_policies.base import PARAMETER_RULES
 
@@ -293,8 +293,8 @@ def tune_spec_from_dict(data: dict[str, Any], source: Path | None = None) -> Tun
 def is_tuning_spec(path: str | Path) -> bool:
     """Whether a TOML file has a `[tuning]` table (for commands that accept both kinds)."""
     try:
-        return "tuning" in tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError):
+        return "tuning" in read_toml_file(path, "spec")
+    except ToolkitError:
         return False
 
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import tomllib
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from evolve.errors import ConfigError
+from evolve.files import read_toml_file
 from evolve.simulator.generator import PRESETS, GeneratorConfig
 
 # Bumped whenever prompts or stage semantics change, so work dirs of older runs are not reused.
@@ -154,13 +154,7 @@ def generation_config_from_dict(
 def load_generation_config(path: str | Path) -> LLMGenerationConfig:
     """Read a TOML generation config (format: experiments/generate_llm.toml)."""
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(
-            f"generation config {str(path)!r} does not exist; start from "
-            "experiments/generate_llm.toml"
-        ) from None
-    except (OSError, tomllib.TOMLDecodeError) as error:
-        raise ConfigError(f"cannot read generation config {str(path)!r}: {error}") from None
+    data = read_toml_file(
+        path, "generation config", missing_hint="start from experiments/generate_llm.toml"
+    )
     return generation_config_from_dict(data, source=str(path))

@@ -1,0 +1,95 @@
+"""Reading user-supplied JSON and TOML files: every way a file can be unreadable becomes one
+toolkit error that names the file, never a traceback.
+
+Beyond a missing file or a syntax error, `json` and `tomllib` fail on inputs a user can hand
+us by mistake or on purpose: a binary file (`UnicodeDecodeError`), an integer longer than
+Python's 4300-digit limit (`ValueError`), and deeply nested arrays (`RecursionError`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from evolve.errors import ConfigError, ToolkitError
+
+
+def read_text_file(
+    path: str | os.PathLike[str],
+    what: str,
+    *,
+    error: type[ToolkitError] = ConfigError,
+    missing_hint: str = "",
+) -> str:
+    """The file's UTF-8 text; `what` names it in messages ("environment file", ...)."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        hint = f"; {missing_hint}" if missing_hint else ""
+        raise error(f"{what} {str(path)!r} does not exist{hint}") from None
+    except IsADirectoryError:
+        raise error(f"{what} {str(path)!r} is a directory; pass a file") from None
+    except OSError as exc:
+        raise error(f"cannot read {what} {str(path)!r}: {exc.strerror or exc}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise error(
+            f"{path}: not a UTF-8 text file (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
+            f"is it really a {what}?"
+        ) from None
+
+
+def parse_json_text(
+    text: str, source: str | os.PathLike[str], what: str, error: type[ToolkitError]
+) -> Any:
+    """`json.loads` whose failures name `source`."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise error(
+            f"{source}: not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})"
+        ) from None
+    except RecursionError:
+        raise error(f"{source}: {what} is nested too deeply to read") from None
+    except ValueError as exc:  # e.g. an integer beyond Python's digit limit
+        raise error(f"{source}: cannot read {what}: {_one_line(exc)}") from None
+
+
+def read_json_file(
+    path: str | os.PathLike[str],
+    what: str,
+    *,
+    error: type[ToolkitError] = ConfigError,
+    missing_hint: str = "",
+) -> Any:
+    """Parse a JSON file; any unreadable content raises `error` naming the file."""
+    text = read_text_file(path, what, error=error, missing_hint=missing_hint)
+    return parse_json_text(text, path, what, error)
+
+
+def read_toml_file(
+    path: str | os.PathLike[str],
+    what: str,
+    *,
+    error: type[ToolkitError] = ConfigError,
+    missing_hint: str = "",
+) -> dict[str, Any]:
+    """Parse a TOML file; any unreadable content raises `error` naming the file."""
+    text = read_text_file(path, what, error=error, missing_hint=missing_hint)
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise error(f"{path}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise error(f"{path}: {what} is nested too deeply to read") from None
+    except ValueError as exc:
+        raise error(f"{path}: cannot read {what}: {_one_line(exc)}") from None
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split())[:300]
