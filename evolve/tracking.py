@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from evolve.errors import ConfigError
+from evolve.errors import ConfigError, StorageError
+from evolve.locking import exclusive_file_lock
 from evolve.simulator.storage import atomic_write_json, read_json
 
 if TYPE_CHECKING:
@@ -140,8 +141,34 @@ def prepare_tracking_uri(tracking_uri: str) -> str:
             "environment instead"
         )
     if tracking_uri.startswith("sqlite:///"):
-        Path(tracking_uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        check_sqlite_writable(Path(tracking_uri.removeprefix("sqlite:///")))
     return tracking_uri
+
+
+def check_sqlite_writable(db_path: Path) -> None:
+    """Fail at once on a store that cannot be written (SQLAlchemy would retry for minutes)."""
+    try:
+        db_path.parent.mkdir(parents=True, exist_ok=True)
+        if db_path.exists():
+            os.close(os.open(db_path, os.O_RDWR))
+        _store_lock_path(db_path).touch(exist_ok=True)  # sqlite writes journals there too
+    except OSError as error:
+        raise StorageError(
+            f"MLflow tracking DB {db_path} is not writable ({error.strerror or error}); make it "
+            "writable, pass --tracking-uri with another store, or --no-tracking"
+        ) from None
+
+
+def _store_lock_path(db_path: Path) -> Path:
+    return db_path.with_name(db_path.name + ".lock")
+
+
+def store_creation_lock(tracking_uri: str) -> contextlib.AbstractContextManager[None]:
+    """Held around the first use of a sqlite store: opening it creates or migrates its
+    schema, and two processes doing that at once die with `duplicate column name`."""
+    if not tracking_uri.startswith("sqlite:///"):
+        return contextlib.nullcontext()
+    return exclusive_file_lock(_store_lock_path(Path(tracking_uri.removeprefix("sqlite:///"))))
 
 
 def mlflow_client(tracking_uri: str):
@@ -150,10 +177,19 @@ def mlflow_client(tracking_uri: str):
 
     uri = prepare_tracking_uri(tracking_uri)
     # Explicit registry URI: the default is MLflow's process-wide one, which may point elsewhere.
-    return MlflowClient(tracking_uri=uri, registry_uri=uri)
+    with store_creation_lock(uri):
+        client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+        client.search_experiments(max_results=1)  # opens the store: schema created here
+    return client
 
 
 def get_or_create_experiment(client: Any, name: str, tracking_uri: str) -> str:
+    # Serialized too: two processes creating one experiment at once would collide.
+    with store_creation_lock(normalize_tracking_uri(tracking_uri)):
+        return _get_or_create_experiment(client, name, tracking_uri)
+
+
+def _get_or_create_experiment(client: Any, name: str, tracking_uri: str) -> str:
     experiment = client.get_experiment_by_name(name)
     if experiment is not None:
         if experiment.lifecycle_stage != "active":

@@ -7,9 +7,11 @@ finished, stopped or still-running experiment.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from evolve.errors import ConfigError
+from evolve.locking import lock_holder
 from evolve.optimize import ExperimentStore, format_lineage, format_table, plot_scores
 from evolve.optimize.store import experiment_dir_for
 from evolve.tuning.report import render_tuning_dir, tuning_dir_for
@@ -34,6 +36,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run_compare)
 
 
+def note_if_running(directory: Path) -> None:
+    """Reading is safe while a run holds the directory; the reader is told it is not final."""
+    holder = lock_holder(directory)
+    if holder is not None:
+        print(
+            f"note: {directory} is still running ({holder.describe()}); these are its results "
+            "so far",
+            file=sys.stderr,
+        )
+
+
 def run_compare(args: argparse.Namespace) -> int:
     # A tuning study (`evolve tune`) first: its spec has a [tuning] table that the
     # evolution spec loader rejects.
@@ -41,6 +54,7 @@ def run_compare(args: argparse.Namespace) -> int:
     if tuning_directory is not None:
         if args.plot is not None:
             raise ConfigError("--plot draws evolution experiments; a tuning study has no plot")
+        note_if_running(tuning_directory)
         print(render_tuning_dir(tuning_directory))
         return 0
     directory = experiment_dir_for(args.experiment, args.runs_dir)
@@ -54,6 +68,7 @@ def run_compare(args: argparse.Namespace) -> int:
             f"no experiment {args.experiment!r} under {args.runs_dir}/ (known: "
             f"{', '.join(known) or 'none'}); pass a spec file, an experiment name or directory"
         )
+    note_if_running(directory)
     result = ExperimentStore(directory).load_result()
     print(format_table(result))
     print()

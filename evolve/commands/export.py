@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
+
+from evolve.commands.compare import note_if_running
+from evolve.errors import ConfigError
+from evolve.optimize.store import experiment_dir_for
+
+_MLFLOW_RUN_ID = re.compile(r"[0-9a-f]{32}")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -31,9 +38,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run_export)
 
 
+def check_target(target: str, runs_dir: Path) -> None:
+    """Refuse, in one line, an experiment that was never run (or a name nobody knows)."""
+    directory = experiment_dir_for(target, runs_dir)
+    if directory is not None and (directory / "experiment.json").is_file():
+        note_if_running(directory)
+        return
+    if Path(target).suffix == ".toml" and directory is not None:
+        raise ConfigError(
+            f"experiment {directory.name!r} of {target} has not been run yet (no "
+            f"{directory / 'experiment.json'}); run `evolve run {target}` first"
+        )
+    if not _MLFLOW_RUN_ID.fullmatch(target):
+        raise ConfigError(
+            f"{target!r} is neither an experiment under {runs_dir}/ (it has not been run yet?) "
+            "nor an MLflow run id; pass a spec file, an experiment name or directory that "
+            "`evolve run` has written, or a run id"
+        )
+
+
 def run_export(args: argparse.Namespace) -> int:
     from evolve.export import export_policy
 
+    check_target(args.target, args.runs_dir)
     result = export_policy(
         args.target,
         args.out,

@@ -15,12 +15,13 @@ from pathlib import Path
 from tqdm import tqdm
 
 from evolve.commands.progress import EvaluationBar, make_bar
-from evolve.config import load_spec, resolve
-from evolve.llm import add_llm_arguments, llm_config_from_args, open_role_lms
+from evolve.config import ExperimentSpec, ResolvedExperiment, load_spec, resolve
+from evolve.llm import LLMConfig, add_llm_arguments, llm_config_from_args, open_role_lms
+from evolve.locking import run_lock
 from evolve.optimize import LoopProgress, format_lineage, format_table, run_experiment
 from evolve.optimize.records import CandidateRecord
 from evolve.simulator.runner import ProgressSink
-from evolve.tracking import tracker_for
+from evolve.tracking import ExperimentTracker, tracker_for
 
 BEST_POLICY_DIR = "best_policy"
 
@@ -51,6 +52,18 @@ def run_command(args: argparse.Namespace) -> int:
     resolved = resolve(spec)  # everything checkable is checked before the first LLM call
     llm_config = llm_config_from_args(args, base=spec.llm)
     tracker = tracker_for(spec, tracking_uri=args.tracking_uri, enabled=not args.no_tracking)
+    # One process per run directory: a second one would spend the budget again.
+    with run_lock(args.runs_dir / spec.name, "run"):
+        return _run_locked(args, spec, resolved, llm_config, tracker)
+
+
+def _run_locked(
+    args: argparse.Namespace,
+    spec: ExperimentSpec,
+    resolved: ResolvedExperiment,
+    llm_config: LLMConfig,
+    tracker: ExperimentTracker,
+) -> int:
     print(
         f"experiment {spec.name}: {resolved.environment_description}; "
         f"{len(resolved.train.items)} train / {len(resolved.heldout.items)} held-out users; "

@@ -10,6 +10,7 @@ Rerunning resumes the study; more workers on other machines can join it with `--
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -17,7 +18,8 @@ from pathlib import Path
 from tqdm import tqdm
 
 from evolve.commands.progress import EvaluationBar, make_bar
-from evolve.llm import add_llm_arguments, llm_config_from_args, open_role_lms
+from evolve.llm import LLMConfig, add_llm_arguments, llm_config_from_args, open_role_lms
+from evolve.locking import run_lock
 from evolve.simulator.runner import ProgressSink
 from evolve.tuning import (
     HeldoutRecord,
@@ -29,7 +31,8 @@ from evolve.tuning import (
     run_tuning,
     study_tracker_for,
 )
-from evolve.tuning.spec import parameter_slug
+from evolve.tuning.spec import ResolvedTuning, TuneSpec, parameter_slug
+from evolve.tuning.tracking import StudyTracker
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -87,6 +90,20 @@ def run_tune(args: argparse.Namespace) -> int:
     )
     llm_config = llm_config_from_args(args, base=spec.llm)
     tracker = study_tracker_for(spec, tracking_uri=args.tracking_uri, enabled=not args.no_tracking)
+    # The main process owns the run directory; extra workers coordinate through the study
+    # storage instead (each trial has its own directory).
+    lock = contextlib.nullcontext() if args.worker else run_lock(args.runs_dir / spec.name, "tune")
+    with lock:
+        return _tune_locked(args, spec, resolved, llm_config, tracker)
+
+
+def _tune_locked(
+    args: argparse.Namespace,
+    spec: TuneSpec,
+    resolved: ResolvedTuning,
+    llm_config: LLMConfig,
+    tracker: StudyTracker,
+) -> int:
     experiment = resolved.experiment
     tuning = spec.tuning
     print(
