@@ -8,13 +8,23 @@ an exit code. Adding a command means adding its module name to `COMMAND_MODULES`
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
-import signal
 import sys
 
 from dspy.utils.exceptions import LMError
+from pydantic import ValidationError
 
-from evolve.errors import ToolkitError
+from evolve.commands import interrupt
+from evolve.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_INTERRUPTED,
+    EXIT_LLM_FAILURE,
+    EXIT_STORAGE,
+    Interrupted,
+    StorageError,
+    ToolkitError,
+)
 from memory_policies.errors import PolicyError
 
 COMMAND_MODULES = ["doctor", "env", "eval", "run", "compare", "export", "tune"]
@@ -33,30 +43,72 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _terminate_gracefully(signum: int, frame: object) -> None:
-    # SIGTERM unwinds like Ctrl-C so that context managers stop the embedded server.
-    raise KeyboardInterrupt
+# errno values that mean "this storage cannot be written", whatever the file.
+_STORAGE_ERRNOS = {errno.EROFS, errno.ENOSPC, errno.EACCES, errno.EPERM, errno.EDQUOT, errno.EIO}
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; returns its exit code (the README's table, from `evolve.errors`).
+
+    Called without `argv` (as the `evolve` program), an interrupted command also bounds how
+    long the process may take to exit (see `evolve.commands.interrupt`).
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
-    signal.signal(signal.SIGTERM, _terminate_gracefully)
+    interrupt.STOP.clear()
+    with interrupt.stop_on_signals():
+        code = _run_handler(args)
+    if code == EXIT_INTERRUPTED and argv is None:
+        interrupt.arm_exit_deadline()
+    return code
+
+
+def _run_handler(args: argparse.Namespace) -> int:
     try:
         return int(args.handler(args) or 0)
-    except KeyboardInterrupt:
-        print("evolve: interrupted; finished work is saved and a rerun resumes", file=sys.stderr)
-        return 130
+    except (KeyboardInterrupt, Interrupted):
+        print(interrupt.INTERRUPTED_MESSAGE, file=sys.stderr)
+        return EXIT_INTERRUPTED
     except (ToolkitError, PolicyError) as error:
-        print(f"evolve: error: {error}", file=sys.stderr)
-        return getattr(error, "exit_code", 2)
+        print(f"evolve: error: {_one_line(error)}", file=sys.stderr)
+        return getattr(error, "exit_code", EXIT_BAD_INPUT)
     except LMError as error:
         print(
             f"evolve: error: an LLM call failed after its retries: {_one_line(error)}; check the "
             f"endpoint (evolve doctor) and rerun to resume",
             file=sys.stderr,
         )
-        return 3
+        return EXIT_LLM_FAILURE
+    except OSError as error:
+        code, message = _os_error(error)
+        print(f"evolve: error: {message}", file=sys.stderr)
+        return code
+    except ValidationError as error:  # a value no command-level check caught
+        print(f"evolve: error: invalid value: {_one_line(error)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except RecursionError:
+        print(
+            "evolve: error: an input is nested too deeply to read; check the files passed",
+            file=sys.stderr,
+        )
+        return EXIT_BAD_INPUT
+
+
+def _os_error(error: OSError) -> tuple[int, str]:
+    """An exit code and one line for an operating-system error nobody below turned into ours."""
+    where = f" {error.filename}" if error.filename else ""
+    reason = error.strerror or _one_line(error)
+    if isinstance(error, FileNotFoundError | NotADirectoryError | IsADirectoryError):
+        return EXIT_BAD_INPUT, f"cannot use{where}: {reason}; check the path"
+    if isinstance(error, ConnectionError | TimeoutError):
+        return EXIT_LLM_FAILURE, f"connection failed: {reason}; check the endpoint (evolve doctor)"
+    if error.errno in _STORAGE_ERRNOS:
+        storage = StorageError(
+            f"storage refused{where}: {reason}; free space or make it writable (or choose "
+            "another --out / --runs-dir), then rerun to resume"
+        )
+        return storage.exit_code, str(storage)
+    return EXIT_STORAGE, f"storage failed{where}: {reason}; rerun to resume once fixed"
 
 
 def _one_line(error: BaseException) -> str:

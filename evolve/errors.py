@@ -17,7 +17,6 @@ Exit codes (the README's table is written from this one):
 
 from __future__ import annotations
 
-
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
 EXIT_LLM_FAILURE = 3
@@ -72,3 +71,9 @@ class EnvironmentDataError(ToolkitError):
 
 class ResumeMismatchError(ToolkitError):
     """An output directory holds a run made with a different configuration."""
+
+
+class Interrupted(ToolkitError):
+    """The work was stopped on request (Ctrl-C / SIGTERM) before it finished; a rerun resumes."""
+
+    exit_code = EXIT_INTERRUPTED

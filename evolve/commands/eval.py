@@ -15,7 +15,10 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from evolve.commands import interrupt
+from evolve.errors import ConfigError
 from evolve.llm import add_llm_arguments, open_role_lms_from_args
+from evolve.locking import run_lock
 from evolve.paths import cache_dir
 from evolve.simulator.baselines import compute_upper_bound
 from evolve.simulator.environment import Environment, load_environment
@@ -137,10 +140,6 @@ def run_dir_names(specs: list[str]) -> list[str]:
 
 def _load_env(args: argparse.Namespace) -> tuple[Environment, int, int]:
     """The environment (first --users only) and the default rounds."""
-    if args.users is not None and args.users < 1:
-        from evolve.errors import ConfigError
-
-        raise ConfigError(f"--users must be at least 1, got {args.users}")
     if args.preset:
         preset = get_preset(args.preset)
         env = generate_environment(preset, args.seed, args.users)
@@ -175,7 +174,20 @@ def format_table(rows: list[tuple[str, EvaluationReport]]) -> str:
     return "\n".join(lines)
 
 
+def check_arguments(args: argparse.Namespace) -> None:
+    """Refuse out-of-range numbers in one line (before pydantic would, with a traceback)."""
+    for flag, value in (
+        ("--concurrency", args.concurrency),
+        ("--rounds-init", args.rounds_init),
+        ("--rounds-update", args.rounds_update),
+        ("--users", args.users),
+    ):
+        if value is not None and value < 1:
+            raise ConfigError(f"{flag} must be at least 1, got {value}")
+
+
 def run_eval(args: argparse.Namespace) -> int:
+    check_arguments(args)
     # Policies and the environment are checked before any server starts or LLM call.
     policies: list[MemoryPolicy] = [build_policy(spec) for spec in args.policy]
     env, rounds_initial, rounds_update = _load_env(args)
@@ -187,7 +199,7 @@ def run_eval(args: argparse.Namespace) -> int:
     )
     names = run_dir_names(args.policy)
     rows: list[tuple[str, EvaluationReport]] = []
-    with open_role_lms_from_args(args) as lms:
+    with run_lock(args.out, "eval"), open_role_lms_from_args(args) as lms:
         upper_bound = None
         if not args.no_upper_bound:
             started = time.perf_counter()
@@ -218,6 +230,7 @@ def run_eval(args: argparse.Namespace) -> int:
                     off_policy_dir=args.off_policy,
                     progress=progress,
                     upper_bound=upper_bound,
+                    stop=interrupt.STOP,
                 )
             finally:
                 progress.close()

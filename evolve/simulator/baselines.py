@@ -191,8 +191,12 @@ def compute_upper_bound(
     lock = threading.Lock()
     pending = 0
 
+    cancelled = threading.Event()
+
     def run(task: tuple) -> None:
         nonlocal pending
+        if cancelled.is_set():
+            return
         entry = _ask(predictor, lms, *task)
         with lock:
             table.entries[table.key(entry.item_id, entry.question_index, entry.variant_index)] = (
@@ -210,9 +214,16 @@ def compute_upper_bound(
             for task in todo:
                 run(task)
         else:
-            with ThreadPoolExecutor(max_workers=concurrency) as pool:
+            pool = ThreadPoolExecutor(max_workers=concurrency)
+            try:
                 for future in [pool.submit(run, task) for task in todo]:
                     future.result()
+            except BaseException:
+                # Ctrl-C or a failure: no new call starts; calls in flight are not waited for.
+                cancelled.set()
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise
+            pool.shutdown(wait=True)
     finally:
         with lock:
             atomic_write_json(path, table.model_dump(mode="json"))

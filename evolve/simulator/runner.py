@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import dspy
 from pydantic import BaseModel, ConfigDict, Field
 
-from evolve.errors import EnvironmentDataError
+from evolve.errors import EnvironmentDataError, Interrupted
 from evolve.simulator.baselines import UpperBoundTable, random_score
 from evolve.simulator.metrics import (
     MetricSummary,
@@ -157,6 +157,7 @@ class _Run:
         off_policy_dir: Path | None,
         progress: ProgressSink,
         upper_bound: UpperBoundTable | None,
+        stop: threading.Event | None = None,
     ):
         self.env_hash = env_hash
         self.policy = policy
@@ -172,6 +173,16 @@ class _Run:
         # different users, and the read-only questions of one unit, which fan out.
         self._slots = threading.BoundedSemaphore(config.concurrency)
         self.question_pool: ThreadPoolExecutor | None = None
+        # Set when the evaluation fails or is interrupted: no unit or LLM call starts after.
+        self.cancelled = threading.Event()
+        self._stop = stop
+
+    def check_stop(self) -> None:
+        """Raise `Interrupted` once the caller asked to stop or the evaluation is failing."""
+        if self.cancelled.is_set() or (self._stop is not None and self._stop.is_set()):
+            raise Interrupted(
+                "evaluation stopped on request; finished user-periods are saved and a rerun resumes"
+            )
 
     def tick(self) -> None:
         total = self.lms.usage.snapshot().total_calls
@@ -181,7 +192,9 @@ class _Run:
     @contextlib.contextmanager
     def slot(self) -> Iterator[None]:
         """Held for the duration of one policy or simulator call."""
+        self.check_stop()
         with self._slots:
+            self.check_stop()  # the wait for a slot may have been long
             yield
         self.tick()
 
@@ -203,11 +216,17 @@ def run_evaluation(
     on_period_end: Callable[[int, MetricSummary], None] | None = None,
     progress: ProgressSink | None = None,
     upper_bound: UpperBoundTable | None = None,
+    stop: threading.Event | None = None,
 ) -> EvaluationReport:
     """Evaluate `policy` on `env`, storing everything under `run_dir`; resumes by default.
 
     Without `upper_bound` the memory score is None (see `metrics`); pass the table from
     `baselines.compute_upper_bound`, which is cached per environment and agent model.
+
+    Stopping: once `stop` is set (e.g. by a signal handler of the caller), or when the calling
+    thread is interrupted (`KeyboardInterrupt`), no new unit or LLM call starts, queued work
+    is cancelled and calls in flight are not waited for; `Interrupted` (or the interrupt) is
+    raised and a rerun resumes from the finished units.
     """
     started = time.perf_counter()
     usage_start = lms.usage.snapshot()
@@ -243,7 +262,7 @@ def run_evaluation(
             finished += 1
     period_count = max((len(user.item.periods) for user in users), default=0)
     progress.run_started(users=len(users), periods=period_count, finished_units=finished)
-    run = _Run(env_hash, policy, lms, layout, config, off_dir, progress, upper_bound)
+    run = _Run(env_hash, policy, lms, layout, config, off_dir, progress, upper_bound, stop)
 
     def report(complete: bool) -> EvaluationReport:
         user_results = [UserResult(user_id=u.item.id, periods=list(u.results)) for u in users]
@@ -270,6 +289,7 @@ def run_evaluation(
             max_workers=config.concurrency, thread_name_prefix="evolve-questions"
         )
     latest: EvaluationReport | None = None
+    failed = False
     try:
         if on_period_end is None and config.concurrency > 1:
             _run_pipelined(run, users, period_count, upper_bound)
@@ -295,12 +315,15 @@ def run_evaluation(
                 if on_period_end is not None:
                     on_period_end(period_index, summary)
     except BaseException:
+        failed = True
+        run.cancelled.set()
         with contextlib.suppress(Exception):  # best effort: the unit files are the truth
             report(complete=False)
         raise
     finally:
         if run.question_pool is not None:
-            run.question_pool.shutdown(wait=True, cancel_futures=True)
+            # After a failure, calls in flight are not waited for (they may hang).
+            run.question_pool.shutdown(wait=not failed, cancel_futures=True)
     return latest if latest is not None and latest.complete else report(complete=True)
 
 
@@ -364,11 +387,9 @@ def _run_units(run: _Run, users: Sequence[_User], period_index: int) -> None:
         for user in users:
             _finish_unit(run, user, period_index)
         return
-    with ThreadPoolExecutor(max_workers=min(run.config.concurrency, len(users))) as pool:
+    with _unit_pool(run, len(users)) as pool:
         futures = [pool.submit(_finish_unit, run, user, period_index) for user in users]
-        _, not_done = wait(futures, return_when=FIRST_EXCEPTION)
-        for future in not_done:
-            future.cancel()
+        wait(futures, return_when=FIRST_EXCEPTION)
         for future in futures:
             if future.done() and not future.cancelled() and future.exception() is not None:
                 raise future.exception()  # type: ignore[misc]
@@ -384,7 +405,6 @@ def _run_pipelined(
     since users are independent; `period_finished` fires once every user is past a period.
     """
     lock = threading.Lock()
-    stop = threading.Event()
     remaining = [sum(len(u.item.periods) > index for u in users) for index in range(period_count)]
 
     def period_done(index: int) -> None:
@@ -398,26 +418,42 @@ def _run_pipelined(
 
     def run_user(user: _User) -> None:
         for index in range(len(user.item.periods)):
-            if stop.is_set():
-                return
             if len(user.results) > index:
                 run.progress.unit_finished(user.item.id, index, resumed=True)
             else:
                 _finish_unit(run, user, index)
             period_done(index)
 
-    with ThreadPoolExecutor(max_workers=min(run.config.concurrency, len(users))) as pool:
+    with _unit_pool(run, len(users)) as pool:
         futures = [pool.submit(run_user, user) for user in users]
         wait(futures, return_when=FIRST_EXCEPTION)
         failed = next((f for f in futures if f.done() and f.exception() is not None), None)
         if failed is not None:
-            stop.set()
-            for future in futures:
-                future.cancel()
             raise failed.exception()  # type: ignore[misc]
 
 
+@contextlib.contextmanager
+def _unit_pool(run: _Run, users: int) -> Iterator[ThreadPoolExecutor]:
+    """A pool for the units of many users that never outlives a failure or an interrupt.
+
+    `ThreadPoolExecutor`'s own `with` waits for every queued unit on the way out, even after
+    Ctrl-C; here a failure (or `KeyboardInterrupt` in the waiting thread) cancels what has
+    not started, stops new LLM calls (`run.cancelled`) and does not wait for calls in flight.
+    """
+    pool = ThreadPoolExecutor(
+        max_workers=min(run.config.concurrency, users), thread_name_prefix="evolve-units"
+    )
+    try:
+        yield pool
+    except BaseException:
+        run.cancelled.set()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+
+
 def _finish_unit(run: _Run, user: _User, period_index: int) -> None:
+    run.check_stop()
     result = run_unit(run, user, period_index)
     run.layout.save_period_result(user.dir_name, result)
     user.results.append(result)

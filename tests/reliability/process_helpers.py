@@ -56,10 +56,11 @@ def write_tiny_spec(
     return path
 
 
-def cli_env(tmp_path: Path) -> dict[str, str]:
+def cli_env(home: Path) -> dict[str, str]:
+    """The environment of a CLI process whose caches live under `home`."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    env["EVOLVE_CACHE_DIR"] = str(tmp_path / "cache")
+    env["EVOLVE_CACHE_DIR"] = str(home / "cache")
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
@@ -68,22 +69,26 @@ def llm_flags(stub: StubServer) -> list[str]:
     return ["--base-url", stub.base_url, "--model", "stub", "--no-llm-cache"]
 
 
-def start_cli(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
+def start_cli(home: Path, *args: str) -> subprocess.Popen[str]:
+    """`evolve ARGS` started in `home` (its current directory and cache location)."""
+    home.mkdir(parents=True, exist_ok=True)
     return subprocess.Popen(
         [sys.executable, "-m", "evolve.cli", *args],
-        cwd=tmp_path,
-        env=cli_env(tmp_path),
+        cwd=home,
+        env=cli_env(home),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
 
 
-def run_cli(tmp_path: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def run_cli(home: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """`evolve ARGS` run to its end in `home` (its current directory and cache location)."""
+    home.mkdir(parents=True, exist_ok=True)
     return subprocess.run(
         [sys.executable, "-m", "evolve.cli", *args],
-        cwd=tmp_path,
-        env=cli_env(tmp_path),
+        cwd=home,
+        env=cli_env(home),
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -64,9 +64,9 @@ def test_eval_stops_on_signal_and_a_rerun_completes_it(tmp_path, signum):
     with StubServer(latency=0.01) as fast:
         rerun = run_cli(tmp_path, *eval_args, "--out", "out", *llm_flags(fast))
         assert rerun.returncode == 0, rerun.stderr[-3000:]
-        reference = run_cli(tmp_path, *eval_args, "--out", "reference", *llm_flags(fast))
+        reference = run_cli(tmp_path / "ref", *eval_args, "--out", "out", *llm_flags(fast))
         assert reference.returncode == 0, reference.stderr[-3000:]
-    assert scores_of_eval(tmp_path / "out") == scores_of_eval(tmp_path / "reference")
+    assert scores_of_eval(tmp_path / "out") == scores_of_eval(tmp_path / "ref" / "out")
     assert scores_of_eval(tmp_path / "out")["complete"] is True
 
 
@@ -91,9 +91,9 @@ def test_run_stops_on_sigterm_and_a_rerun_completes_it(tmp_path):
     with StubServer(latency=0.01) as fast:
         rerun = run_cli(tmp_path, *run_args, "--runs-dir", "runs", *llm_flags(fast))
         assert rerun.returncode == 0, rerun.stderr[-3000:]
-        reference = run_cli(tmp_path, *run_args, "--runs-dir", "reference", *llm_flags(fast))
+        reference = run_cli(tmp_path / "ref", *run_args, "--runs-dir", "runs", *llm_flags(fast))
         assert reference.returncode == 0, reference.stderr[-3000:]
-    assert candidate_scores(tmp_path / "runs") == candidate_scores(tmp_path / "reference")
+    assert candidate_scores(tmp_path / "runs") == candidate_scores(tmp_path / "ref" / "runs")
 
 
 TUNE_SPEC = """
