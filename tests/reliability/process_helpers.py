@@ -3,6 +3,7 @@ tests need separate processes: flock conflicts and signal delivery are per proce
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -10,16 +11,67 @@ import textwrap
 import time
 from pathlib import Path
 
+from optimize.evolve_helpers import make_item
 from stub_server import StubServer
 
+from evolve.simulator.environment import Environment, save_environment
+
 REPO = Path(__file__).resolve().parents[2]
+
+
+def write_small_environment(path: Path, users: int = 2) -> Path:
+    """Users with 2 periods (3 sessions) and 1 question: about a dozen LLM calls per user."""
+    items = []
+    for index in range(users):
+        item = make_item(f"user-{index}")
+        item["periods"] = item["periods"][:2]
+        item["qas"] = item["qas"][:1]
+        items.append(item)
+    env = Environment.from_original(items)
+    assert env.problems() == []
+    save_environment(env, path)
+    return path
+
+
+# A tuning spec over `write_small_environment(<spec dir>/env.json)`: 2 grid trials.
+TUNE_SPEC = """
+name = "tiny-tune"
+seed = 0
+concurrency = 2
+
+[environment]
+file = "env.json"
+train_users = 1
+heldout_users = 1
+
+[policy]
+kind = "in_context"
+parameters = { update_every = 2, short_term_len = 2 }
+
+[tracking]
+enabled = false
+
+[tuning]
+sampler = "grid"
+trials = 2
+objectives = ["accuracy"]
+heldout = "none"
+storage = "sqlite:///optuna.db"
+
+[tuning.parameters]
+update_every = [2, 4]
+
+[tuning.pruner]
+kind = "none"
+"""
 
 
 def write_tiny_spec(
     directory: Path, name: str = "tiny", *, generations: int = 1, tracking: bool = False
 ) -> Path:
-    """A small evolution spec on the offline tiny preset: 1 train and 1 held-out user."""
+    """A small evolution spec: 1 train and 1 held-out user of `write_small_environment`."""
     directory.mkdir(parents=True, exist_ok=True)
+    write_small_environment(directory / "small_env.json")
     path = directory / f"{name}.toml"
     path.write_text(
         textwrap.dedent(
@@ -29,9 +81,7 @@ def write_tiny_spec(
             concurrency = 2
 
             [environment]
-            preset = "tiny"
-            seed = 0
-            users = 2
+            file = "small_env.json"
             train_users = 1
             heldout_users = 1
 
@@ -105,3 +155,21 @@ def wait_for_requests(stub: StubServer, at_least: int, timeout: float = 60) -> i
         if time.monotonic() > deadline:
             raise TimeoutError(f"the stub saw only {count} chat requests in {timeout}s")
         time.sleep(0.05)
+
+
+def run_in_process(home: Path, *args: str) -> int:
+    """`evolve ARGS` in this process (no import cost), in `home` with its caches there."""
+    from evolve.cli import main
+    from evolve.paths import CACHE_DIR_ENV
+
+    home.mkdir(parents=True, exist_ok=True)
+    previous = os.environ.get(CACHE_DIR_ENV)
+    os.environ[CACHE_DIR_ENV] = str(home / "cache")
+    try:
+        with contextlib.chdir(home):
+            return main(list(args))
+    finally:
+        if previous is None:
+            os.environ.pop(CACHE_DIR_ENV, None)
+        else:
+            os.environ[CACHE_DIR_ENV] = previous

@@ -11,10 +11,12 @@ from pathlib import Path
 
 import pytest
 from reliability.process_helpers import (
+    TUNE_SPEC,
     llm_flags,
-    run_cli,
+    run_in_process,
     start_cli,
     wait_for_requests,
+    write_small_environment,
     write_tiny_spec,
 )
 from stub_server import StubServer
@@ -54,20 +56,34 @@ def scores_of_eval(out: Path) -> dict:
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_eval_stops_on_signal_and_a_rerun_completes_it(tmp_path, signum):
-    eval_args = ["eval", "--preset", "tiny", "--users", "2", "--policy", "in_context"]
-    eval_args += ["--concurrency", "2"]
+    env_file = write_small_environment(tmp_path / "env.json")
+    eval_args = ["eval", "--env", str(env_file), "--policy", "in_context", "--concurrency", "2"]
     with StubServer(latency=SLOW_CALL_S) as slow:
         process = start_cli(tmp_path, *eval_args, "--out", "out", *llm_flags(slow))
         took, err = stop_and_measure(process, slow, signum)
     assert_interrupted(process, took, err)
 
     with StubServer(latency=0.01) as fast:
-        rerun = run_cli(tmp_path, *eval_args, "--out", "out", *llm_flags(fast))
-        assert rerun.returncode == 0, rerun.stderr[-3000:]
-        reference = run_cli(tmp_path / "ref", *eval_args, "--out", "out", *llm_flags(fast))
-        assert reference.returncode == 0, reference.stderr[-3000:]
+        assert run_in_process(tmp_path, *eval_args, "--out", "out", *llm_flags(fast)) == 0
+        reference = tmp_path / "ref"
+        assert run_in_process(reference, *eval_args, "--out", "out", *llm_flags(fast)) == 0
     assert scores_of_eval(tmp_path / "out") == scores_of_eval(tmp_path / "ref" / "out")
     assert scores_of_eval(tmp_path / "out")["complete"] is True
+
+
+def test_eval_stops_on_sigint_while_every_call_hangs(tmp_path):
+    """Calls in flight that never return are not waited for (no join of blocked threads)."""
+    env_file = write_small_environment(tmp_path / "env.json")
+    args = ["eval", "--env", str(env_file), "--policy", "in_context", "--concurrency", "2"]
+    with StubServer(latency=0.01, fault="hang") as hanging:
+        process = start_cli(tmp_path, *args, "--out", "out", *llm_flags(hanging))
+        wait_for_requests(hanging, at_least=2, timeout=90)
+        time.sleep(0.5)
+        sent = time.monotonic()
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=30)
+        took = time.monotonic() - sent
+    assert_interrupted(process, took, err)
 
 
 def candidate_scores(runs_dir: Path) -> dict:
@@ -89,48 +105,14 @@ def test_run_stops_on_sigterm_and_a_rerun_completes_it(tmp_path):
     assert_interrupted(process, took, err)
 
     with StubServer(latency=0.01) as fast:
-        rerun = run_cli(tmp_path, *run_args, "--runs-dir", "runs", *llm_flags(fast))
-        assert rerun.returncode == 0, rerun.stderr[-3000:]
-        reference = run_cli(tmp_path / "ref", *run_args, "--runs-dir", "runs", *llm_flags(fast))
-        assert reference.returncode == 0, reference.stderr[-3000:]
+        assert run_in_process(tmp_path, *run_args, "--runs-dir", "runs", *llm_flags(fast)) == 0
+        reference = tmp_path / "ref"
+        assert run_in_process(reference, *run_args, "--runs-dir", "runs", *llm_flags(fast)) == 0
     assert candidate_scores(tmp_path / "runs") == candidate_scores(tmp_path / "ref" / "runs")
 
 
-TUNE_SPEC = """
-name = "tiny-tune"
-seed = 0
-concurrency = 2
-
-[environment]
-preset = "tiny"
-seed = 0
-users = 2
-train_users = 1
-heldout_users = 1
-
-[policy]
-kind = "in_context"
-parameters = { update_every = 2, short_term_len = 2 }
-
-[tracking]
-enabled = false
-
-[tuning]
-sampler = "grid"
-trials = 2
-objectives = ["accuracy"]
-heldout = "none"
-storage = "sqlite:///optuna.db"
-
-[tuning.parameters]
-update_every = [2, 4]
-
-[tuning.pruner]
-kind = "none"
-"""
-
-
 def test_tune_stops_on_sigint(tmp_path):
+    write_small_environment(tmp_path / "env.json")
     spec = tmp_path / "tune.toml"
     spec.write_text(TUNE_SPEC, encoding="utf-8")
     with StubServer(latency=SLOW_CALL_S) as slow:

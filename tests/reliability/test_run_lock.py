@@ -10,9 +10,19 @@ import sys
 import time
 
 import pytest
-from reliability.process_helpers import cli_env, llm_flags, run_cli, start_cli, write_tiny_spec
+from reliability.process_helpers import (
+    TUNE_SPEC,
+    cli_env,
+    llm_flags,
+    run_cli,
+    run_in_process,
+    start_cli,
+    write_small_environment,
+    write_tiny_spec,
+)
 from stub_server import StubServer
 
+from evolve.cli import main
 from evolve.errors import EXIT_RUN_BUSY, RunBusyError
 from evolve.locking import RUN_LOCK_FILE, RunLock, lock_holder
 
@@ -83,8 +93,7 @@ def test_two_evolve_run_processes_on_one_spec_exactly_one_runs(tmp_path):
         both = stub.stats()["chat_requests"]
 
         # The same spec run alone (its own runs dir and caches) costs the same.
-        alone = run_cli(tmp_path / "alone", *args)
-        assert alone.returncode == 0, alone.stderr
+        assert run_in_process(tmp_path / "alone", *args) == 0
         assert stub.stats()["chat_requests"] - both == both
 
         # compare may read a running experiment and says that it is still going.
@@ -94,16 +103,24 @@ def test_two_evolve_run_processes_on_one_spec_exactly_one_runs(tmp_path):
         assert f"still running (pid {os.getpid()}" in compared.stderr
 
 
-def test_evolve_eval_out_directory_is_locked(tmp_path):
+def test_eval_out_and_the_main_tune_process_are_locked_but_not_tune_workers(tmp_path, capsys):
     out = tmp_path / "evals"
+    unreachable = ["--base-url", "http://127.0.0.1:9/v1", "--model", "stub"]
+    eval_args = ["eval", "--env", str(write_small_environment(tmp_path / "env.json"))]
+    eval_args += ["--policy", "in_context", "--out", str(out), *unreachable]
     with RunLock(out, "eval"):
-        refused = run_cli(
-            tmp_path,
-            *["eval", "--preset", "tiny", "--users", "1", "--policy", "in_context"],
-            *["--out", str(out), "--base-url", "http://127.0.0.1:9/v1", "--model", "stub"],
-        )
-    assert refused.returncode == EXIT_RUN_BUSY, refused.stderr
-    assert f"another evolve process (pid {os.getpid()}, started " in refused.stderr
+        assert main(eval_args) == EXIT_RUN_BUSY
+    assert f"another evolve process (pid {os.getpid()}, started " in capsys.readouterr().err
+
+    spec = tmp_path / "tune.toml"
+    spec.write_text(TUNE_SPEC, encoding="utf-8")
+    tune_args = ["tune", str(spec), "--runs-dir", str(tmp_path / "runs"), *unreachable]
+    with RunLock(tmp_path / "runs" / "tiny-tune", "tune"):
+        assert main(tune_args) == EXIT_RUN_BUSY
+        assert "another evolve process" in capsys.readouterr().err
+        # A worker is not refused by the lock (here it fails later: no endpoint).
+        assert main([*tune_args, "--worker"]) not in (0, EXIT_RUN_BUSY)
+        assert "another evolve process" not in capsys.readouterr().err
 
 
 MLFLOW_OPEN = """
