@@ -84,7 +84,7 @@ def read_toml_file(
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise error(f"{path}: not valid TOML: {exc}") from None
+        raise error(f"cannot read {what} {path}: not valid TOML: {exc}") from None
     except RecursionError:
         raise error(f"{path}: {what} is nested too deeply to read") from None
     except ValueError as exc:
