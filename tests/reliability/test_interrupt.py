@@ -9,7 +9,6 @@ import signal
 import time
 from pathlib import Path
 
-import pytest
 from reliability.process_helpers import (
     TUNE_SPEC,
     llm_flags,
@@ -54,13 +53,12 @@ def scores_of_eval(out: Path) -> dict:
     return {"summary": summary, "complete": report["complete"]}
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_eval_stops_on_signal_and_a_rerun_completes_it(tmp_path, signum):
+def test_eval_stops_on_sigint_and_a_rerun_completes_it(tmp_path):
     env_file = write_small_environment(tmp_path / "env.json")
     eval_args = ["eval", "--env", str(env_file), "--policy", "in_context", "--concurrency", "2"]
     with StubServer(latency=SLOW_CALL_S) as slow:
         process = start_cli(tmp_path, *eval_args, "--out", "out", *llm_flags(slow))
-        took, err = stop_and_measure(process, slow, signum)
+        took, err = stop_and_measure(process, slow, signal.SIGINT)
     assert_interrupted(process, took, err)
 
     with StubServer(latency=0.01) as fast:
@@ -71,7 +69,7 @@ def test_eval_stops_on_signal_and_a_rerun_completes_it(tmp_path, signum):
     assert scores_of_eval(tmp_path / "out")["complete"] is True
 
 
-def test_eval_stops_on_sigint_while_every_call_hangs(tmp_path):
+def test_eval_stops_on_sigterm_while_every_call_hangs(tmp_path):
     """Calls in flight that never return are not waited for (no join of blocked threads)."""
     env_file = write_small_environment(tmp_path / "env.json")
     args = ["eval", "--env", str(env_file), "--policy", "in_context", "--concurrency", "2"]
@@ -80,7 +78,7 @@ def test_eval_stops_on_sigint_while_every_call_hangs(tmp_path):
         wait_for_requests(hanging, at_least=2, timeout=90)
         time.sleep(0.5)
         sent = time.monotonic()
-        process.send_signal(signal.SIGINT)
+        process.send_signal(signal.SIGTERM)
         _, err = process.communicate(timeout=30)
         took = time.monotonic() - sent
     assert_interrupted(process, took, err)
@@ -111,11 +109,31 @@ def test_run_stops_on_sigterm_and_a_rerun_completes_it(tmp_path):
     assert candidate_scores(tmp_path / "runs") == candidate_scores(tmp_path / "ref" / "runs")
 
 
-def test_tune_stops_on_sigint(tmp_path):
+def completed_trials(home: Path) -> list:
+    from evolve.tuning.study import TuningStore
+
+    result = TuningStore(home / "runs" / "tiny-tune").load_result()
+    return sorted(
+        (sorted(t.parameters.items()), t.values) for t in result.trials if t.state == "complete"
+    )
+
+
+def test_tune_stops_on_sigint_and_a_rerun_completes_it(tmp_path):
     write_small_environment(tmp_path / "env.json")
     spec = tmp_path / "tune.toml"
     spec.write_text(TUNE_SPEC, encoding="utf-8")
+    tune_args = ["tune", str(spec), "--runs-dir", "runs", "--no-progress"]
     with StubServer(latency=SLOW_CALL_S) as slow:
-        process = start_cli(tmp_path, "tune", str(spec), "--no-progress", *llm_flags(slow))
+        process = start_cli(tmp_path, *tune_args, *llm_flags(slow))
         took, err = stop_and_measure(process, slow, signal.SIGINT)
     assert_interrupted(process, took, err)
+
+    reference = tmp_path / "ref"
+    write_small_environment(reference / "env.json")
+    (reference / "tune.toml").write_text(TUNE_SPEC, encoding="utf-8")
+    reference_args = ["tune", str(reference / "tune.toml"), *tune_args[2:]]
+    with StubServer(latency=0.01) as fast:
+        assert run_in_process(tmp_path, *tune_args, *llm_flags(fast)) == 0
+        assert run_in_process(reference, *reference_args, *llm_flags(fast)) == 0
+    trials = completed_trials(tmp_path)
+    assert len(trials) == 2 and trials == completed_trials(reference)
