@@ -434,11 +434,12 @@ def _run_pipelined(
 
 @contextlib.contextmanager
 def _unit_pool(run: _Run, users: int) -> Iterator[ThreadPoolExecutor]:
-    """A pool for the units of many users that never outlives a failure or an interrupt.
+    """A pool for the units of many users whose shutdown never waits after a failure.
 
     `ThreadPoolExecutor`'s own `with` waits for every queued unit on the way out, even after
     Ctrl-C; here a failure (or `KeyboardInterrupt` in the waiting thread) cancels what has
-    not started, stops new LLM calls (`run.cancelled`) and does not wait for calls in flight.
+    not started, stops new LLM calls (`run.cancelled`: a worker raises `Interrupted` at its
+    next call) and returns without waiting for calls in flight, which may hang.
     """
     pool = ThreadPoolExecutor(
         max_workers=min(run.config.concurrency, users), thread_name_prefix="evolve-units"
