@@ -1,0 +1,61 @@
+"""Issue 10 item 2: eval with a partly filled response cache at concurrency > 1.
+
+Worker threads used to race through the LM client's lazy imports (litellm through
+importlib's LazyLoader, litellm's own lazy attributes, and unpickling cached responses
+that import `litellm.types.utils`), failing with "partially initialized module 'litellm'",
+`KeyError: 'litellm'` or an import deadlock, reported as an endpoint failure. Each eval is
+a fresh process: import races only happen in a process that has not imported litellm yet.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import dspy
+
+from evolve.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _eval(stub, tmp_path: Path, out: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "EVOLVE_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(REPO)}
+    env.pop("DSPY_CACHEDIR", None)
+    argv = [sys.executable, "-m", "evolve.cli", "eval", "--preset", "tiny", "--policy", "native"]
+    argv += ["--rounds-init", "1", "--rounds-update", "1", "--out", str(tmp_path / out)]
+    argv += ["--base-url", stub.base_url, "--model", "stub", *extra]
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=180)
+
+
+def test_eval_with_a_partly_filled_cache_at_high_concurrency(stub, tmp_path):
+    first = _eval(stub, tmp_path, "one", "--users", "1", "--concurrency", "1")
+    assert first.returncode == 0, first.stderr[-2000:]
+    # Each later process has user 0's responses cached (unpickled by worker threads) while
+    # the other users' calls import litellm: the race, three times over.
+    for attempt in range(3):
+        done = _eval(stub, tmp_path, f"many-{attempt}", "--users", "4", "--concurrency", "8")
+        assert done.returncode == 0, f"attempt {attempt}: {done.stderr[-2000:]}"
+        assert "partially initialized" not in done.stderr
+        assert "KeyError" not in done.stderr
+
+
+def test_a_client_failure_is_not_reported_as_an_endpoint_failure(
+    stub, tmp_path, monkeypatch, capsys
+):
+    """A bug inside the client (here: a cache read failing) names itself, not the endpoint."""
+
+    def broken_get(*args, **kwargs):
+        raise KeyError("litellm")
+
+    argv = ["eval", "--preset", "tiny", "--users", "1", "--policy", "native", "--no-upper-bound"]
+    argv += ["--base-url", stub.base_url, "--model", "stub", "--concurrency", "2"]
+    argv += ["--out", str(tmp_path / "out")]
+    monkeypatch.setattr(dspy.cache, "get", broken_get)
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code != 3, err
+    assert "not an endpoint failure" in err and "KeyError" in err
+    assert "check the endpoint" not in err
