@@ -7,19 +7,15 @@ address, even for URLs without credentials.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
+import dspy
 import pytest
+from dspy.clients.cache import Cache
 
 from evolve.cli import main
 from evolve.config import load_spec
 from evolve.errors import ConfigError
 
 PASSWORD = "pa55word"
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _userinfo_url(base_url: str) -> str:
@@ -69,16 +65,15 @@ def test_spec_base_url_with_credentials_is_refused_without_the_password(tmp_path
     assert "carries credentials" in str(refused.value)
 
 
-def test_response_cache_holds_no_endpoint_address(stub, tmp_path):
+def test_response_cache_holds_no_endpoint_address(stub, tmp_path, monkeypatch):
     """A real eval fills DSPy's disk cache; no file in it names the endpoint."""
     cache = tmp_path / "cache"
-    env = {**os.environ, "EVOLVE_CACHE_DIR": str(cache), "PYTHONPATH": str(REPO)}
-    env.pop("DSPY_CACHEDIR", None)
-    argv = [sys.executable, "-m", "evolve.cli", "eval", "--preset", "tiny", "--users", "1"]
-    argv += ["--policy", "native", "--rounds-init", "1", "--rounds-update", "1"]
-    argv += ["--out", str(tmp_path / "out"), "--base-url", stub.base_url, "--model", "stub"]
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
+    monkeypatch.setenv("EVOLVE_CACHE_DIR", str(cache))
+    disk = Cache(enable_disk_cache=True, enable_memory_cache=True, disk_cache_dir=cache / "dspy")
+    monkeypatch.setattr(dspy, "cache", disk)
+    argv = ["eval", "--preset", "tiny", "--users", "1", "--policy", "native"]
+    argv += ["--rounds-init", "1", "--rounds-update", "1", "--out", str(tmp_path / "out")]
+    assert main([*argv, "--base-url", stub.base_url, "--model", "stub"]) == 0
     assert stub.stats()["chat_requests"] > 0
     address = stub.base_url.removeprefix("http://").split("/")[0].encode()
     files = [path for path in (cache / "dspy").rglob("*") if path.is_file()]
