@@ -84,6 +84,11 @@ class EndpointConfig(BaseModel):
     timeout: float = Field(default=120.0, gt=0, description="Seconds per request.")
     retries: int = Field(default=3, ge=0, description="Retries with exponential backoff.")
     cache: bool = Field(default=True, description="Reuse identical past responses (DSPy cache).")
+    client: Literal["openai", "litellm"] = Field(
+        default="openai",
+        description="openai: the toolkit's thin client on the `openai` package (fast, "
+        "OpenAI-compatible servers); litellm: DSPy's LiteLLM route, for providers that need it.",
+    )
     structured_output: Literal["json_schema", "llama_cpp", "json_object", "none"] = Field(
         default="json_schema",
         description="How structured calls constrain decoding: OpenAI/vLLM/llama-server "
@@ -152,7 +157,8 @@ class EndpointConfig(BaseModel):
             f"model={self.model} base_url={self.shown_base_url()} "
             f"key=${self.api_key_env} ({masked}) temperature={self.temperature} "
             f"max_tokens={self.max_tokens} timeout={self.timeout}s retries={self.retries} "
-            f"cache={'on' if self.cache else 'off'} structured={self.structured_output}"
+            f"cache={'on' if self.cache else 'off'} structured={self.structured_output} "
+            f"client={self.client}"
         )
 
 

@@ -33,6 +33,7 @@ from evolve.llm.config import (
     Role,
     llm_config_from_args,
 )
+from evolve.llm.openai_client import OpenAIChatLM
 from evolve.llm.server import EmbeddedServer
 from evolve.llm.usage import UsageTracker
 
@@ -201,9 +202,34 @@ def attach_usage_tracking(lm: dspy.BaseLM, role: str, tracker: UsageTracker) -> 
     return lm
 
 
-def build_lm(endpoint: EndpointConfig) -> dspy.LM:
-    """A `dspy.LM` for an OpenAI-compatible endpoint (the key is resolved, never stored)."""
+class GuardedOpenAIChatLM(OpenAIChatLM):
+    """`OpenAIChatLM` whose in-process client failures are not reported as endpoint ones."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().__call__(*args, **kwargs)
+        except Exception as error:
+            if _is_client_failure(error):
+                raise _client_error(self.model, error) from error
+            raise
+
+
+def build_lm(endpoint: EndpointConfig) -> dspy.BaseLM:
+    """A DSPy LM for an OpenAI-compatible endpoint (the key is resolved, never stored)."""
     load_lm_client()
+    if endpoint.client == "openai":
+        lm: dspy.BaseLM = GuardedOpenAIChatLM(
+            f"openai/{endpoint.model}",
+            base_url=endpoint.resolved_base_url(),
+            api_key=endpoint.resolve_api_key(),
+            temperature=endpoint.temperature,
+            max_tokens=endpoint.max_tokens,
+            cache=endpoint.cache,
+            num_retries=endpoint.retries,
+            timeout=endpoint.timeout,
+        )
+        setattr(lm, STRUCTURED_OUTPUT_ATTRIBUTE, endpoint.structured_output)
+        return lm
     lm = EndpointLM(
         f"openai/{endpoint.model}",
         api_base=endpoint.resolved_base_url(),
