@@ -226,6 +226,12 @@ def add_llm_arguments(parser: argparse.ArgumentParser) -> None:
         help="constrained decoding dialect of --base-url (json_schema: OpenAI, vLLM, "
         "llama-server; llama_cpp: llama-cpp-python's server)",
     )
+    group.add_argument(
+        "--client",
+        choices=["openai", "litellm"],
+        help="LM client for the endpoints (default openai: the toolkit's thin client; "
+        "litellm: DSPy's LiteLLM route)",
+    )
     group.add_argument("--model-path", type=Path, help="GGUF file for the embedded server")
     group.add_argument("--no-llm-cache", action="store_true", help="disable the response cache")
 
@@ -244,6 +250,8 @@ def llm_config_from_args(args: argparse.Namespace, base: LLMConfig | None = None
         common["cache"] = False
     if getattr(args, "structured_output", None):
         common["structured_output"] = args.structured_output
+    if getattr(args, "client", None):
+        common["client"] = args.client
     if getattr(args, "model", None):
         updates["default"] = EndpointConfig(model=args.model, **common)
     for role in ROLES:

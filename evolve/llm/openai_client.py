@@ -85,12 +85,15 @@ class OpenAIChatLM(dspy.BaseLM):
         self._client = openai.OpenAI(
             base_url=base_url, api_key=api_key, timeout=timeout, max_retries=num_retries
         )
+        # `client.chat` and `.completions` are built on first access: here, in the thread
+        # that opens the LMs, rather than racing in the first workers.
+        self._completions = self._client.chat.completions
 
     def __deepcopy__(self, memo: dict[int, Any]) -> OpenAIChatLM:
         # `lm.copy()` deep-copies: the client (its pool and key) is shared, never copied.
         clone = copy.copy(self)
         for name, value in vars(self).items():
-            if name != "_client":
+            if name not in ("_client", "_completions"):
                 setattr(clone, name, copy.deepcopy(value, memo))
         return clone
 
@@ -119,9 +122,7 @@ class OpenAIChatLM(dspy.BaseLM):
             dspy.cache.put(key, response)
         return response
 
-    async def aforward(
-        self, prompt: str | None = None, messages: Any = None, **kwargs: Any
-    ) -> Any:
+    async def aforward(self, prompt: str | None = None, messages: Any = None, **kwargs: Any) -> Any:
         import asyncio
 
         return await asyncio.to_thread(self.forward, prompt, messages, **kwargs)
@@ -129,7 +130,7 @@ class OpenAIChatLM(dspy.BaseLM):
     def _create(self, body: dict[str, Any]) -> dict[str, Any]:
         known, extra = _split_body(body)
         try:
-            completion = self._client.chat.completions.create(
+            completion = self._completions.create(
                 model=self.wire_model, extra_body=extra or None, **known
             )
         except openai.APIError as error:

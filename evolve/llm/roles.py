@@ -50,41 +50,55 @@ ENGINE = "litellm"
 # initialized module 'litellm'", `KeyError: 'litellm'` or an import deadlock, so every one
 # of them is imported, and every lazy attribute resolved, in the thread that opens the LMs.
 CLIENT_MODULES = (
+    "dspy.clients.call_result",
+    "dspy.clients.disk_serialization",
+    "dspy.clients.engines.legacy_engine",
+    "dspy.clients.execution",
+    "dspy.adapters.json_adapter",
+    "openai.resources.chat.completions",
+    "openai.types.chat",
+)
+LITELLM_MODULES = (
     "litellm",
     "litellm.types.utils",
     "litellm.litellm_core_utils.core_helpers",
     "dspy.clients._litellm",
-    "dspy.clients.call_result",
-    "dspy.clients.disk_serialization",
     "dspy.clients.engines.litellm_engine",
     "dspy.clients.engines.litellm_errors",
-    "dspy.clients.execution",
-    "dspy.adapters.json_adapter",
 )
 LITELLM_LAZY_ATTRIBUTES = ("completion", "acompletion", "ModelResponse", "Usage", "Choices")
 
 _client_loaded = threading.Lock()
-_client_ready = False
+_loaded: set[str] = set()
 
 
-def load_lm_client() -> None:
-    """Import the LM client's modules completely, once, before any worker thread starts."""
-    global _client_ready
+def load_lm_client(*, litellm: bool = False) -> None:
+    """Import the LM clients' modules completely, once, before any worker thread starts.
+
+    litellm (a few seconds of imports) is loaded only when an endpoint uses it.
+    """
     with _client_loaded:
-        if _client_ready:
-            return
-        from dspy.clients._litellm import get_litellm
+        if "openai" not in _loaded:
+            for module in CLIENT_MODULES:
+                importlib.import_module(module)
+            _loaded.add("openai")
+        if litellm and "litellm" not in _loaded:
+            _load_litellm()
+            _loaded.add("litellm")
 
-        for module in CLIENT_MODULES:
-            importlib.import_module(module)
-        litellm = get_litellm(feature="evolve LM roles")
-        for name in LITELLM_LAZY_ATTRIBUTES:
-            getattr(litellm, name)
-        # A cached response is a pickled litellm ModelResponse: one round trip resolves
-        # every class its unpickling needs, here rather than in the first worker.
-        response = litellm.ModelResponse(choices=[{"message": {"content": "{}"}}])
-        pickle.loads(pickle.dumps(response))
-        _client_ready = True
+
+def _load_litellm() -> None:
+    from dspy.clients._litellm import get_litellm
+
+    for module in LITELLM_MODULES:
+        importlib.import_module(module)
+    module = get_litellm(feature="evolve LM roles")
+    for name in LITELLM_LAZY_ATTRIBUTES:
+        getattr(module, name)
+    # A cached response is a pickled litellm ModelResponse: one round trip resolves every
+    # class its unpickling needs, here rather than in the first worker.
+    response = module.ModelResponse(choices=[{"message": {"content": "{}"}}])
+    pickle.loads(pickle.dumps(response))
 
 
 # litellm keeps the request's `api_base` (and the server's response headers) in a
@@ -216,7 +230,7 @@ class GuardedOpenAIChatLM(OpenAIChatLM):
 
 def build_lm(endpoint: EndpointConfig) -> dspy.BaseLM:
     """A DSPy LM for an OpenAI-compatible endpoint (the key is resolved, never stored)."""
-    load_lm_client()
+    load_lm_client(litellm=endpoint.client == "litellm")
     if endpoint.client == "openai":
         lm: dspy.BaseLM = GuardedOpenAIChatLM(
             f"openai/{endpoint.model}",
@@ -307,7 +321,13 @@ def check_reachable(endpoint: EndpointConfig, timeout: float = 10.0) -> None:
 @contextmanager
 def open_role_lms(config: LLMConfig) -> Iterator[RoleLMs]:
     config.check_keys()  # before any server start or LLM call
-    load_lm_client()  # here, in the calling thread: before any worker thread starts
+    # Here, in the calling thread: before any worker thread starts.
+    load_lm_client(
+        litellm=any(
+            endpoint is not None and endpoint.client == "litellm"
+            for endpoint in (config.endpoint_for(role) for role in ROLES)
+        )
+    )
     scrub_cached_responses()  # the cache in use now (dspy.configure_cache replaces it)
     for endpoint in {config.endpoint_for(role) for role in ROLES} - {None}:
         check_reachable(endpoint)

@@ -3,8 +3,9 @@
 Worker threads used to race through the LM client's lazy imports (litellm through
 importlib's LazyLoader, litellm's own lazy attributes, and unpickling cached responses
 that import `litellm.types.utils`), failing with "partially initialized module 'litellm'",
-`KeyError: 'litellm'` or an import deadlock, reported as an endpoint failure. Each eval is
-a fresh process: import races only happen in a process that has not imported litellm yet.
+`KeyError: 'litellm'` or an import deadlock, reported as an endpoint failure. The race is
+on the litellm route (`--client litellm`; the default client caches plain data). Each eval
+is a fresh process: import races only happen where litellm has not been imported yet.
 """
 
 from __future__ import annotations
@@ -41,10 +42,13 @@ def test_eval_with_a_partly_filled_cache_at_high_concurrency(stub, tmp_path, mon
     monkeypatch.setattr(dspy, "cache", disk)
     argv = ["eval", "--preset", "tiny", "--policy", "native", "--rounds-init", "1"]
     argv += ["--rounds-update", "1", "--out", str(tmp_path / "one"), "--users", "1"]
-    assert main([*argv, "--base-url", stub.base_url, "--model", "stub", "--concurrency", "1"]) == 0
+    argv += ["--base-url", stub.base_url, "--model", "stub", "--client", "litellm"]
+    assert main([*argv, "--concurrency", "1"]) == 0
     # The fresh process unpickles user 0's cached responses in worker threads while the
     # other users' calls import litellm in others.
-    done = _eval(stub, tmp_path, "four", "--users", "4", "--concurrency", "8")
+    done = _eval(
+        stub, tmp_path, "four", "--users", "4", "--concurrency", "8", "--client", "litellm"
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "partially initialized" not in done.stderr
     assert "KeyError" not in done.stderr
