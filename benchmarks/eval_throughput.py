@@ -7,9 +7,12 @@ overhead per LLM call:
 
     overhead/call = (wall time - latency x calls / concurrency) / calls
 
-Targets: speedup >= 6x at concurrency 8 with 8 users, overhead <= 5 ms/call.
+Targets: speedup >= 6x at concurrency 8 with 8 users, overhead <= 5 ms/call. Each LM client
+(`--client openai,litellm`: the toolkit's thin client and DSPy's LiteLLM route) is measured
+in turn, so their per-call overheads can be compared.
 
     .venv/bin/python benchmarks/eval_throughput.py [--latency 0.1] [--users 8] [--policy SPEC]
+        [--client openai,litellm]
 """
 
 from __future__ import annotations
@@ -52,10 +55,11 @@ def start_stub(latency: float) -> tuple[subprocess.Popen, str]:
             time.sleep(0.05)
 
 
-def role_lms(base_url: str) -> RoleLMs:
+def role_lms(base_url: str, client: str) -> RoleLMs:
     endpoint = EndpointConfig(
         model="stub",
         base_url=base_url,
+        client=client,
         api_key_env="STUB_API_KEY",  # unset: local servers get a placeholder key
         cache=False,  # every call must reach the server
         retries=0,
@@ -66,8 +70,10 @@ def role_lms(base_url: str) -> RoleLMs:
     )
 
 
-def measure(env, policy_spec: str, base_url: str, concurrency: int, rounds: tuple[int, int]):
-    lms = role_lms(base_url)
+def measure(
+    env, policy_spec: str, base_url: str, concurrency: int, rounds: tuple[int, int], client: str
+):
+    lms = role_lms(base_url, client)
     config = EpisodeConfig(
         rounds_initial=rounds[0], rounds_update=rounds[1], concurrency=concurrency, seed=0
     )
@@ -88,50 +94,67 @@ def main() -> int:
     parser.add_argument("--policy", default="in_context", help="policy spec (default in_context)")
     parser.add_argument("--rounds-init", type=int, default=1)
     parser.add_argument("--rounds-update", type=int, default=2)
+    parser.add_argument(
+        "--client", default="openai,litellm", help="LM clients to measure, comma-separated"
+    )
     args = parser.parse_args()
 
     env = generate_environment(PRESETS[args.preset], seed=0, num_users=args.users)
     process, base_url = start_stub(args.latency)
+    summaries = []
     try:
-        # Warm-up: imports, connection pools and DSPy's first-call setup are not throughput.
-        measure(env.model_copy(update={"items": env.items[:1]}), args.policy, base_url, 1, (1, 1))
-        rows = []
-        for concurrency in (1, args.concurrency):
-            wall, calls, usage, report = measure(
-                env, args.policy, base_url, concurrency, (args.rounds_init, args.rounds_update)
-            )
-            ideal = args.latency * calls / concurrency
-            overhead_ms = 1000 * (wall - ideal) / calls if calls else float("nan")
-            rows.append((concurrency, wall, calls, overhead_ms, report.summary.n_items))
-            roles = ", ".join(f"{role} {u.calls}" for role, u in usage.roles.items())
-            print(
-                f"concurrency {concurrency:>2}: {calls} LLM calls ({roles}), "
-                f"{report.summary.n_items} items, wall {wall:.2f}s, ideal {ideal:.2f}s, "
-                f"overhead {overhead_ms:.2f} ms/call"
-            )
-            if concurrency == 1:
-                # Where the sequential overhead goes: inside the LM client (litellm, HTTP,
-                # JSON) versus outside it (DSPy adapter, policy, runner, storage).
-                in_client = sum(u.latency_s for u in usage.roles.values()) - args.latency * calls
-                outside = wall - sum(u.latency_s for u in usage.roles.values())
-                print(
-                    f"  per call: LM client {1000 * in_client / calls:.2f} ms, DSPy adapter + "
-                    f"policy + runner + storage {1000 * outside / calls:.2f} ms"
-                )
+        for client in args.client.split(","):
+            print(f"client {client}:")
+            summaries.append(f"{client:<8} " + run_client(env, args, base_url, client))
     finally:
         process.terminate()
         process.wait(timeout=10)
+    print(
+        f"\n{args.users} users, {args.preset} preset, policy {args.policy}, latency "
+        f"{1000 * args.latency:.0f} ms:"
+    )
+    print("\n".join(summaries))
+    return 0
+
+
+def run_client(env, args: argparse.Namespace, base_url: str, client: str) -> str:
+    """Measure one LM client at concurrency 1 and N; returns its summary line."""
+    rounds = (args.rounds_init, args.rounds_update)
+    # Warm-up: imports, connection pools and DSPy's first-call setup are not throughput.
+    first_user = env.model_copy(update={"items": env.items[:1]})
+    measure(first_user, args.policy, base_url, 1, (1, 1), client)
+    rows = []
+    for concurrency in (1, args.concurrency):
+        wall, calls, usage, report = measure(
+            env, args.policy, base_url, concurrency, rounds, client
+        )
+        ideal = args.latency * calls / concurrency
+        overhead_ms = 1000 * (wall - ideal) / calls if calls else float("nan")
+        rows.append((concurrency, wall, calls, overhead_ms, report.summary.n_items))
+        roles = ", ".join(f"{role} {u.calls}" for role, u in usage.roles.items())
+        print(
+            f"concurrency {concurrency:>2}: {calls} LLM calls ({roles}), "
+            f"{report.summary.n_items} items, wall {wall:.2f}s, ideal {ideal:.2f}s, "
+            f"overhead {overhead_ms:.2f} ms/call"
+        )
+        if concurrency == 1:
+            # Where the sequential overhead goes: inside the LM client (litellm, HTTP,
+            # JSON) versus outside it (DSPy adapter, policy, runner, storage).
+            in_client = sum(u.latency_s for u in usage.roles.values()) - args.latency * calls
+            outside = wall - sum(u.latency_s for u in usage.roles.values())
+            print(
+                f"  per call: LM client {1000 * in_client / calls:.2f} ms, DSPy adapter + "
+                f"policy + runner + storage {1000 * outside / calls:.2f} ms"
+            )
     (_, wall_1, calls_1, _, _), (_, wall_n, calls_n, overhead_n, _) = rows
     if calls_1 != calls_n:
         print(f"warning: call counts differ between runs ({calls_1} vs {calls_n})")
     speedup = wall_1 / wall_n
-    print(
-        f"\n{args.users} users, {args.preset} preset, policy {args.policy}, latency "
-        f"{1000 * args.latency:.0f} ms: speedup {speedup:.2f}x at concurrency "
-        f"{args.concurrency} (target >= 6x); overhead {rows[0][3]:.2f} ms/call sequential, "
-        f"{overhead_n:.2f} ms/call concurrent (target <= 5 ms)"
+    return (
+        f"speedup {speedup:.2f}x at concurrency {args.concurrency} (target >= 6x); overhead "
+        f"{rows[0][3]:.2f} ms/call sequential, {overhead_n:.2f} ms/call concurrent "
+        f"(target <= 5 ms)"
     )
-    return 0
 
 
 if __name__ == "__main__":

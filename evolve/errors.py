@@ -8,6 +8,7 @@ Exit codes (the README's table is written from this one):
 | code | meaning |
 |---|---|
 | 0 | success |
+| 1 | internal error: a toolkit bug (e.g. the LM client failed inside this process) |
 | 2 | bad input: a config, spec, environment, bundle or command-line value was refused |
 | 3 | an LLM endpoint failed after its retries (or cannot be reached) |
 | 4 | another evolve process is running the same run directory |
@@ -18,6 +19,7 @@ Exit codes (the README's table is written from this one):
 from __future__ import annotations
 
 EXIT_OK = 0
+EXIT_INTERNAL = 1
 EXIT_BAD_INPUT = 2
 EXIT_LLM_FAILURE = 3
 EXIT_RUN_BUSY = 4
@@ -43,6 +45,12 @@ class EndpointError(ToolkitError):
     """An LLM endpoint cannot be reached or keeps failing."""
 
     exit_code = EXIT_LLM_FAILURE
+
+
+class LMClientError(ToolkitError):
+    """The LM client failed inside this process (not the endpoint): a toolkit bug."""
+
+    exit_code = EXIT_INTERNAL
 
 
 class RunBusyError(ToolkitError):

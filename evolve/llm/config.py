@@ -12,11 +12,11 @@ import ipaddress
 import os
 from pathlib import Path
 from typing import Literal
-from urllib.parse import urlparse
+from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from evolve.errors import MissingAPIKeyError
+from evolve.errors import ConfigError, MissingAPIKeyError
 
 Role = Literal["simulator", "agent", "reflector"]
 ROLES: tuple[Role, ...] = ("simulator", "agent", "reflector")
@@ -24,6 +24,45 @@ ROLES: tuple[Role, ...] = ("simulator", "agent", "reflector")
 OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
 # Local servers (llama.cpp, vLLM, Ollama) accept any key; the OpenAI client insists on one.
 LOCAL_PLACEHOLDER_KEY = "sk-local-no-key"
+
+
+def redact_url(url: str) -> str:
+    """`url` with any `user:password@` replaced by `***@`: safe to print, log or record."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparseable URL>"
+    if "@" not in parts.netloc:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"***@{host}"))
+
+
+def credentials_in_url_message(url: str, where: str) -> str | None:
+    """Why a URL carrying `user:password@` is refused (None when it carries none).
+
+    Refused rather than sent as a Basic header: every endpoint already authenticates with
+    the Bearer key from `api_key_env`, and one request cannot carry both; a URL with a
+    password would also end up in logs, MLflow params and caches.
+    """
+    try:
+        netloc = urlsplit(url).netloc
+    except ValueError:
+        return None
+    if "@" not in netloc:
+        return None
+    return (
+        f"{where} {redact_url(url)} carries credentials (user:password@ before the host); "
+        f"they are refused so that they never reach logs, caches or MLflow: give the URL "
+        f"without them and put the key in the variable named by api_key_env "
+        f"($OPENAI_API_KEY by default), which is sent as a Bearer token"
+    )
+
+
+def refuse_credentials_in_url(url: str, where: str) -> None:
+    message = credentials_in_url_message(url, where)
+    if message is not None:
+        raise ConfigError(message)
 
 
 class EndpointConfig(BaseModel):
@@ -45,6 +84,11 @@ class EndpointConfig(BaseModel):
     timeout: float = Field(default=120.0, gt=0, description="Seconds per request.")
     retries: int = Field(default=3, ge=0, description="Retries with exponential backoff.")
     cache: bool = Field(default=True, description="Reuse identical past responses (DSPy cache).")
+    client: Literal["openai", "litellm"] = Field(
+        default="openai",
+        description="openai: the toolkit's thin client on the `openai` package (fast, "
+        "OpenAI-compatible servers); litellm: DSPy's LiteLLM route, for providers that need it.",
+    )
     structured_output: Literal["json_schema", "llama_cpp", "json_object", "none"] = Field(
         default="json_schema",
         description="How structured calls constrain decoding: OpenAI/vLLM/llama-server "
@@ -61,13 +105,30 @@ class EndpointConfig(BaseModel):
             )
         return value
 
+    @model_validator(mode="after")
+    def _no_credentials_in_base_url(self) -> EndpointConfig:
+        # A model-level check: pydantic then reports the whole table as the input, which
+        # the spec's error formatter does not echo, so the password is never printed.
+        message = self.base_url and credentials_in_url_message(self.base_url, "base_url")
+        if message:
+            raise ValueError(message)
+        return self
+
     def resolved_base_url(self) -> str:
-        return (
-            self.base_url or os.environ.get("OPENAI_BASE_URL") or OPENAI_DEFAULT_BASE_URL
-        ).rstrip("/")
+        if self.base_url:
+            return self.base_url.rstrip("/")
+        from_environment = os.environ.get("OPENAI_BASE_URL")
+        if from_environment:
+            refuse_credentials_in_url(from_environment, "$OPENAI_BASE_URL")
+            return from_environment.rstrip("/")
+        return OPENAI_DEFAULT_BASE_URL
+
+    def shown_base_url(self) -> str:
+        """The base URL as printed and logged (credentials never shown)."""
+        return redact_url(self.resolved_base_url())
 
     def is_local(self) -> bool:
-        host = urlparse(self.resolved_base_url()).hostname or ""
+        host = urlsplit(self.resolved_base_url()).hostname or ""
         if host == "localhost":
             return True
         try:
@@ -83,7 +144,7 @@ class EndpointConfig(BaseModel):
         if self.is_local():
             return LOCAL_PLACEHOLDER_KEY
         raise MissingAPIKeyError(
-            f"endpoint {self.resolved_base_url()} (model {self.model}) needs an API key, but "
+            f"endpoint {self.shown_base_url()} (model {self.model}) needs an API key, but "
             f"${self.api_key_env} is not set; export {self.api_key_env}=<your key> or point "
             f"api_key_env at the variable that holds it"
         )
@@ -93,10 +154,11 @@ class EndpointConfig(BaseModel):
         key = os.environ.get(self.api_key_env, "")
         masked = f"{key[:3]}...{key[-2:]}" if len(key) > 8 else ("set" if key else "not set")
         return (
-            f"model={self.model} base_url={self.resolved_base_url()} "
+            f"model={self.model} base_url={self.shown_base_url()} "
             f"key=${self.api_key_env} ({masked}) temperature={self.temperature} "
             f"max_tokens={self.max_tokens} timeout={self.timeout}s retries={self.retries} "
-            f"cache={'on' if self.cache else 'off'} structured={self.structured_output}"
+            f"cache={'on' if self.cache else 'off'} structured={self.structured_output} "
+            f"client={self.client}"
         )
 
 
@@ -164,6 +226,12 @@ def add_llm_arguments(parser: argparse.ArgumentParser) -> None:
         help="constrained decoding dialect of --base-url (json_schema: OpenAI, vLLM, "
         "llama-server; llama_cpp: llama-cpp-python's server)",
     )
+    group.add_argument(
+        "--client",
+        choices=["openai", "litellm"],
+        help="LM client for the endpoints (default openai: the toolkit's thin client; "
+        "litellm: DSPy's LiteLLM route)",
+    )
     group.add_argument("--model-path", type=Path, help="GGUF file for the embedded server")
     group.add_argument("--no-llm-cache", action="store_true", help="disable the response cache")
 
@@ -174,6 +242,7 @@ def llm_config_from_args(args: argparse.Namespace, base: LLMConfig | None = None
     updates: dict[str, object] = {}
     common: dict[str, object] = {}
     if getattr(args, "base_url", None):
+        refuse_credentials_in_url(args.base_url, "--base-url")
         common["base_url"] = args.base_url
     if getattr(args, "api_key_env", None):
         common["api_key_env"] = args.api_key_env
@@ -181,6 +250,8 @@ def llm_config_from_args(args: argparse.Namespace, base: LLMConfig | None = None
         common["cache"] = False
     if getattr(args, "structured_output", None):
         common["structured_output"] = args.structured_output
+    if getattr(args, "client", None):
+        common["client"] = args.client
     if getattr(args, "model", None):
         updates["default"] = EndpointConfig(model=args.model, **common)
     for role in ROLES:
@@ -195,10 +266,9 @@ def llm_config_from_args(args: argparse.Namespace, base: LLMConfig | None = None
     if embedded_updates:
         updates["embedded"] = config.embedded.model_copy(update=embedded_updates)
     if getattr(args, "base_url", None) and not updates.keys() & {"default", *ROLES}:
-        from evolve.errors import ConfigError
-
         raise ConfigError(
-            f"--base-url {args.base_url} was given without --model; name the model the server "
-            f"serves, e.g. --model qwen2.5 (see GET {args.base_url.rstrip('/')}/models)"
+            f"--base-url {redact_url(args.base_url)} was given without --model; name the model "
+            f"the server serves, e.g. --model qwen2.5 (see GET "
+            f"{redact_url(args.base_url).rstrip('/')}/models)"
         )
     return config.model_copy(update=updates) if updates else config

@@ -1,26 +1,30 @@
 """DSPy LMs per role, usage tracking attached, and the context that opens them.
 
 `open_role_lms(config)` is the one way the toolkit gets its models: it checks keys before
-any call, starts the embedded server for roles with no endpoint, builds one `dspy.LM` per
-role and stops the server when the context closes.
+any call, loads the LM client completely (in the calling thread, before any worker starts),
+starts the embedded server for roles with no endpoint, builds one `dspy.LM` per role and
+stops the server when the context closes.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import pickle
 import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
 import dspy
 from dspy.utils.callback import BaseCallback
+from dspy.utils.exceptions import LMError, LMUnexpectedError
 
-from evolve.errors import EndpointError
+from evolve.errors import EndpointError, LMClientError
 from evolve.llm.adapter import STRUCTURED_OUTPUT_ATTRIBUTE, StructuredJSONAdapter
 from evolve.llm.config import (
     ROLES,
@@ -29,6 +33,7 @@ from evolve.llm.config import (
     Role,
     llm_config_from_args,
 )
+from evolve.llm.openai_client import OpenAIChatLM
 from evolve.llm.server import EmbeddedServer
 from evolve.llm.usage import UsageTracker
 
@@ -37,6 +42,137 @@ from evolve.llm.usage import UsageTracker
 # field and would generate until the context is full; LiteLLM sends max_tokens, which
 # llama.cpp, vLLM, Ollama and OpenAI all honour.
 ENGINE = "litellm"
+
+# Modules an LM call may import on first use. DSPy loads litellm through importlib's
+# LazyLoader and litellm resolves `completion` & co. lazily too; neither is thread-safe, and
+# unpickling a cached response imports `litellm.types.utils` from whichever thread hits the
+# cache first. Worker threads racing through those imports failed with "partially
+# initialized module 'litellm'", `KeyError: 'litellm'` or an import deadlock, so every one
+# of them is imported, and every lazy attribute resolved, in the thread that opens the LMs.
+CLIENT_MODULES = (
+    "dspy.clients.call_result",
+    "dspy.clients.disk_serialization",
+    "dspy.clients.engines.legacy_engine",
+    "dspy.clients.execution",
+    "dspy.adapters.json_adapter",
+    "openai.resources.chat.completions",
+    "openai.types.chat",
+)
+LITELLM_MODULES = (
+    "litellm",
+    "litellm.types.utils",
+    "litellm.litellm_core_utils.core_helpers",
+    "dspy.clients._litellm",
+    "dspy.clients.engines.litellm_engine",
+    "dspy.clients.engines.litellm_errors",
+)
+LITELLM_LAZY_ATTRIBUTES = ("completion", "acompletion", "ModelResponse", "Usage", "Choices")
+
+_client_loaded = threading.Lock()
+_loaded: set[str] = set()
+
+
+def load_lm_client(*, litellm: bool = False) -> None:
+    """Import the LM clients' modules completely, once, before any worker thread starts.
+
+    litellm (a few seconds of imports) is loaded only when an endpoint uses it.
+    """
+    with _client_loaded:
+        if "openai" not in _loaded:
+            for module in CLIENT_MODULES:
+                importlib.import_module(module)
+            _loaded.add("openai")
+        if litellm and "litellm" not in _loaded:
+            _load_litellm()
+            _loaded.add("litellm")
+
+
+def _load_litellm() -> None:
+    from dspy.clients._litellm import get_litellm
+
+    for module in LITELLM_MODULES:
+        importlib.import_module(module)
+    module = get_litellm(feature="evolve LM roles")
+    for name in LITELLM_LAZY_ATTRIBUTES:
+        getattr(module, name)
+    # A cached response is a pickled litellm ModelResponse: one round trip resolves every
+    # class its unpickling needs, here rather than in the first worker.
+    response = module.ModelResponse(choices=[{"message": {"content": "{}"}}])
+    pickle.loads(pickle.dumps(response))
+
+
+# litellm keeps the request's `api_base` (and the server's response headers) in a
+# response's hidden parameters, which DSPy pickles into its disk cache; the cache key
+# already leaves them out. Endpoint addresses never belong in a cache file.
+_HIDDEN_PARAMS_NOT_CACHED = ("api_base", "additional_headers", "litellm_call_id")
+
+
+def _scrubbed(value: Any) -> Any:
+    hidden = getattr(value, "_hidden_params", None)
+    if isinstance(hidden, dict):
+        for name in _HIDDEN_PARAMS_NOT_CACHED:
+            hidden.pop(name, None)
+    if hasattr(value, "_response_headers"):
+        with suppress(AttributeError, TypeError, ValueError):
+            value._response_headers = None
+    return value
+
+
+def scrub_cached_responses() -> None:
+    """Strip endpoint addresses from every response DSPy's cache stores (idempotent)."""
+    cache = dspy.cache
+    if getattr(cache, "_evolve_scrubbing", False):
+        return
+    store = cache.put
+
+    def put(request: dict[str, Any], value: Any, *args: Any, **kwargs: Any) -> None:
+        store(request, _scrubbed(value), *args, **kwargs)
+
+    cache.put = put  # type: ignore[method-assign]
+    cache._evolve_scrubbing = True  # type: ignore[attr-defined]
+
+
+def _is_client_failure(error: BaseException) -> bool:
+    """An error raised inside this process's LM client, not by the endpoint.
+
+    DSPy wraps any exception escaping its engine as `LMUnexpectedError`, whatever its cause;
+    transport and provider failures arrive as lm15 errors or OS-level errors instead.
+    """
+    from dspy import lm15
+
+    if isinstance(error, LMUnexpectedError):
+        cause = error.__cause__
+        return cause is not None and not isinstance(cause, (lm15.LM15Error, OSError, LMError))
+    return isinstance(error, (KeyError, AttributeError, ImportError, pickle.UnpicklingError))
+
+
+class EndpointLM(dspy.LM):
+    """`dspy.LM` whose in-process client failures are not reported as endpoint failures."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().__call__(*args, **kwargs)
+        except Exception as error:
+            if _is_client_failure(error):
+                raise _client_error(self.model, error) from error
+            raise
+
+    async def acall(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().acall(*args, **kwargs)
+        except Exception as error:
+            if _is_client_failure(error):
+                raise _client_error(self.model, error) from error
+            raise
+
+
+def _client_error(model: str, error: BaseException) -> LMClientError:
+    cause = error.__cause__ if isinstance(error, LMUnexpectedError) and error.__cause__ else error
+    text = " ".join(f"{type(cause).__name__}: {cause}".split())[:200]
+    return LMClientError(
+        f"the LM client failed inside this process on a {model} call ({text}); this is not "
+        f"an endpoint failure but a toolkit bug: rerun to resume, and report it if it repeats"
+    )
 
 
 class _UsageCallback(BaseCallback):
@@ -80,9 +216,35 @@ def attach_usage_tracking(lm: dspy.BaseLM, role: str, tracker: UsageTracker) -> 
     return lm
 
 
-def build_lm(endpoint: EndpointConfig) -> dspy.LM:
-    """A `dspy.LM` for an OpenAI-compatible endpoint (the key is resolved, never stored)."""
-    lm = dspy.LM(
+class GuardedOpenAIChatLM(OpenAIChatLM):
+    """`OpenAIChatLM` whose in-process client failures are not reported as endpoint ones."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().__call__(*args, **kwargs)
+        except Exception as error:
+            if _is_client_failure(error):
+                raise _client_error(self.model, error) from error
+            raise
+
+
+def build_lm(endpoint: EndpointConfig) -> dspy.BaseLM:
+    """A DSPy LM for an OpenAI-compatible endpoint (the key is resolved, never stored)."""
+    load_lm_client(litellm=endpoint.client == "litellm")
+    if endpoint.client == "openai":
+        lm: dspy.BaseLM = GuardedOpenAIChatLM(
+            f"openai/{endpoint.model}",
+            base_url=endpoint.resolved_base_url(),
+            api_key=endpoint.resolve_api_key(),
+            temperature=endpoint.temperature,
+            max_tokens=endpoint.max_tokens,
+            cache=endpoint.cache,
+            num_retries=endpoint.retries,
+            timeout=endpoint.timeout,
+        )
+        setattr(lm, STRUCTURED_OUTPUT_ATTRIBUTE, endpoint.structured_output)
+        return lm
+    lm = EndpointLM(
         f"openai/{endpoint.model}",
         api_base=endpoint.resolved_base_url(),
         api_key=endpoint.resolve_api_key(),
@@ -150,7 +312,7 @@ def check_reachable(endpoint: EndpointConfig, timeout: float = 10.0) -> None:
     except (urllib.error.URLError, OSError, ValueError) as error:
         reason = getattr(error, "reason", error)
         raise EndpointError(
-            f"cannot reach the {endpoint.model} endpoint at {endpoint.resolved_base_url()}: "
+            f"cannot reach the {endpoint.model} endpoint at {endpoint.shown_base_url()}: "
             f"{reason}; check that the server is running and that --base-url (or "
             f"$OPENAI_BASE_URL) is right"
         ) from None
@@ -159,6 +321,14 @@ def check_reachable(endpoint: EndpointConfig, timeout: float = 10.0) -> None:
 @contextmanager
 def open_role_lms(config: LLMConfig) -> Iterator[RoleLMs]:
     config.check_keys()  # before any server start or LLM call
+    # Here, in the calling thread: before any worker thread starts.
+    load_lm_client(
+        litellm=any(
+            endpoint is not None and endpoint.client == "litellm"
+            for endpoint in (config.endpoint_for(role) for role in ROLES)
+        )
+    )
+    scrub_cached_responses()  # the cache in use now (dspy.configure_cache replaces it)
     for endpoint in {config.endpoint_for(role) for role in ROLES} - {None}:
         check_reachable(endpoint)
     with ExitStack() as stack:

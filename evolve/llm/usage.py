@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from pydantic import BaseModel
 
@@ -85,12 +86,37 @@ class UsageSummary(BaseModel):
         return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class CompletedCall:
+    """One finished LM call, as passed to the tracker's listeners (e.g. a spend journal)."""
+
+    role: str
+    prompt_tokens: int
+    completion_tokens: int
+    cache_hit: bool
+    failed: bool
+    latency_s: float
+
+
+CallListener = Callable[[CompletedCall], None]
+
+
 class UsageTracker:
-    """Thread-safe counters, one `RoleUsage` per role."""
+    """Thread-safe counters, one `RoleUsage` per role, and listeners told of every call."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._roles: dict[str, RoleUsage] = {}
+        self._listeners: list[CallListener] = []
+
+    def add_listener(self, listener: CallListener) -> None:
+        """Call `listener` after each completed call, in the calling thread."""
+        with self._lock:
+            self._listeners = [*self._listeners, listener]
+
+    def remove_listener(self, listener: CallListener) -> None:
+        with self._lock:
+            self._listeners = [known for known in self._listeners if known is not listener]
 
     def record(
         self,
@@ -104,17 +130,23 @@ class UsageTracker:
         completion = _as_int(
             (usage or {}).get("completion_tokens", (usage or {}).get("output_tokens"))
         )
+        # DSPy reports empty usage exactly for responses served from its cache.
+        cache_hit = not failed and not usage
         with self._lock:
             current = self._roles.setdefault(role, RoleUsage())
             current.calls += 1
             current.latency_s += latency_s
             if failed:
                 current.failures += 1
-            elif not usage:
-                # DSPy reports empty usage exactly for responses served from its cache.
+            elif cache_hit:
                 current.cache_hits += 1
             current.prompt_tokens += prompt
             current.completion_tokens += completion
+            listeners = self._listeners
+        if listeners:
+            call = CompletedCall(role, prompt, completion, cache_hit, failed, latency_s)
+            for listener in listeners:
+                listener(call)
 
     def snapshot(self) -> UsageSummary:
         with self._lock:

@@ -45,6 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from evolve.config import BudgetSpec, ExperimentSpec, ResolvedExperiment, resolve
 from evolve.llm import RoleLMs
+from evolve.llm.usage import CompletedCall
 from evolve.optimize.feedback import build_feedback, load_period_results
 from evolve.optimize.parameters import ParameterProposer, RandomStepProposer
 from evolve.optimize.records import (
@@ -59,7 +60,7 @@ from evolve.optimize.records import (
 )
 from evolve.optimize.reflect import Reflector
 from evolve.optimize.selection import best_of, sample_parent, select_population
-from evolve.optimize.store import ExperimentStore, Spend
+from evolve.optimize.store import ExperimentStore, Spend, SpendJournal
 from evolve.simulator.metrics import MetricSummary, summarize_periods
 from evolve.simulator.records import PeriodResult, UserResult
 from evolve.simulator.runner import EvaluationReport, ProgressSink, run_evaluation
@@ -77,14 +78,41 @@ class BudgetExhausted(Exception):
 
 
 class Budget:
-    """Spend so far (earlier invocations + this one) against the spec's limits."""
+    """Spend so far (earlier invocations + this one) against the spec's limits.
 
-    def __init__(self, limits: Any, lms: RoleLMs, before: Spend) -> None:
+    With a `journal`, every completed call of every role is also appended to it as it
+    completes, so a killed process leaves a ledger short only by its in-flight calls.
+    Call `close()` when the run ends.
+    """
+
+    def __init__(
+        self, limits: Any, lms: RoleLMs, before: Spend, journal: SpendJournal | None = None
+    ) -> None:
         self.limits = limits
         self.lms = lms
         self.before = before
+        self.journal = journal
         self._usage_start = lms.usage.snapshot()
         self._time_start = time.perf_counter()
+        if journal is not None:
+            lms.usage.add_listener(self._journal_call)
+
+    def _journal_call(self, call: CompletedCall) -> None:
+        assert self.journal is not None
+        self.journal.record_call(
+            role=call.role,
+            prompt_tokens=call.prompt_tokens,
+            completion_tokens=call.completion_tokens,
+            cache_hit=call.cache_hit,
+            failed=call.failed,
+            wall_time_s=self.before.wall_time_s + time.perf_counter() - self._time_start,
+        )
+
+    def close(self) -> None:
+        """Stop journaling (the journal is closed; the tracker keeps counting)."""
+        if self.journal is not None:
+            self.lms.usage.remove_listener(self._journal_call)
+            self.journal.close()
 
     def spent(self) -> Spend:
         delta = self.lms.usage.snapshot().minus(self._usage_start)
@@ -269,7 +297,8 @@ class _Evolution:
         digest = self.store.open(identity)
         for record in self.store.load_candidates():
             self.records[record.id] = record
-        self.budget = Budget(self.spec.budget, self.lms, self.store.load_spend())
+        journal = self.store.open_journal()
+        self.budget = Budget(self.spec.budget, self.lms, self.store.load_spend(), journal)
         self.tracker.start(
             TrackingContext(
                 name=self.spec.name,
@@ -303,6 +332,7 @@ class _Evolution:
             raise
         finally:
             self.store.save_spend(self.budget.spent())
+            self.budget.close()
         result = self._result(digest, stopped)
         self.store.save_result(result)
         self.tracker.finish(result)

@@ -4,6 +4,7 @@ Layout::
 
     experiment.json                 format, config hash, the identity it hashes
     ledger.json                     LLM calls / tokens / wall time spent so far (all invocations)
+    spend.jsonl                     the ledger's journal: one line per completed LLM call
     candidates/<id>/candidate.json  CandidateRecord (written when proposed, rewritten when scored)
     candidates/<id>/policy/         the candidate's policy bundle (memory_policies.load)
     candidates/<id>/feedback.txt    what the reflector was shown (reflective mutations)
@@ -15,13 +16,21 @@ Layout::
 
 Every file is written atomically; a finished unit (candidate split, generation) is never
 recomputed, which is what makes an interrupted `evolve run` resume where it stopped.
+
+Spend is journaled, not only checkpointed: `ledger.json` is rewritten at every finished
+unit, but a `kill -9` between two units would lose the calls made since the last one. Each
+completed LLM call therefore appends one line to `spend.jsonl` (flushed at once, fsynced at
+every unit), and a resumed run sums the journal: after any crash the spend it starts from
+is short only by the calls that were in flight.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import threading
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from pydantic import BaseModel
 
@@ -50,9 +59,115 @@ class Spend(BaseModel):
         )
 
 
+class SpendJournal:
+    """Append-only JSON lines, one per completed LLM call (or a wall-time mark).
+
+    Line kinds: ``{"carried": {Spend}}`` (spend recorded before the journal existed),
+    ``{"role", "prompt", "completion", "cache_hit", "failed", "wall_s"}`` (a call) and
+    ``{"wall_s"}`` (a checkpoint). `wall_s` is the run's total wall time when the line was
+    written, so the latest one is the wall time spent. A line torn by a crash is skipped.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        self._file: IO[str] | None = None
+
+    def open(self, carried: Spend | None = None) -> SpendJournal:
+        new = not self.path.exists()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed by close()
+        if not new and self.path.stat().st_size and not self._ends_with_newline():
+            self._file.write("\n")  # after a torn last line, start a fresh one
+        if new and carried is not None and carried != Spend():
+            self._write({"carried": carried.model_dump(mode="json")})
+        self.sync()
+        return self
+
+    def record_call(
+        self,
+        *,
+        role: str,
+        prompt_tokens: int,
+        completion_tokens: int,
+        cache_hit: bool,
+        failed: bool,
+        wall_time_s: float,
+    ) -> None:
+        self._write(
+            {
+                "role": role,
+                "prompt": prompt_tokens,
+                "completion": completion_tokens,
+                "cache_hit": cache_hit,
+                "failed": failed,
+                "wall_s": round(wall_time_s, 3),
+            }
+        )
+
+    def mark_wall_time(self, wall_time_s: float) -> None:
+        self._write({"wall_s": round(wall_time_s, 3)})
+
+    def sync(self) -> None:
+        """Make the lines written so far survive an OS crash too (one fsync per unit)."""
+        with self._lock:
+            if self._file is not None:
+                self._file.flush()
+                os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        with self._lock:
+            if self._file is not None:
+                self._file.flush()
+                os.fsync(self._file.fileno())
+                self._file.close()
+                self._file = None
+
+    def _write(self, entry: dict[str, Any]) -> None:
+        line = json.dumps(entry, separators=(",", ":")) + "\n"
+        with self._lock:
+            if self._file is None:
+                return  # closed: the run is over and its ledger written
+            # One write + flush per line: a killed process loses at most the call in flight.
+            self._file.write(line)
+            self._file.flush()
+
+    def _ends_with_newline(self) -> bool:
+        with open(self.path, "rb") as handle:
+            handle.seek(-1, os.SEEK_END)
+            return handle.read(1) == b"\n"
+
+    def total(self) -> Spend:
+        """The spend the journal records (cache hits cost nothing; failed calls do)."""
+        calls = tokens = 0
+        carried = Spend()
+        wall = 0.0
+        with open(self.path, encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                try:
+                    entry = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # torn by a crash mid-write
+                if not isinstance(entry, dict):
+                    continue
+                if "carried" in entry:
+                    carried = carried.plus(Spend.model_validate(entry["carried"]))
+                    continue
+                wall = max(wall, float(entry.get("wall_s", 0.0)))
+                if "role" in entry:
+                    calls += 0 if entry.get("cache_hit") else 1
+                    tokens += int(entry.get("prompt", 0)) + int(entry.get("completion", 0))
+        return Spend(
+            llm_calls=carried.llm_calls + calls,
+            tokens=carried.tokens + tokens,
+            wall_time_s=max(wall, carried.wall_time_s),
+        )
+
+
 class ExperimentStore:
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
+        self._journal: SpendJournal | None = None
 
     # -- header -----------------------------------------------------------------------------
 
@@ -142,13 +257,31 @@ class ExperimentStore:
     def ledger_file(self) -> Path:
         return self.root / "ledger.json"
 
-    def load_spend(self) -> Spend:
+    @property
+    def journal_file(self) -> Path:
+        return self.root / "spend.jsonl"
+
+    def _ledger_spend(self) -> Spend:
         if not self.ledger_file.exists():
             return Spend()
         return Spend.model_validate(read_json(self.ledger_file))
 
+    def load_spend(self) -> Spend:
+        """Spend of every invocation so far: the journal's sum (the ledger before journals)."""
+        if self.journal_file.exists():
+            return SpendJournal(self.journal_file).total()
+        return self._ledger_spend()
+
+    def open_journal(self) -> SpendJournal:
+        """Open the spend journal for appending (the ledger's spend is carried into a new one)."""
+        self._journal = SpendJournal(self.journal_file).open(carried=self._ledger_spend())
+        return self._journal
+
     def save_spend(self, spend: Spend) -> None:
         atomic_write_json(self.ledger_file, spend.model_dump(mode="json"))
+        if self._journal is not None:
+            self._journal.mark_wall_time(spend.wall_time_s)
+            self._journal.sync()
 
     @property
     def result_file(self) -> Path:

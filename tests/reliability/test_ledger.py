@@ -1,0 +1,103 @@
+"""Issue 10 item 4: the spend ledger after `kill -9` is within the in-flight calls of the truth.
+
+`evolve run` on a tiny spec against the stub is killed at random points; the spend the
+next invocation starts from (what the ledger says) is compared with the stub's own count
+of chat requests. Only calls in flight when the process died may be missing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from evolve.optimize.store import ExperimentStore
+
+REPO = Path(__file__).resolve().parents[2]
+CONCURRENCY = 2
+
+
+def _write_spec(tmp_path: Path, base_url: str) -> Path:
+    spec = tmp_path / "ledger.toml"
+    spec.write_text(
+        f"""
+name = "ledger"
+seed = 0
+concurrency = {CONCURRENCY}
+
+[environment]
+preset = "tiny"
+seed = 0
+users = 2
+train_users = 1
+heldout_users = 1
+
+[policy]
+kind = "in_context"
+parameters = {{ update_every = 2, short_term_len = 4 }}
+
+[optimizer]
+schedule = "population"
+generations = 2
+candidates_per_generation = 2
+population_size = 2
+objective = "accuracy"
+mutate_components = ["use"]
+heldout = "final"
+
+[optimizer.parameters]
+update_every = {{ low = 1, high = 4 }}
+
+[llm.default]
+model = "stub"
+base_url = "{base_url}"
+"""
+    )
+    return spec
+
+
+def _start(spec: Path, tmp_path: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "EVOLVE_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(REPO)}
+    env.pop("DSPY_CACHEDIR", None)
+    argv = [sys.executable, "-m", "evolve.cli", "run", str(spec), "--no-tracking"]
+    argv += ["--no-progress", "--runs-dir", str(tmp_path / "runs")]
+    return subprocess.Popen(
+        argv, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+
+
+def _ledger_calls(tmp_path: Path) -> int:
+    return ExperimentStore(tmp_path / "runs" / "ledger").load_spend().llm_calls
+
+
+def test_ledger_after_kill_9_is_within_the_in_flight_calls(stub, tmp_path):
+    spec = _write_spec(tmp_path, stub.base_url)
+    rng = random.Random(int(os.environ.get("LEDGER_TEST_SEED", time.time_ns())))
+    for kill in range(2):
+        process = _start(spec, tmp_path)
+        already = stub.stats()["chat_requests"]
+        target = already + rng.randint(8, 40)
+        deadline = time.monotonic() + 60
+        while stub.stats()["chat_requests"] < target and process.poll() is None:
+            assert time.monotonic() < deadline, "the run made no progress"
+            time.sleep(0.005)
+        assert process.poll() is None, f"the run ended before kill {kill}; make it longer"
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+        time.sleep(0.2)  # let the stub finish answering the calls that were in flight
+        served, ledger = stub.stats()["chat_requests"], _ledger_calls(tmp_path)
+        # Calls in flight at the kill reached the server but never completed.
+        assert 0 <= served - ledger <= CONCURRENCY * (kill + 1), (kill, served, ledger)
+    process = _start(spec, tmp_path)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 0, stderr.decode()[-2000:]
+    served, ledger = stub.stats()["chat_requests"], _ledger_calls(tmp_path)
+    assert 0 <= served - ledger <= CONCURRENCY * 2, (served, ledger)
+    assert ledger > 40
+    ledger_file = json.loads((tmp_path / "runs" / "ledger" / "ledger.json").read_text())
+    assert ledger_file["llm_calls"] == ledger  # the summary agrees with what resumes read
