@@ -101,3 +101,42 @@ def test_ledger_after_kill_9_is_within_the_in_flight_calls(stub, tmp_path):
     assert ledger > 40
     ledger_file = json.loads((tmp_path / "runs" / "ledger" / "ledger.json").read_text())
     assert ledger_file["llm_calls"] == ledger  # the summary agrees with what resumes read
+
+
+def test_journal_carries_an_old_ledger_and_skips_a_torn_line(tmp_path):
+    from evolve.optimize.store import Spend
+
+    store = ExperimentStore(tmp_path)
+    store.save_spend(Spend(llm_calls=7, tokens=70, wall_time_s=5.0))  # a pre-journal ledger
+    journal = store.open_journal()
+    journal.record_call(
+        role="agent",
+        prompt_tokens=10,
+        completion_tokens=2,
+        cache_hit=False,
+        failed=False,
+        wall_time_s=6.0,
+    )
+    journal.record_call(
+        role="agent",
+        prompt_tokens=0,
+        completion_tokens=0,
+        cache_hit=True,
+        failed=False,
+        wall_time_s=6.5,
+    )
+    journal.close()
+    with open(store.journal_file, "a", encoding="utf-8") as handle:
+        handle.write('{"role": "agent", "prom')  # killed mid-write
+    assert store.load_spend() == Spend(llm_calls=8, tokens=82, wall_time_s=6.5)
+    reopened = store.open_journal()  # a resumed run appends on a fresh line
+    reopened.record_call(
+        role="simulator",
+        prompt_tokens=1,
+        completion_tokens=1,
+        cache_hit=False,
+        failed=True,
+        wall_time_s=7.0,
+    )
+    reopened.close()
+    assert store.load_spend() == Spend(llm_calls=9, tokens=84, wall_time_s=7.0)
