@@ -63,7 +63,7 @@ def test_a_missing_database_driver_says_what_to_install(
     monkeypatch.setitem(sys.modules, module, None)  # not installed, whatever this machine has
     assert _tune(tmp_path, stub, monkeypatch, url) == EXIT_BAD_INPUT
     line = _error_line(capsys.readouterr().err)
-    assert install in line and "me@127.0.0.1" in line
+    assert install in line and "@127.0.0.1:1/optuna" in line
     assert stub.stats()["chat_requests"] == 0
 
 
