@@ -173,8 +173,9 @@ def open_storage(
         from optuna.storages.journal import JournalFileBackend, JournalStorage
 
         path = Path(url.removeprefix("journal:"))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return JournalStorage(JournalFileBackend(str(path)))
+        with _database_errors(url):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            return JournalStorage(JournalFileBackend(str(path)))
     if url.startswith(("redis://", "rediss://")):
         from optuna.storages.journal import JournalRedisBackend, JournalStorage
 
@@ -182,7 +183,8 @@ def open_storage(
             return JournalStorage(JournalRedisBackend(url))
     engine_kwargs: dict = {}
     if url.startswith("sqlite:"):
-        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        with _database_errors(url):  # a read-only or missing parent is an OSError
+            Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         engine_kwargs = {"connect_args": {"timeout": _SQLITE_TIMEOUT_S}}
     with warnings.catch_warnings():
         # The heartbeat and its retry callback are marked experimental; they are tested here.
@@ -263,10 +265,10 @@ def _database_errors(url: str) -> Iterator[None]:
 
 def _refused(url: str, detail: str) -> str:
     shown = redact_storage_url(url)
-    if url.startswith("sqlite:"):
+    if url.startswith(("sqlite:", "journal:")):
         fix = (
-            "check that the file is an Optuna study database (or choose a new path) and that "
-            "its directory is writable"
+            "check that the file is an Optuna study database or journal (or choose a new "
+            "path) and that its directory exists and is writable"
         )
     else:
         fix = (
