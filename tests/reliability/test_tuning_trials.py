@@ -28,7 +28,7 @@ from stub_server import StubServer
 from tuning.tune_helpers import PAPER_GRID, TuneWorld, write_tune_spec
 
 from evolve.errors import ConfigError
-from evolve.tuning import load_tune_spec, run_tuning
+from evolve.tuning import load_tune_spec, resolve_tuning, run_tuning
 from evolve.tuning.records import trial_records
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -181,3 +181,30 @@ def test_optuna_is_pinned_to_the_tested_range():
     specifier = SpecifierSet(pins[0].removeprefix("optuna"))
     assert version("optuna") in specifier
     assert any(s.operator in ("<", "<=", "~=", "==") for s in specifier), "no upper bound"
+
+
+def test_fail_running_recovers_a_journal_study_left_running(tmp_path):
+    """A journal storage has no heartbeat: `--fail-running` fails the orphan and the grid
+    point it held is queued again, so the rerun completes the study."""
+    from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+    journal = tmp_path / "study.log"
+    spec_path = write_tune_spec(
+        tmp_path, f'storage = "journal:{journal}"\ntrials = 2\nheldout = "none"\n{GRID}'
+    )
+    spec = load_tune_spec(spec_path)
+    world = TuneWorld()
+    run = {"runs_dir": tmp_path / "runs", "upper_bound_cache": tmp_path / "ub"}
+    first = run_tuning(spec, world.lms, **run, worker_only=True)
+    assert first.finished_trials == 2
+    # A worker that died mid-trial: one more trial stays RUNNING forever.
+    storage = JournalStorage(JournalFileBackend(str(journal)))
+    study = optuna.load_study(study_name="tune", storage=storage)
+    orphan = study.ask({"update_every": optuna.distributions.CategoricalDistribution((2, 4, 8))})
+    more = run_tuning(
+        resolve_tuning(spec, trials=4), world.lms, **run, worker_only=True, fail_running=True
+    )
+    assert more.complete and more.finished_trials == 4
+    assert more.trial(orphan.number).state == "failed"
+    finished = [tuple(sorted(r.parameters.items())) for r in more.trials if r.finished]
+    assert len(set(finished)) == 4
