@@ -11,7 +11,7 @@ from evolve.tuning.report import (
     render_tuning_experiment,
     tuning_dir_for,
 )
-from evolve.tuning.samplers import OrderedGridSampler, TrialSeededSampler
+from evolve.tuning.samplers import TrialSeededSampler, enqueue_grid_points, grid_order
 from evolve.tuning.spec import (
     DEFAULT_STORAGE,
     IntRange,
@@ -40,7 +40,6 @@ __all__ = [
     "MLflowStudyTracker",
     "NullStudyTracker",
     "OptunaParameterProposer",
-    "OrderedGridSampler",
     "ResolvedTuning",
     "StudyTracker",
     "TrialRecord",
@@ -51,7 +50,9 @@ __all__ = [
     "TuningResult",
     "TuningSpec",
     "TuningStore",
+    "enqueue_grid_points",
     "format_result",
+    "grid_order",
     "is_tuning_spec",
     "job_from",
     "load_tune_spec",

@@ -73,6 +73,8 @@ class OptunaParameterProposer(ParameterProposer):
             sampler=self._sampler(seed),
             pruner=optuna.pruners.NopPruner(),
             load_if_exists=True,
+            # Ask/tell without `study.optimize`: no heartbeat (Optuna sends it from there).
+            heartbeat_grace_s=None,
         )
         self._pending: list[tuple[tuple[int, ...], optuna.Trial]] = []
         self._scores: dict[tuple[int, ...], float] = {}
@@ -116,7 +118,7 @@ class OptunaParameterProposer(ParameterProposer):
             return
         values = {name: int(parameters[name]) for name in self.distributions}
         if not all(
-            dist._contains(dist.to_internal_repr(values[name]))
+            dist.low <= values[name] <= dist.high and (values[name] - dist.low) % dist.step == 0
             for name, dist in self.distributions.items()
         ):
             return  # outside the searched space: the sampler cannot use it

@@ -26,6 +26,9 @@ ATTR_SURPLUS = "evolve.surplus"
 ATTR_STOPPED = "evolve.stopped"
 ATTR_WORKER = "evolve.worker"
 ATTR_SEED = "evolve.seed"
+# A queued grid trial's point ({name: value}); Optuna's retry of a trial whose worker died
+# copies it with the other user attributes.
+GRID_POINT_ATTR = "evolve.grid_point"
 
 TrialOutcome = Literal["complete", "pruned", "failed", "running", "waiting", "surplus"]
 
@@ -139,7 +142,11 @@ def trial_record(trial: FrozenTrial) -> TrialRecord:
     return TrialRecord(
         number=trial.number,
         state=state,
-        parameters={name: int(value) for name, value in trial.params.items()},
+        # A queued trial has no parameters yet: show the grid point it will evaluate.
+        parameters={
+            name: int(value)
+            for name, value in (trial.params or attrs.get(GRID_POINT_ATTR) or {}).items()
+        },
         values=values,
         objective_used=attrs.get(ATTR_OBJECTIVE_USED),
         periods=periods,

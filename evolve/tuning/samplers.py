@@ -1,9 +1,9 @@
-"""Samplers and pruners built from a tuning spec, safe for several workers on one study.
+"""Samplers and pruners built from a tuning spec, and the grid queue, safe for several workers.
 
-- `OrderedGridSampler`: every grid point once, in a seeded order. Unlike Optuna's
-  `GridSampler` it retries a point whose trial failed (an interrupted worker), and concurrent
-  workers never take the same point: a trial picks the first point not held by any live
-  trial with a smaller number, after those trials have picked theirs.
+- Grid: every point once, in a seeded order, through Optuna's trial queue
+  (`enqueue_grid_points` -> `study.enqueue_trial`); the worker pops queued trials, so
+  concurrent workers never take the same point, and a point whose trial failed is queued
+  again. Optuna's `GridSampler` is not used: it may evaluate a point twice when workers race.
 - `TrialSeededSampler`: TPE or random sampling seeded per trial number. A sampler seeded
   once per process would make two workers started with the same spec propose the same
   parameters; keyed on the trial number, a single worker is reproducible and concurrent
@@ -12,8 +12,8 @@
 
 from __future__ import annotations
 
+import itertools
 import random
-import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -24,13 +24,12 @@ from optuna.samplers import BaseSampler
 from optuna.trial import FrozenTrial, TrialState
 
 from evolve.simulator.user import derive_seed
+from evolve.tuning.records import GRID_POINT_ATTR
 from evolve.tuning.spec import IntRange, TuningSpec
 
-GRID_POINT_ATTR = "evolve.grid_point"
-# How long a new grid trial waits for older trials (created a moment earlier by another
-# worker) to pick their point; a trial that never does is a worker killed in between.
-_GRID_WAIT_S = 30.0
-_LIVE_STATES = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
+_HOLDING = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
+
+PointKey = tuple[tuple[str, int], ...]
 
 
 def distributions(tuning: TuningSpec) -> dict[str, BaseDistribution]:
@@ -44,89 +43,49 @@ def distributions(tuning: TuningSpec) -> dict[str, BaseDistribution]:
     return result
 
 
-class OrderedGridSampler(BaseSampler):
-    def __init__(self, space: Mapping[str, Sequence[int]], seed: int = 0) -> None:
-        import itertools
+def grid_order(space: Mapping[str, Sequence[int]], seed: int) -> list[dict[str, int]]:
+    """Every point of the grid once, in a seeded order that spreads early trials over it."""
+    names = list(space)
+    points = [
+        dict(zip(names, values, strict=True)) for values in itertools.product(*space.values())
+    ]
+    random.Random(seed).shuffle(points)
+    return points
 
-        self.names = list(space)
-        points = [tuple(values) for values in itertools.product(*space.values())]
-        random.Random(seed).shuffle(points)  # spread early trials over the whole space
-        self.points: list[tuple[int, ...]] = points
-        self._assigned: dict[int, int] = {}
 
-    def infer_relative_search_space(
-        self, study: optuna.Study, trial: FrozenTrial
-    ) -> dict[str, BaseDistribution]:
-        return {}
+def point_key(point: Mapping[str, Any]) -> PointKey:
+    return tuple(sorted((name, int(value)) for name, value in point.items()))
 
-    def sample_relative(
-        self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
-    ) -> dict[str, Any]:
-        return {}
 
-    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
-        if "fixed_params" in trial.system_attrs:
-            return
-        held = self._held_by_older_trials(study, trial.number)
-        free = [index for index in range(len(self.points)) if index not in held]
-        # No free point only happens to a surplus trial of a race (the grid is the limit of
-        # trials); it is discarded before evaluation, any point will do.
-        index = free[0] if free else 0
-        study._storage.set_trial_system_attr(trial._trial_id, GRID_POINT_ATTR, index)
-        self._assigned[trial._trial_id] = index
+def trial_point_key(trial: FrozenTrial) -> PointKey | None:
+    """The grid point a trial holds: queued for it, or evaluated (a trial of another sampler)."""
+    point = trial.user_attrs.get(GRID_POINT_ATTR)
+    if point is not None:
+        return point_key(point)
+    return point_key(trial.params) if trial.params else None
 
-    def _held_by_older_trials(self, study: optuna.Study, number: int) -> set[int]:
-        deadline = time.monotonic() + _GRID_WAIT_S
-        while True:
-            held: set[int] = set()
-            pending = 0
-            for t in study._storage.get_all_trials(
-                study._study_id, deepcopy=False, states=_LIVE_STATES
-            ):
-                if t.number >= number:
-                    continue
-                index = self._point_of(t)
-                if index is not None:
-                    held.add(index)
-                elif not t.state.is_finished():
-                    pending += 1  # created a moment ago by another worker, no point yet
-            if not pending or time.monotonic() > deadline:
-                return held
-            time.sleep(0.05)
 
-    def _point_of(self, trial: FrozenTrial) -> int | None:
-        if GRID_POINT_ATTR in trial.system_attrs:
-            return int(trial.system_attrs[GRID_POINT_ATTR])
-        # A trial made by another sampler of the same study holds the point it evaluated.
-        if set(self.names) <= set(trial.params):
-            point = tuple(trial.params[name] for name in self.names)
-            if point in self.points:
-                return self.points.index(point)
-        return None
+def enqueue_grid_points(
+    study: optuna.Study, space: Mapping[str, Sequence[int]], seed: int, requested: int
+) -> int:
+    """Queue grid points, in the seeded order, that no finished, running or queued trial holds,
+    until those trials number `requested`; returns how many were queued.
 
-    def sample_independent(
-        self,
-        study: optuna.Study,
-        trial: FrozenTrial,
-        param_name: str,
-        param_distribution: BaseDistribution,
-    ) -> Any:
-        index = self._assigned.get(trial._trial_id)
-        if index is None:
-            index = int(study._storage.get_trial_system_attrs(trial._trial_id)[GRID_POINT_ATTR])
-        value = self.points[index][self.names.index(param_name)]
-        if not param_distribution._contains(param_distribution.to_internal_repr(value)):
-            raise ValueError(f"grid value {param_name}={value} is outside {param_distribution}")
-        return value
-
-    def after_trial(
-        self,
-        study: optuna.Study,
-        trial: FrozenTrial,
-        state: TrialState,
-        values: Sequence[float] | None,
-    ) -> None:
-        self._assigned.pop(trial._trial_id, None)
+    Two workers calling this at once may queue a point twice (Optuna's queue has no
+    uniqueness); the worker discards the later copy before evaluating it.
+    """
+    holding = study.get_trials(deepcopy=False, states=_HOLDING)
+    held = {trial_point_key(t) for t in holding}
+    missing = requested - len(holding)
+    queued = 0
+    for point in grid_order(space, seed):
+        if queued >= missing:
+            break
+        if point_key(point) in held:
+            continue
+        study.enqueue_trial(point, user_attrs={GRID_POINT_ATTR: point})
+        queued += 1
+    return queued
 
 
 class TrialSeededSampler(BaseSampler):
@@ -186,7 +145,9 @@ class TrialSeededSampler(BaseSampler):
 
 def build_sampler(tuning: TuningSpec, seed: int) -> BaseSampler:
     if tuning.sampler == "grid":
-        return OrderedGridSampler(tuning.grid(), seed=seed)
+        # Grid trials come from the queue (`enqueue_grid_points`) with fixed parameters; a
+        # trial this sampler would fill is discarded before evaluation.
+        return optuna.samplers.RandomSampler(seed=seed)
     if tuning.sampler == "random":
         return TrialSeededSampler(lambda s: optuna.samplers.RandomSampler(seed=s), seed)
     startup = tuning.tpe_startup_trials

@@ -34,6 +34,7 @@ from evolve.config import (
 from evolve.errors import ConfigError, ToolkitError
 from evolve.files import read_toml_file
 from evolve.llm.config import LLMConfig
+from evolve.tuning.storage import DEFAULT_HEARTBEAT_GRACE_S, check_storage_url
 from memory_policies.base import PARAMETER_RULES
 
 DEFAULT_STORAGE = "sqlite:///mlruns/optuna.db"
@@ -150,6 +151,14 @@ class TuningSpec(_Strict):
         default=None,
         description=f"Optuna storage URL; default {DEFAULT_STORAGE} (relative to the cwd). "
         "Any RDB URL (postgresql://, mysql://), or journal:PATH for a journal file.",
+    )
+    heartbeat_grace_s: int = Field(
+        default=DEFAULT_HEARTBEAT_GRACE_S,
+        ge=2,
+        le=86_400,
+        description="Database storages: a RUNNING trial without a heartbeat for this many "
+        "seconds (its worker was killed or lost) is failed and retried with the same "
+        "parameters. Heartbeats are sent every grace/4 s (1 to 60 s).",
     )
     study_name: str | None = Field(default=None, description="Default: the spec's name.")
     load_if_exists: bool = Field(
@@ -424,6 +433,11 @@ def resolve_tuning(
             "DSPy cache count 0 tokens, so set cache = false in [llm] (or --no-llm-cache) for a "
             "fair cost comparison"
         )
+    storage_url = storage or spec.storage_url()
+    try:
+        check_storage_url(storage_url)
+    except ConfigError as error:
+        raise ConfigError(f"{label}: {error}") from None
     space = {name: list(values) for name, values in tuning.grid().items()}
     return ResolvedTuning(
         spec=spec,
@@ -431,7 +445,7 @@ def resolve_tuning(
         space=space,
         trials=requested,
         study_name=study_name or spec.study_name(),
-        storage_url=storage or spec.storage_url(),
+        storage_url=storage_url,
         notes=notes,
     )
 

@@ -3,9 +3,11 @@
 Accepted storage URLs:
 
 - any SQLAlchemy database URL Optuna's `RDBStorage` takes: `sqlite:///mlruns/optuna.db`
-  (the default; relative paths are relative to the current directory), `postgresql://...`,
-  `mysql+pymysql://...`. Database storages get a heartbeat, so a trial whose worker died
-  (killed, machine lost) is marked failed after `HEARTBEAT_GRACE_S` and its slot reused.
+  (the default; relative paths are relative to the current directory), `postgresql://...`
+  (SQLAlchemy 2.1 opens it with psycopg 3: `pip install 'psycopg[binary]'`),
+  `mysql+pymysql://...`. Database storages get Optuna's heartbeat: a trial whose worker died
+  (killed, machine lost) is failed once its heartbeat is older than `[tuning]
+  heartbeat_grace_s` and retried with the same parameters (`RetryHeartbeatStaleTrialCallback`).
 - `journal:PATH`: Optuna's journal file (one append-only file, safe for processes on one
   machine or an NFS share; no heartbeat: after a worker is killed with SIGKILL, run
   `evolve tune SPEC --fail-running` once no other worker is active).
@@ -13,6 +15,11 @@ Accepted storage URLs:
 
 A URL must not carry a password: PostgreSQL and MySQL clients read it from PGPASSWORD /
 ~/.pgpass or an option file, which keeps it out of spec files, logs and MLflow.
+
+Errors are one line: a URL that names no known database or a driver that is not installed
+is a `ConfigError` (checked by `check_storage_url` before any LLM call); a database that
+refuses (wrong password, unreachable, not a database) is a `StorageError`. Only the race of
+two workers creating the schema of a new database is retried.
 """
 
 from __future__ import annotations
@@ -22,18 +29,48 @@ import time
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 import optuna
+import sqlalchemy
+import sqlalchemy.event
+import sqlalchemy.exc
 from optuna.trial import TrialState
 
-from evolve.errors import ConfigError
+from evolve.errors import ConfigError, StorageError
 
-HEARTBEAT_INTERVAL_S = 60
-HEARTBEAT_GRACE_S = 300
+DEFAULT_HEARTBEAT_GRACE_S = 120
 # sqlite: wait for another worker's write instead of failing with "database is locked".
 _SQLITE_TIMEOUT_S = 60
 _CREATE_ATTEMPTS = 5
+# What another worker creating the same tables or version row at the same moment looks like
+# (sqlite, PostgreSQL, MySQL); anything else is a real error and is not retried.
+_SCHEMA_RACE_MARKERS = ("already exists", "duplicate", "unique constraint", "database is locked")
+_URL_FORMS = (
+    "sqlite:///PATH, postgresql://USER@HOST/DB, mysql+pymysql://USER@HOST/DB, journal:PATH "
+    "or redis://HOST"
+)
+# pip packages of the DB-API drivers SQLAlchemy names (its default for postgresql:// is
+# psycopg 3 since SQLAlchemy 2.1; for mysql:// it is mysqlclient).
+_DRIVER_PACKAGES = {
+    "psycopg": "'psycopg[binary]'",
+    "psycopg2": "psycopg2-binary",
+    "pg8000": "pg8000",
+    "mysqldb": "mysqlclient",
+    "pymysql": "PyMySQL",
+    "mysqlconnector": "mysql-connector-python",
+    "mariadbconnector": "mariadb",
+    "oracledb": "oracledb",
+    "cx_oracle": "cx_Oracle",
+    "pyodbc": "pyodbc",
+}
+
+
+def heartbeat_interval_for(grace_s: int) -> int:
+    """Seconds between heartbeats: several fit in the grace period, so one slow database
+    write does not fail a live trial (Optuna takes whole seconds)."""
+    return max(1, min(60, grace_s // 4))
 
 
 def normalize_storage_url(url: str) -> str:
@@ -63,10 +100,7 @@ def _check_url(url: str) -> None:
         return
     parsed = urlparse(url)
     if not parsed.scheme or "://" not in url:
-        raise ConfigError(
-            f"storage {url!r} is not a URL; use e.g. sqlite:///mlruns/optuna.db, "
-            "postgresql://user@host/db or journal:PATH"
-        )
+        raise ConfigError(f"storage {url!r} is not a URL; use {_URL_FORMS}")
     if parsed.password:
         raise ConfigError(
             f"storage URL {redact_storage_url(url)} carries a password; remove it and let the "
@@ -75,51 +109,178 @@ def _check_url(url: str) -> None:
         )
 
 
-def open_storage(url: str) -> optuna.storages.BaseStorage:
-    """An Optuna storage for `url` (see the module docstring); creates local directories."""
+def storage_has_heartbeat(url: str | None) -> bool:
+    """Whether trials in this storage get a heartbeat (database storages only)."""
+    if url is None:
+        return False
+    url = url.strip()
+    return not (url.startswith(("journal:", "redis://", "rediss://")))
+
+
+def check_storage_url(url: str) -> None:
+    """Refuse a storage URL that cannot work, without connecting: not a URL, a password in
+    it, an unknown database, or a database driver that is not installed."""
     url = normalize_storage_url(url)
     _check_url(url)
+    if url.startswith("journal:"):
+        return
+    if url.startswith(("redis://", "rediss://")):
+        try:
+            import redis  # noqa: F401
+        except ImportError:
+            raise ConfigError(
+                f"storage {redact_storage_url(url)} needs the 'redis' package: pip install "
+                "redis (or use a database URL or journal:PATH)"
+            ) from None
+        return
+    shown = redact_storage_url(url)
+    try:
+        parsed = sqlalchemy.engine.make_url(url)
+        dialect = parsed.get_dialect()
+    except sqlalchemy.exc.NoSuchModuleError:
+        scheme = url.split("://", 1)[0]
+        raise ConfigError(
+            f"storage {shown}: {scheme!r} is not a database SQLAlchemy knows; use {_URL_FORMS}"
+        ) from None
+    except sqlalchemy.exc.ArgumentError as error:
+        raise ConfigError(
+            f"storage {shown} is not a valid database URL ({error}); use {_URL_FORMS}"
+        ) from None
+    try:
+        dialect.import_dbapi()
+    except ImportError as error:
+        driver = parsed.get_driver_name()
+        package = _DRIVER_PACKAGES.get(driver, driver)
+        raise ConfigError(
+            f"storage {shown}: SQLAlchemy {sqlalchemy.__version__} opens "
+            f"{parsed.get_backend_name()} URLs like this one with the '{driver}' driver, which "
+            f"is not installed ({error}); install it: pip install {package} (or name an "
+            f"installed driver in the URL, e.g. {parsed.get_backend_name()}+DRIVER://...)"
+        ) from None
+
+
+def open_storage(
+    url: str, *, heartbeat_grace_s: int | None = DEFAULT_HEARTBEAT_GRACE_S
+) -> optuna.storages.BaseStorage:
+    """An Optuna storage for `url` (see the module docstring); creates local directories.
+
+    Database storages get a heartbeat with `heartbeat_grace_s` (None: no heartbeat, for
+    ask/tell users such as the evolution loop's parameter proposer).
+    """
+    url = normalize_storage_url(url)
+    check_storage_url(url)
     if url.startswith("journal:"):
         from optuna.storages.journal import JournalFileBackend, JournalStorage
 
         path = Path(url.removeprefix("journal:"))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return JournalStorage(JournalFileBackend(str(path)))
-    if url.startswith("redis://") or url.startswith("rediss://"):
+        with _database_errors(url):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            return JournalStorage(JournalFileBackend(str(path)))
+    if url.startswith(("redis://", "rediss://")):
         from optuna.storages.journal import JournalRedisBackend, JournalStorage
 
-        try:
+        with _database_errors(url):
             return JournalStorage(JournalRedisBackend(url))
-        except ImportError:
-            raise ConfigError(
-                f"storage {redact_storage_url(url)} needs the 'redis' package; install it "
-                "or use a database URL"
-            ) from None
     engine_kwargs: dict = {}
     if url.startswith("sqlite:"):
-        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        with _database_errors(url):  # a read-only or missing parent is an OSError
+            Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         engine_kwargs = {"connect_args": {"timeout": _SQLITE_TIMEOUT_S}}
     with warnings.catch_warnings():
+        # The heartbeat and its retry callback are marked experimental; they are tested here.
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        # Two workers starting together may both create the schema of a new database; the
-        # loser sees a transient error and simply retries against the finished schema.
+        heartbeat: dict = {}
+        if heartbeat_grace_s is not None:
+            heartbeat = {
+                "heartbeat_interval": heartbeat_interval_for(heartbeat_grace_s),
+                "grace_period": heartbeat_grace_s,
+                # A trial failed by its stale heartbeat (its worker died) is queued again
+                # with the same parameters; the next free worker runs it.
+                "heartbeat_stale_trial_callback": (
+                    optuna.storages.RetryHeartbeatStaleTrialCallback()
+                ),
+            }
         for attempt in range(_CREATE_ATTEMPTS):
             try:
-                return optuna.storages.RDBStorage(
-                    url,
-                    engine_kwargs=engine_kwargs,
-                    heartbeat_interval=HEARTBEAT_INTERVAL_S,
-                    grace_period=HEARTBEAT_GRACE_S,
-                )
-            except ImportError as error:
-                raise ConfigError(
-                    f"storage {redact_storage_url(url)} needs a database driver: {error}"
-                ) from None
-            except Exception:
+                with _database_errors(url):
+                    storage = optuna.storages.RDBStorage(
+                        url, engine_kwargs=engine_kwargs, **heartbeat
+                    )
+                if url.startswith("sqlite:"):
+                    _serialize_sqlite_transactions(storage.engine)
+                return storage
+            except _SchemaRace:
+                # Two workers starting together on a new database both create its schema;
+                # the loser retries against the finished one.
                 if attempt == _CREATE_ATTEMPTS - 1:
-                    raise
-                time.sleep(0.5 * (attempt + 1))
+                    raise StorageError(
+                        f"could not create the schema of study storage "
+                        f"{redact_storage_url(url)}: other workers kept creating it; retry"
+                    ) from None
+                time.sleep(0.2 * (attempt + 1))
     raise AssertionError("unreachable")
+
+
+def _serialize_sqlite_transactions(engine: sqlalchemy.engine.Engine) -> None:
+    """Make every transaction on this sqlite engine take the write lock when it begins.
+
+    Python's sqlite3 driver starts a transaction only at the first write, so the read and
+    the write of Optuna's "pop a queued trial" (WAITING -> RUNNING) run in different
+    transactions and two workers can pop the same trial (seen: one grid point evaluated by
+    two processes). SQLAlchemy's documented pysqlite recipe: let the driver autocommit and
+    emit BEGIN IMMEDIATE ourselves. PostgreSQL and MySQL lock the row (FOR UPDATE) already.
+    """
+
+    @sqlalchemy.event.listens_for(engine, "connect")
+    def _driver_autocommit(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+
+    @sqlalchemy.event.listens_for(engine, "begin")
+    def _begin_immediate(connection: sqlalchemy.engine.Connection) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    engine.dispose()  # connections opened before the listeners lack the driver setting
+
+
+class _SchemaRace(Exception):
+    """Another process is creating the same database schema right now."""
+
+
+@contextlib.contextmanager
+def _database_errors(url: str) -> Iterator[None]:
+    """Database failures as one-line `StorageError`s (a schema race as `_SchemaRace`)."""
+    try:
+        yield
+    except sqlalchemy.exc.SQLAlchemyError as error:
+        detail = _first_line(getattr(error, "orig", None) or error)
+        if isinstance(error, sqlalchemy.exc.DBAPIError) and any(
+            marker in detail.lower() for marker in _SCHEMA_RACE_MARKERS
+        ):
+            raise _SchemaRace(detail) from None
+        raise StorageError(_refused(url, detail)) from None
+    except (OSError, RuntimeError) as error:
+        # RuntimeError: Optuna's schema version check ("... optuna storage upgrade ...").
+        raise StorageError(_refused(url, _first_line(error))) from None
+
+
+def _refused(url: str, detail: str) -> str:
+    shown = redact_storage_url(url)
+    if url.startswith(("sqlite:", "journal:")):
+        fix = (
+            "check that the file is an Optuna study database or journal (or choose a new "
+            "path) and that its directory exists and is writable"
+        )
+    else:
+        fix = (
+            "check the host, port and database name and that the database accepts this user "
+            "(the password comes from PGPASSWORD / ~/.pgpass or a MySQL option file)"
+        )
+    return f"study storage {shown} refused: {detail}; {fix}"
+
+
+def _first_line(error: BaseException | object) -> str:
+    text = str(error).strip() or type(error).__name__
+    return text.splitlines()[0].strip()
 
 
 def open_study(
@@ -130,27 +291,34 @@ def open_study(
     sampler: optuna.samplers.BaseSampler,
     pruner: optuna.pruners.BasePruner,
     load_if_exists: bool,
+    heartbeat_grace_s: int | None = DEFAULT_HEARTBEAT_GRACE_S,
 ) -> optuna.Study:
-    storage = open_storage(url) if url is not None else optuna.storages.InMemoryStorage()
+    if url is None:
+        storage: optuna.storages.BaseStorage = optuna.storages.InMemoryStorage()
+    else:
+        storage = open_storage(url, heartbeat_grace_s=heartbeat_grace_s)
+    label = redact_storage_url(normalize_storage_url(url or ""))
     for attempt in range(_CREATE_ATTEMPTS):
         try:
-            study = optuna.create_study(
-                storage=storage,
-                study_name=study_name,
-                directions=list(directions),
-                sampler=sampler,
-                pruner=pruner,
-                load_if_exists=load_if_exists,
-            )
+            with _database_errors(url or ""):
+                study = optuna.create_study(
+                    storage=storage,
+                    study_name=study_name,
+                    directions=list(directions),
+                    sampler=sampler,
+                    pruner=pruner,
+                    load_if_exists=load_if_exists,
+                )
             break
         except optuna.exceptions.DuplicatedStudyError:
             if not load_if_exists:
                 raise ConfigError(
-                    f"a study named {study_name!r} already exists in "
-                    f"{redact_storage_url(normalize_storage_url(url or ''))}; set [tuning] "
+                    f"a study named {study_name!r} already exists in {label}; set [tuning] "
                     "load_if_exists = true to resume it, or choose another study_name"
                 ) from None
             # Created by another worker between our lookup and our insert: load it.
+            time.sleep(0.2 * (attempt + 1))
+        except _SchemaRace:
             time.sleep(0.2 * (attempt + 1))
     else:
         raise ConfigError(f"could not create or load study {study_name!r}; retry")
@@ -163,8 +331,21 @@ def open_study(
     return study
 
 
+@contextlib.contextmanager
+def storage_errors(url: str | None) -> Iterator[None]:
+    """Database failures while trials run (e.g. the server went away) as one-line errors."""
+    try:
+        yield
+    except sqlalchemy.exc.SQLAlchemyError as error:
+        if url is None:
+            raise
+        detail = _first_line(getattr(error, "orig", None) or error)
+        raise StorageError(_refused(url, detail)) from None
+
+
 def fail_stale_trials(study: optuna.Study) -> None:
-    """Mark trials whose worker stopped sending heartbeats as failed (database storages)."""
+    """Fail trials whose worker stopped sending heartbeats (database storages); the storage's
+    retry callback queues each again with the same parameters."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         optuna.storages.fail_stale_trials(study)
@@ -174,24 +355,6 @@ def fail_running_trials(study: optuna.Study) -> list[int]:
     """Mark every RUNNING trial failed; only safe when no worker of the study is active."""
     failed = []
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
-            study._storage.set_trial_user_attr(trial._trial_id, "evolve.failed", "--fail-running")
-            study._storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)
-            failed.append(trial.number)
+        study.tell(trial.number, state=TrialState.FAIL, skip_if_finished=True)
+        failed.append(trial.number)
     return failed
-
-
-@contextlib.contextmanager
-def heartbeat(study: optuna.Study, trial: optuna.Trial) -> Iterator[None]:
-    """Keep a database trial's heartbeat alive while it runs (what `study.optimize` does).
-
-    Optuna exposes the heartbeat thread only privately; without it (another Optuna version)
-    trials simply run without one, as on a journal storage.
-    """
-    try:
-        from optuna.storages._heartbeat import get_heartbeat_thread
-    except ImportError:  # pragma: no cover - depends on the Optuna version
-        yield
-        return
-    with get_heartbeat_thread(trial._trial_id, study._storage):
-        yield

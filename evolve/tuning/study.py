@@ -10,10 +10,20 @@ defined depends on the environment and the upper bound only, so the fallback is 
 every trial at a given period (`objective_value`). Optional second objective: the train
 evaluation's tokens, minimized (a multi-objective study; Optuna prunes none of its trials).
 
-Several workers (processes, machines) may run `run_tuning` on one study: a worker stops
-when the study's finished + running trials reach the requested number, and a trial created
-in a race beyond that number is discarded before any evaluation (failed, tagged surplus), so
-the study ends with exactly the requested number of finished trials. When the study is
+Several workers (processes, machines) may run `run_tuning` on one study; the loop is
+Optuna's own (`study.optimize`, public APIs only):
+
+- grid points are queued once (`study.enqueue_trial`, in a seeded order) and popped by the
+  workers; a point queued twice by two workers starting together runs once, the copy is
+  discarded before evaluation (failed, tagged surplus);
+- `MaxTrialsCallback` stops a worker when the requested number of trials are finished or
+  running; a trial created in a race beyond that number is discarded the same way;
+- on a database storage every trial has Optuna's heartbeat: a trial whose worker died is
+  failed once its heartbeat is older than `[tuning] heartbeat_grace_s` and queued again
+  with the same parameters (`RetryHeartbeatStaleTrialCallback`); the main invocation waits
+  for trials running elsewhere, so a rerun after a killed worker completes the study.
+
+The study therefore ends with exactly the requested number of finished trials. When it is
 complete, the best parameters (or the Pareto front) are evaluated on the held-out users.
 
 The upper-bound table is computed once per environment and agent model (cached on disk) and
@@ -22,17 +32,19 @@ shared by every trial and the held-out checks.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import time
-import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.trial import TrialState
+from optuna.distributions import CategoricalDistribution, IntDistribution
+from optuna.study import MaxTrialsCallback
+from optuna.trial import FrozenTrial, TrialState
 
 from evolve.config import BudgetSpec
 from evolve.errors import ResumeMismatchError
@@ -72,7 +84,15 @@ from evolve.tuning.records import (
     trial_record,
     trial_records,
 )
-from evolve.tuning.samplers import build_pruner, build_sampler, distributions
+from evolve.tuning.samplers import (
+    GRID_POINT_ATTR,
+    build_pruner,
+    build_sampler,
+    distributions,
+    enqueue_grid_points,
+    point_key,
+    trial_point_key,
+)
 from evolve.tuning.spec import (
     ResolvedTuning,
     TuneSpec,
@@ -83,17 +103,36 @@ from evolve.tuning.spec import (
 from evolve.tuning.storage import (
     fail_running_trials,
     fail_stale_trials,
-    heartbeat,
+    heartbeat_interval_for,
     open_study,
     redact_storage_url,
+    storage_errors,
+    storage_has_heartbeat,
 )
 from evolve.tuning.tracking import NullStudyTracker, StudyContext, StudyTracker
 
 STUDY_ATTR_HASH = "evolve.config_hash"
 STUDY_ATTR_IDENTITY = "evolve.identity"
 RESULT_FILE = "tuning.json"
-_LIVE = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
 _FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
+_TAKEN = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
+# Attributes of one evaluation: a retried trial must not show its failed predecessor's.
+_PER_RUN_ATTRS = (ATTR_NOTE, ATTR_STOPPED, ATTR_PERIODS, ATTR_METRICS, ATTR_MLFLOW_RUN)
+
+
+class _SurplusTrial(Exception):
+    """A trial that is not needed (see `_Worker._claim`): failed before any evaluation."""
+
+
+@contextlib.contextmanager
+def _optuna_quiet() -> Iterator[None]:
+    """Optuna logs every failed trial with a traceback; the worker reports trials itself."""
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(max(verbosity, optuna.logging.ERROR))
+    try:
+        yield
+    finally:
+        optuna.logging.set_verbosity(verbosity)
 
 
 class TuneProgress:
@@ -264,7 +303,8 @@ def run_tuning(
         upper_bound_cache=Path(upper_bound_cache) if upper_bound_cache else None,
         upper_bound=upper_bound,
     )
-    return worker.run(worker_only=worker_only, fail_running=fail_running)
+    with storage_errors(job.storage_url):
+        return worker.run(worker_only=worker_only, fail_running=fail_running)
 
 
 class _Worker:
@@ -292,6 +332,11 @@ class _Worker:
         self.notes = list(job.notes)
         train = job.train.items
         self.last_period = max(len(item.periods) for item in train) - 1
+        self.heartbeat = storage_has_heartbeat(job.storage_url)
+        # Main invocation waiting for other workers' trials: look again about once a beat.
+        self.poll_s = float(min(5, heartbeat_interval_for(self.tuning.heartbeat_grace_s)))
+        self._current: int | None = None  # the trial this worker is evaluating
+        self._returned: int | None = None  # the last trial whose evaluation returned values
 
     # ----- top level ------------------------------------------------------------------------
 
@@ -307,6 +352,7 @@ class _Worker:
             sampler=build_sampler(self.tuning, self.job.seed),
             pruner=build_pruner(self.tuning),
             load_if_exists=self.tuning.load_if_exists,
+            heartbeat_grace_s=self.tuning.heartbeat_grace_s,
         )
         self._check_identity(identity, digest)
         if fail_running:
@@ -349,8 +395,7 @@ class _Worker:
         try:
             self.budget.check()
             self._prepare_upper_bound()
-            while self._next_trial():
-                pass
+            self._run_trials(worker_only=worker_only)
             if not worker_only:
                 self._evaluate_heldout()
         except BudgetExhausted as exhausted:
@@ -402,33 +447,161 @@ class _Worker:
 
     # ----- trials ---------------------------------------------------------------------------
 
-    def _count(self, states: tuple[TrialState, ...], below: int | None = None) -> int:
-        trials = self.study.get_trials(deepcopy=False, states=states)
-        return sum(below is None or t.number < below for t in trials)
+    def _count(self, states: tuple[TrialState, ...]) -> int:
+        return len(self.study.get_trials(deepcopy=False, states=states))
 
-    def _next_trial(self) -> bool:
-        """Run one trial if the study still needs one; False when this worker is done."""
-        fail_stale_trials(self.study)
-        if self._count(_LIVE) >= self.job.trials:
+    def _run_trials(self, *, worker_only: bool) -> None:
+        """Run trials until the study holds the requested number of finished ones.
+
+        Each pass fails trials whose worker died (stale heartbeat; the storage queues them
+        again), queues missing grid points, and lets `study.optimize` run queued and new
+        trials until `MaxTrialsCallback` sees the requested number finished or running. The
+        main invocation then waits for trials running elsewhere (they finish, or their
+        heartbeat goes stale and they are retried here); an extra worker simply stops.
+        """
+        requested = self.job.trials
+        grid = self.tuning.sampler == "grid"
+        announced = False
+        while True:
+            fail_stale_trials(self.study)
+            if grid:
+                enqueue_grid_points(self.study, self.job.space, self.job.seed, requested)
+            finished = self._count(_FINISHED)
+            running = self._count((TrialState.RUNNING,))
+            waiting = self._count((TrialState.WAITING,))
+            # Queued trials always go through the loop: a duplicate (two workers queued the
+            # grid at once) is discarded there before evaluation.
+            if waiting or (finished + running < requested and not grid):
+                self.budget.check()
+                self._optimize()
+                continue
+            if finished >= requested:
+                return
+            if running and self.heartbeat and not worker_only:
+                if not announced:
+                    announced = True
+                    self.progress.stage(
+                        f"waiting for {running} trial(s) running in other workers; a trial "
+                        "whose worker stopped is failed after heartbeat_grace_s = "
+                        f"{self.tuning.heartbeat_grace_s} s without a heartbeat and retried here"
+                    )
+                time.sleep(self.poll_s)
+                continue
+            if running and not self.heartbeat and self.job.storage_url is not None:
+                self.notes.append(
+                    f"{running} trial(s) are RUNNING in a storage without heartbeat; if their "
+                    "worker was killed, rerun with --fail-running (when no worker is active)"
+                )
+            elif not running:
+                self.notes.append(
+                    "every grid point is held by a trial, yet fewer than the requested number "
+                    "finished; ask for fewer trials"
+                )
+            return
+
+    def _optimize(self) -> None:
+        callbacks = [
+            self._after_trial,
+            # Running trials count: a worker stops when the remaining trials are taken by
+            # others, instead of starting one that would exceed the requested number.
+            MaxTrialsCallback(
+                self.job.trials,
+                states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING),
+            ),
+        ]
+        self._current = None
+        try:
+            with _optuna_quiet():
+                self.study.optimize(self._objective, callbacks=callbacks, catch=(_SurplusTrial,))
+        except ValueError:
+            # Optuna refuses to tell a trial another worker already failed: this worker's
+            # heartbeat lapsed for longer than the grace period (a stalled machine) and the
+            # trial was retried elsewhere. Its evaluation is kept on disk; carry on.
+            number = self._current
+            if number is None or self._returned != number:
+                raise  # the evaluation itself failed
+            self._current = None
+            self.notes.append(
+                f"trial {number} was failed by another worker while it ran (no heartbeat for "
+                f"{self.tuning.heartbeat_grace_s} s; raise [tuning] heartbeat_grace_s on a "
+                "loaded machine) and retried"
+            )
+        except BaseException:
+            # A trial ended by an error (interrupt, budget, LLM failure): Optuna marked it
+            # failed and skipped the callbacks; record it, then let the error stop the worker.
+            if self._current is not None:
+                self._report(self._frozen(self._current))
+            raise
+
+    def _frozen(self, number: int) -> FrozenTrial:
+        return next(t for t in self.study.get_trials(deepcopy=False) if t.number == number)
+
+    def _after_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        if trial.user_attrs.get(ATTR_SURPLUS):
+            study.stop()  # the requested trials are taken: nothing more for this worker
+            return
+        self._current = None
+        self._report(trial)
+        self.store.save_result(self._result(self.job.config_hash(self.lms.model_names())))
+        self.budget.check()  # raised out of `optimize`: no new trial starts over the budget
+
+    def _report(self, trial: FrozenTrial) -> None:
+        record = trial_record(trial)
+        self.tracker.trial_finished(record)
+        self.progress.trial_finished(record)
+
+    def _claim(self, trial: optuna.Trial) -> bool:
+        """Whether this trial may be evaluated: not beyond the requested number (counting
+        older trials only, so that of two racing workers the later trial yields) and, for
+        the grid, a queued point that no other trial holds."""
+        others = [t for t in self.study.get_trials(deepcopy=False) if t.number != trial.number]
+        older_live = sum(t.number < trial.number and t.state in _TAKEN for t in others)
+        if older_live >= self.job.trials:
             return False
-        self.budget.check()
-        with warnings.catch_warnings():
-            # Optuna warns that heartbeats expect Study.optimize; we run them ourselves.
-            warnings.filterwarnings("ignore", message="Heartbeat of storage")
-            trial = self.study.ask(self.distributions)
-        if self._count(_LIVE, below=trial.number) >= self.job.trials:
-            # Another worker took the last slot between our count and our ask.
-            trial.set_user_attr(ATTR_SURPLUS, True)
-            self.study.tell(trial, state=TrialState.FAIL)
+        if self.tuning.sampler != "grid":
+            return True
+        point = trial.user_attrs.get(GRID_POINT_ATTR)
+        if point is None:  # made by the sampler: another worker took the last queued point
             return False
-        parameters = {name: int(trial.params[name]) for name in self.job.space}
-        self._run_trial(trial, parameters)
+        key = point_key(point)
+        for other in others:
+            if trial_point_key(other) != key:
+                continue
+            if other.state in _FINISHED:
+                return False
+            if other.state in (TrialState.RUNNING, TrialState.WAITING) and (
+                other.number < trial.number
+            ):
+                return False
         return True
 
-    def _run_trial(self, trial: optuna.Trial, parameters: dict[str, int]) -> None:
+    def _suggest(self, trial: optuna.Trial, name: str) -> int:
+        distribution = self.distributions[name]
+        if isinstance(distribution, IntDistribution):
+            return trial.suggest_int(
+                name, distribution.low, distribution.high, step=distribution.step
+            )
+        assert isinstance(distribution, CategoricalDistribution)
+        return int(trial.suggest_categorical(name, list(distribution.choices)))
+
+    def _objective(self, trial: optuna.Trial) -> float | list[float]:
+        if not self._claim(trial):
+            trial.set_user_attr(ATTR_SURPLUS, True)
+            raise _SurplusTrial(f"trial {trial.number} is not needed")
+        self._current = trial.number
+        # A retried trial (its worker died) starts with the attributes of the failed one.
+        for key in _PER_RUN_ATTRS:
+            if trial.user_attrs.get(key) is not None:
+                trial.set_user_attr(key, None)
+        parameters = {name: self._suggest(trial, name) for name in self.job.space}
+        values = self._evaluate(trial, parameters)
+        self._returned = trial.number
+        return values
+
+    def _evaluate(self, trial: optuna.Trial, parameters: dict[str, int]) -> float | list[float]:
         number = trial.number
         policy = self.job.base_policy.with_parameters(**parameters)
-        run_dir = self._failed_run_dir(parameters) or self.store.trial_dir(
+        run_dir = self._failed_run_dir(parameters, number) or self.store.trial_dir(
             self.job.study_name, number, parameters
         )
         seed = derive_seed(self.job.seed, "trial", number)
@@ -467,60 +640,51 @@ class _Worker:
                 if not self.tuning.multi_objective and trial.should_prune():
                     raise optuna.TrialPruned(f"pruned after period {period} at {value:.3f}")
 
-        state = TrialState.FAIL
-        values: list[float] | None = None
-        error: BaseException | None = None
-        with heartbeat(self.study, trial):
-            try:
-                report = run_evaluation(
-                    self.job.train,
-                    policy,
-                    self.lms,
-                    run_dir,
-                    self.job.episode,
-                    on_period_end=on_period_end,
-                    progress=self.progress.evaluation_started(f"trial {number}"),
-                    upper_bound=self.upper_bound,
-                )
-                summary = report.summary
-                latest[:] = [summary]
-                values = [objective_value(summary, objective)]
-                trial.set_user_attr(ATTR_OBJECTIVE_USED, _objective_used(summary, objective))
-                if self.tuning.multi_objective:
-                    values.append(float(summary.tokens))
-                state = TrialState.COMPLETE
-            except optuna.TrialPruned as pruned:
-                state = TrialState.PRUNED
-                trial.set_user_attr(ATTR_NOTE, str(pruned))
-            except BudgetExhausted as exhausted:
-                trial.set_user_attr(ATTR_STOPPED, f"stopped: {exhausted.reason}")
-                error = exhausted
-            except BaseException as exc:  # noqa: BLE001 - recorded, then re-raised
-                trial.set_user_attr(ATTR_NOTE, f"{type(exc).__name__}: {exc}"[:300])
-                error = exc
-            finally:
-                spent = self.lms.usage.snapshot().minus(usage_before)
-                trial.set_user_attr(ATTR_LLM_CALLS, spent.total_calls - spent.cache_hits)
-                trial.set_user_attr(ATTR_TOKENS, spent.total_tokens)
-                trial.set_user_attr(ATTR_WALL_TIME, time.perf_counter() - started)
-                if latest:
-                    trial.set_user_attr(ATTR_METRICS, latest[0].flat_metrics())
-                if state == TrialState.COMPLETE:
-                    self.study.tell(trial, values=values)
-                else:
-                    self.study.tell(trial, state=state)
-        record = trial_record(self.study._storage.get_trial(trial._trial_id))
-        self.tracker.trial_finished(record)
-        self.progress.trial_finished(record)
-        if error is not None:
-            raise error
-        self.store.save_result(self._result(self.job.config_hash(self.lms.model_names())))
+        try:
+            report = run_evaluation(
+                self.job.train,
+                policy,
+                self.lms,
+                run_dir,
+                self.job.episode,
+                on_period_end=on_period_end,
+                progress=self.progress.evaluation_started(f"trial {number}"),
+                upper_bound=self.upper_bound,
+            )
+            summary = report.summary
+            latest[:] = [summary]
+            values = [objective_value(summary, objective)]
+            trial.set_user_attr(ATTR_OBJECTIVE_USED, _objective_used(summary, objective))
+            if self.tuning.multi_objective:
+                values.append(float(summary.tokens))
+                return values
+            return values[0]
+        except optuna.TrialPruned as pruned:
+            trial.set_user_attr(ATTR_NOTE, str(pruned))
+            raise
+        except BudgetExhausted as exhausted:
+            trial.set_user_attr(ATTR_STOPPED, f"stopped: {exhausted.reason}")
+            raise
+        except BaseException as exc:  # noqa: BLE001 - recorded, then re-raised
+            trial.set_user_attr(ATTR_NOTE, f"{type(exc).__name__}: {exc}"[:300])
+            raise
+        finally:
+            spent = self.lms.usage.snapshot().minus(usage_before)
+            trial.set_user_attr(ATTR_LLM_CALLS, spent.total_calls - spent.cache_hits)
+            trial.set_user_attr(ATTR_TOKENS, spent.total_tokens)
+            trial.set_user_attr(ATTR_WALL_TIME, time.perf_counter() - started)
+            if latest:
+                trial.set_user_attr(ATTR_METRICS, latest[0].flat_metrics())
 
-    def _failed_run_dir(self, parameters: Mapping[str, int]) -> Path | None:
+    def _failed_run_dir(self, parameters: Mapping[str, int], number: int) -> Path | None:
         """The directory of an earlier failed (e.g. interrupted) trial with the same parameters:
         the runner resumes its finished user-periods instead of recomputing them."""
         trials = self.study.get_trials(deepcopy=False)
-        in_use = {t.user_attrs.get(ATTR_RUN_DIR) for t in trials if t.state == TrialState.RUNNING}
+        in_use = {
+            t.user_attrs.get(ATTR_RUN_DIR)
+            for t in trials
+            if t.state == TrialState.RUNNING and t.number != number
+        }
         for t in sorted(trials, key=lambda t: -t.number):
             run_dir = t.user_attrs.get(ATTR_RUN_DIR)
             if (
