@@ -269,6 +269,11 @@ def run_eval(args: argparse.Namespace) -> int:
             print(
                 f"upper bound: {len(upper_bound.entries)} answers for {upper_bound.agent_model} "
                 f"({upper_bound.parse_failures} unparseable, {time.perf_counter() - started:.1f}s)"
+                + (
+                    "; unparseable answers are not cached: a rerun asks them again"
+                    if upper_bound.parse_failures
+                    else ""
+                )
             )
         for spec, name, policy in zip(args.policy, names, policies, strict=True):
             progress = TqdmProgress(name)
