@@ -551,6 +551,12 @@ def resolve(spec: ExperimentSpec) -> ResolvedExperiment:
                 f"{label}: optimizer.parameters.{name}: low == high ({bounds.low}) leaves "
                 "nothing to mutate; widen the range or remove the parameter"
             )
+        if not bounds.low <= parameters[name] <= bounds.high:
+            raise ConfigError(
+                f"{label}: the base policy's {name} = {parameters[name]} is outside "
+                f"optimizer.parameters.{name} = [{bounds.low}, {bounds.high}]; set "
+                f"policy.parameters.{name} within the bounds or widen them"
+            )
     if (
         optimizer.schedule == "per_period"
         and optimizer.feedback != "none"

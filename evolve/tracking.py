@@ -356,6 +356,8 @@ class MLflowTracker(ExperimentTracker):
         self.client.log_batch(run_id, metrics=metrics)
         self.client.log_text(run_id, per_period_table(scores), f"scores/{split}_per_period.csv")
         self.client.set_tag(run_id, TAG_STATUS, str(record.status))
+        if scores.objective_used:  # e.g. pooled_memory_score: what `score` is
+            self.client.set_tag(run_id, f"evolve.{split}_objective_used", scores.objective_used)
         self.client.set_terminated(run_id, "FINISHED")
         entry["logged"].append(split)
         self._save_state()

@@ -1,8 +1,10 @@
 """`evolve eval`: evaluate one or more memory policies on an AMemGym environment.
 
 Each policy gets its own run directory under --out (resumed if it exists with the same
-configuration); the upper bound is computed once, cached per environment and agent model,
-and shared by all policies. Prints one row per policy, side by side.
+configuration, which is checked before any LLM call); the upper bound is computed once,
+cached per environment and agent endpoint (see `baselines`), and shared by all policies.
+Prints one row per policy, side by side, then why a memory score is undefined and a warning
+when most answers were unparseable.
 """
 
 from __future__ import annotations
@@ -24,7 +26,13 @@ from evolve.simulator.baselines import compute_upper_bound
 from evolve.simulator.environment import Environment, load_environment
 from evolve.simulator.generator import PRESETS, generate_environment, get_preset
 from evolve.simulator.metrics import MetricSummary
-from evolve.simulator.runner import EpisodeConfig, EvaluationReport, ProgressSink, run_evaluation
+from evolve.simulator.runner import (
+    EpisodeConfig,
+    EvaluationReport,
+    ProgressSink,
+    check_resumable,
+    run_evaluation,
+)
 from evolve.simulator.storage import safe_name
 from memory_policies import MemoryPolicy, build_policy
 
@@ -83,6 +91,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=Path,
         help="directory caching upper-bound answers (default <cache dir>/upper_bound)",
     )
+    parser.add_argument(
+        "--refresh-upper-bound",
+        action="store_true",
+        help="ask every upper-bound question again instead of reusing cached answers",
+    )
     add_llm_arguments(parser)
     parser.set_defaults(handler=run_eval)
 
@@ -138,6 +151,23 @@ def run_dir_names(specs: list[str]) -> list[str]:
     return names
 
 
+def _check_counts(args: argparse.Namespace) -> None:
+    """Refuse out-of-range counts in one line, before pydantic would (with a traceback) or
+    before they were silently replaced (0 rounds used to become 1)."""
+    for flag, value in (("--concurrency", args.concurrency), ("--users", args.users)):
+        if value is not None and value < 1:
+            raise ConfigError(f"{flag} must be at least 1, got {value}")
+    for flag, value, meaning in (
+        ("--rounds-init", args.rounds_init, "rounds per period-0 session"),
+        ("--rounds-update", args.rounds_update, "rounds per later session"),
+    ):
+        if value is not None and value < 1:
+            raise ConfigError(
+                f"{flag} must be at least 1 ({meaning}), got {value}; leave it out for the "
+                "preset's default"
+            )
+
+
 def _load_env(args: argparse.Namespace) -> tuple[Environment, int, int]:
     """The environment (first --users only) and the default rounds."""
     if args.preset:
@@ -146,6 +176,12 @@ def _load_env(args: argparse.Namespace) -> tuple[Environment, int, int]:
         return env, preset.rounds_initial, preset.rounds_update
     env = load_environment(args.env)
     if args.users is not None:
+        if args.users > len(env.items):
+            print(
+                f"note: --users {args.users} but {args.env} has {len(env.items)} user(s); "
+                f"evaluating all {len(env.items)}",
+                file=sys.stderr,
+            )
         env = Environment(items=env.items[: args.users])
     return env, 1, 1
 
@@ -154,18 +190,26 @@ def _fmt(value: float | None, digits: int = 3) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+def _memory_cell(summary: MetricSummary) -> str:
+    """The per-user-period mean; "undef" when an upper bound is known but the mean is not."""
+    if summary.memory_score is None and summary.upper_bound_score is not None:
+        return "undef"
+    return _fmt(summary.memory_score)
+
+
 def format_table(rows: list[tuple[str, EvaluationReport]]) -> str:
     width = max([6, *(len(name) for name, _ in rows)])
     header = (
-        f"{'policy':<{width}} {'acc':>6} {'memory':>7} {'random':>6} {'UB':>6} {'write':>6} "
-        f"{'read':>6} {'util':>6} {'items':>5} {'parse!':>6} {'calls':>6} {'tokens':>8} "
-        f"{'wall s':>7}"
+        f"{'policy':<{width}} {'acc':>6} {'memory':>7} {'pooled':>7} {'random':>6} {'UB':>6} "
+        f"{'write':>6} {'read':>6} {'util':>6} {'items':>5} {'parse!':>6} {'calls':>6} "
+        f"{'tokens':>8} {'wall s':>7}"
     )
     lines = [header, "-" * len(header)]
     for name, report in rows:
         s = report.summary
         lines.append(
-            f"{name:<{width}} {_fmt(s.accuracy):>6} {_fmt(s.memory_score):>7} "
+            f"{name:<{width}} {_fmt(s.accuracy):>6} {_memory_cell(s):>7} "
+            f"{_fmt(s.pooled_memory_score):>7} "
             f"{_fmt(s.random_score):>6} {_fmt(s.upper_bound_score):>6} "
             f"{_fmt(s.write_failure_rate):>6} {_fmt(s.read_failure_rate):>6} "
             f"{_fmt(s.utilization_failure_rate):>6} {s.n_items:>5} {s.parse_failures_total:>6} "
@@ -174,32 +218,43 @@ def format_table(rows: list[tuple[str, EvaluationReport]]) -> str:
     return "\n".join(lines)
 
 
-def check_arguments(args: argparse.Namespace) -> None:
-    """Refuse out-of-range numbers in one line (before pydantic would, with a traceback)."""
-    for flag, value in (
-        ("--concurrency", args.concurrency),
-        ("--rounds-init", args.rounds_init),
-        ("--rounds-update", args.rounds_update),
-        ("--users", args.users),
-    ):
-        if value is not None and value < 1:
-            raise ConfigError(f"{flag} must be at least 1, got {value}")
+def format_notes(rows: list[tuple[str, EvaluationReport]]) -> list[str]:
+    """Why a memory score is undefined, and a loud warning where the numbers mean nothing."""
+    notes = []
+    for name, report in rows:
+        s = report.summary
+        if s.memory_score is None and s.upper_bound_score is not None:
+            notes.append(f"{name}: memory score undefined: {s.memory_score_undefined}")
+    for name, report in rows:
+        reason = report.summary.unreliable
+        if reason:
+            notes.append(
+                f"WARNING: {name}: THESE NUMBERS ARE NOT MEANINGFUL: {reason}; the endpoint's "
+                "replies do not parse (check --structured-output and the model with "
+                "`evolve doctor`)"
+            )
+    return notes
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    check_arguments(args)
     # Policies and the environment are checked before any server starts or LLM call.
+    _check_counts(args)
     policies: list[MemoryPolicy] = [build_policy(spec) for spec in args.policy]
     env, rounds_initial, rounds_update = _load_env(args)
     config = EpisodeConfig(
-        rounds_initial=args.rounds_init or rounds_initial,
-        rounds_update=args.rounds_update or rounds_update,
+        rounds_initial=args.rounds_init if args.rounds_init is not None else rounds_initial,
+        rounds_update=args.rounds_update if args.rounds_update is not None else rounds_update,
         concurrency=args.concurrency,
         seed=args.seed,
     )
     names = run_dir_names(args.policy)
     rows: list[tuple[str, EvaluationReport]] = []
     with run_lock(args.out, "eval"), open_role_lms_from_args(args) as lms:
+        # A rerun with another environment or model is refused here, before any LLM call.
+        for name, policy in zip(names, policies, strict=True):
+            check_resumable(
+                env, policy, lms, args.out / name, config, off_policy_dir=args.off_policy
+            )
         upper_bound = None
         if not args.no_upper_bound:
             started = time.perf_counter()
@@ -213,10 +268,16 @@ def run_eval(args: argparse.Namespace) -> int:
                     args.upper_bound_cache or cache_dir() / "upper_bound",
                     concurrency=config.concurrency,
                     on_entry=lambda entry: bar.update(1),
+                    refresh=args.refresh_upper_bound,
                 )
             print(
                 f"upper bound: {len(upper_bound.entries)} answers for {upper_bound.agent_model} "
                 f"({upper_bound.parse_failures} unparseable, {time.perf_counter() - started:.1f}s)"
+                + (
+                    "; unparseable answers are not cached: a rerun asks them again"
+                    if upper_bound.parse_failures
+                    else ""
+                )
             )
         for spec, name, policy in zip(args.policy, names, policies, strict=True):
             progress = TqdmProgress(name)
@@ -248,4 +309,10 @@ def run_eval(args: argparse.Namespace) -> int:
         "parse! = unparseable outputs (counted as wrong, never replaced): "
         + ", ".join(f"{kind} {count}" for kind, count in failures.items())
     )
+    print(
+        "memory = mean over user-periods of (S - S_rand) / (S_UB - S_rand); pooled = the same "
+        "ratio of means over all items (what evolve run and evolve tune optimize)"
+    )
+    for note in format_notes(rows):
+        print(note)
     return 0

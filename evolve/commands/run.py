@@ -43,6 +43,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--no-progress", action="store_true", help="no progress bars (e.g. in CI logs)"
     )
+    parser.add_argument(
+        "--refresh-upper-bound",
+        action="store_true",
+        help="ask every upper-bound question again instead of reusing cached answers",
+    )
     add_llm_arguments(parser)
     parser.set_defaults(handler=run_command)
 
@@ -80,7 +85,12 @@ def _run_locked(
     with open_role_lms(llm_config) as lms:
         try:
             result = run_experiment(
-                resolved, lms, runs_dir=args.runs_dir, tracker=tracker, progress=progress
+                resolved,
+                lms,
+                runs_dir=args.runs_dir,
+                tracker=tracker,
+                progress=progress,
+                refresh_upper_bound=args.refresh_upper_bound,
             )
             if result.complete:
                 progress.all_generations_done()
@@ -149,6 +159,12 @@ class _Bars(LoopProgress):
             tqdm.write(
                 f"    {record.id} {split}: score {scores.score:.3f} "
                 f"(accuracy {scores.summary.accuracy or 0:.2f})",
+                file=sys.stderr,
+            )
+        if scores is not None and scores.summary.unreliable:
+            tqdm.write(
+                f"WARNING: {record.id} {split}: THESE NUMBERS ARE NOT MEANINGFUL: "
+                f"{scores.summary.unreliable}",
                 file=sys.stderr,
             )
 

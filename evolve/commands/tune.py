@@ -70,6 +70,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=Path,
         help="directory caching upper-bound answers (default <cache dir>/upper_bound)",
     )
+    parser.add_argument(
+        "--refresh-upper-bound",
+        action="store_true",
+        help="ask every upper-bound question again instead of reusing cached answers",
+    )
     parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: the spec's)")
     parser.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
     parser.add_argument(
@@ -129,6 +134,7 @@ def _tune_locked(
                 upper_bound_cache=args.upper_bound_cache,
                 worker_only=args.worker,
                 fail_running=args.fail_running,
+                refresh_upper_bound=args.refresh_upper_bound,
             )
         finally:
             progress.close()
@@ -181,6 +187,11 @@ class _Bars(TuneProgress):
         if record.state == "failed" and record.note:
             text += f" ({record.note[:120]})"
         self._write(text)
+        if record.metrics.get("unreliable"):
+            self._write(
+                f"WARNING: trial {record.number}: THESE NUMBERS ARE NOT MEANINGFUL: more than "
+                "half of its answers or upper-bound answers are unparseable (metric unreliable)"
+            )
         if self.trials is not None and record.finished:
             self.trials.update(1)
 

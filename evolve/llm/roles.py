@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import dspy
 from dspy.utils.callback import BaseCallback
@@ -268,6 +269,9 @@ class RoleLMs:
     reflector: dspy.BaseLM
     usage: UsageTracker = field(default_factory=UsageTracker)
     endpoints: dict[str, str] = field(default_factory=dict)
+    # Per role, identity fields that replace those read from the LM (the embedded server:
+    # its port changes every start, its model file does not).
+    identity_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @classmethod
     def from_lms(
@@ -292,6 +296,39 @@ class RoleLMs:
 
     def model_names(self) -> dict[str, str]:
         return {role: self.lm(role).model for role in ROLES}
+
+    def identity(self, role: Role) -> dict[str, Any]:
+        """What a role's answers depend on, without secrets, for caches keyed on it.
+
+        Model, endpoint address (scheme://host:port/path; never credentials, query or key),
+        structured-output dialect, temperature and max_tokens.
+        """
+        lm = self.lm(role)
+        kwargs = dict(getattr(lm, "kwargs", None) or {})
+        identity: dict[str, Any] = {
+            "model": str(getattr(lm, "model", type(lm).__name__)),
+            "endpoint": endpoint_address(str(kwargs.get("api_base") or "")),
+            "structured_output": getattr(lm, STRUCTURED_OUTPUT_ATTRIBUTE, None),
+            "temperature": kwargs.get("temperature"),
+            "max_tokens": kwargs.get("max_tokens", kwargs.get("max_completion_tokens")),
+        }
+        identity.update(self.identity_overrides.get(role, {}))
+        return identity
+
+
+def endpoint_address(url: str) -> str:
+    """scheme://host[:port]/path of an endpoint URL, without userinfo, query or fragment."""
+    if not url:
+        return ""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:  # an IPv6 literal
+        host = f"[{host}]"
+    try:
+        port = f":{parts.port}" if parts.port is not None else ""
+    except ValueError:
+        port = ""
+    return f"{parts.scheme}://{host}{port}{parts.path.rstrip('/')}"
 
 
 def check_reachable(endpoint: EndpointConfig, timeout: float = 10.0) -> None:
@@ -333,6 +370,7 @@ def open_role_lms(config: LLMConfig) -> Iterator[RoleLMs]:
         check_reachable(endpoint)
     with ExitStack() as stack:
         endpoints: dict[Role, EndpointConfig] = {}
+        embedded_identity: dict[str, Any] = {}
         if config.needs_embedded_server():
             server = stack.enter_context(EmbeddedServer(config.embedded))
             embedded = config.embedded
@@ -347,6 +385,13 @@ def open_role_lms(config: LLMConfig) -> Iterator[RoleLMs]:
                 cache=embedded.cache,
                 structured_output="llama_cpp",
             )
+            model_file = server.model_path
+            embedded_identity = {
+                "endpoint": "embedded",
+                "model_file": f"{model_file.name} ({model_file.stat().st_size} bytes)"
+                if model_file is not None
+                else server.model_name,
+            }
         for role in ROLES:
             endpoints[role] = config.endpoint_for(role) or local
         # One LM object per role (each carries its role's usage callback); identical
@@ -355,6 +400,9 @@ def open_role_lms(config: LLMConfig) -> Iterator[RoleLMs]:
         role_lms = RoleLMs.from_lms(
             **lms, endpoints={role: endpoints[role].describe() for role in ROLES}
         )
+        role_lms.identity_overrides = {
+            role: dict(embedded_identity) for role in ROLES if config.endpoint_for(role) is None
+        }
         yield role_lms
 
 

@@ -61,7 +61,11 @@ from evolve.optimize.records import (
 from evolve.optimize.reflect import Reflector
 from evolve.optimize.selection import best_of, sample_parent, select_population
 from evolve.optimize.store import ExperimentStore, Spend, SpendJournal
-from evolve.simulator.metrics import MetricSummary, summarize_periods
+from evolve.simulator.metrics import (
+    OBJECTIVE_MEMORY_SCORE_KIND,
+    MetricSummary,
+    summarize_periods,
+)
 from evolve.simulator.records import PeriodResult, UserResult
 from evolve.simulator.runner import EvaluationReport, ProgressSink, run_evaluation
 from evolve.simulator.storage import atomic_write_json, atomic_write_text, read_json
@@ -163,15 +167,27 @@ class LoopProgress:
         """The evaluation is stored (`record` carries its scores)."""
 
 
-def objective_value(summary: MetricSummary, objective: str) -> float:
-    """The score selection uses: the memory score, or accuracy where it is undefined.
+# Recorded as `objective_used` wherever a score is stored, so a reader sees which one it is.
+POOLED_OBJECTIVE = f"{OBJECTIVE_MEMORY_SCORE_KIND}_memory_score"
 
-    Whether a user-period's memory score is defined depends only on the environment and the
-    upper bound, never on the candidate, so the fallback is the same for every candidate.
+
+def objective_value(summary: MetricSummary, objective: str) -> float:
+    """The score selection and pruning use: for the memory score its pooled form (ratio of
+    means over all items, see `metrics`), or accuracy where that is undefined.
+
+    Whether the pooled score is defined depends only on the environment and the upper bound,
+    never on the candidate, so the fallback is the same for every candidate.
     """
-    if objective == "memory_score" and summary.memory_score is not None:
-        return float(summary.memory_score)
+    if objective_used(summary, objective) == POOLED_OBJECTIVE:
+        return float(summary.pooled_memory_score)  # type: ignore[arg-type]
     return float(summary.accuracy or 0.0)
+
+
+def objective_used(summary: MetricSummary, objective: str) -> str:
+    """The name of what `objective_value` returned for this summary."""
+    if objective == "memory_score" and summary.pooled_memory_score is not None:
+        return POOLED_OBJECTIVE
+    return "accuracy"
 
 
 def run_experiment(
@@ -183,8 +199,12 @@ def run_experiment(
     progress: LoopProgress | None = None,
     proposer: ParameterProposer | None = None,
     upper_bound_cache: str | Path | None = None,
+    refresh_upper_bound: bool = False,
 ) -> ExperimentResult:
-    """Run (or resume) an experiment; returns its records. Stops cleanly on the budget."""
+    """Run (or resume) an experiment; returns its records. Stops cleanly on the budget.
+
+    `refresh_upper_bound` asks every upper-bound question again instead of using the cache.
+    """
     resolved = experiment if isinstance(experiment, ResolvedExperiment) else resolve(experiment)
     evolution = _Evolution(
         resolved,
@@ -195,6 +215,7 @@ def run_experiment(
         proposer=proposer or default_proposer(resolved.spec),
         upper_bound_cache=Path(upper_bound_cache) if upper_bound_cache else None,
     )
+    evolution.refresh_upper_bound = refresh_upper_bound
     return evolution.run()
 
 
@@ -287,6 +308,7 @@ class _Evolution:
         )
         self.records: dict[str, CandidateRecord] = {}
         self.upper_bound: Any = None
+        self.refresh_upper_bound = False
         self.chain_summary: MetricSummary | None = None
 
     # ----- top level ------------------------------------------------------------------------
@@ -371,6 +393,7 @@ class _Evolution:
             self.lms,
             self.upper_bound_cache or cache_dir() / "upper_bound",
             concurrency=self.spec.concurrency,
+            refresh=self.refresh_upper_bound,
         )
         self.store.save_spend(self.budget.spent())
 
@@ -493,6 +516,7 @@ class _Evolution:
             users=[user.user_id for user in users],
             score=objective_value(summary, objective),
             objective=objective,
+            objective_used=objective_used(summary, objective),
             per_user=per_user,
             summary=summary,
             per_period=per_period,

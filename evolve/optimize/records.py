@@ -58,8 +58,14 @@ class EvaluationScores(_Frozen):
     """One candidate on one user split."""
 
     users: list[str]
-    score: float = Field(description="The objective (memory score; accuracy where undefined).")
+    score: float = Field(
+        description="The objective (the pooled memory score; accuracy where undefined)."
+    )
     objective: str
+    objective_used: str | None = Field(
+        default=None,
+        description="What `score` is: pooled_memory_score or accuracy (None: older records).",
+    )
     per_user: dict[str, float] = Field(description="The objective per user (Pareto selection).")
     summary: MetricSummary
     per_period: list[MetricSummary] = Field(default_factory=list)

@@ -3,20 +3,27 @@
 The upper bound is the agent LLM answering each question with the relevant state stated
 explicitly (no memory needed). As in the original `upperbound.py` it is computed once per
 question x answer-option variant (the variant's state is the one given), so a user-period's
-upper bound is a table lookup with its gold variant. The table depends only on the
-environment and the agent model: it is cached on disk under a key made of both and reused by
-every candidate and trial.
+upper bound is a table lookup with its gold variant.
+
+The table is cached on disk and reused by every candidate and trial. Its key is everything an
+answer depends on: the environment's content hash, the agent model, its endpoint's address
+(scheme, host, port and path; never credentials; "embedded" plus the model file for the
+embedded server, whose port changes every start), the structured-output dialect, the
+temperature, max_tokens and `UPPER_BOUND_PROTOCOL_VERSION`. Only answers that parsed are
+cached: an unparseable answer is counted in the run that got it (as an upper-bound parse
+failure) and asked again by the next one. `refresh=True` recomputes the whole table.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import dspy
 from dspy.utils.exceptions import AdapterParseError
@@ -28,7 +35,10 @@ if TYPE_CHECKING:
     from evolve.llm import RoleLMs
     from evolve.simulator.environment import Environment
 
-UPPER_BOUND_FORMAT_VERSION = 1
+UPPER_BOUND_FORMAT_VERSION = 2
+# Bump when the upper-bound question changes (signature, instructions, state or option
+# formatting, how a choice is scored): earlier answers then no longer count.
+UPPER_BOUND_PROTOCOL_VERSION = 1
 # Entries are saved in batches so an interrupted computation loses little and writes rarely.
 _SAVE_EVERY = 8
 
@@ -66,6 +76,12 @@ class UpperBoundTable(BaseModel):
     format_version: int = UPPER_BOUND_FORMAT_VERSION
     environment_hash: str
     agent_model: str
+    agent_identity: dict[str, Any] = Field(
+        default_factory=dict,
+        description="What the agent's answers depend on (endpoint address, dialect, "
+        "temperature, max_tokens), without credentials.",
+    )
+    cache_key: str = Field(default="", description="Hash of everything the cache is keyed by.")
     entries: dict[str, UpperBoundEntry] = Field(default_factory=dict)
 
     @staticmethod
@@ -91,9 +107,56 @@ class UpperBoundTable(BaseModel):
         return sum(entry.parse_failed for entry in self.entries.values())
 
 
-def upper_bound_cache_path(cache_dir: Path, environment_hash: str, agent_model: str) -> Path:
+def agent_identity(lms: RoleLMs) -> dict[str, Any]:
+    """The agent role's identity without secrets (see `RoleLMs.identity`)."""
+    identity = getattr(lms, "identity", None)
+    if callable(identity):
+        return dict(identity("agent"))
+    return {"model": str(getattr(lms.agent, "model", type(lms.agent).__name__))}
+
+
+def upper_bound_cache_key(environment_hash: str, identity: dict[str, Any]) -> str:
+    """Hash of the environment, the agent's identity and the upper-bound protocol version."""
+    material = {
+        "environment": environment_hash,
+        "agent": identity,
+        "protocol": UPPER_BOUND_PROTOCOL_VERSION,
+    }
+    text = json.dumps(material, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def upper_bound_cache_path(
+    cache_dir: Path, environment_hash: str, agent_model: str, cache_key: str
+) -> Path:
     model_slug = re.sub(r"[^A-Za-z0-9._-]+", "_", agent_model).strip("_") or "model"
-    return Path(cache_dir) / f"upper_bound-{environment_hash[:16]}-{model_slug}.json"
+    return (
+        Path(cache_dir)
+        / f"upper_bound-{environment_hash[:12]}-{model_slug[:60]}-{cache_key[:16]}.json"
+    )
+
+
+def _load_cached(path: Path, cache_key: str) -> dict[str, UpperBoundEntry]:
+    """Parsed entries of a cache file with this key; nothing from an older or foreign file."""
+    if not path.exists():
+        return {}
+    try:
+        cached = UpperBoundTable.model_validate(read_json(path))
+    except (ValueError, OSError):
+        return {}  # unreadable or of an older format: recomputed and overwritten
+    if cached.format_version != UPPER_BOUND_FORMAT_VERSION or cached.cache_key != cache_key:
+        return {}
+    return {key: entry for key, entry in cached.entries.items() if not entry.parse_failed}
+
+
+def _save_cache(path: Path, table: UpperBoundTable) -> None:
+    """Only answers that parsed: a failed one is asked again by the next computation."""
+    cacheable = table.model_copy(
+        update={
+            "entries": {k: e for k, e in table.entries.items() if not e.parse_failed},
+        }
+    )
+    atomic_write_json(path, cacheable.model_dump(mode="json"))
 
 
 def _format_state(required_info: Sequence[str], values: Sequence[str]) -> str:
@@ -158,25 +221,28 @@ def compute_upper_bound(
     *,
     concurrency: int = 1,
     on_entry: Callable[[UpperBoundEntry], None] | None = None,
+    refresh: bool = False,
 ) -> UpperBoundTable:
-    """The upper-bound table for `env` and the agent model, computed only where not cached.
+    """The upper-bound table for `env` and the agent, computed only where not cached.
 
-    The cache file is keyed by the environment content hash and the agent model name; entries
-    already in it cost no LLM call, and progress is saved while computing, so an interrupted
-    computation resumes. `on_entry` is called for each newly computed entry (progress bars).
+    The cache file is keyed as the module docstring says; parsed entries already in it cost no
+    LLM call, and progress is saved while computing, so an interrupted computation resumes.
+    The returned table also holds this computation's unparseable answers (they count as
+    upper-bound parse failures), which are never written to the cache. `refresh` ignores the
+    cache and recomputes every entry. `on_entry` is called for each newly computed entry.
     """
     environment_hash = env.content_hash()
-    agent_model = str(getattr(lms.agent, "model", type(lms.agent).__name__))
-    path = upper_bound_cache_path(Path(cache_dir), environment_hash, agent_model)
-    table = UpperBoundTable(environment_hash=environment_hash, agent_model=agent_model)
-    if path.exists():
-        cached = UpperBoundTable.model_validate(read_json(path))
-        if (
-            cached.format_version == UPPER_BOUND_FORMAT_VERSION
-            and cached.environment_hash == environment_hash
-            and cached.agent_model == agent_model
-        ):
-            table = cached
+    identity = agent_identity(lms)
+    agent_model = str(identity.get("model") or getattr(lms.agent, "model", "model"))
+    cache_key = upper_bound_cache_key(environment_hash, identity)
+    path = upper_bound_cache_path(Path(cache_dir), environment_hash, agent_model, cache_key)
+    table = UpperBoundTable(
+        environment_hash=environment_hash,
+        agent_model=agent_model,
+        agent_identity=identity,
+        cache_key=cache_key,
+        entries={} if refresh else _load_cached(path, cache_key),
+    )
     todo = []
     for item in env.items:
         for qi, qa in enumerate(item.qas):
@@ -204,7 +270,7 @@ def compute_upper_bound(
             )
             pending += 1
             if pending >= _SAVE_EVERY:
-                atomic_write_json(path, table.model_dump(mode="json"))
+                _save_cache(path, table)
                 pending = 0
         if on_entry is not None:
             on_entry(entry)
@@ -226,5 +292,5 @@ def compute_upper_bound(
             pool.shutdown(wait=True)
     finally:
         with lock:
-            atomic_write_json(path, table.model_dump(mode="json"))
+            _save_cache(path, table)
     return table

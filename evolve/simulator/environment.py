@@ -262,6 +262,11 @@ class Environment(BaseModel):
 
     def problems(self) -> list[str]:
         problems: list[str] = []
+        if not self.items:
+            problems.append(
+                "the environment has no users (an empty list); an evaluation of it would score "
+                "nothing. Make one with `evolve env generate --preset tiny --out FILE`"
+            )
         seen: set[str] = set()
         for item in self.items:
             if item.id in seen:

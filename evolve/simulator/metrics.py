@@ -8,8 +8,16 @@ Definitions (AMemGym, arXiv 2603.01966):
 - upper bound: the agent LLM answering with the gold state stated explicitly.
 - memory score: per user-period `(S_overall - S_random) / (S_UB - S_random)`, averaged over
   user-periods. A user-period with `S_UB <= S_random` has no room for memory to matter: it is
-  left out of the average and counted in `degenerate_periods`; if every user-period is
-  degenerate (or no upper bound is known) the memory score is None.
+  left out of the average and counted in `degenerate_periods`. When no upper bound is known,
+  every user-period is degenerate, or more than a quarter of them are (the mean would speak
+  for a minority), the memory score is None and `memory_score_undefined` says why.
+- pooled memory score: `(mean S - mean S_random) / (mean S_UB - mean S_random)` with each mean
+  over all items, degenerate periods included; None when `mean S_UB <= mean S_random`. It is
+  reported next to the per-user-period mean and is what selection and pruning optimize
+  (`OBJECTIVE_MEMORY_SCORE_KIND`): it weighs every item equally, so a few periods with little
+  room above random cannot decide it, and it stays defined when some periods are degenerate.
+- not meaningful: when answers, or upper-bound answers, fail to parse on more than half of the
+  scored items, the numbers measure the output format, not memory; `unreliable` says so.
 - diagnosis of a wrong item: a required variable that is recalled wrongly now and was also
   recalled wrongly at the end of the period it was last written is a write failure; recalled
   correctly then, a read failure; every required variable recalled correctly, a utilization
@@ -39,6 +47,13 @@ if TYPE_CHECKING:
 PARSE_FAILURE_KINDS = ("answer", "probe", "simulator", "policy", "upper_bound")
 # Below this margin S_UB and S_random are treated as equal (floating-point noise).
 _DEGENERATE_MARGIN = 1e-9
+# More degenerate user-periods than this share leaves the per-period mean to a minority.
+DEGENERATE_SHARE_LIMIT = 0.25
+# More unparseable answers (or upper-bound answers) than this share of the scored items makes
+# the scores measure the output format rather than memory.
+PARSE_FAILURE_SHARE_LIMIT = 0.5
+# Which memory score selection (evolution) and pruning (tuning) optimize; recorded with results.
+OBJECTIVE_MEMORY_SCORE_KIND = "pooled"
 
 
 class MetricSummary(BaseModel):
@@ -46,7 +61,17 @@ class MetricSummary(BaseModel):
 
     accuracy: float | None = None
     memory_score: float | None = Field(
-        default=None, description="None: no upper bound, or every user-period degenerate."
+        default=None,
+        description="Mean over user-periods; None: no upper bound, or more than a quarter of "
+        "the user-periods degenerate (see memory_score_undefined).",
+    )
+    memory_score_undefined: str | None = Field(
+        default=None, description="Why memory_score is None (None when it is defined)."
+    )
+    pooled_memory_score: float | None = Field(
+        default=None,
+        description="(mean S - mean S_rand) / (mean S_UB - mean S_rand) over all items; None: "
+        "no upper bound, or mean S_UB <= mean S_rand.",
     )
     random_score: float | None = None
     upper_bound_score: float | None = None
@@ -59,6 +84,11 @@ class MetricSummary(BaseModel):
         default_factory=lambda: dict.fromkeys(PARSE_FAILURE_KINDS, 0)
     )
     degenerate_periods: int = Field(default=0, description="User-periods with S_UB <= S_random.")
+    unreliable: str | None = Field(
+        default=None,
+        description="Why the numbers are not meaningful (more than half of the scored items "
+        "have unparseable answers or upper-bound answers); None when they are.",
+    )
     llm_calls: int = 0
     tokens: int = 0
 
@@ -72,6 +102,7 @@ class MetricSummary(BaseModel):
         for name in (
             "accuracy",
             "memory_score",
+            "pooled_memory_score",
             "random_score",
             "upper_bound_score",
             "write_failure_rate",
@@ -84,6 +115,7 @@ class MetricSummary(BaseModel):
         values[f"{prefix}n_items"] = float(self.n_items)
         values[f"{prefix}degenerate_periods"] = float(self.degenerate_periods)
         values[f"{prefix}parse_failures"] = float(self.parse_failures_total)
+        values[f"{prefix}unreliable"] = float(self.unreliable is not None)
         values[f"{prefix}llm_calls"] = float(self.llm_calls)
         values[f"{prefix}tokens"] = float(self.tokens)
         return values
@@ -206,11 +238,20 @@ def summarize_periods(
             llm_calls=llm_calls,
             tokens=tokens,
         )
+    accuracy = correct / items_total
+    random_mean = random_total / items_total
+    upper_bound_mean = _mean(upper_bound_values) if upper_bound_known else None
+    scored_periods = degenerate + len(normalized)
+    memory_score, undefined = _per_period_memory_score(
+        normalized, degenerate, scored_periods, upper_bound_known
+    )
     return MetricSummary(
-        accuracy=correct / items_total,
-        memory_score=_mean(normalized) if upper_bound_known else None,
-        random_score=random_total / items_total,
-        upper_bound_score=_mean(upper_bound_values) if upper_bound_known else None,
+        accuracy=accuracy,
+        memory_score=memory_score,
+        memory_score_undefined=undefined,
+        pooled_memory_score=pooled_memory_score(accuracy, random_mean, upper_bound_mean),
+        random_score=random_mean,
+        upper_bound_score=upper_bound_mean,
         write_failure_rate=counts[Diagnosis.WRITE] / items_total,
         read_failure_rate=counts[Diagnosis.READ] / items_total,
         utilization_failure_rate=counts[Diagnosis.UTILIZATION] / items_total,
@@ -218,9 +259,58 @@ def summarize_periods(
         n_user_periods=user_periods,
         parse_failures=parse_failures,
         degenerate_periods=degenerate if upper_bound_known else 0,
+        unreliable=unreliable_reason(parse_failures, items_total),
         llm_calls=llm_calls,
         tokens=tokens,
     )
+
+
+def pooled_memory_score(
+    accuracy: float | None, random_mean: float | None, upper_bound_mean: float | None
+) -> float | None:
+    """(mean S - mean S_rand) / (mean S_UB - mean S_rand), means over all items."""
+    if accuracy is None or random_mean is None or upper_bound_mean is None:
+        return None
+    room = upper_bound_mean - random_mean
+    if room <= _DEGENERATE_MARGIN:
+        return None
+    return (accuracy - random_mean) / room
+
+
+def _per_period_memory_score(
+    normalized: Sequence[float], degenerate: int, scored_periods: int, upper_bound_known: bool
+) -> tuple[float | None, str | None]:
+    """The mean over non-degenerate user-periods, or None and why it is undefined."""
+    if not upper_bound_known:
+        return None, "no upper bound is known for every item"
+    if scored_periods == 0:
+        return None, "no user-period has questions"
+    if not normalized:
+        return None, (
+            f"all {degenerate} user-period(s) are degenerate (upper bound <= random: no room "
+            "for memory to matter)"
+        )
+    if degenerate > DEGENERATE_SHARE_LIMIT * scored_periods:
+        return None, (
+            f"{degenerate} of {scored_periods} user-periods are degenerate (upper bound <= "
+            f"random), more than a quarter: their mean would come from the "
+            f"{len(normalized)} others; see the pooled score"
+        )
+    return sum(normalized) / len(normalized), None
+
+
+def unreliable_reason(parse_failures: Mapping[str, int], scored_items: int) -> str | None:
+    """Why the scores are not meaningful: most answers or upper-bound answers unparseable."""
+    if scored_items <= 0:
+        return None
+    reasons = [
+        f"{parse_failures.get(kind, 0)} of {scored_items} {label} are unparseable"
+        for kind, label in (("answer", "answers"), ("upper_bound", "upper-bound answers"))
+        if parse_failures.get(kind, 0) > PARSE_FAILURE_SHARE_LIMIT * scored_items
+    ]
+    if not reasons:
+        return None
+    return "; ".join(reasons) + " (more than half of the scored items)"
 
 
 def summarize(

@@ -235,9 +235,8 @@ def run_evaluation(
     items = list(env.items[: config.max_users] if config.max_users else env.items)
     users = _assign_dir_names(items)
     off_dir = Path(off_policy_dir) if off_policy_dir is not None else None
-    off_policy_hash = _recorded_transcripts_hash(off_dir, users) if off_dir else None
     env_hash = env.content_hash()
-    resolved = resolved_config(policy, env_hash, users, config, lms, off_policy_hash)
+    resolved = _resolved_for(policy, env_hash, users, config, lms, off_dir)
     digest = layout.open_run(resolved)
     if not layout.environment_file.exists():
         atomic_write_json(layout.environment_file, [item.to_original() for item in items])
@@ -325,6 +324,42 @@ def run_evaluation(
             # After a failure, calls in flight are not waited for (they may hang).
             run.question_pool.shutdown(wait=not failed, cancel_futures=True)
     return latest if latest is not None and latest.complete else report(complete=True)
+
+
+def check_resumable(
+    env: Environment,
+    policy: MemoryPolicy,
+    lms: RoleLMs,
+    run_dir: Path,
+    config: EpisodeConfig,
+    *,
+    off_policy_dir: Path | None = None,
+) -> None:
+    """Refuse now, before any LLM call (the upper bound included), to resume a run directory
+    made with another environment, policy, episode settings or model.
+
+    Raises ResumeMismatchError naming each difference; writes nothing. `run_evaluation`
+    makes the same check (and creates the header of a new run).
+    """
+    layout = RunLayout(Path(run_dir))
+    if not layout.run_file.exists():
+        return
+    items = list(env.items[: config.max_users] if config.max_users else env.items)
+    users = _assign_dir_names(items)
+    off_dir = Path(off_policy_dir) if off_policy_dir is not None else None
+    layout.open_run(_resolved_for(policy, env.content_hash(), users, config, lms, off_dir))
+
+
+def _resolved_for(
+    policy: MemoryPolicy,
+    env_hash: str,
+    users: Sequence[_User],
+    config: EpisodeConfig,
+    lms: RoleLMs,
+    off_dir: Path | None,
+) -> dict[str, Any]:
+    off_policy_hash = _recorded_transcripts_hash(off_dir, users) if off_dir else None
+    return resolved_config(policy, env_hash, users, config, lms, off_policy_hash)
 
 
 def _missing_upper_bound_entries(

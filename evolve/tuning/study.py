@@ -50,7 +50,7 @@ from evolve.config import BudgetSpec
 from evolve.errors import ResumeMismatchError
 from evolve.llm import RoleLMs
 from evolve.optimize.feedback import load_period_results
-from evolve.optimize.loop import Budget, BudgetExhausted, objective_value
+from evolve.optimize.loop import Budget, BudgetExhausted, objective_used, objective_value
 from evolve.optimize.store import Spend
 from evolve.simulator.environment import Environment
 from evolve.simulator.metrics import MetricSummary, summarize_periods
@@ -282,12 +282,14 @@ def run_tuning(
     upper_bound: Any = None,
     worker_only: bool = False,
     fail_running: bool = False,
+    refresh_upper_bound: bool = False,
 ) -> TuningResult:
     """Run trials of the spec's study until it holds the requested number, then (unless
     `worker_only`) evaluate the best parameters on the held-out users. Resumes by default.
 
     `upper_bound`: a table computed by the caller (e.g. the evolution loop) for a superset of
     the users; otherwise it is computed (or loaded from `upper_bound_cache`) once here.
+    `refresh_upper_bound` asks every upper-bound question again instead of using the cache.
     `fail_running` first marks RUNNING trials failed (after a worker was killed on a storage
     without heartbeat); only use it when no other worker of the study is active.
     """
@@ -303,6 +305,7 @@ def run_tuning(
         upper_bound_cache=Path(upper_bound_cache) if upper_bound_cache else None,
         upper_bound=upper_bound,
     )
+    worker.refresh_upper_bound = refresh_upper_bound
     with storage_errors(job.storage_url):
         return worker.run(worker_only=worker_only, fail_running=fail_running)
 
@@ -328,6 +331,7 @@ class _Worker:
         self.upper_bound_cache = upper_bound_cache
         self.distributions = distributions(self.tuning)
         self.upper_bound: Any = upper_bound
+        self.refresh_upper_bound = False
         self.heldout: list[HeldoutRecord] = []
         self.notes = list(job.notes)
         train = job.train.items
@@ -443,6 +447,7 @@ class _Worker:
             self.lms,
             self.upper_bound_cache or cache_dir() / "upper_bound",
             concurrency=self.job.concurrency,
+            refresh=self.refresh_upper_bound,
         )
 
     # ----- trials ---------------------------------------------------------------------------
@@ -794,9 +799,7 @@ class _Worker:
 
 
 def _objective_used(summary: MetricSummary, objective: str) -> str:
-    if objective == "memory_score" and summary.memory_score is not None:
-        return "memory_score"
-    return "accuracy"
+    return objective_used(summary, objective)
 
 
 def _storage_label(url: str | None) -> str:

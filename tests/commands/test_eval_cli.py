@@ -54,7 +54,7 @@ def test_eval_two_policies_side_by_side_then_resume(tmp_path, scripted, capsys):
     assert main(argv) == 0
     output = capsys.readouterr().out
     table = output[output.index("\npolicy ") + 1 :].splitlines()
-    assert table[0].split()[:4] == ["policy", "acc", "memory", "random"]
+    assert table[0].split()[:5] == ["policy", "acc", "memory", "pooled", "random"]
     rows = [line.split() for line in table[2:4]]
     assert [row[0] for row in rows] == ["native", "in_context-update_every_2_short_term_len_2"]
     assert rows[0][1] == "1.000"  # the latest-mention agent recalls everything with full history
@@ -62,7 +62,12 @@ def test_eval_two_policies_side_by_side_then_resume(tmp_path, scripted, capsys):
     for name in ("native", "in_context-update_every_2_short_term_len_2"):
         report = json.loads((tmp_path / "out" / name / "report.json").read_text())
         assert report["summary"]["n_items"] == 2 * 3 * 2
-        assert report["summary"]["memory_score"] is not None
+        summary = report["summary"]
+        # 2 of the 6 user-periods are degenerate (more than a quarter): the per-period mean is
+        # undefined, with the reason; the pooled score over all items is defined.
+        assert summary["degenerate_periods"] == 2 and summary["memory_score"] is None
+        assert "2 of 6 user-periods are degenerate" in summary["memory_score_undefined"]
+        assert summary["pooled_memory_score"] is not None
         assert (tmp_path / "out" / name / "original" / "user-0" / "overall_results.json").exists()
     calls = len(agent.calls)
     assert main(argv) == 0  # a rerun resumes everything: no new LLM call

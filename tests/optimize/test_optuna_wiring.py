@@ -25,7 +25,8 @@ PROPOSER_OPTIMIZER = """
 """
 
 # The study's grid holds BEST (update_every 4, short_term_len 0), the only setting that
-# scores 1.0 in TuneWorld; the base (2, 2) and its child are elsewhere.
+# scores 1.0 in TuneWorld; the base (2, 1) and its child score less. The base lies within the
+# bounds (a base outside them is refused when the spec is loaded).
 TUNE_OPTIMIZER = """
     generations = 1
     candidates_per_generation = 1
@@ -36,6 +37,11 @@ TUNE_OPTIMIZER = """
     [optimizer.parameters]
     update_every = { low = 2, high = 4 }
     short_term_len = { low = 0, high = 1 }
+"""
+
+TUNE_BASE_POLICY = """
+    kind = "in_context"
+    parameters = { update_every = 2, short_term_len = 1 }
 """
 
 
@@ -62,7 +68,7 @@ def tuned_spec(directory, name="exp", **tables):
         name=name,
         optimizer=TUNE_OPTIMIZER,
         episode="rounds_initial = 2\nrounds_update = 1",
-        **tables,
+        **{"policy": TUNE_BASE_POLICY, **tables},
     )
 
 

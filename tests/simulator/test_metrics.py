@@ -182,7 +182,7 @@ def test_summary_on_a_hand_computed_case():
 
 
 def test_degenerate_user_period_is_excluded_and_counted():
-    # Period 0: UB 1/4 == random 1/4 -> degenerate; period 1: acc 1, random 1/4, UB 1 -> 1.0
+    # Period 0: UB 1/4 == random 1/4 -> degenerate.
     p0 = period(
         0,
         [
@@ -192,8 +192,13 @@ def test_degenerate_user_period_is_excluded_and_counted():
             item(3, False, Diagnosis.WRITE, ub=False),
         ],
     )
-    p1 = period(1, [item(0, True, Diagnosis.CORRECT), item(1, True, Diagnosis.CORRECT)])
-    summary = summarize([UserResult(user_id="u", periods=[p0, p1])])
+    # Periods 1-3: acc 1, random 1/4, UB 1 -> 1.0. One degenerate period in four is at most a
+    # quarter, so the mean over the other three stands (more would leave it undefined).
+    later = [
+        period(index, [item(0, True, Diagnosis.CORRECT), item(1, True, Diagnosis.CORRECT)])
+        for index in (1, 2, 3)
+    ]
+    summary = summarize([UserResult(user_id="u", periods=[p0, *later])])
     assert summary.degenerate_periods == 1
     assert summary.memory_score == pytest.approx(1.0)
 
