@@ -27,7 +27,8 @@ Checks, one PASS/FAIL line each (the script exits 1 if any fails):
   - tune: `runs/<name>/tuning.json` with finished trials keyed by their parameters
     (trial numbers, seeds and notes dropped: a trial retried after a kill legitimately gets
     a new number; failed and surplus trials are the kills' leftovers and are dropped), the
-    best trial's parameters, the held-out records and the `complete` flag.
+    best trial's parameters, the held-out records and the `complete` flag; plus every
+    finished trial's and held-out check's `users/*/period_*/result.json`.
 - **ledger**: the command's durable spend ledger against the stub's server-side count of
   chat requests, after every kill and at the end: the calls lost by one crash,
   |delta(server) - delta(ledger)|, must not exceed the calls in flight (the concurrency).
@@ -366,7 +367,21 @@ class Scenario:
             for path in sorted(self.run_dir.glob("candidates/*/policy/policy.json")):
                 files[str(path.relative_to(self.run_dir))] = _read_json(path)
             return self._normalize(files)
-        return self._normalize(_tuning_outcome(_read_json(self.run_dir / "tuning.json")))
+        result = _read_json(self.run_dir / "tuning.json")
+        outcome = _tuning_outcome(result)
+        # Each finished trial's and held-out check's per-period results, keyed by parameters
+        # (a retried trial resumes the killed one's directory under another number).
+        units = {}
+        for record in [*result["trials"], *result.get("heldout", [])]:
+            if record.get("state", "complete") in ("complete", "pruned") and record["run_dir"]:
+                label = f"{record.get('label', 'trial')} {_parameter_key(record['parameters'])}"
+                directory = self.run_dir / record["run_dir"]
+                units[label] = {
+                    str(path.relative_to(directory)): _read_json(path)
+                    for path in sorted(directory.glob("users/*/period_*/result.json"))
+                }
+        outcome["unit_results"] = dict(sorted(units.items()))
+        return self._normalize(outcome)
 
     def _normalize(self, data: Any) -> Any:
         if isinstance(data, dict):
@@ -433,10 +448,7 @@ def _all_runs(client: Any, experiment_ids: list[str]) -> Iterator[Any]:
 def _tuning_outcome(result: dict[str, Any]) -> dict[str, Any]:
     """A tuning result without what a retried trial legitimately changes (numbers, seeds)."""
     trials = {t["number"]: t for t in result["trials"]}
-
-    def key(parameters: dict[str, int]) -> str:
-        return ",".join(f"{k}={v}" for k, v in sorted(parameters.items()))
-
+    key = _parameter_key
     finished = {
         key(t["parameters"]): {
             k: v
@@ -457,6 +469,10 @@ def _tuning_outcome(result: dict[str, Any]) -> dict[str, Any]:
         "requested_trials": result.get("requested_trials"),
         "space": result.get("space"),
     }
+
+
+def _parameter_key(parameters: dict[str, int]) -> str:
+    return ",".join(f"{name}={value}" for name, value in sorted(parameters.items()))
 
 
 def _signal_group(process: subprocess.Popen[bytes], sig: int) -> None:
