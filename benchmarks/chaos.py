@@ -32,9 +32,9 @@ Checks, one PASS/FAIL line each (the script exits 1 if any fails):
 - **ledger**: the command's durable spend ledger against the stub's server-side count of
   chat requests, after every kill and at the end: the calls lost by one crash,
   |delta(server) - delta(ledger)|, must not exceed the calls in flight (the concurrency).
-  The ledger is read with `ExperimentStore(<run dir>).load_spend()` where a `ledger*` file
-  exists (`runs/<name>/` for run and tune, the `--out` directory for eval); a command
-  without one prints "n/a" (not a failure: it is reported as missing).
+  The ledger is read with `ExperimentStore(<run dir>).load_spend()` where a `ledger*` or
+  `spend*` (journal) file exists (`runs/<name>/` for run and tune, the `--out` directory
+  for eval); a command without one prints "n/a" (not a failure: reported as missing).
 - **mlflow dups**: MLflow runs per candidate (run) / per trial number (tune) and parent runs
   per experiment / study in the sqlite tracking DB must each be 1; eval does not track: n/a.
 - **SIGINT**: the process exits within one call's latency + 2 s, with exit code 130.
@@ -344,8 +344,9 @@ class Scenario:
     # -- what it recorded ------------------------------------------------------------------
 
     def ledger_calls(self) -> int | None:
-        """LLM calls in the command's durable spend ledger; None when it keeps none."""
-        if not any(self.run_dir.glob("ledger*")):
+        """LLM calls in the command's durable spend ledger (`ledger.json` and, where the
+        checkout journals spend, its journal `spend.jsonl`); None when it keeps none."""
+        if not any(self.run_dir.glob("ledger*")) and not any(self.run_dir.glob("spend*")):
             return None
         from evolve.optimize.store import ExperimentStore
 
