@@ -542,8 +542,10 @@ class Outcome:
     notes: list[str] = field(default_factory=list)
 
 
-def _heartbeat_key() -> bool:
+def _heartbeat_key(command: str) -> bool:
     """Whether this checkout's tuning specs accept `[tuning] heartbeat_grace_s`."""
+    if command != "tune":
+        return False
     from evolve.tuning.spec import TuningSpec
 
     return "heartbeat_grace_s" in TuningSpec.model_fields
@@ -553,7 +555,7 @@ def chaos_phase(
     command: str, workdir: Path, env_file: Path, kills: int, seed: int, latency: float
 ) -> Outcome:
     """The reference run, then the killed-and-rerun one (results, ledger, MLflow checks)."""
-    heartbeat_key = _heartbeat_key()
+    heartbeat_key = _heartbeat_key(command)
     outcome = Outcome(command)
     if command == "tune" and not heartbeat_key:
         outcome.notes.append(
@@ -593,7 +595,11 @@ def sigint_phase(outcome: Outcome, workdir: Path, env_file: Path, latency: float
     stub = Stub(latency, workdir / outcome.command / "stub_sigint.log")
     try:
         scenario = Scenario(
-            outcome.command, workdir / outcome.command / "sigint", env_file, stub, _heartbeat_key()
+            outcome.command,
+            workdir / outcome.command / "sigint",
+            env_file,
+            stub,
+            _heartbeat_key(outcome.command),
         )
         _run_sigint(outcome, scenario, outcome.reference_calls)
     finally:
@@ -822,11 +828,13 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="evolve-chaos-")).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    # Imported here, once, before any thread: the result readers need them.
-    import mlflow.tracking  # noqa: F401
+    # The result readers' imports, done once before any thread (and only those needed).
+    if {"run", "tune"} & set(commands):
+        import mlflow.tracking  # noqa: F401
 
-    import evolve.optimize.store  # noqa: F401
-    import evolve.tuning.spec  # noqa: F401
+        import evolve.optimize.store  # noqa: F401
+    if "tune" in commands:
+        import evolve.tuning.spec  # noqa: F401
 
     try:
         env_file = generate_environment(workdir)
