@@ -80,7 +80,7 @@ CONCURRENCY = 2  # users evaluated at once: at most this many LLM calls are in f
 INVOCATION_TIMEOUT_S = 300.0
 SIGINT_GRACE_S = 2.0
 MAX_COMPLETION_RERUNS = 3
-HEARTBEAT_GRACE_S = 2
+HEARTBEAT_GRACE_S = 3  # a killed trial is failed and retried by the first rerun after this
 VOLATILE_KEYS = frozenset(
     {
         "wall_time_s",
