@@ -28,7 +28,9 @@ Checks, one PASS/FAIL line each (the script exits 1 if any fails):
     (trial numbers, seeds and notes dropped: a trial retried after a kill legitimately gets
     a new number; failed and surplus trials are the kills' leftovers and are dropped), the
     best trial's parameters, the held-out records and the `complete` flag; plus every
-    finished trial's and held-out check's `users/*/period_*/result.json`.
+    finished trial's and held-out check's `users/*/period_*/result.json`. The best trial is
+    compared by its parameters: when trials tie (the stub makes them tie), which one is best
+    must not depend on the trial numbers that kills shift.
 - **ledger**: the command's durable spend ledger against the stub's server-side count of
   chat requests, after every kill and at the end: the calls lost by one crash,
   |delta(server) - delta(ledger)|, must not exceed the calls in flight (the concurrency).
@@ -54,6 +56,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
+import ctypes.util
 import json
 import os
 import random
@@ -103,6 +107,18 @@ VOLATILE_KEYS = frozenset(
 
 sys.path.insert(0, str(REPO))
 
+_PR_SET_PDEATHSIG = 1
+_LIBC = (
+    ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True) if sys.platform == "linux" else None
+)
+
+
+def _die_with_this_script() -> None:
+    """Run in each child before exec (Linux): SIGKILL it when this script dies, even by
+    `kill -9` (e.g. a test's timeout), so no stub or evolve process outlives it."""
+    if _LIBC is not None:
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
 
 # ----- the stub server ------------------------------------------------------------------------
 
@@ -121,6 +137,7 @@ class Stub:
                 stdout=subprocess.PIPE,
                 stderr=handle,
                 text=True,
+                preexec_fn=_die_with_this_script,
             )
         assert self.process.stdout is not None
         first_line = self.process.stdout.readline()
@@ -302,6 +319,7 @@ class Scenario:
                 stdout=handle,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own process group: signals reach it as a whole
+                preexec_fn=_die_with_this_script,
             )
         return process, log
 
