@@ -1,0 +1,878 @@
+"""Chaos benchmark: `kill -9` evolve eval / run / tune at random points, rerun, check the books.
+
+For each command (`evolve eval`, `evolve run`, `evolve tune`, each a real subprocess
+`python -m evolve.cli ...` against `benchmarks/stub_openai_server.py`):
+
+1. **reference**: one uninterrupted run in its own directory; the stub's request count R is
+   the size of the job.
+2. **chaos**: in a fresh directory, N kill points are drawn with a seeded RNG from [1, R) as
+   cumulative server-request counts; the k-th invocation is `kill -9`ed (its whole process
+   group) when the stub has seen the k-th count (or, when the previous kill overshot it, its
+   first request). Then the command is rerun until it completes.
+3. **SIGINT**: in a fresh directory, the command is started, SIGINT is sent (to its process
+   group, as a terminal's Ctrl-C does) once the stub has seen about a third of R, and the
+   time until the process exits and its exit code are measured.
+
+Checks, one PASS/FAIL line each (the script exits 1 if any fails):
+
+- **results**: the chaos run's final results equal the reference's. Compared files, with
+  spend, timing and location fields removed (`VOLATILE_KEYS`: wall times, usage, LLM calls,
+  tokens, run directories, MLflow run ids, timestamps) and the scenario directory replaced by
+  a placeholder:
+  - eval: every policy directory's `report.json`, `upper_bound.json` and
+    `users/*/period_*/result.json` (per-item choices, correctness, diagnosis, transcripts);
+  - run: `runs/<name>/result.json` (every candidate record: lineage, mutation, instructions,
+    parameters, status, train / held-out scores; every generation: population and best;
+    the best id), plus each candidate's `policy/policy.json`;
+  - tune: `runs/<name>/tuning.json` with finished trials keyed by their parameters
+    (trial numbers, seeds and notes dropped: a trial retried after a kill legitimately gets
+    a new number; failed and surplus trials are the kills' leftovers and are dropped), the
+    best trial's parameters, the held-out records and the `complete` flag; plus every
+    finished trial's and held-out check's `users/*/period_*/result.json`. The best trial is
+    compared by its parameters: when trials tie (the stub makes them tie), which one is best
+    must not depend on the trial numbers that kills shift.
+- **ledger**: the command's durable spend ledger against the stub's server-side count of
+  chat requests, after every kill and at the end: the calls lost by one crash,
+  |delta(server) - delta(ledger)|, must not exceed the calls in flight (the concurrency).
+  The ledger is read with `ExperimentStore(<run dir>).load_spend()` where a `ledger*` or
+  `spend*` (journal) file exists (`runs/<name>/` for run and tune, the `--out` directory
+  for eval); a command without one prints "n/a" (not a failure: reported as missing).
+- **mlflow dups**: MLflow runs per candidate (run) / per trial number (tune) and parent runs
+  per experiment / study in the sqlite tracking DB must each be 1; eval does not track: n/a.
+- **SIGINT**: the process exits within one call's latency + 2 s, with exit code 130.
+
+The stub answers every call with minimal valid JSON after `--latency` seconds, so outputs are
+deterministic; the DSPy response cache is disabled (`--no-llm-cache`) and every scenario has
+its own `EVOLVE_CACHE_DIR` (DSPy cache, upper-bound cache), so the server count is the true
+number of calls. Tune gets a short `[tuning] heartbeat_grace_s` when `evolve.tuning` knows
+the key (so a rerun fails the killed trial and retries it); without it the rerun cannot take
+over the killed trial and the script says so.
+
+    python benchmarks/chaos.py                 # 20 kills for each command
+    python benchmarks/chaos.py --kills 2 --only eval
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import ctypes.util
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+STUB_SCRIPT = REPO / "benchmarks" / "stub_openai_server.py"
+COMMANDS = ("eval", "run", "tune")
+CONCURRENCY = 2  # users evaluated at once: at most this many LLM calls are in flight
+INVOCATION_TIMEOUT_S = 300.0
+SIGINT_GRACE_S = 2.0
+MAX_COMPLETION_RERUNS = 3
+HEARTBEAT_GRACE_S = 3  # a killed trial is failed and retried by the first rerun after this
+VOLATILE_KEYS = frozenset(
+    {
+        "wall_time_s",
+        "usage",
+        "llm_calls",
+        "tokens",
+        "cache_hits",
+        "reflection_calls",
+        "reflection_tokens",
+        "run_dir",
+        "mlflow_run_id",
+        "started_at",
+        "finished_at",
+        "created_at",
+        "timestamp",
+        "duration_s",
+        "latency_s",
+    }
+)
+
+sys.path.insert(0, str(REPO))
+
+_PR_SET_PDEATHSIG = 1
+_LIBC = (
+    ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True) if sys.platform == "linux" else None
+)
+
+
+def _die_with_this_script() -> None:
+    """Run in each child before exec (Linux): SIGKILL it when this script dies, even by
+    `kill -9` (e.g. a test's timeout), so no stub or evolve process outlives it."""
+    if _LIBC is not None:
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+# ----- the stub server ------------------------------------------------------------------------
+
+
+class Stub:
+    """`benchmarks/stub_openai_server.py` in its own process, with its request counter."""
+
+    def __init__(self, latency: float, log: Path) -> None:
+        self.latency = latency
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "wb") as handle:
+            # Its stderr (broken-pipe tracebacks when a killed client's call is answered)
+            # goes to a log, not the report.
+            self.process = subprocess.Popen(
+                [sys.executable, str(STUB_SCRIPT), "--port", "0", "--latency", str(latency)],
+                stdout=subprocess.PIPE,
+                stderr=handle,
+                text=True,
+                preexec_fn=_die_with_this_script,
+            )
+        assert self.process.stdout is not None
+        first_line = self.process.stdout.readline()
+        match = re.search(r"(http://\S+/v1)", first_line)
+        if not match:
+            self.stop()
+            raise RuntimeError(f"the stub server did not start; it printed {first_line!r}")
+        self.base_url = match.group(1)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                self.stats()
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise
+                time.sleep(0.05)
+
+    def stats(self) -> dict[str, Any]:
+        with urllib.request.urlopen(f"{self.base_url}/stats", timeout=5) as response:
+            return json.loads(response.read())
+
+    def chat_requests(self) -> int:
+        return int(self.stats()["chat_requests"])
+
+    def drain(self) -> int:
+        """The chat-request count once no request is in flight (a killed client's requests
+        are still being served until the stub tries to answer them)."""
+        deadline = time.monotonic() + self.latency + 5
+        while True:
+            stats = self.stats()
+            if stats["in_flight"] == 0 or time.monotonic() > deadline:
+                return int(stats["chat_requests"])
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+
+# ----- the scenario: one command in one directory ----------------------------------------------
+
+
+@dataclass
+class Invocation:
+    code: int | None
+    seconds: float
+    log: Path
+    killed: bool = False
+
+    @property
+    def summary(self) -> str:
+        """Its error / note line if it printed one, else its last lines (and the log's path)."""
+        return f"{_summary(self.log)} (log: {self.log})"
+
+
+@dataclass
+class Scenario:
+    """One command run in its own directory (runs, caches, MLflow DB, study storage)."""
+
+    command: str
+    root: Path
+    env_file: Path
+    stub: Stub
+    heartbeat_key: bool
+    log_index: int = 0
+
+    def __post_init__(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        if self.command in ("run", "tune"):
+            self.spec = self.root / f"{self.command}.toml"
+            self.spec.write_text(self._spec_text(), encoding="utf-8")
+
+    # -- the command line ------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return f"chaos-{self.command}"
+
+    @property
+    def tracking_uri(self) -> str:
+        return f"sqlite:///{self.root / 'mlflow.db'}"
+
+    @property
+    def run_dir(self) -> Path:
+        """Where the results (and a ledger, if the command keeps one) live."""
+        if self.command == "eval":
+            return self.root / "eval"
+        return self.root / "runs" / self.name
+
+    def argv(self) -> list[str]:
+        llm = ["--base-url", self.stub.base_url, "--model", "stub", "--no-llm-cache"]
+        if self.command == "eval":
+            return [
+                *("eval", "--env", str(self.env_file), "--policy", "in_context"),
+                *("--concurrency", str(CONCURRENCY), "--out", str(self.run_dir), *llm),
+            ]
+        return [
+            *(self.command, str(self.spec), "--runs-dir", str(self.root / "runs")),
+            *("--tracking-uri", self.tracking_uri, "--no-progress", *llm),
+        ]
+
+    def _spec_text(self) -> str:
+        common = f"""
+            name = "{self.name}"
+            seed = 0
+            concurrency = {CONCURRENCY}
+
+            [environment]
+            file = "{self.env_file}"
+            train_users = 1
+            heldout_users = 1
+
+            [policy]
+            kind = "in_context"
+            parameters = {{ update_every = 2, short_term_len = 4 }}
+
+            [tracking]
+            tracking_uri = "{self.tracking_uri}"
+        """
+        if self.command == "run":
+            return textwrap.dedent(common) + textwrap.dedent(
+                """
+                [optimizer]
+                generations = 1
+                candidates_per_generation = 2
+                population_size = 2
+                objective = "accuracy"
+                mutate_components = ["write.types_to_remember", "use"]
+                parameter_mutation_rate = 0.25
+                max_feedback_failures = 2
+                max_feedback_chars = 600
+
+                [optimizer.parameters]
+                update_every = { low = 1, high = 4 }
+                """
+            )
+        grace = f"heartbeat_grace_s = {HEARTBEAT_GRACE_S}" if self.heartbeat_key else ""
+        tuning = f"""
+            [tuning]
+            sampler = "grid"
+            trials = 4
+            objectives = ["accuracy"]
+            heldout = "best"
+            storage = "sqlite:///{self.root / "optuna.db"}"
+            {grace}
+
+            [tuning.parameters]
+            update_every = [2, 4]
+            short_term_len = [0, 4]
+        """
+        return textwrap.dedent(common) + textwrap.dedent(tuning)
+
+    def process_env(self) -> dict[str, str]:
+        cache = self.root / "cache"
+        return {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(
+                [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]
+            ),
+            "EVOLVE_CACHE_DIR": str(cache),
+            "DSPY_CACHEDIR": str(cache / "dspy"),
+            "PYTHONUNBUFFERED": "1",
+        }
+
+    # -- running it ------------------------------------------------------------------------
+
+    def start(self) -> tuple[subprocess.Popen[bytes], Path]:
+        self.log_index += 1
+        log = self.root / "logs" / f"{self.log_index:03d}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "wb") as handle:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "evolve.cli", *self.argv()],
+                cwd=self.root,
+                env=self.process_env(),
+                stdout=handle,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group: signals reach it as a whole
+                preexec_fn=_die_with_this_script,
+            )
+        return process, log
+
+    def invoke(
+        self, until: Callable[[], bool] | None = None, sig: int = signal.SIGKILL
+    ) -> Invocation:
+        """Run once; when `until()` turns true first, send `sig` to the process group and
+        time how long the process takes to exit after it."""
+        process, log = self.start()
+        started = time.monotonic()
+        signalled_at: float | None = None
+        while process.poll() is None:
+            now = time.monotonic()
+            if now - started > INVOCATION_TIMEOUT_S or (
+                signalled_at is not None and now - signalled_at > 60
+            ):
+                _signal_group(process, signal.SIGKILL)
+                process.wait()
+                return Invocation(None, now - started, log, killed=True)
+            if signalled_at is None and until is not None and until():
+                _signal_group(process, sig)
+                signalled_at = time.monotonic()
+            time.sleep(0.01)
+        ended = time.monotonic()
+        if sig == signal.SIGKILL and signalled_at is not None:
+            _signal_group(process, signal.SIGKILL)  # anything it left behind
+        return Invocation(
+            process.returncode,
+            ended - (signalled_at if signalled_at is not None else started),
+            log,
+            killed=signalled_at is not None,
+        )
+
+    def complete(self) -> bool:
+        if self.command == "eval":
+            return (self.run_dir / "in_context" / "report.json").is_file()
+        result = self.run_dir / ("result.json" if self.command == "run" else "tuning.json")
+        return result.is_file() and bool(_read_json(result).get("complete"))
+
+    # -- what it recorded ------------------------------------------------------------------
+
+    def ledger_calls(self) -> int | None:
+        """LLM calls in the command's durable spend ledger (`ledger.json` and, where the
+        checkout journals spend, its journal `spend.jsonl`); None when it keeps none."""
+        if not any(self.run_dir.glob("ledger*")) and not any(self.run_dir.glob("spend*")):
+            return None
+        from evolve.optimize.store import ExperimentStore
+
+        return int(ExperimentStore(self.run_dir).load_spend().llm_calls)
+
+    def results(self) -> Any:
+        """The result files that matter, normalized (see the module docstring)."""
+        if self.command == "eval":
+            files = {}
+            for path in sorted(self.run_dir.rglob("*.json")):
+                relative = path.relative_to(self.run_dir)
+                if relative.name in ("report.json", "upper_bound.json") or (
+                    relative.name == "result.json" and "users" in relative.parts
+                ):
+                    files[str(relative)] = _read_json(path)
+            return self._normalize(files)
+        if self.command == "run":
+            files = {"result.json": _read_json(self.run_dir / "result.json")}
+            for path in sorted(self.run_dir.glob("candidates/*/policy/policy.json")):
+                files[str(path.relative_to(self.run_dir))] = _read_json(path)
+            return self._normalize(files)
+        result = _read_json(self.run_dir / "tuning.json")
+        outcome = _tuning_outcome(result)
+        # Each finished trial's and held-out check's per-period results, keyed by parameters
+        # (a retried trial resumes the killed one's directory under another number).
+        units = {}
+        for record in [*result["trials"], *result.get("heldout", [])]:
+            if record.get("state", "complete") in ("complete", "pruned") and record["run_dir"]:
+                label = f"{record.get('label', 'trial')} {_parameter_key(record['parameters'])}"
+                directory = self.run_dir / record["run_dir"]
+                units[label] = {
+                    str(path.relative_to(directory)): _read_json(path)
+                    for path in sorted(directory.glob("users/*/period_*/result.json"))
+                }
+        outcome["unit_results"] = dict(sorted(units.items()))
+        return self._normalize(outcome)
+
+    def _normalize(self, data: Any) -> Any:
+        if isinstance(data, dict):
+            return {k: self._normalize(v) for k, v in data.items() if k not in VOLATILE_KEYS}
+        if isinstance(data, list):
+            return [self._normalize(v) for v in data]
+        if isinstance(data, str):
+            return data.replace(str(self.root), "<scenario>")
+        return data
+
+    def mlflow_duplicates(self) -> tuple[int, str] | None:
+        """(duplicate runs, detail); None for a command that does not track."""
+        if self.command == "eval":
+            return None
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(tracking_uri=self.tracking_uri)
+        experiments = [e.experiment_id for e in client.search_experiments()]
+        runs = list(_all_runs(client, experiments))
+        if self.command == "run":
+            parents = Counter(
+                r.data.tags.get("evolve.experiment")
+                for r in runs
+                if r.data.tags.get("evolve.kind") == "experiment"
+            )
+            children = Counter(
+                r.data.tags.get("evolve.candidate_id")
+                for r in runs
+                if r.data.tags.get("evolve.kind") == "candidate"
+            )
+            unit = "candidate"
+        else:
+            parents = Counter(
+                r.data.tags.get("evolve.study")
+                for r in runs
+                if r.data.tags.get("evolve.kind") == "tuning"
+            )
+            children = Counter(
+                r.data.tags.get("evolve.trial")
+                for r in runs
+                if r.data.tags.get("evolve.kind") == "trial"
+            )
+            unit = "trial"
+        duplicates = sum(n - 1 for n in parents.values()) + sum(n - 1 for n in children.values())
+        repeated = sorted(k for k, n in children.items() if n > 1)
+        detail = f"{len(parents)} parent / {len(children)} {unit} runs" + (
+            f"; repeated {unit}s {repeated}" if repeated else ""
+        )
+        if not parents:
+            duplicates, detail = 1, "no parent run found in the tracking DB"
+        return duplicates, detail
+
+
+def _all_runs(client: Any, experiment_ids: list[str]) -> Iterator[Any]:
+    token = None
+    while True:
+        page = client.search_runs(experiment_ids, max_results=1000, page_token=token)
+        yield from page
+        token = page.token
+        if not token:
+            return
+
+
+def _tuning_outcome(result: dict[str, Any]) -> dict[str, Any]:
+    """A tuning result without what a retried trial legitimately changes (numbers, seeds)."""
+    trials = {t["number"]: t for t in result["trials"]}
+    key = _parameter_key
+    finished = {
+        key(t["parameters"]): {
+            k: v
+            for k, v in t.items()
+            if k not in ("number", "seed", "note", "parameters") and k not in VOLATILE_KEYS
+        }
+        for t in result["trials"]
+        if t["state"] in ("complete", "pruned")
+    }
+    return {
+        "finished_trials": dict(sorted(finished.items())),
+        "best": sorted(key(trials[n]["parameters"]) for n in result.get("best", [])),
+        "heldout": [
+            {k: v for k, v in h.items() if k != "trial" and k not in VOLATILE_KEYS}
+            for h in result.get("heldout", [])
+        ],
+        "complete": result.get("complete"),
+        "requested_trials": result.get("requested_trials"),
+        "space": result.get("space"),
+    }
+
+
+def _parameter_key(parameters: dict[str, int]) -> str:
+    return ",".join(f"{name}={value}" for name, value in sorted(parameters.items()))
+
+
+def _signal_group(process: subprocess.Popen[bytes], sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):  # it already exited
+        os.killpg(process.pid, sig)
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+_TELLING = re.compile(r"^(evolve: |note: |warning: |\w+(Error|Exception|Interrupt)\b)")
+
+
+def _summary(log: Path) -> str:
+    """What a command said last that explains its exit: its last error / note / warning
+    line, else its last line (progress-bar redraws removed)."""
+    text = _ANSI.sub("", log.read_text(encoding="utf-8", errors="replace"))
+    lines = [line.strip() for line in re.split(r"[\r\n]+", text) if line.strip()]
+    telling = [line for line in lines if _TELLING.match(line)]
+    return ((telling or lines or ["(no output)"])[-1])[:300]
+
+
+def _read_json(path: Path) -> Any:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _first_difference(a: Any, b: Any, path: str = "") -> str | None:
+    """Where two JSON values first differ (for a one-line FAIL reason)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b)):
+            if key not in a or key not in b:
+                return f"{path}/{key}: only in {'chaos' if key in a else 'reference'}"
+            found = _first_difference(a[key], b[key], f"{path}/{key}")
+            if found:
+                return found
+        return None
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return f"{path}: {len(a)} vs {len(b)} entries"
+        for index, (x, y) in enumerate(zip(a, b, strict=True)):
+            found = _first_difference(x, y, f"{path}[{index}]")
+            if found:
+                return found
+        return None
+    return None if a == b else f"{path}: {str(a)[:60]!r} vs {str(b)[:60]!r}"
+
+
+# ----- one command: reference, chaos, SIGINT ---------------------------------------------------
+
+
+@dataclass
+class Check:
+    name: str
+    passed: bool | None  # None: not applicable (n/a)
+    shown: str
+    detail: str = ""
+
+
+@dataclass
+class Outcome:
+    command: str
+    reference_calls: int | None = None
+    kills: int = 0
+    invocations: int = 0
+    checks: list[Check] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _heartbeat_key(command: str) -> bool:
+    """Whether this checkout's tuning specs accept `[tuning] heartbeat_grace_s`."""
+    if command != "tune":
+        return False
+    from evolve.tuning.spec import TuningSpec
+
+    return "heartbeat_grace_s" in TuningSpec.model_fields
+
+
+def chaos_phase(
+    command: str, workdir: Path, env_file: Path, kills: int, seed: int, latency: float
+) -> Outcome:
+    """The reference run, then the killed-and-rerun one (results, ledger, MLflow checks)."""
+    heartbeat_key = _heartbeat_key(command)
+    outcome = Outcome(command)
+    if command == "tune" and not heartbeat_key:
+        outcome.notes.append(
+            "evolve.tuning has no [tuning] heartbeat_grace_s yet: the spec goes without it "
+            "(a killed trial stays RUNNING for the default grace)"
+        )
+    stub = Stub(latency, workdir / command / "stub.log")
+    try:
+        reference = Scenario(
+            command, workdir / command / "reference", env_file, stub, heartbeat_key
+        )
+        before = stub.chat_requests()
+        finished = reference.invoke()
+        outcome.reference_calls = stub.drain() - before
+        if finished.code != 0 or not reference.complete():
+            outcome.checks.append(
+                Check("reference", False, "ERROR", f"exit {finished.code}: {finished.summary}")
+            )
+            return outcome
+        print(
+            f"[{command}] reference: {outcome.reference_calls} LLM calls, "
+            f"{finished.seconds:.1f}s; ledger {_shown(reference.ledger_calls())}",
+            flush=True,
+        )
+        chaos = Scenario(command, workdir / command / "chaos", env_file, stub, heartbeat_key)
+        rng = random.Random(f"{seed}:{command}")
+        _run_chaos(outcome, chaos, reference, outcome.reference_calls, kills, rng)
+    finally:
+        stub.stop()
+    return outcome
+
+
+def sigint_phase(outcome: Outcome, workdir: Path, env_file: Path, latency: float) -> None:
+    """Ctrl-C in the middle of a fresh run: time to exit and exit code."""
+    if outcome.reference_calls is None:
+        return
+    stub = Stub(latency, workdir / outcome.command / "stub_sigint.log")
+    try:
+        scenario = Scenario(
+            outcome.command,
+            workdir / outcome.command / "sigint",
+            env_file,
+            stub,
+            _heartbeat_key(outcome.command),
+        )
+        _run_sigint(outcome, scenario, outcome.reference_calls)
+    finally:
+        stub.stop()
+
+
+def _shown(value: int | None) -> str:
+    return "n/a" if value is None else str(value)
+
+
+def _run_chaos(
+    outcome: Outcome,
+    scenario: Scenario,
+    reference: Scenario,
+    total: int,
+    kills: int,
+    rng: random.Random,
+) -> None:
+    stub = scenario.stub
+    base = stub.chat_requests()
+    targets = sorted(rng.randint(1, max(1, total - 1)) for _ in range(kills))
+    ledger_rows: list[tuple[int, int | None]] = [(0, scenario.ledger_calls())]
+    worst_loss = 0
+    failure: str | None = None
+    stuck = 0
+    index = 0
+    while index < len(targets):
+        start_count = stub.chat_requests() - base
+        target = max(targets[index], start_count + 1)
+        invocation = scenario.invoke(until=lambda t=target: stub.chat_requests() - base >= t)
+        outcome.invocations += 1
+        served = stub.drain() - base
+        ledger_rows.append((served, scenario.ledger_calls()))
+        if invocation.killed and invocation.code is None:
+            failure = f"an invocation hung: {invocation.summary}"
+            break
+        if invocation.killed:
+            outcome.kills += 1
+            index += 1
+            stuck = 0
+            continue
+        # It exited by itself before its kill point.
+        if invocation.code != 0:
+            failure = f"exit {invocation.code} before its kill point: {invocation.summary}"
+            break
+        if scenario.complete():
+            outcome.notes.append(
+                f"finished after {outcome.kills} of {kills} kills (server count {served}, "
+                f"kill point {target})"
+            )
+            break
+        stuck += 1
+        if stuck >= MAX_COMPLETION_RERUNS:
+            failure = f"{stuck} reruns in a row exited 0 without finishing: {invocation.summary}"
+            break
+    if failure is None and not scenario.complete():
+        for _ in range(MAX_COMPLETION_RERUNS):
+            invocation = scenario.invoke()
+            outcome.invocations += 1
+            ledger_rows.append((stub.drain() - base, scenario.ledger_calls()))
+            if invocation.code != 0:
+                failure = f"rerun exit {invocation.code}: {invocation.summary}"
+                break
+            if scenario.complete():
+                break
+        else:
+            failure = (
+                f"{MAX_COMPLETION_RERUNS} reruns after the kills exited 0 without finishing: "
+                f"{invocation.summary}"
+            )
+    print(
+        f"[{scenario.command}] chaos: {outcome.kills} kills, {outcome.invocations} invocations, "
+        f"server saw {ledger_rows[-1][0]} calls (reference {total})",
+        flush=True,
+    )
+    if failure is not None:
+        outcome.checks.append(Check("results", False, "FAIL", failure))
+    else:
+        difference = _first_difference(scenario.results(), reference.results())
+        outcome.checks.append(
+            Check(
+                "results",
+                difference is None,
+                "identical" if difference is None else "DIFFER",
+                difference or "final results equal the uninterrupted reference",
+            )
+        )
+    # Ledger: the calls lost by each crash (or counted twice) against the calls in flight.
+    if ledger_rows[-1][1] is None:
+        outcome.checks.append(
+            Check("ledger", None, "n/a", f"`evolve {scenario.command}` keeps no spend ledger")
+        )
+    else:
+        previous_server, previous_ledger = 0, 0
+        losses = []
+        for server, recorded in ledger_rows[1:]:
+            ledger = recorded or 0  # no ledger file yet: nothing recorded
+            losses.append((server - previous_server) - (ledger - previous_ledger))
+            previous_server, previous_ledger = server, ledger
+        worst_loss = max(losses, key=abs, default=0)
+        final_server, final_ledger = ledger_rows[-1]
+        passed = abs(worst_loss) <= CONCURRENCY
+        outcome.checks.append(
+            Check(
+                "ledger",
+                passed,
+                f"{final_ledger}/{final_server} (worst {worst_loss:+d})",
+                f"ledger {final_ledger} vs server {final_server} after {outcome.kills} kills; "
+                f"worst single invocation: {worst_loss:+d} calls unrecorded (allowed: "
+                f"|x| <= {CONCURRENCY} in flight)",
+            )
+        )
+    duplicates = scenario.mlflow_duplicates()
+    if duplicates is None:
+        outcome.checks.append(Check("mlflow dups", None, "n/a", "eval does not track in MLflow"))
+    else:
+        count, detail = duplicates
+        if failure is not None:
+            detail += " (the run did not finish)"
+        outcome.checks.append(Check("mlflow dups", count == 0, str(count), detail))
+
+
+def _run_sigint(outcome: Outcome, scenario: Scenario, total: int) -> None:
+    stub = scenario.stub
+    base = stub.chat_requests()
+    wanted = max(3, total // 3)
+    invocation = scenario.invoke(
+        until=lambda: stub.chat_requests() - base >= wanted, sig=signal.SIGINT
+    )
+    after_exit = stub.drain()
+    time.sleep(min(1.0, stub.latency * 5))
+    later = stub.chat_requests()
+    limit = stub.latency + SIGINT_GRACE_S
+    if not invocation.killed:
+        outcome.checks.append(
+            Check("sigint", False, "?", f"exited (code {invocation.code}) before SIGINT was sent")
+        )
+        return
+    if invocation.code is None:
+        outcome.checks.append(
+            Check("sigint", False, ">60s", f"still running 60 s after SIGINT: {invocation.summary}")
+        )
+        return
+    passed = invocation.seconds <= limit and invocation.code == 130 and later == after_exit
+    outcome.checks.append(
+        Check(
+            "sigint",
+            passed,
+            f"{invocation.seconds:.2f}s ({invocation.code})",
+            f"exited {invocation.seconds:.2f}s after SIGINT with code {invocation.code} "
+            f"(allowed: <= {limit:.2f}s, code 130); server calls after exit: "
+            f"{later - after_exit}; last output: {invocation.summary}",
+        )
+    )
+
+
+# ----- the report ----------------------------------------------------------------------------
+
+
+CHECK_NAMES = ("results", "ledger", "mlflow dups", "sigint")
+
+
+def print_report(outcomes: list[Outcome]) -> bool:
+    header = (
+        f"{'command':<8} {'kills':>5} {'runs':>5} {'results':>10} {'ledger/server':>22} "
+        f"{'mlflow dups':>11} {'SIGINT stop':>14}"
+    )
+    print()
+    print(header)
+    print("-" * len(header))
+    for outcome in outcomes:
+        shown = {check.name: check.shown for check in outcome.checks}
+        if "reference" in shown:
+            print(f"{outcome.command:<8} reference run failed")
+            continue
+        print(
+            f"{outcome.command:<8} {outcome.kills:>5} {outcome.invocations:>5} "
+            f"{shown.get('results', '-'):>10} {shown.get('ledger', '-'):>22} "
+            f"{shown.get('mlflow dups', '-'):>11} {shown.get('sigint', '-'):>14}"
+        )
+    print()
+    all_passed = True
+    for outcome in outcomes:
+        for check in outcome.checks:
+            verdict = "n/a " if check.passed is None else ("PASS" if check.passed else "FAIL")
+            all_passed &= check.passed is not False
+            print(f"{verdict} {outcome.command} {check.name}: {check.detail}")
+        for note in outcome.notes:
+            print(f"note {outcome.command}: {note}")
+    return all_passed
+
+
+def generate_environment(workdir: Path) -> Path:
+    env_file = workdir / "env.json"
+    subprocess.run(
+        [sys.executable, "-m", "evolve.cli", "env", "generate", "--preset", "tiny"]
+        + ["--seed", "0", "--users", "2", "--out", str(env_file)],
+        check=True,
+        cwd=workdir,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.DEVNULL,
+    )
+    return env_file
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kills", type=int, default=20, help="kill -9 points per command (20)")
+    parser.add_argument(
+        "--only", choices=COMMANDS, action="append", help="only this command (repeatable)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the kill points (0)")
+    parser.add_argument("--latency", type=float, default=0.05, help="stub seconds per call")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=len(COMMANDS),
+        help="commands whose kill phases run at once (default: all); the SIGINT timings "
+        "always run one at a time",
+    )
+    parser.add_argument("--workdir", type=Path, help="keep everything here (default: a temp dir)")
+    args = parser.parse_args(argv)
+    if args.kills < 0 or args.jobs < 1:
+        parser.error(f"--kills must be >= 0 and --jobs >= 1, got {args.kills} and {args.jobs}")
+    commands = list(dict.fromkeys(args.only or COMMANDS))
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="evolve-chaos-")).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    # The result readers' imports, done once before any thread (and only those needed).
+    if {"run", "tune"} & set(commands):
+        import mlflow.tracking  # noqa: F401
+
+        import evolve.optimize.store  # noqa: F401
+    if "tune" in commands:
+        import evolve.tuning.spec  # noqa: F401
+
+    try:
+        env_file = generate_environment(workdir)
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            futures = [
+                pool.submit(
+                    chaos_phase, command, workdir, env_file, args.kills, args.seed, args.latency
+                )
+                for command in commands
+            ]
+            outcomes = [future.result() for future in futures]
+        for outcome in outcomes:
+            sigint_phase(outcome, workdir, env_file, args.latency)
+        passed = print_report(outcomes)
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+    print(f"\n{'PASS' if passed else 'FAIL'} in {time.monotonic() - started:.0f}s")
+    return 0 if passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
