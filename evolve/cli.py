@@ -70,7 +70,8 @@ def _run_handler(args: argparse.Namespace) -> int:
         print(interrupt.INTERRUPTED_MESSAGE, file=sys.stderr)
         return EXIT_INTERRUPTED
     except (ToolkitError, PolicyError) as error:
-        print(f"evolve: error: {_one_line(error)}", file=sys.stderr)
+        # Our own messages end with the fix: one line, never cut.
+        print(f"evolve: error: {_one_line(error, limit=None)}", file=sys.stderr)
         return getattr(error, "exit_code", EXIT_BAD_INPUT)
     except LMError as error:
         print(
@@ -111,9 +112,10 @@ def _os_error(error: OSError) -> tuple[int, str]:
     return EXIT_STORAGE, f"storage failed{where}: {reason}; rerun to resume once fixed"
 
 
-def _one_line(error: BaseException) -> str:
+def _one_line(error: BaseException, limit: int | None = 300) -> str:
+    """The message on one line; foreign messages (a client's, a driver's) are cut at `limit`."""
     text = " ".join(str(error).split())
-    return text[:300]
+    return text if limit is None else text[:limit]
 
 
 if __name__ == "__main__":
