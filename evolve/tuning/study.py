@@ -34,12 +34,11 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from evolve.budget import Budget, BudgetExhausted, Spend
 from evolve.config import BudgetSpec
 from evolve.errors import ResumeMismatchError
 from evolve.llm import RoleLMs
-from evolve.optimize.feedback import load_period_results
-from evolve.optimize.loop import Budget, BudgetExhausted, objective_value
-from evolve.optimize.store import Spend
+from evolve.objective import load_period_results, objective_value
 from evolve.simulator.environment import Environment
 from evolve.simulator.metrics import MetricSummary, summarize_periods
 from evolve.simulator.runner import EpisodeConfig, ProgressSink, run_evaluation
