@@ -1,0 +1,159 @@
+"""Mutation operators: first-class, registered by name.
+
+An operator proposes a child from a parent candidate and a context (feedback records per
+component, a seed) and returns a frozen `OperatorProposal`: the changed components, or a
+typed reason why there is no valid child. Adding an operator is one class plus a
+`register_operator` call; the GEPA adapter (`evolve.optimize.adapter`) routes each component
+GEPA asks to update to the operator that owns it.
+
+Candidates are GEPA's `dict[str, str]`: text components under their policy names
+(`write.types_to_remember`, `use`, ...) and numeric parameters under `param.<name>` with the
+integer as text. The reflective operator never sees a `param.` component.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+PARAMETER_PREFIX = "param."
+
+
+def is_parameter(component: str) -> bool:
+    return component.startswith(PARAMETER_PREFIX)
+
+
+def parameter_component(name: str) -> str:
+    return f"{PARAMETER_PREFIX}{name}"
+
+
+def split_candidate(candidate: Mapping[str, str]) -> tuple[dict[str, str], dict[str, int]]:
+    """(text components, numeric parameters) of a GEPA candidate."""
+    texts = {k: v for k, v in candidate.items() if not is_parameter(k)}
+    parameters = {
+        k[len(PARAMETER_PREFIX) :]: int(v) for k, v in candidate.items() if is_parameter(k)
+    }
+    return texts, parameters
+
+
+class OperatorProposal(BaseModel):
+    """What an operator made of one parent: new component texts, or why there are none."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    operator: str
+    components: dict[str, str] = Field(default_factory=dict, description="Changed ones only.")
+    invalid: str | None = Field(default=None, description="Why no valid child was made.")
+    parse_failed: bool = False
+    seed: int
+    detail: dict[str, Any] = Field(default_factory=dict)
+
+
+class MutationOperator:
+    """Narrow base: `owns` says which components it mutates; `propose` mutates them."""
+
+    name: str = ""
+
+    def owns(self, component: str) -> bool:
+        raise NotImplementedError
+
+    def propose(
+        self,
+        parent: Mapping[str, str],
+        components: Sequence[str],
+        records: Mapping[str, Sequence[Mapping[str, Any]]],
+        *,
+        seed: int,
+    ) -> OperatorProposal:
+        raise NotImplementedError
+
+    def observe(self, candidate: Mapping[str, str], score: float) -> None:
+        """An evaluated candidate and its score (ask/tell operators learn from it)."""
+
+
+class ReflectiveOperator(MutationOperator):
+    """Our reflector role rewrites a text component from the feedback records of its parent."""
+
+    name = "reflective"
+
+    def __init__(self, reflector: Any) -> None:
+        self.reflector = reflector
+
+    def owns(self, component: str) -> bool:
+        return not is_parameter(component)
+
+    def propose(self, parent, components, records, *, seed):
+        changed: dict[str, str] = {}
+        for component in components:
+            feedback = "\n\n".join(
+                str(r.get("Feedback", "")) for r in records.get(component, []) if r.get("Feedback")
+            )
+            proposal = self.reflector.propose(
+                component, parent[component], feedback, rollout_id=seed, seed=seed
+            )
+            if proposal.text is None:
+                return OperatorProposal(
+                    operator=self.name,
+                    invalid=proposal.error,
+                    parse_failed=proposal.parse_failed,
+                    seed=seed,
+                )
+            changed[component] = proposal.text
+        return OperatorProposal(operator=self.name, components=changed, seed=seed)
+
+
+class ParameterOperator(MutationOperator):
+    """Numeric parameters within bounds, by a `ParameterProposer` (random step or Optuna)."""
+
+    name = "parameter"
+
+    def __init__(self, proposer: Any, bounds: Mapping[str, Any]) -> None:
+        self.proposer = proposer
+        self.bounds = dict(bounds)
+
+    def owns(self, component: str) -> bool:
+        return is_parameter(component)
+
+    def propose(self, parent, components, records, *, seed):
+        _, parameters = split_candidate(parent)
+        child = self.proposer.propose(parameters, self.bounds, random.Random(seed))
+        changed = {
+            parameter_component(name): str(int(value))
+            for name, value in child.items()
+            if parameter_component(name) in parent and int(value) != parameters.get(name)
+        }
+        if not changed:
+            return OperatorProposal(
+                operator=self.name, invalid="the bounds allow no other value", seed=seed
+            )
+        return OperatorProposal(operator=self.name, components=changed, seed=seed)
+
+    def observe(self, candidate, score):
+        _, parameters = split_candidate(candidate)
+        self.proposer.observe(parameters, score)
+
+
+OperatorFactory = Callable[..., MutationOperator]
+OPERATORS: dict[str, OperatorFactory] = {}
+
+
+def register_operator(name: str, factory: OperatorFactory) -> None:
+    """Make an operator available by name (`optimizer.operators` in a spec)."""
+    OPERATORS[name] = factory
+
+
+def build_operator(name: str, **context: Any) -> MutationOperator:
+    try:
+        factory = OPERATORS[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown mutation operator {name!r}; registered: {', '.join(sorted(OPERATORS))}"
+        ) from None
+    return factory(**context)
+
+
+register_operator("reflective", lambda *, reflector, **_: ReflectiveOperator(reflector))
+register_operator("parameter", lambda *, proposer, bounds, **_: ParameterOperator(proposer, bounds))
