@@ -256,16 +256,14 @@ class _Hooks(GEPACallback):
         self.adapter.iteration = int(event["iteration"])
 
     def on_valset_evaluated(self, event: Any) -> None:
-        score = float(event["average_score"])
+        score, candidate = float(event["average_score"]), dict(event["candidate"])
+        # Ask/tell operators (Optuna) learn every candidate's train score (the one GEPA
+        # selects by); children rejected on their minibatch are not told.
+        for operator in self.adapter.operators:
+            operator.observe(candidate, score)
         if score > self.best:
             self.best = score
-            self.on_new_best(int(event["candidate_idx"]), dict(event["candidate"]))
-
-    def on_candidate_accepted(self, event: Any) -> None:
-        for operator in self.adapter.operators:
-            candidate = event.get("candidate") if isinstance(event, Mapping) else None
-            if candidate is not None and "new_score" in event:
-                operator.observe(candidate, float(event["new_score"]))
+            self.on_new_best(int(event["candidate_idx"]), candidate)
 
 
 class GepaSettings(BaseModel):

@@ -1,0 +1,98 @@
+"""Parameter mechanism test (issue 12): numeric parameters are GEPA components too.
+
+The scripted agent's write stores the values it reads only when its batch holds exactly two
+messages, so accuracy peaks at `update_every = 2` (1: nothing stored; >= 3: nothing stored).
+The base policy starts at 5; the parameter operator (random steps, or Optuna TPE ask/tell)
+must find 2 within 10 generations and a fixed metric-call budget. The reflector is never
+called: the only mutable component is `param.update_every`.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from optimize.evolve_helpers import SCHEMA, make_item, output_fields, sections
+from scripted_lm import ScriptedLM, scripted_role_lms
+
+import memory_policies
+from evolve.optimize.gepa_engine import AMemGymAdapter, GepaSettings, run_gepa, seed_candidate
+from evolve.optimize.operators import build_operator
+from evolve.optimize.parameters import RandomStepProposer
+from evolve.simulator.environment import Environment
+from evolve.simulator.runner import EpisodeConfig
+from evolve.tune import IntRange, OptunaParameterProposer
+
+PEAK = 2
+BOUNDS = {"update_every": IntRange(low=1, high=6)}
+
+
+def agent(call):
+    fields, inputs = output_fields(call.system), sections(call.user)
+    if "choice" in fields:
+        memory = inputs.get("memory", "").lower()
+        options = [
+            re.sub(r"^\d+\.\s*", "", line) for line in inputs["options"].strip().splitlines()
+        ]
+        positions = [
+            max((memory.rfind(w) for w in re.findall(r"[a-z]{3,}", o.lower())), default=-1)
+            for o in options
+        ]
+        return {"choice": 1 + max(range(len(options)), key=lambda i: (positions[i], -i))}
+    if "updates" in fields:
+        text = inputs.get("messages", "")
+        if len(re.findall(r"^(?:User|Assistant):", text, re.M)) != PEAK:
+            return {"updates": []}
+        lowered = text.lower()
+        updates = []
+        for variable, values in SCHEMA.items():
+            found = [(lowered.rfind(v.lower()), v) for v in values if v.lower() in lowered]
+            if found:
+                updates.append({"label": variable, "value": max(found)[1]})
+        return {"updates": updates}
+    return {name: "Noted." for name in fields}
+
+
+def reflector(call):
+    raise AssertionError("the reflector must never see a numeric component")
+
+
+@pytest.mark.parametrize("proposer", ["random", "optuna"])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_parameter_operator_finds_the_peak(tmp_path, proposer, seed):
+    env = Environment.from_original([make_item(f"user-{i}") for i in range(4)])
+    lms = scripted_role_lms(
+        simulator=lambda call: {"message": "Thanks, tell me more."},
+        agent=ScriptedLM(agent, model="agent-model"),
+        reflector=ScriptedLM(reflector, model="reflector-model"),
+    )
+    base = memory_policies.create_policy("in_context", {"update_every": 5, "short_term_len": 0})
+    chosen = (
+        RandomStepProposer(max_step=3)
+        if proposer == "random"
+        else OptunaParameterProposer(BOUNDS, seed=seed, startup_trials=3)
+    )
+    adapter = AMemGymAdapter(
+        base_policy=base,
+        environment=env,
+        lms=lms,
+        episode=EpisodeConfig(concurrency=2, seed=seed),
+        work_dir=tmp_path / "evals",
+        operators=[build_operator("parameter", proposer=chosen, bounds=BOUNDS)],
+        objective="accuracy",
+        seed=seed,
+    )
+    outcome = run_gepa(
+        adapter,
+        train_users=[f"user-{i}" for i in range(3)],
+        heldout_users=["user-3"],
+        seed_candidate=seed_candidate(base, [], ["update_every"]),
+        settings=GepaSettings(max_metric_calls=80, max_generations=10, reflection_minibatch_size=2),
+        run_dir=tmp_path / "gepa",
+        seed=seed,
+    )
+    best = outcome.candidates[outcome.best_idx]
+    print(proposer, seed, [c["param.update_every"] for c in outcome.candidates])
+    assert best == {"param.update_every": str(PEAK)}
+    assert outcome.train_scores[outcome.best_idx] > outcome.train_scores[0]
+    assert all(p["operator"] == "parameter" for p in outcome.proposals)
