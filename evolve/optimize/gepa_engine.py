@@ -100,14 +100,25 @@ class AMemGymAdapter:
         self.units: dict[str, str] = {}
         # Every operator proposal in order: the lineage GEPA does not keep.
         self.proposals: list[dict[str, Any]] = []
+        # Train score of the best candidate so far and held-out scores of each new best:
+        # persisted with GEPA's state so a resumed run neither repeats nor forgets them.
+        self.best_score = float("-inf")
+        self.heldout: list[dict[str, Any]] = []
 
     # ----- GEPA state persistence (gepa_state.bin in run_dir) ----------------------------------
     def get_adapter_state(self) -> dict[str, Any]:
-        return {"units": dict(self.units), "proposals": list(self.proposals)}
+        return {
+            "units": dict(self.units),
+            "proposals": list(self.proposals),
+            "best_score": self.best_score,
+            "heldout": list(self.heldout),
+        }
 
     def set_adapter_state(self, state: dict[str, Any]) -> None:
         self.units = dict(state.get("units", {}))
         self.proposals = list(state.get("proposals", []))
+        self.best_score = float(state.get("best_score", float("-inf")))
+        self.heldout = list(state.get("heldout", []))
 
     # ----- evaluation ---------------------------------------------------------------------------
     def policy(self, candidate: Mapping[str, str]) -> Any:
@@ -144,9 +155,18 @@ class AMemGymAdapter:
     def run_users(
         self, candidate: Mapping[str, str], users: Sequence[str], split: str = "train"
     ) -> list[UserResult]:
-        workers = max(1, min(len(users), getattr(self.episode, "concurrency", 1)))
+        # Each distinct user once: two threads must never play one runner directory.
+        distinct = list(dict.fromkeys(users))
+        workers = max(1, min(len(distinct), getattr(self.episode, "concurrency", 1)))
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            return list(pool.map(lambda u: self.run_user(candidate, u, split), users))
+            played = dict(
+                zip(
+                    distinct,
+                    pool.map(lambda u: self.run_user(candidate, u, split), distinct),
+                    strict=True,
+                )
+            )
+        return [played[user] for user in users]
 
     def evaluate(
         self, batch: list[str], candidate: dict[str, str], capture_traces: bool = False
@@ -239,18 +259,18 @@ class IterationSeededBatchSampler:
         start = (state.i + 1) * size
         epoch, offset = divmod(start, len(ids))
         order: list[Any] = []
-        while len(order) < offset + size:
+        while len(order) < offset + 2 * size:
             shuffled = list(ids)
             random.Random(derive_seed(self.seed, "epoch", epoch)).shuffle(shuffled)
             order.extend(shuffled)
             epoch += 1
-        return order[offset : offset + size]
+        # Distinct users: where an epoch ends mid-batch, skip repeats from the next one.
+        return list(dict.fromkeys(order[offset:]))[:size]
 
 
 class _Hooks(GEPACallback):
     def __init__(self, adapter: AMemGymAdapter, on_new_best: Callable[[int, dict[str, str]], None]):
         self.adapter, self.on_new_best = adapter, on_new_best
-        self.best = float("-inf")
 
     def on_iteration_start(self, event: Any) -> None:
         self.adapter.iteration = int(event["iteration"])
@@ -261,8 +281,8 @@ class _Hooks(GEPACallback):
         # selects by); children rejected on their minibatch are not told.
         for operator in self.adapter.operators:
             operator.observe(candidate, score)
-        if score > self.best:
-            self.best = score
+        if score > self.adapter.best_score:
+            self.adapter.best_score = score
             self.on_new_best(int(event["candidate_idx"]), candidate)
 
 
@@ -313,19 +333,18 @@ def run_gepa(
     stop_when: Callable[[], bool] | None = None,
 ) -> GepaOutcome:
     """Run (or resume from `run_dir`) GEPA; each new best is evaluated on the held-out users."""
-    heldout: list[HeldoutScore] = []
 
     def evaluate_heldout(idx: int, candidate: dict[str, str]) -> None:
         if not heldout_users:
             return
         users = adapter.run_users(candidate, heldout_users, split="heldout")
         scores = [adapter.user_scores(user) for user in users]
-        heldout.append(
+        adapter.heldout.append(
             HeldoutScore(
                 candidate_idx=idx,
                 score=sum(s["score"] for s in scores) / len(scores),
                 accuracy=sum(s["accuracy"] for s in scores) / len(scores),
-            )
+            ).model_dump()
         )
 
     def should_stop(state: Any) -> bool:
@@ -357,7 +376,7 @@ def run_gepa(
         parents=[list(p) for p in result.parents],
         train_scores=list(result.val_aggregate_scores),
         best_idx=result.best_idx,
-        heldout=heldout,
+        heldout=[HeldoutScore.model_validate(h) for h in adapter.heldout],
         proposals=adapter.proposals,
         units=adapter.units,
         metric_calls=result.total_metric_calls,

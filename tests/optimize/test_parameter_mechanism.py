@@ -10,6 +10,7 @@ called: the only mutable component is `param.update_every`.
 from __future__ import annotations
 
 import re
+from collections import Counter
 
 import pytest
 from optimize.evolve_helpers import SCHEMA, make_item, output_fields, sections
@@ -96,3 +97,73 @@ def test_the_parameter_operator_finds_the_peak(tmp_path, proposer, seed):
     assert best == {"param.update_every": str(PEAK)}
     assert outcome.train_scores[outcome.best_idx] > outcome.train_scores[0]
     assert all(p["operator"] == "parameter" for p in outcome.proposals)
+
+
+def _run(tmp_path, run_dir, generations, world_agent):
+    env = Environment.from_original([make_item(f"user-{i}") for i in range(4)])
+    lms = scripted_role_lms(
+        simulator=lambda call: {"message": "Thanks, tell me more."},
+        agent=world_agent,
+        reflector=ScriptedLM(reflector, model="reflector-model"),
+    )
+    base = memory_policies.create_policy("in_context", {"update_every": 4, "short_term_len": 0})
+    adapter = AMemGymAdapter(
+        base_policy=base,
+        environment=env,
+        lms=lms,
+        episode=EpisodeConfig(concurrency=2, seed=3),
+        work_dir=run_dir / "evals",
+        operators=[
+            build_operator("parameter", proposer=RandomStepProposer(max_step=2), bounds=BOUNDS)
+        ],
+        objective="accuracy",
+        seed=3,
+    )
+    return run_gepa(
+        adapter,
+        train_users=[f"user-{i}" for i in range(3)],
+        heldout_users=["user-3"],
+        seed_candidate=seed_candidate(base, [], ["update_every"]),
+        settings=GepaSettings(
+            max_metric_calls=200, max_generations=generations, reflection_minibatch_size=2
+        ),
+        run_dir=run_dir / "gepa",
+        seed=3,
+    )
+
+
+def test_a_resumed_run_makes_the_same_choices_without_re_evaluating(tmp_path, monkeypatch):
+    # Evaluations asked of the adapter (a cached runner directory would hide repeats from
+    # the LM call counts alone).
+    asked: list[str] = []
+    original = AMemGymAdapter.run_user
+
+    def counting(self, candidate, user_id, split="train"):
+        asked.append(f"{split}:{user_id}:{sorted(candidate.items())}")
+        return original(self, candidate, user_id, split)
+
+    monkeypatch.setattr(AMemGymAdapter, "run_user", counting)
+    whole_agent = ScriptedLM(agent, model="agent-model")
+    whole = _run(tmp_path, tmp_path / "whole", 6, whole_agent)
+    whole_asked, asked[:] = list(asked), []
+
+    # "Killed" after 3 generations (a new process: new adapter, operators, LMs), resumed to 6.
+    first_agent, second_agent = ScriptedLM(agent), ScriptedLM(agent)
+    _run(tmp_path, tmp_path / "resumed", 3, first_agent)
+    first_asked, asked[:] = list(asked), []
+    resumed = _run(tmp_path, tmp_path / "resumed", 6, second_agent)
+
+    assert len(whole.candidates) > 1, "the test needs an accepted child before the split"
+    assert resumed.candidates == whole.candidates
+    assert resumed.parents == whole.parents
+    assert resumed.proposals == whole.proposals
+    assert resumed.heldout == whole.heldout
+    # gepa 0.1.4 re-scores the seed on the valset when it resumes; those three users are
+    # read back from their finished runner directories (no LLM call, see below).
+    # (Threads order the list; compare as multisets.)
+    seed_users = Counter({a for a in whole_asked if a.startswith("train") and "'4')" in a})
+    assert len(seed_users) == 3
+    assert Counter(first_asked) + Counter(asked) - seed_users == Counter(whole_asked)
+    # Nothing evaluated twice: both halves together made exactly the uninterrupted run's calls.
+    assert len(first_agent.calls) + len(second_agent.calls) == len(whole_agent.calls)
+    assert len(second_agent.calls) < len(whole_agent.calls)
