@@ -37,6 +37,7 @@ from gepa.strategies.candidate_selector import (
 )
 from pydantic import BaseModel, ConfigDict, Field
 
+from evolve.budget import Budget
 from evolve.objective import objective_value
 from evolve.optimize.feedback import build_feedback
 from evolve.optimize.operators import (
@@ -298,6 +299,12 @@ class GepaSettings(BaseModel):
     module_selector: str = "round_robin"
     max_metric_calls: int = Field(default=60, ge=1)
     max_generations: int | None = Field(default=None, ge=1, description="GEPA iterations.")
+
+
+def budget_stop(budget: Budget, stop: threading.Event | None = None) -> Callable[[], bool]:
+    """GEPA stop callback over our limits (LLM calls, tokens, wall time) and the interrupt
+    event; checked between generations (`max_metric_calls` counts user evaluations)."""
+    return lambda: budget.exhausted() is not None or (stop is not None and stop.is_set())
 
 
 class HeldoutScore(BaseModel):

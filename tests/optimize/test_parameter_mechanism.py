@@ -167,3 +167,41 @@ def test_a_resumed_run_makes_the_same_choices_without_re_evaluating(tmp_path, mo
     # Nothing evaluated twice: both halves together made exactly the uninterrupted run's calls.
     assert len(first_agent.calls) + len(second_agent.calls) == len(whole_agent.calls)
     assert len(second_agent.calls) < len(whole_agent.calls)
+
+
+def test_our_budget_stops_gepa_between_generations(tmp_path):
+    from evolve.budget import Budget, Spend
+    from evolve.config import BudgetSpec
+    from evolve.optimize.gepa_engine import budget_stop
+
+    env = Environment.from_original([make_item(f"user-{i}") for i in range(3)])
+    lms = scripted_role_lms(
+        simulator=lambda call: {"message": "Thanks, tell me more."},
+        agent=ScriptedLM(agent, model="agent-model"),
+        reflector=ScriptedLM(reflector, model="reflector-model"),
+    )
+    base = memory_policies.create_policy("in_context", {"update_every": 5, "short_term_len": 0})
+    adapter = AMemGymAdapter(
+        base_policy=base,
+        environment=env,
+        lms=lms,
+        episode=EpisodeConfig(concurrency=1, seed=0),
+        work_dir=tmp_path / "evals",
+        operators=[build_operator("parameter", proposer=RandomStepProposer(), bounds=BOUNDS)],
+        objective="accuracy",
+    )
+    budget = Budget(BudgetSpec(max_llm_calls=150), lms, Spend())
+    outcome = run_gepa(
+        adapter,
+        train_users=[f"user-{i}" for i in range(3)],
+        heldout_users=[],
+        seed_candidate=seed_candidate(base, [], ["update_every"]),
+        settings=GepaSettings(max_metric_calls=500, max_generations=50),
+        run_dir=tmp_path / "gepa",
+        seed=0,
+        stop_when=budget_stop(budget),
+    )
+    spent = budget.spent().llm_calls
+    assert spent >= 150  # stopped because of our limit, not GEPA's
+    assert outcome.metric_calls is not None and outcome.metric_calls < 500
+    assert len(outcome.proposals) < 50
