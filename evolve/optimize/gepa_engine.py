@@ -105,6 +105,9 @@ class AMemGymAdapter:
         # persisted with GEPA's state so a resumed run neither repeats nor forgets them.
         self.best_score = float("-inf")
         self.heldout: list[dict[str, Any]] = []
+        # (candidate, train score) told to ask/tell operators, replayed into fresh operators
+        # on resume so an Optuna sampler rebuilds the same history without any LLM call.
+        self.observed: list[tuple[dict[str, str], float]] = []
 
     # ----- GEPA state persistence (gepa_state.bin in run_dir) ----------------------------------
     def get_adapter_state(self) -> dict[str, Any]:
@@ -113,6 +116,7 @@ class AMemGymAdapter:
             "proposals": list(self.proposals),
             "best_score": self.best_score,
             "heldout": list(self.heldout),
+            "observed": list(self.observed),
         }
 
     def set_adapter_state(self, state: dict[str, Any]) -> None:
@@ -120,6 +124,14 @@ class AMemGymAdapter:
         self.proposals = list(state.get("proposals", []))
         self.best_score = float(state.get("best_score", float("-inf")))
         self.heldout = list(state.get("heldout", []))
+        self.observed = []
+        for candidate, score in state.get("observed", []):
+            self.observe(dict(candidate), float(score))
+
+    def observe(self, candidate: dict[str, str], score: float) -> None:
+        self.observed.append((candidate, score))
+        for operator in self.operators:
+            operator.observe(candidate, score)
 
     # ----- evaluation ---------------------------------------------------------------------------
     def policy(self, candidate: Mapping[str, str]) -> Any:
@@ -280,8 +292,7 @@ class _Hooks(GEPACallback):
         score, candidate = float(event["average_score"]), dict(event["candidate"])
         # Ask/tell operators (Optuna) learn every candidate's train score (the one GEPA
         # selects by); children rejected on their minibatch are not told.
-        for operator in self.adapter.operators:
-            operator.observe(candidate, score)
+        self.adapter.observe(candidate, score)
         if score > self.adapter.best_score:
             self.adapter.best_score = score
             self.on_new_best(int(event["candidate_idx"]), candidate)

@@ -106,20 +106,29 @@ class ReflectiveOperator(MutationOperator):
 
 
 class ParameterOperator(MutationOperator):
-    """Numeric parameters within bounds, by a `ParameterProposer` (random step or Optuna)."""
+    """Numeric parameters within bounds, by a `ParameterProposer` (random step or Optuna).
+
+    `proposer_factory` builds a fresh proposer for every proposal, told the whole history
+    first: a proposal depends only on (history, seed), so a run killed at any point and
+    resumed (history replayed from GEPA's saved adapter state) proposes exactly the same.
+    """
 
     name = "parameter"
 
-    def __init__(self, proposer: Any, bounds: Mapping[str, Any]) -> None:
-        self.proposer = proposer
+    def __init__(self, proposer_factory: Callable[[], Any], bounds: Mapping[str, Any]) -> None:
+        self.proposer_factory = proposer_factory
         self.bounds = dict(bounds)
+        self.history: list[tuple[dict[str, int], float]] = []
 
     def owns(self, component: str) -> bool:
         return is_parameter(component)
 
     def propose(self, parent, components, records, *, seed):
         _, parameters = split_candidate(parent)
-        child = self.proposer.propose(parameters, self.bounds, random.Random(seed))
+        proposer = self.proposer_factory()
+        for told, score in self.history:
+            proposer.observe(told, score)
+        child = proposer.propose(parameters, self.bounds, random.Random(seed))
         changed = {
             parameter_component(name): str(int(value))
             for name, value in child.items()
@@ -133,7 +142,7 @@ class ParameterOperator(MutationOperator):
 
     def observe(self, candidate, score):
         _, parameters = split_candidate(candidate)
-        self.proposer.observe(parameters, score)
+        self.history.append((parameters, float(score)))
 
 
 OperatorFactory = Callable[..., MutationOperator]
@@ -156,4 +165,7 @@ def build_operator(name: str, **context: Any) -> MutationOperator:
 
 
 register_operator("reflective", lambda *, reflector, **_: ReflectiveOperator(reflector))
-register_operator("parameter", lambda *, proposer, bounds, **_: ParameterOperator(proposer, bounds))
+register_operator(
+    "parameter",
+    lambda *, proposer_factory, bounds, **_: ParameterOperator(proposer_factory, bounds),
+)

@@ -69,9 +69,9 @@ def test_the_parameter_operator_finds_the_peak(tmp_path, proposer, seed):
     )
     base = memory_policies.create_policy("in_context", {"update_every": 5, "short_term_len": 0})
     chosen = (
-        RandomStepProposer(max_step=3)
+        (lambda: RandomStepProposer(max_step=3))
         if proposer == "random"
-        else OptunaParameterProposer(BOUNDS, seed=seed, startup_trials=3)
+        else (lambda: OptunaParameterProposer(BOUNDS, seed=seed, startup_trials=3))
     )
     adapter = AMemGymAdapter(
         base_policy=base,
@@ -79,7 +79,7 @@ def test_the_parameter_operator_finds_the_peak(tmp_path, proposer, seed):
         lms=lms,
         episode=EpisodeConfig(concurrency=2, seed=seed),
         work_dir=tmp_path / "evals",
-        operators=[build_operator("parameter", proposer=chosen, bounds=BOUNDS)],
+        operators=[build_operator("parameter", proposer_factory=chosen, bounds=BOUNDS)],
         objective="accuracy",
         seed=seed,
     )
@@ -99,7 +99,7 @@ def test_the_parameter_operator_finds_the_peak(tmp_path, proposer, seed):
     assert all(p["operator"] == "parameter" for p in outcome.proposals)
 
 
-def _run(tmp_path, run_dir, generations, world_agent):
+def _run(tmp_path, run_dir, generations, world_agent, proposer="random"):
     env = Environment.from_original([make_item(f"user-{i}") for i in range(4)])
     lms = scripted_role_lms(
         simulator=lambda call: {"message": "Thanks, tell me more."},
@@ -114,7 +114,13 @@ def _run(tmp_path, run_dir, generations, world_agent):
         episode=EpisodeConfig(concurrency=2, seed=3),
         work_dir=run_dir / "evals",
         operators=[
-            build_operator("parameter", proposer=RandomStepProposer(max_step=2), bounds=BOUNDS)
+            build_operator(
+                "parameter",
+                proposer_factory=(lambda: RandomStepProposer(max_step=2))
+                if proposer == "random"
+                else (lambda: OptunaParameterProposer(BOUNDS, seed=3, startup_trials=2)),
+                bounds=BOUNDS,
+            )
         ],
         objective="accuracy",
         seed=3,
@@ -132,7 +138,10 @@ def _run(tmp_path, run_dir, generations, world_agent):
     )
 
 
-def test_a_resumed_run_makes_the_same_choices_without_re_evaluating(tmp_path, monkeypatch):
+@pytest.mark.parametrize("proposer", ["random", "optuna"])
+def test_a_resumed_run_makes_the_same_choices_without_re_evaluating(
+    tmp_path, monkeypatch, proposer
+):
     # Evaluations asked of the adapter (a cached runner directory would hide repeats from
     # the LM call counts alone).
     asked: list[str] = []
@@ -144,14 +153,14 @@ def test_a_resumed_run_makes_the_same_choices_without_re_evaluating(tmp_path, mo
 
     monkeypatch.setattr(AMemGymAdapter, "run_user", counting)
     whole_agent = ScriptedLM(agent, model="agent-model")
-    whole = _run(tmp_path, tmp_path / "whole", 6, whole_agent)
+    whole = _run(tmp_path, tmp_path / "whole", 6, whole_agent, proposer)
     whole_asked, asked[:] = list(asked), []
 
     # "Killed" after 3 generations (a new process: new adapter, operators, LMs), resumed to 6.
     first_agent, second_agent = ScriptedLM(agent), ScriptedLM(agent)
-    _run(tmp_path, tmp_path / "resumed", 3, first_agent)
+    _run(tmp_path, tmp_path / "resumed", 3, first_agent, proposer)
     first_asked, asked[:] = list(asked), []
-    resumed = _run(tmp_path, tmp_path / "resumed", 6, second_agent)
+    resumed = _run(tmp_path, tmp_path / "resumed", 6, second_agent, proposer)
 
     assert len(whole.candidates) > 1, "the test needs an accepted child before the split"
     assert resumed.candidates == whole.candidates
@@ -187,7 +196,7 @@ def test_our_budget_stops_gepa_between_generations(tmp_path):
         lms=lms,
         episode=EpisodeConfig(concurrency=1, seed=0),
         work_dir=tmp_path / "evals",
-        operators=[build_operator("parameter", proposer=RandomStepProposer(), bounds=BOUNDS)],
+        operators=[build_operator("parameter", proposer_factory=RandomStepProposer, bounds=BOUNDS)],
         objective="accuracy",
     )
     budget = Budget(BudgetSpec(max_llm_calls=150), lms, Spend())
