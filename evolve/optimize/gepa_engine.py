@@ -227,10 +227,16 @@ class AMemGymAdapter:
         """Each component goes to the operator owning it; an invalid proposal keeps the parent."""
         new_texts: dict[str, str] = {}
         seed = derive_seed(self.seed, "propose", self.iteration)
+        claimed: set[str] = set()
         for operator in self.operators:
-            owned = [c for c in components_to_update if operator.owns(c)]
+            owned = [
+                c
+                for c in components_to_update
+                if c not in claimed and operator.owns(c, self.iteration)
+            ]
             if not owned:
                 continue
+            claimed.update(owned)
             proposal: OperatorProposal = operator.propose(
                 candidate, owned, reflective_dataset, seed=seed
             )

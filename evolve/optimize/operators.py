@@ -57,7 +57,8 @@ class MutationOperator:
 
     name: str = ""
 
-    def owns(self, component: str) -> bool:
+    def owns(self, component: str, generation: int = 0) -> bool:
+        """Whether this operator mutates `component` in `generation` (first owner wins)."""
         raise NotImplementedError
 
     def propose(
@@ -82,7 +83,7 @@ class ReflectiveOperator(MutationOperator):
     def __init__(self, reflector: Any) -> None:
         self.reflector = reflector
 
-    def owns(self, component: str) -> bool:
+    def owns(self, component: str, generation: int = 0) -> bool:
         return not is_parameter(component)
 
     def propose(self, parent, components, records, *, seed):
@@ -120,7 +121,7 @@ class ParameterOperator(MutationOperator):
         self.bounds = dict(bounds)
         self.history: list[tuple[dict[str, int], float]] = []
 
-    def owns(self, component: str) -> bool:
+    def owns(self, component: str, generation: int = 0) -> bool:
         return is_parameter(component)
 
     def propose(self, parent, components, records, *, seed):
@@ -143,6 +144,69 @@ class ParameterOperator(MutationOperator):
     def observe(self, candidate, score):
         _, parameters = split_candidate(candidate)
         self.history.append((parameters, float(score)))
+
+
+class TunedOperator(MutationOperator):
+    """Every `every`-th generation, a short Optuna study (`evolve.tuning`) tunes the numeric
+    parameters of the parent; its best setting is the child. Other generations: not owned."""
+
+    name = "tuned"
+
+    def __init__(
+        self,
+        *,
+        policy_of: Callable[[Mapping[str, str]], Any],
+        environment: Any,
+        lms: Any,
+        episode: Any,
+        work_dir: Any,
+        bounds: Mapping[str, Any],
+        every: int,
+        trials: int = 4,
+        sampler: str = "tpe",
+        objective: str = "memory_score",
+        upper_bound: Any = None,
+    ) -> None:
+        if every < 1:
+            raise ValueError(f"tune_every must be >= 1, got {every}")
+        self.policy_of, self.environment, self.lms = policy_of, environment, lms
+        self.episode, self.work_dir, self.bounds = episode, work_dir, dict(bounds)
+        self.every, self.trials, self.sampler = every, trials, sampler
+        self.objective, self.upper_bound = objective, upper_bound
+
+    def owns(self, component: str, generation: int = 0) -> bool:
+        return is_parameter(component) and generation > 0 and generation % self.every == 0
+
+    def propose(self, parent, components, records, *, seed):
+        # Imported here: the Optuna study runner is only needed when this operator runs.
+        from evolve.tuning.evolution import tune_best_candidate
+
+        _, parameters = split_candidate(parent)
+        outcome = tune_best_candidate(
+            self.policy_of(parent),
+            self.environment,
+            self.lms,
+            self.work_dir / f"tuned_{seed}",
+            self.episode,
+            parameters={k: v for k, v in self.bounds.items() if parameter_component(k) in parent},
+            trials=self.trials,
+            seed=seed,
+            objective=self.objective,
+            sampler=self.sampler,
+            upper_bound=self.upper_bound,
+        )
+        best = outcome.best_parameters or {}
+        changed = {
+            parameter_component(name): str(int(value))
+            for name, value in best.items()
+            if parameter_component(name) in parent and int(value) != parameters.get(name)
+        }
+        if not changed:
+            return OperatorProposal(
+                operator=self.name, invalid="the study found nothing better", seed=seed
+            )
+        detail = {"best_value": outcome.best_value, "trials": len(outcome.trials)}
+        return OperatorProposal(operator=self.name, components=changed, seed=seed, detail=detail)
 
 
 OperatorFactory = Callable[..., MutationOperator]
@@ -169,3 +233,4 @@ register_operator(
     "parameter",
     lambda *, proposer_factory, bounds, **_: ParameterOperator(proposer_factory, bounds),
 )
+register_operator("tuned", lambda **context: TunedOperator(**context))

@@ -214,3 +214,49 @@ def test_our_budget_stops_gepa_between_generations(tmp_path):
     assert spent >= 150  # stopped because of our limit, not GEPA's
     assert outcome.metric_calls is not None and outcome.metric_calls < 500
     assert len(outcome.proposals) < 50
+
+
+def test_the_tuned_operator_runs_a_study_on_its_generations(tmp_path):
+    env = Environment.from_original([make_item(f"user-{i}") for i in range(3)])
+    lms = scripted_role_lms(
+        simulator=lambda call: {"message": "Thanks, tell me more."},
+        agent=ScriptedLM(agent, model="agent-model"),
+        reflector=ScriptedLM(reflector, model="reflector-model"),
+    )
+    base = memory_policies.create_policy("in_context", {"update_every": 5, "short_term_len": 0})
+    adapter = AMemGymAdapter(
+        base_policy=base,
+        environment=env,
+        lms=lms,
+        episode=EpisodeConfig(concurrency=1, seed=0),
+        work_dir=tmp_path / "evals",
+        operators=[],
+        objective="accuracy",
+    )
+    # Generation 2 is the tuned one; generation 1 keeps the parent (no parameter operator).
+    adapter.operators = [
+        build_operator(
+            "tuned",
+            policy_of=adapter.policy,
+            environment=env,
+            lms=lms,
+            episode=EpisodeConfig(concurrency=1, seed=0),
+            work_dir=tmp_path / "tuning",
+            bounds=BOUNDS,
+            every=2,
+            trials=6,
+            sampler="grid",
+            objective="accuracy",
+        )
+    ]
+    outcome = run_gepa(
+        adapter,
+        train_users=[f"user-{i}" for i in range(3)],
+        heldout_users=[],
+        seed_candidate=seed_candidate(base, [], ["update_every"]),
+        settings=GepaSettings(max_metric_calls=100, max_generations=2),
+        run_dir=tmp_path / "gepa",
+        seed=0,
+    )
+    assert [(p["iteration"], p["operator"]) for p in outcome.proposals] == [(2, "tuned")]
+    assert outcome.candidates[outcome.best_idx] == {"param.update_every": str(PEAK)}
