@@ -15,6 +15,9 @@ otherwise choose differently), the held-out evaluation of each new best (held-ou
 never shown to GEPA) and the budget stopper over our spend (LLM calls / tokens / wall time).
 What GEPA does: Pareto (or other) candidate selection, minibatch acceptance, merge,
 metric-call budget, run_dir checkpoints.
+
+Size (~400 lines): the adapter, its seeded selectors and `run_gepa` are kept together
+because they are the one integration point with GEPA; operators live in `operators`.
 """
 
 from __future__ import annotations
