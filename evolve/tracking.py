@@ -37,6 +37,7 @@ from evolve.locking import exclusive_file_lock
 from evolve.simulator.storage import atomic_write_json, read_json
 
 if TYPE_CHECKING:
+    from evolve.budget import Spend
     from evolve.config import ExperimentSpec
     from evolve.optimize.records import (
         CandidateRecord,
@@ -44,7 +45,6 @@ if TYPE_CHECKING:
         ExperimentResult,
         GenerationRecord,
     )
-    from evolve.optimize.store import Spend
 
 STATE_FILE = "mlflow.json"
 TAG_KIND = "evolve.kind"
@@ -94,8 +94,12 @@ class ExperimentTracker:
     def log_generation(self, record: GenerationRecord, *, spent: Spend) -> None:
         """A generation finished."""
 
-    def finish(self, result: ExperimentResult) -> None:
-        """The invocation ended (complete, or stopped on the budget)."""
+    def finish(self, result: ExperimentResult, *, report: str = "") -> None:
+        """The invocation ended (complete, or stopped on the budget).
+
+        `report` is the compare table and lineage as text, formatted by the engine (tracking
+        depends on the records only, never on the engine's modules).
+        """
 
     def fail(self) -> None:
         """The invocation was interrupted by an error or Ctrl-C."""
@@ -275,10 +279,8 @@ class MLflowTracker(ExperimentTracker):
         if self._state_file is not None:
             atomic_write_json(self._state_file, self._state)
 
-    def finish(self, result: ExperimentResult) -> None:
+    def finish(self, result: ExperimentResult, *, report: str = "") -> None:
         from mlflow.entities import Metric, RunTag
-
-        from evolve.optimize.report import format_lineage, format_table
 
         run_id = self.parent_run_id
         assert run_id is not None
@@ -308,8 +310,8 @@ class MLflowTracker(ExperimentTracker):
             metrics=[Metric(k, float(v), timestamp, 0) for k, v in metrics.items()],
             tags=tags,
         )
-        text = format_table(result) + "\n\n" + format_lineage(result) + "\n"
-        self.client.log_text(run_id, text, "compare.txt")
+        if report:
+            self.client.log_text(run_id, report, "compare.txt")
         self.client.set_terminated(run_id, "FINISHED")
 
     def fail(self) -> None:

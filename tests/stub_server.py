@@ -1,9 +1,9 @@
 """Start `benchmarks/stub_openai_server.py` in its own process for fault and accounting tests.
 
-    with StubServer(latency=0.05) as stub:
-        stub.base_url            # http://127.0.0.1:PORT/v1
-        stub.set_fault("non_json", count=3)
-        stub.stats()["chat_requests"]
+with StubServer(latency=0.05) as stub:
+    stub.base_url            # http://127.0.0.1:PORT/v1
+    stub.set_fault("non_json", count=3)
+    stub.stats()["chat_requests"]
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """The self-evolution loop: candidates, mutation operators, selection, lineage (see `loop`)."""
 
+from evolve.budget import Budget, BudgetExhausted, Spend
+from evolve.objective import objective_value
 from evolve.optimize.feedback import Feedback, build_feedback, load_period_results
-from evolve.optimize.loop import (
-    Budget,
-    BudgetExhausted,
-    LoopProgress,
-    objective_value,
-    run_experiment,
-)
+from evolve.optimize.loop import LoopProgress, run_experiment
 from evolve.optimize.parameters import ParameterProposer, RandomStepProposer
 from evolve.optimize.records import (
     CandidateRecord,
@@ -21,7 +17,7 @@ from evolve.optimize.records import (
 from evolve.optimize.reflect import Proposal, Reflector
 from evolve.optimize.report import format_lineage, format_table, generation_rows, plot_scores
 from evolve.optimize.selection import best_of, pareto_front, sample_parent, select_population
-from evolve.optimize.store import ExperimentStore, Spend
+from evolve.optimize.store import ExperimentStore
 
 __all__ = [
     "Budget",

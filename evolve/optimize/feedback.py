@@ -21,12 +21,11 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
+from evolve.objective import load_period_results
 from evolve.simulator.records import Diagnosis, ItemResult, PeriodResult
-from evolve.simulator.storage import read_json
 
 _CHOSEN_CHARS = 90
 _SAID_CHARS = 140
@@ -37,6 +36,9 @@ _PRIORITY_WRITE = (Diagnosis.WRITE, Diagnosis.READ, Diagnosis.UTILIZATION)
 _PRIORITY_USE = (Diagnosis.UTILIZATION, Diagnosis.READ, Diagnosis.WRITE)
 
 
+__all__ = ["Feedback", "build_feedback", "load_period_results"]
+
+
 class Feedback(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -45,17 +47,6 @@ class Feedback(BaseModel):
     failures_shown: int = 0
     failures_total: int = 0
     items_total: int = 0
-
-
-def load_period_results(run_dir: Path, periods: Iterable[int] | None = None) -> list[PeriodResult]:
-    """Every stored user-period result of a runner directory, ordered by user then period."""
-    wanted = set(periods) if periods is not None else None
-    results = []
-    for path in sorted(Path(run_dir).glob("users/*/period_*/result.json")):
-        result = PeriodResult.model_validate(read_json(path))
-        if wanted is None or result.period_index in wanted:
-            results.append(result)
-    return results
 
 
 def build_feedback(

@@ -36,17 +36,17 @@ from __future__ import annotations
 import os
 import random
 import shutil
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from evolve.budget import Budget, BudgetExhausted
 from evolve.config import BudgetSpec, ExperimentSpec, ResolvedExperiment, resolve
 from evolve.llm import RoleLMs
-from evolve.llm.usage import CompletedCall
-from evolve.optimize.feedback import build_feedback, load_period_results
+from evolve.objective import load_period_results, objective_used, objective_value
+from evolve.optimize.feedback import build_feedback
 from evolve.optimize.parameters import ParameterProposer, RandomStepProposer
 from evolve.optimize.records import (
     CandidateRecord,
@@ -59,92 +59,15 @@ from evolve.optimize.records import (
     fingerprint,
 )
 from evolve.optimize.reflect import Reflector
+from evolve.optimize.report import format_lineage, format_table
 from evolve.optimize.selection import best_of, sample_parent, select_population
-from evolve.optimize.store import ExperimentStore, Spend, SpendJournal
-from evolve.simulator.metrics import (
-    OBJECTIVE_MEMORY_SCORE_KIND,
-    MetricSummary,
-    summarize_periods,
-)
+from evolve.optimize.store import ExperimentStore
+from evolve.simulator.metrics import MetricSummary, summarize_periods
 from evolve.simulator.records import PeriodResult, UserResult
 from evolve.simulator.runner import EvaluationReport, ProgressSink, run_evaluation
 from evolve.simulator.storage import atomic_write_json, atomic_write_text, read_json
 from evolve.simulator.user import derive_seed
 from evolve.tracking import ExperimentTracker, NullTracker, TrackingContext
-
-
-class BudgetExhausted(Exception):
-    """Raised inside the loop when a budget limit is reached; the loop stops cleanly."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-class Budget:
-    """Spend so far (earlier invocations + this one) against the spec's limits.
-
-    With a `journal`, every completed call of every role is also appended to it as it
-    completes, so a killed process leaves a ledger short only by its in-flight calls.
-    Call `close()` when the run ends.
-    """
-
-    def __init__(
-        self, limits: Any, lms: RoleLMs, before: Spend, journal: SpendJournal | None = None
-    ) -> None:
-        self.limits = limits
-        self.lms = lms
-        self.before = before
-        self.journal = journal
-        self._usage_start = lms.usage.snapshot()
-        self._time_start = time.perf_counter()
-        if journal is not None:
-            lms.usage.add_listener(self._journal_call)
-
-    def _journal_call(self, call: CompletedCall) -> None:
-        assert self.journal is not None
-        self.journal.record_call(
-            role=call.role,
-            prompt_tokens=call.prompt_tokens,
-            completion_tokens=call.completion_tokens,
-            cache_hit=call.cache_hit,
-            failed=call.failed,
-            wall_time_s=self.before.wall_time_s + time.perf_counter() - self._time_start,
-        )
-
-    def close(self) -> None:
-        """Stop journaling (the journal is closed; the tracker keeps counting)."""
-        if self.journal is not None:
-            self.lms.usage.remove_listener(self._journal_call)
-            self.journal.close()
-
-    def spent(self) -> Spend:
-        delta = self.lms.usage.snapshot().minus(self._usage_start)
-        return self.before.plus(
-            Spend(
-                # Responses served from DSPy's cache cost nothing.
-                llm_calls=delta.total_calls - delta.cache_hits,
-                tokens=delta.total_tokens,
-                wall_time_s=time.perf_counter() - self._time_start,
-            )
-        )
-
-    def exhausted(self) -> str | None:
-        spent, limits = self.spent(), self.limits
-        if limits.max_llm_calls is not None and spent.llm_calls >= limits.max_llm_calls:
-            return f"max_llm_calls = {limits.max_llm_calls} reached ({spent.llm_calls} calls)"
-        if limits.max_tokens is not None and spent.tokens >= limits.max_tokens:
-            return f"max_tokens = {limits.max_tokens} reached ({spent.tokens} tokens)"
-        if limits.max_wall_time_s is not None and spent.wall_time_s >= limits.max_wall_time_s:
-            return (
-                f"max_wall_time_s = {limits.max_wall_time_s:g} reached ({spent.wall_time_s:.0f} s)"
-            )
-        return None
-
-    def check(self) -> None:
-        reason = self.exhausted()
-        if reason is not None:
-            raise BudgetExhausted(reason)
 
 
 class LoopProgress:
@@ -165,29 +88,6 @@ class LoopProgress:
 
     def evaluation_finished(self, record: CandidateRecord, split: str) -> None:
         """The evaluation is stored (`record` carries its scores)."""
-
-
-# Recorded as `objective_used` wherever a score is stored, so a reader sees which one it is.
-POOLED_OBJECTIVE = f"{OBJECTIVE_MEMORY_SCORE_KIND}_memory_score"
-
-
-def objective_value(summary: MetricSummary, objective: str) -> float:
-    """The score selection and pruning use: for the memory score its pooled form (ratio of
-    means over all items, see `metrics`), or accuracy where that is undefined.
-
-    Whether the pooled score is defined depends only on the environment and the upper bound,
-    never on the candidate, so the fallback is the same for every candidate.
-    """
-    if objective_used(summary, objective) == POOLED_OBJECTIVE:
-        return float(summary.pooled_memory_score)  # type: ignore[arg-type]
-    return float(summary.accuracy or 0.0)
-
-
-def objective_used(summary: MetricSummary, objective: str) -> str:
-    """The name of what `objective_value` returned for this summary."""
-    if objective == "memory_score" and summary.pooled_memory_score is not None:
-        return POOLED_OBJECTIVE
-    return "accuracy"
 
 
 def run_experiment(
@@ -357,7 +257,9 @@ class _Evolution:
             self.budget.close()
         result = self._result(digest, stopped)
         self.store.save_result(result)
-        self.tracker.finish(result)
+        self.tracker.finish(
+            result, report=format_table(result) + "\n\n" + format_lineage(result) + "\n"
+        )
         return result
 
     def _result(self, digest: str, stopped: str | None) -> ExperimentResult:

@@ -32,8 +32,7 @@ import threading
 from pathlib import Path
 from typing import IO, Any
 
-from pydantic import BaseModel
-
+from evolve.budget import Spend
 from evolve.optimize.records import CandidateRecord, ExperimentResult, GenerationRecord
 from evolve.simulator.storage import (
     atomic_write_json,
@@ -44,19 +43,6 @@ from evolve.simulator.storage import (
 
 EXPERIMENT_FORMAT = "amemgym-evolve.experiment"
 EXPERIMENT_FORMAT_VERSION = 1
-
-
-class Spend(BaseModel):
-    llm_calls: int = 0
-    tokens: int = 0
-    wall_time_s: float = 0.0
-
-    def plus(self, other: Spend) -> Spend:
-        return Spend(
-            llm_calls=self.llm_calls + other.llm_calls,
-            tokens=self.tokens + other.tokens,
-            wall_time_s=self.wall_time_s + other.wall_time_s,
-        )
 
 
 class SpendJournal:

@@ -1,6 +1,7 @@
 """Optuna inside the evolution loop: an ask/tell parameter proposer and short tuning studies.
 
-- `OptunaParameterProposer` implements `evolve.optimize.parameters.ParameterProposer`: each
+- `OptunaParameterProposer` has the shape of `evolve.optimize.parameters.ParameterProposer`
+  (duck-typed: tuning sits below optimize and never imports it): each
   parameter mutation is a trial asked from an Optuna sampler (TPE by default) over the
   configured bounds, and each evaluated candidate's train score is told back (`observe`).
   Candidates the loop loads from disk when resuming are observed in the same order and added
@@ -24,7 +25,6 @@ from pydantic import BaseModel, Field
 
 from evolve.config import BudgetSpec
 from evolve.llm import RoleLMs
-from evolve.optimize.parameters import Bounds, ParameterProposer
 from evolve.simulator.environment import Environment
 from evolve.simulator.runner import EpisodeConfig
 from evolve.tuning.records import TrialRecord
@@ -36,7 +36,7 @@ from evolve.tuning.study import TuneProgress, TuningJob, run_tuning
 _MAX_ASKS = 8
 
 
-class OptunaParameterProposer(ParameterProposer):
+class OptunaParameterProposer:
     """Parameter mutations proposed by an Optuna sampler (ask/tell) within `bounds`.
 
     The search space is fixed at construction (the loop's `optimizer.parameters`); values of
@@ -47,7 +47,7 @@ class OptunaParameterProposer(ParameterProposer):
 
     def __init__(
         self,
-        bounds: Mapping[str, Bounds],
+        bounds: Mapping[str, IntRange],
         *,
         sampler: str = "tpe",
         seed: int = 0,
@@ -91,7 +91,7 @@ class OptunaParameterProposer(ParameterProposer):
         return tuple(int(values[name]) for name in self.distributions)
 
     def propose(
-        self, parent: Mapping[str, int], bounds: Mapping[str, Bounds], rng: random.Random
+        self, parent: Mapping[str, int], bounds: Mapping[str, IntRange], rng: random.Random
     ) -> dict[str, int]:
         if not self.distributions:
             return dict(parent)
@@ -159,7 +159,7 @@ def tune_best_candidate(
     run_dir: str | Path,
     episode: EpisodeConfig,
     *,
-    parameters: Mapping[str, ParameterSpace | Bounds],
+    parameters: Mapping[str, ParameterSpace | IntRange],
     trials: int = 4,
     seed: int = 0,
     objective: str = "memory_score",

@@ -46,12 +46,11 @@ from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.study import MaxTrialsCallback
 from optuna.trial import FrozenTrial, TrialState
 
+from evolve.budget import Budget, BudgetExhausted, Spend
 from evolve.config import BudgetSpec
 from evolve.errors import ResumeMismatchError
 from evolve.llm import RoleLMs
-from evolve.optimize.feedback import load_period_results
-from evolve.optimize.loop import Budget, BudgetExhausted, objective_used, objective_value
-from evolve.optimize.store import Spend
+from evolve.objective import load_period_results, objective_used, objective_value
 from evolve.simulator.environment import Environment
 from evolve.simulator.metrics import MetricSummary, summarize_periods
 from evolve.simulator.runner import EpisodeConfig, ProgressSink, run_evaluation

@@ -1,0 +1,410 @@
+"""The population schedule on GEPA (`gepa.optimize`) behind an `AMemGymAdapter`.
+
+A GEPA data instance is one train user (its id). `evaluate(batch, candidate)` plays the
+candidate's on-policy episodes with `evolve.simulator.runner.run_evaluation`, one runner
+directory per (candidate fingerprint, user), so a killed run resumes without re-evaluating
+a finished user. Per-user score = the spec's objective (`evolve.objective.objective_value`);
+a user whose memory score is undefined at its first evaluation (the base candidate, which
+GEPA evaluates first) is scored by accuracy for every candidate, recorded in `units`.
+
+What stays ours and why: the adapter (episodes, scores, per-component feedback), the
+operators (`evolve.optimize.operators`; GEPA's own proposer knows no numeric parameters nor
+our reflector role), iteration-seeded parent/minibatch selection (gepa 0.1.4 rebuilds
+`Random(seed)` on every call and does not persist its batch sampler, so a resumed run would
+otherwise choose differently), the held-out evaluation of each new best (held-out users are
+never shown to GEPA) and the budget stopper over our spend (LLM calls / tokens / wall time).
+What GEPA does: Pareto (or other) candidate selection, minibatch acceptance, merge,
+metric-call budget, run_dir checkpoints.
+
+Size (~400 lines): the adapter, its seeded selectors and `run_gepa` are kept together
+because they are the one integration point with GEPA; operators live in `operators`.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from gepa import optimize as gepa_optimize
+from gepa.core.adapter import EvaluationBatch
+from gepa.core.callbacks import GEPACallback
+from gepa.strategies.candidate_selector import (
+    CurrentBestCandidateSelector,
+    EpsilonGreedyCandidateSelector,
+    ParetoCandidateSelector,
+    TopKParetoCandidateSelector,
+)
+from pydantic import BaseModel, ConfigDict, Field
+
+from evolve.budget import Budget
+from evolve.objective import objective_value
+from evolve.optimize.feedback import build_feedback
+from evolve.optimize.operators import (
+    MutationOperator,
+    OperatorProposal,
+    parameter_component,
+    split_candidate,
+)
+from evolve.optimize.records import fingerprint
+from evolve.simulator.environment import Environment
+from evolve.simulator.metrics import summarize_periods
+from evolve.simulator.records import UserResult
+from evolve.simulator.runner import run_evaluation
+from evolve.simulator.user import derive_seed
+
+CANDIDATE_SELECTIONS = ("pareto", "current_best", "epsilon_greedy", "top_k_pareto")
+
+
+def seed_candidate(
+    policy: Any, mutable: Sequence[str], parameters: Sequence[str]
+) -> dict[str, str]:
+    """GEPA's seed: the mutable text components and numeric parameters of the base policy."""
+    texts = policy.components()
+    values = policy.parameters()
+    candidate = {name: texts[name] for name in mutable}
+    candidate.update({parameter_component(name): str(int(values[name])) for name in parameters})
+    return candidate
+
+
+class AMemGymAdapter:
+    """GEPA adapter: users are data instances, episodes are rollouts, operators propose."""
+
+    def __init__(
+        self,
+        *,
+        base_policy: Any,
+        environment: Environment,
+        lms: Any,
+        episode: Any,
+        work_dir: Path,
+        operators: Sequence[MutationOperator],
+        objective: str = "memory_score",
+        feedback: str = "complete",
+        max_feedback_failures: int = 6,
+        max_feedback_chars: int = 4000,
+        upper_bound: Any = None,
+        seed: int = 0,
+        stop: threading.Event | None = None,
+    ) -> None:
+        self.base_policy = base_policy
+        self.items = {item.id: item for item in environment.items}
+        self.lms, self.episode, self.upper_bound = lms, episode, upper_bound
+        self.work_dir = Path(work_dir)
+        self.operators = list(operators)
+        self.objective, self.feedback = objective, feedback
+        self.max_feedback_failures = max_feedback_failures
+        self.max_feedback_chars = max_feedback_chars
+        self.seed, self.stop = seed, stop
+        self.iteration = 0
+        # user -> "memory_score" | "accuracy": fixed at the user's first (base) evaluation.
+        self.units: dict[str, str] = {}
+        # Every operator proposal in order: the lineage GEPA does not keep.
+        self.proposals: list[dict[str, Any]] = []
+        # Train score of the best candidate so far and held-out scores of each new best:
+        # persisted with GEPA's state so a resumed run neither repeats nor forgets them.
+        self.best_score = float("-inf")
+        self.heldout: list[dict[str, Any]] = []
+        # (candidate, train score) told to ask/tell operators, replayed into fresh operators
+        # on resume so an Optuna sampler rebuilds the same history without any LLM call.
+        self.observed: list[tuple[dict[str, str], float]] = []
+
+    # ----- GEPA state persistence (gepa_state.bin in run_dir) ----------------------------------
+    def get_adapter_state(self) -> dict[str, Any]:
+        return {
+            "units": dict(self.units),
+            "proposals": list(self.proposals),
+            "best_score": self.best_score,
+            "heldout": list(self.heldout),
+            "observed": list(self.observed),
+        }
+
+    def set_adapter_state(self, state: dict[str, Any]) -> None:
+        self.units = dict(state.get("units", {}))
+        self.proposals = list(state.get("proposals", []))
+        self.best_score = float(state.get("best_score", float("-inf")))
+        self.heldout = list(state.get("heldout", []))
+        self.observed = []
+        for candidate, score in state.get("observed", []):
+            self.observe(dict(candidate), float(score))
+
+    def observe(self, candidate: dict[str, str], score: float) -> None:
+        self.observed.append((candidate, score))
+        for operator in self.operators:
+            operator.observe(candidate, score)
+
+    # ----- evaluation ---------------------------------------------------------------------------
+    def policy(self, candidate: Mapping[str, str]) -> Any:
+        texts, parameters = split_candidate(candidate)
+        policy = self.base_policy.with_components(texts) if texts else self.base_policy
+        return policy.with_parameters(**parameters) if parameters else policy
+
+    def fingerprint(self, candidate: Mapping[str, str]) -> str:
+        policy = self.policy(candidate)
+        return fingerprint(policy.kind, policy.components(), policy.parameters())
+
+    def run_user(
+        self, candidate: Mapping[str, str], user_id: str, split: str = "train"
+    ) -> UserResult:
+        run_dir = self.work_dir / split / self.fingerprint(candidate)[:16] / user_id
+        env = Environment(items=[self.items[user_id]])
+        report = run_evaluation(
+            env, self.policy(candidate), self.lms, run_dir, self.episode,
+            upper_bound=self.upper_bound, stop=self.stop,
+        )  # fmt: skip
+        return report.users[0]
+
+    def user_scores(self, user: UserResult) -> dict[str, float]:
+        summary = summarize_periods(user.periods, self.upper_bound)
+        if user.user_id not in self.units:
+            defined = self.objective == "memory_score" and summary.memory_score is not None
+            self.units[user.user_id] = "memory_score" if defined else "accuracy"
+        return {
+            "score": objective_value(summary, self.units[user.user_id]),
+            "accuracy": float(summary.accuracy or 0.0),
+            "memory_score": float(summary.memory_score or 0.0),
+        }
+
+    def run_users(
+        self, candidate: Mapping[str, str], users: Sequence[str], split: str = "train"
+    ) -> list[UserResult]:
+        # Each distinct user once: two threads must never play one runner directory.
+        distinct = list(dict.fromkeys(users))
+        workers = max(1, min(len(distinct), getattr(self.episode, "concurrency", 1)))
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            played = dict(
+                zip(
+                    distinct,
+                    pool.map(lambda u: self.run_user(candidate, u, split), distinct),
+                    strict=True,
+                )
+            )
+        return [played[user] for user in users]
+
+    def evaluate(
+        self, batch: list[str], candidate: dict[str, str], capture_traces: bool = False
+    ) -> EvaluationBatch:
+        users = self.run_users(candidate, batch)
+        objective_scores = [self.user_scores(user) for user in users]
+        return EvaluationBatch(
+            outputs=[{"user_id": u.user_id} for u in users],
+            scores=[s["score"] for s in objective_scores],
+            trajectories=users if capture_traces else None,
+            objective_scores=objective_scores,
+        )
+
+    # ----- reflection -----------------------------------------------------------------------
+    def make_reflective_dataset(
+        self,
+        candidate: dict[str, str],
+        eval_batch: EvaluationBatch,
+        components_to_update: list[str],
+    ) -> dict[str, list[dict[str, Any]]]:
+        """Per component, one record per user; what it may show follows `feedback`."""
+        users: list[UserResult] = list(eval_batch.trajectories or [])
+        dataset: dict[str, list[dict[str, Any]]] = {}
+        for component in components_to_update:
+            records = []
+            for user, score in zip(users, eval_batch.scores, strict=True):
+                text = build_feedback(
+                    user.periods,
+                    self.feedback,
+                    component=component,
+                    max_failures=self.max_feedback_failures,
+                    max_chars=self.max_feedback_chars,
+                    rng=random.Random(derive_seed(self.seed, "feedback", user.user_id)),
+                ).text
+                records.append({"user": user.user_id, "score": score, "Feedback": text})
+            dataset[component] = records
+        return dataset
+
+    def propose_new_texts(
+        self,
+        candidate: dict[str, str],
+        reflective_dataset: Mapping[str, Sequence[Mapping[str, Any]]],
+        components_to_update: list[str],
+    ) -> dict[str, str]:
+        """Each component goes to the operator owning it; an invalid proposal keeps the parent."""
+        new_texts: dict[str, str] = {}
+        seed = derive_seed(self.seed, "propose", self.iteration)
+        claimed: set[str] = set()
+        for operator in self.operators:
+            owned = [
+                c
+                for c in components_to_update
+                if c not in claimed and operator.owns(c, self.iteration)
+            ]
+            if not owned:
+                continue
+            claimed.update(owned)
+            proposal: OperatorProposal = operator.propose(
+                candidate, owned, reflective_dataset, seed=seed
+            )
+            self.proposals.append({"iteration": self.iteration, **proposal.model_dump()})
+            new_texts.update(proposal.components)
+        return new_texts
+
+
+class IterationSeededSelector:
+    """A GEPA candidate selector whose randomness is a function of (seed, iteration)."""
+
+    def __init__(self, kind: str, seed: int) -> None:
+        if kind not in CANDIDATE_SELECTIONS:
+            raise ValueError(
+                f"candidate_selection = {kind!r}; expected one of {', '.join(CANDIDATE_SELECTIONS)}"
+            )
+        self.kind, self.seed = kind, seed
+
+    def select_candidate_idx(self, state: Any) -> int:
+        rng = random.Random(derive_seed(self.seed, "select", state.i))
+        selector = {
+            "pareto": lambda: ParetoCandidateSelector(rng=rng),
+            "current_best": CurrentBestCandidateSelector,
+            "epsilon_greedy": lambda: EpsilonGreedyCandidateSelector(epsilon=0.1, rng=rng),
+            "top_k_pareto": lambda: TopKParetoCandidateSelector(k=5, rng=rng),
+        }[self.kind]()
+        return selector.select_candidate_idx(state)
+
+
+class IterationSeededBatchSampler:
+    """Epoch-shuffled minibatches computed from (seed, epoch): nothing to persist for resume."""
+
+    def __init__(self, minibatch_size: int, seed: int) -> None:
+        self.minibatch_size, self.seed = minibatch_size, seed
+
+    def next_minibatch_ids(self, loader: Any, state: Any) -> list[Any]:
+        ids = list(loader.all_ids())
+        size = min(self.minibatch_size, len(ids))
+        start = (state.i + 1) * size
+        epoch, offset = divmod(start, len(ids))
+        order: list[Any] = []
+        while len(order) < offset + 2 * size:
+            shuffled = list(ids)
+            random.Random(derive_seed(self.seed, "epoch", epoch)).shuffle(shuffled)
+            order.extend(shuffled)
+            epoch += 1
+        # Distinct users: where an epoch ends mid-batch, skip repeats from the next one.
+        return list(dict.fromkeys(order[offset:]))[:size]
+
+
+class _Hooks(GEPACallback):
+    def __init__(self, adapter: AMemGymAdapter, on_new_best: Callable[[int, dict[str, str]], None]):
+        self.adapter, self.on_new_best = adapter, on_new_best
+
+    def on_iteration_start(self, event: Any) -> None:
+        self.adapter.iteration = int(event["iteration"])
+
+    def on_valset_evaluated(self, event: Any) -> None:
+        score, candidate = float(event["average_score"]), dict(event["candidate"])
+        # Ask/tell operators (Optuna) learn every candidate's train score (the one GEPA
+        # selects by); children rejected on their minibatch are not told.
+        self.adapter.observe(candidate, score)
+        if score > self.adapter.best_score:
+            self.adapter.best_score = score
+            self.on_new_best(int(event["candidate_idx"]), candidate)
+
+
+class GepaSettings(BaseModel):
+    """The GEPA options a spec exposes (`[optimizer]`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    candidate_selection: str = "pareto"
+    use_merge: bool = False
+    reflection_minibatch_size: int = Field(default=3, ge=1)
+    acceptance: str = "strict_improvement"
+    module_selector: str = "round_robin"
+    max_metric_calls: int = Field(default=60, ge=1)
+    max_generations: int | None = Field(default=None, ge=1, description="GEPA iterations.")
+
+
+def budget_stop(budget: Budget, stop: threading.Event | None = None) -> Callable[[], bool]:
+    """GEPA stop callback over our limits (LLM calls, tokens, wall time) and the interrupt
+    event; checked between generations (`max_metric_calls` counts user evaluations)."""
+    return lambda: budget.exhausted() is not None or (stop is not None and stop.is_set())
+
+
+class HeldoutScore(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    candidate_idx: int
+    score: float
+    accuracy: float
+
+
+class GepaOutcome(BaseModel):
+    """What a GEPA run produced: every candidate with lineage, and held-out scores of bests."""
+
+    candidates: list[dict[str, str]]
+    parents: list[list[int | None]]
+    train_scores: list[float]
+    best_idx: int
+    heldout: list[HeldoutScore]
+    proposals: list[dict[str, Any]]
+    units: dict[str, str]
+    metric_calls: int | None
+
+
+def run_gepa(
+    adapter: AMemGymAdapter,
+    *,
+    train_users: Sequence[str],
+    heldout_users: Sequence[str],
+    seed_candidate: dict[str, str],
+    settings: GepaSettings,
+    run_dir: Path,
+    seed: int,
+    stop_when: Callable[[], bool] | None = None,
+) -> GepaOutcome:
+    """Run (or resume from `run_dir`) GEPA; each new best is evaluated on the held-out users."""
+
+    def evaluate_heldout(idx: int, candidate: dict[str, str]) -> None:
+        if not heldout_users:
+            return
+        users = adapter.run_users(candidate, heldout_users, split="heldout")
+        scores = [adapter.user_scores(user) for user in users]
+        adapter.heldout.append(
+            HeldoutScore(
+                candidate_idx=idx,
+                score=sum(s["score"] for s in scores) / len(scores),
+                accuracy=sum(s["accuracy"] for s in scores) / len(scores),
+            ).model_dump()
+        )
+
+    def should_stop(state: Any) -> bool:
+        # state.i is the last finished iteration (-1 before the first): one generation each.
+        if settings.max_generations is not None and state.i + 1 >= settings.max_generations:
+            return True
+        return stop_when is not None and stop_when()
+
+    result = gepa_optimize(
+        seed_candidate=seed_candidate,
+        trainset=list(train_users),
+        valset=list(train_users),
+        adapter=adapter,
+        candidate_selection_strategy=IterationSeededSelector(settings.candidate_selection, seed),
+        batch_sampler=IterationSeededBatchSampler(settings.reflection_minibatch_size, seed),
+        module_selector=settings.module_selector,
+        use_merge=settings.use_merge,
+        acceptance_criterion=settings.acceptance,
+        max_metric_calls=settings.max_metric_calls,
+        stop_callbacks=[should_stop],
+        run_dir=str(run_dir),
+        callbacks=[_Hooks(adapter, evaluate_heldout)],
+        skip_perfect_score=False,
+        seed=seed,
+        display_progress_bar=False,
+    )
+    return GepaOutcome(
+        candidates=[dict(c) for c in result.candidates],
+        parents=[list(p) for p in result.parents],
+        train_scores=list(result.val_aggregate_scores),
+        best_idx=result.best_idx,
+        heldout=[HeldoutScore.model_validate(h) for h in adapter.heldout],
+        proposals=adapter.proposals,
+        units=adapter.units,
+        metric_calls=result.total_metric_calls,
+    )
