@@ -93,9 +93,9 @@ def test_tune_ledger_after_kill_9_mid_trial_is_within_the_in_flight_calls(tmp_pa
     assert printed and int(printed.group(1)) == recorded_after, out
     result = json.loads((tmp_path / "runs" / "tune" / "tuning.json").read_text())
     assert result["llm_calls"] == recorded_after
-    # The killed trial's record shows the calls it made before the kill.
+    # The killed trial's record shows the calls it completed before the kill.
     killed = next(t for t in result["trials"] if t["number"] == killed_trial.number)
-    assert killed["llm_calls"] >= 4
+    assert killed["llm_calls"] >= 4 - CONCURRENCY
 
 
 def test_the_budget_counts_the_calls_of_a_killed_trial(tmp_path):
