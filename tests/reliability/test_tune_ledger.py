@@ -16,6 +16,7 @@ import json
 import os
 import re
 import signal
+import socket
 import time
 from pathlib import Path
 
@@ -33,6 +34,7 @@ from reliability.test_tuning_trials import (
 from stub_server import StubServer
 from tuning.tune_helpers import TuneWorld, write_tune_spec
 
+from evolve.simulator.storage import safe_name
 from evolve.tuning import load_tune_spec, run_tuning
 
 CONCURRENCY = 1  # write_tune_spec's `concurrency`: calls in flight at most
@@ -133,3 +135,26 @@ def test_the_budget_counts_the_calls_of_a_killed_trial(tmp_path):
     assert not world.agent.calls and not world.simulator.calls
     assert (result.llm_calls, result.tokens) == (5, 60)
     assert result.trial(0).llm_calls == 5  # the failed trial's record shows what it paid
+
+
+def test_every_call_is_journaled_once_by_the_process_or_trial_that_made_it(tmp_path):
+    """A `--worker` and the main invocation each write their own files; trial calls go to the
+    trial's file; the study's total is the sum over every file and matches the LMs' calls."""
+    from evolve.tuning.spend import StudySpendJournals
+
+    spec = load_tune_spec(
+        write_tune_spec(tmp_path, f'trials = 2\nheldout = "best"\n{GRID}'),
+    )
+    world = TuneWorld()
+    run = {"runs_dir": tmp_path / "runs", "upper_bound_cache": tmp_path / "ub"}
+    worker = run_tuning(spec, world.lms, **run, worker_only=True)  # trials + upper bound
+    assert worker.finished_trials == 2
+    main = run_tuning(spec, world.lms, **run)  # held-out check only
+    made = len(world.agent.calls) + len(world.simulator.calls)
+    journals = StudySpendJournals(tmp_path / "runs" / "tune", "tune")
+    names = sorted(path.name for path in journals.files())
+    worker_file = f"worker-{safe_name(socket.gethostname())}-{os.getpid()}.jsonl"
+    assert names == ["main.jsonl", "trial-0000.jsonl", "trial-0001.jsonl", worker_file]
+    assert journals.total().llm_calls == made == main.llm_calls
+    by_trial = journals.trial_spend()
+    assert all(by_trial[n].llm_calls == main.trial(n).llm_calls > 0 for n in (0, 1))
