@@ -118,7 +118,10 @@ class SpendRecorder:
         self._started = time.perf_counter()
         self._process: SpendJournal | None = None
         self._trial: tuple[SpendJournal, float] | None = None
-        usage.add_listener(self._record)
+        self._closed = False
+        # One bound-method object: the tracker removes a listener by identity.
+        self._listener = self._record
+        usage.add_listener(self._listener)
 
     @contextlib.contextmanager
     def trial(self, number: int) -> Iterator[None]:
@@ -134,14 +137,17 @@ class SpendRecorder:
             journal.close()
 
     def close(self) -> None:
-        self.usage.remove_listener(self._record)
+        self.usage.remove_listener(self._listener)
         with self._lock:
+            self._closed = True
             process, self._process = self._process, None
         if process is not None:
             process.close()
 
     def _record(self, call: CompletedCall) -> None:
         with self._lock:
+            if self._closed:
+                return
             if self._trial is not None:
                 journal, started = self._trial
             else:
