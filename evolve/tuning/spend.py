@@ -29,8 +29,11 @@ lines itself, or call `recorded_spend(runs/<name>)`.
 
 Journals are keyed by trial number, not by invocation, so a retried trial never counts
 the calls of the trial it retries a second time, and the killed trial's own calls stay
-counted: they were paid. An in-memory study (no storage: the candidate tuning inside
-`evolve run`) keeps no journal; the experiment's own journal records its calls.
+counted: they were paid. A study deleted and created again under the same name in the
+same run directory keeps the old study's spend for the same reason; delete
+`spend/<study>/` (with `trials/<study>/`) to start its ledger over. An in-memory study (no
+storage: the candidate tuning inside `evolve run`) keeps no journal; the experiment's own
+journal records its calls.
 """
 
 from __future__ import annotations
