@@ -23,6 +23,7 @@ from evolve.tuning.spec import (
     resolve_tuning,
     tune_spec_from_dict,
 )
+from evolve.tuning.spend import StudySpendJournals, recorded_spend
 from evolve.tuning.storage import open_storage, open_study, redact_storage_url
 from evolve.tuning.study import TuneProgress, TuningJob, TuningStore, job_from, run_tuning
 from evolve.tuning.tracking import (
@@ -41,6 +42,7 @@ __all__ = [
     "NullStudyTracker",
     "OptunaParameterProposer",
     "ResolvedTuning",
+    "StudySpendJournals",
     "StudyTracker",
     "TrialRecord",
     "TrialSeededSampler",
@@ -58,6 +60,7 @@ __all__ = [
     "load_tune_spec",
     "open_storage",
     "open_study",
+    "recorded_spend",
     "redact_storage_url",
     "render_tuning_dir",
     "render_tuning_experiment",

@@ -6,6 +6,7 @@ attributes the worker sets), so every worker of a shared study reports the same 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import optuna
@@ -29,6 +30,9 @@ ATTR_SEED = "evolve.seed"
 # A queued grid trial's point ({name: value}); Optuna's retry of a trial whose worker died
 # copies it with the other user attributes.
 GRID_POINT_ATTR = "evolve.grid_point"
+
+# TuningResult.storage of a study kept in memory only (no resume, no spend journal).
+IN_MEMORY_STORAGE = "in-memory"
 
 TrialOutcome = Literal["complete", "pruned", "failed", "running", "waiting", "surplus"]
 
@@ -100,6 +104,12 @@ class TuningResult(BaseModel):
     notes: list[str] = Field(default_factory=list)
     complete: bool = False
     stopped: str | None = None
+    llm_calls: int = Field(
+        default=0,
+        description="LLM calls the study spent: every invocation and worker, killed ones "
+        "included (its spend journals; this invocation's only for an in-memory study).",
+    )
+    tokens: int = Field(default=0, description="Tokens the study spent, counted like llm_calls.")
 
     def trial(self, number: int) -> TrialRecord:
         for record in self.trials:
@@ -161,8 +171,30 @@ def trial_record(trial: FrozenTrial) -> TrialRecord:
     )
 
 
-def trial_records(study: optuna.Study) -> list[TrialRecord]:
-    return [trial_record(t) for t in study.get_trials(deepcopy=False)]
+def trial_records(
+    study: optuna.Study, journaled: Mapping[int, Any] | None = None
+) -> list[TrialRecord]:
+    """The study's trials (see `with_journaled_spend` for `journaled`)."""
+    records = [trial_record(t) for t in study.get_trials(deepcopy=False)]
+    return with_journaled_spend(records, journaled or {})
+
+
+def with_journaled_spend(
+    records: list[TrialRecord], journaled: Mapping[int, Any]
+) -> list[TrialRecord]:
+    """`records` whose calls and tokens are replaced by their spend journal's (trial number ->
+    a `Spend`): it also knows the calls of a trial whose process was killed."""
+    return [
+        r.model_copy(
+            update={
+                "llm_calls": journaled[r.number].llm_calls,
+                "tokens": journaled[r.number].tokens,
+            }
+        )
+        if r.number in journaled
+        else r
+        for r in records
+    ]
 
 
 def best_trial_numbers(study: optuna.Study) -> list[int]:

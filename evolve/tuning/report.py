@@ -10,7 +10,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from evolve.tuning.records import TrialRecord, TuningResult
+from evolve.tuning.records import (
+    IN_MEMORY_STORAGE,
+    TrialRecord,
+    TuningResult,
+    with_journaled_spend,
+)
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:
@@ -87,6 +92,12 @@ def format_result(result: TuningResult) -> str:
             f"{heldout.objective_used} {_fmt(heldout.score)}  accuracy "
             f"{_fmt(heldout.metrics.get('accuracy'))}"
         )
+    scope = (
+        "this invocation"
+        if result.storage == IN_MEMORY_STORAGE
+        else "every invocation and worker of the study, killed ones included"
+    )
+    lines.append(f"spend: {result.llm_calls} LLM calls, {result.tokens} tokens ({scope})")
     for note in result.notes:
         lines.append(f"note: {note}")
     if result.stopped:
@@ -120,10 +131,21 @@ def tuning_dir_for(target: str, runs_dir: str | Path = "runs") -> Path | None:
 
 
 def render_tuning_dir(directory: str | Path) -> str:
-    """The study table of `runs/<name>/tuning.json` (what `evolve tune` last saw)."""
+    """The study table of `runs/<name>/tuning.json` (what `evolve tune` last saw), with the
+    spend read now from the study's journals (they also hold the calls of a killed
+    invocation and of workers still running)."""
+    from evolve.tuning.spend import StudySpendJournals
     from evolve.tuning.study import TuningStore
 
-    return format_result(TuningStore(Path(directory)).load_result())
+    result = TuningStore(Path(directory)).load_result()
+    if result.storage != IN_MEMORY_STORAGE:
+        journals = StudySpendJournals(directory, result.study_name)
+        trials = with_journaled_spend(result.trials, journals.trial_spend())
+        spent = journals.total(trials)
+        result = result.model_copy(
+            update={"trials": trials, "llm_calls": spent.llm_calls, "tokens": spent.tokens}
+        )
+    return format_result(result)
 
 
 def render_tuning_experiment(tracking_uri: str, experiment_name: str) -> str:

@@ -28,6 +28,13 @@ complete, the best parameters (or the Pareto front) are evaluated on the held-ou
 
 The upper-bound table is computed once per environment and agent model (cached on disk) and
 shared by every trial and the held-out checks.
+
+Spend is journaled as calls complete, not only recorded when a trial ends: every completed
+LLM call of a worker appends a flushed line to `runs/<name>/spend/<study>/trial-NNNN.jsonl`
+while trial NNNN runs, else to `main.jsonl` (or `worker-<host>-<pid>.jsonl` for `--worker`);
+the study's spend is the sum over these files (`evolve.tuning.spend`, which documents the
+format), so after `kill -9` it is short only by the calls in flight. The budget checks
+re-read it (other workers spend too), `tuning.json` records it, `evolve compare` shows it.
 """
 
 from __future__ import annotations
@@ -76,6 +83,7 @@ from evolve.tuning.records import (
     ATTR_TOKENS,
     ATTR_WALL_TIME,
     ATTR_WORKER,
+    IN_MEMORY_STORAGE,
     HeldoutRecord,
     TrialRecord,
     TuningResult,
@@ -99,6 +107,7 @@ from evolve.tuning.spec import (
     parameter_slug,
     resolve_tuning,
 )
+from evolve.tuning.spend import SpendRecorder, StudyBudget, StudySpendJournals
 from evolve.tuning.storage import (
     fail_running_trials,
     fail_stale_trials,
@@ -116,7 +125,16 @@ RESULT_FILE = "tuning.json"
 _FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 _TAKEN = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
 # Attributes of one evaluation: a retried trial must not show its failed predecessor's.
-_PER_RUN_ATTRS = (ATTR_NOTE, ATTR_STOPPED, ATTR_PERIODS, ATTR_METRICS, ATTR_MLFLOW_RUN)
+_PER_RUN_ATTRS = (
+    ATTR_NOTE,
+    ATTR_STOPPED,
+    ATTR_PERIODS,
+    ATTR_METRICS,
+    ATTR_MLFLOW_RUN,
+    ATTR_LLM_CALLS,
+    ATTR_TOKENS,
+    ATTR_WALL_TIME,
+)
 
 
 class _SurplusTrial(Exception):
@@ -167,7 +185,10 @@ class TuningStore:
 
         trials/<study>/<NNNN>-<params>/   runner directory of trial NNNN (train users)
         heldout/<params>/                 runner directory of a held-out check
-        tuning.json                       TuningResult of the latest invocation
+        spend/<study>/*.jsonl             spend journals (`evolve.tuning.spend`): one line
+                                          per completed LLM call, per trial and per process
+        tuning.json                       TuningResult of the latest invocation (written when
+                                          it starts and after every trial)
     """
 
     def __init__(self, root: Path) -> None:
@@ -340,6 +361,12 @@ class _Worker:
         self.poll_s = float(min(5, heartbeat_interval_for(self.tuning.heartbeat_grace_s)))
         self._current: int | None = None  # the trial this worker is evaluating
         self._returned: int | None = None  # the last trial whose evaluation returned values
+        # Spend journals of a stored study; an in-memory one (inside `evolve run`) has none:
+        # it cannot resume, and the experiment journals the calls itself.
+        self.journals = (
+            StudySpendJournals(store.root, job.study_name) if job.storage_url is not None else None
+        )
+        self.recorder: SpendRecorder | None = None
 
     # ----- top level ------------------------------------------------------------------------
 
@@ -368,15 +395,31 @@ class _Worker:
             finished=sum(r.finished for r in before),
             running=sum(r.state == "running" for r in before),
         )
-        self.budget = Budget(
-            self.job.budget,
-            self.lms,
-            Spend(
-                llm_calls=sum(r.llm_calls for r in before),
-                tokens=sum(r.tokens for r in before),
-                wall_time_s=sum(r.wall_time_s or 0.0 for r in before),
-            ),
-        )
+        if self.journals is not None:
+            self.recorder = SpendRecorder(self.journals, self.lms.usage, worker=worker_only)
+            self.budget: Budget = StudyBudget(self.job.budget, self.lms, self.journals, before)
+        else:
+            self.budget = Budget(
+                self.job.budget,
+                self.lms,
+                Spend(
+                    llm_calls=sum(r.llm_calls for r in before),
+                    tokens=sum(r.tokens for r in before),
+                    wall_time_s=sum(r.wall_time_s or 0.0 for r in before),
+                ),
+            )
+        try:
+            return self._run_recorded(model_names, digest, worker_only=worker_only)
+        finally:
+            if self.recorder is not None:
+                self.recorder.close()
+
+    def _run_recorded(
+        self, model_names: dict[str, str], digest: str, *, worker_only: bool
+    ) -> TuningResult:
+        # From the start: `evolve compare` reads the spend of an invocation killed before
+        # its first trial ended.
+        self.store.save_result(self._result(digest))
         self.tracker.start(
             StudyContext(
                 name=self.job.name,
@@ -616,6 +659,20 @@ class _Worker:
         if run_id:
             trial.set_user_attr(ATTR_MLFLOW_RUN, run_id)
         self.progress.trial_started(number, parameters)
+        journaled = (
+            self.recorder.trial(number) if self.recorder is not None else contextlib.nullcontext()
+        )
+        with journaled:
+            return self._evaluate_journaled(trial, number, parameters, policy, run_dir)
+
+    def _evaluate_journaled(
+        self,
+        trial: optuna.Trial,
+        number: int,
+        parameters: dict[str, int],
+        policy: Any,
+        run_dir: Path,
+    ) -> float | list[float]:
         usage_before = self.lms.usage.snapshot()
         started = time.perf_counter()
         periods: dict[int, float] = {}
@@ -760,7 +817,12 @@ class _Worker:
     # ----- result ---------------------------------------------------------------------------
 
     def _result(self, digest: str, stopped: str | None = None) -> TuningResult:
-        records = trial_records(self.study)
+        if self.journals is not None:
+            records = trial_records(self.study, self.journals.trial_spend())
+            spent = self.journals.total(records)
+        else:
+            records = trial_records(self.study)
+            spent = self.budget.spent()
         notes = list(self.notes)
         objective = self.tuning.objective
         if objective == "memory_score" and any(
@@ -794,6 +856,8 @@ class _Worker:
             notes=notes,
             complete=finished >= self.job.trials and stopped is None,
             stopped=stopped,
+            llm_calls=spent.llm_calls,
+            tokens=spent.tokens,
         )
 
 
@@ -802,4 +866,4 @@ def _objective_used(summary: MetricSummary, objective: str) -> str:
 
 
 def _storage_label(url: str | None) -> str:
-    return redact_storage_url(url) if url is not None else "in-memory"
+    return redact_storage_url(url) if url is not None else IN_MEMORY_STORAGE

@@ -1,0 +1,220 @@
+"""The spend ledger of a tuning study: every completed LLM call, journaled as it completes.
+
+Why not the trial attributes alone: a worker writes a trial's calls and tokens to Optuna
+when the trial ends, so a `kill -9` mid-trial loses the spend of the killed trial, and a
+budget summed from the attributes under-counts real spend by every killed trial. Instead,
+each completed call appends one flushed line to a journal file (the `SpendJournal` of
+`evolve run`), so after any crash the study's recorded spend is short only by the calls in
+flight at the moment of the crash.
+
+Layout under the tuning run directory `runs/<name>/` (`<study>` is the study name made
+file-system safe, `evolve.simulator.storage.safe_name`)::
+
+    spend/<study>/trial-NNNN.jsonl           calls made while trial NNNN ran (written by
+                                             the one process that ran it; a retried trial
+                                             has a new number, hence its own file)
+    spend/<study>/main.jsonl                 calls of main invocations outside trials
+                                             (upper bound, held-out checks)
+    spend/<study>/worker-<host>-<pid>.jsonl  calls of a `--worker` outside trials
+
+Every file holds JSON lines; a completed call is
+``{"role", "prompt", "completion", "cache_hit", "failed", "wall_s"}`` (`wall_s`: seconds
+since the file's writer attached it). A line torn by a kill is skipped. The study's spend
+is the sum over all files: LLM calls = lines with a "role" and `cache_hit` false (a
+response served from DSPy's cache cost nothing; a failed call did reach the endpoint),
+tokens = the sum of "prompt" + "completion". Trials finished before journals existed
+(no file of their number) add the `evolve.llm_calls` / `evolve.tokens` attributes they
+hold in Optuna. A reader without the toolkit (e.g. `benchmarks/chaos.py`) may sum the
+lines itself, or call `recorded_spend(runs/<name>)`.
+
+Journals are keyed by trial number, not by invocation, so a retried trial never counts
+the calls of the trial it retries a second time, and the killed trial's own calls stay
+counted: they were paid. A study deleted and created again under the same name in the
+same run directory keeps the old study's spend for the same reason; delete
+`spend/<study>/` (with `trials/<study>/`) to start its ledger over. An in-memory study (no
+storage: the candidate tuning inside `evolve run`) keeps no journal; the experiment's own
+journal records its calls.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from evolve.llm.usage import CompletedCall, UsageTracker
+from evolve.optimize.loop import Budget
+from evolve.optimize.store import Spend, SpendJournal
+from evolve.simulator.storage import read_json, safe_name
+from evolve.tuning.records import TrialRecord
+
+SPEND_DIR = "spend"
+MAIN_JOURNAL = "main.jsonl"
+_TRIAL_PREFIX = "trial-"
+_CARRIED_STATES = ("complete", "pruned", "failed")
+
+
+class StudySpendJournals:
+    """The journal files of one study under a tuning run directory (see the layout above)."""
+
+    def __init__(self, run_dir: str | Path, study_name: str) -> None:
+        self.directory = Path(run_dir) / SPEND_DIR / safe_name(study_name)
+
+    def trial_journal(self, number: int) -> SpendJournal:
+        return SpendJournal(self.directory / f"{_TRIAL_PREFIX}{number:04d}.jsonl")
+
+    def process_journal(self, *, worker: bool) -> SpendJournal:
+        if not worker:
+            return SpendJournal(self.directory / MAIN_JOURNAL)
+        host = safe_name(socket.gethostname())
+        return SpendJournal(self.directory / f"worker-{host}-{os.getpid()}.jsonl")
+
+    def files(self) -> list[Path]:
+        return sorted(self.directory.glob("*.jsonl")) if self.directory.is_dir() else []
+
+    def trial_spend(self) -> dict[int, Spend]:
+        """Spend per trial number, for every trial that has a journal."""
+        spend: dict[int, Spend] = {}
+        for path in self.files():
+            number = path.stem.removeprefix(_TRIAL_PREFIX)
+            if path.stem.startswith(_TRIAL_PREFIX) and number.isdigit():
+                spend[int(number)] = SpendJournal(path).total()
+        return spend
+
+    def total(self, records: Iterable[TrialRecord] = ()) -> Spend:
+        """LLM calls and tokens of every journal, plus those of trials in `records` that
+        finished before journals existed. Wall time is not summed here: the writers overlap
+        (workers run side by side), so it is the trials' own `wall_time_s`."""
+        calls = tokens = 0
+        journaled: set[int] = set()
+        for path in self.files():
+            spent = SpendJournal(path).total()
+            calls += spent.llm_calls
+            tokens += spent.tokens
+            number = path.stem.removeprefix(_TRIAL_PREFIX)
+            if path.stem.startswith(_TRIAL_PREFIX) and number.isdigit():
+                journaled.add(int(number))
+        for record in records:
+            # Trials without a journal: their Optuna attributes (a queued retry copies the
+            # attributes of the trial it retries, so only finished trials carry spend).
+            if record.number not in journaled and record.state in _CARRIED_STATES:
+                calls += record.llm_calls
+                tokens += record.tokens
+        return Spend(llm_calls=calls, tokens=tokens)
+
+
+class SpendRecorder:
+    """A usage listener that journals each completed call: to the running trial's file while
+    this worker evaluates a trial, else to this process's file. Close it when the worker
+    ends (calls completing afterwards are in flight and not journaled)."""
+
+    def __init__(self, journals: StudySpendJournals, usage: UsageTracker, *, worker: bool) -> None:
+        self.journals = journals
+        self.usage = usage
+        self.worker = worker
+        self._lock = threading.Lock()
+        self._started = time.perf_counter()
+        self._process: SpendJournal | None = None
+        self._trial: tuple[SpendJournal, float] | None = None
+        self._closed = False
+        # One bound-method object: the tracker removes a listener by identity.
+        self._listener = self._record
+        usage.add_listener(self._listener)
+
+    @contextlib.contextmanager
+    def trial(self, number: int) -> Iterator[None]:
+        """Journal the calls made inside the block to trial `number`'s file."""
+        journal = self.journals.trial_journal(number).open()  # exists even if no call is made
+        with self._lock:
+            self._trial = (journal, time.perf_counter())
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._trial = None
+            journal.close()
+
+    def close(self) -> None:
+        self.usage.remove_listener(self._listener)
+        with self._lock:
+            self._closed = True
+            process, self._process = self._process, None
+        if process is not None:
+            process.close()
+
+    def _record(self, call: CompletedCall) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            if self._trial is not None:
+                journal, started = self._trial
+            else:
+                if self._process is None:  # opened on the first call: no empty files
+                    self._process = self.journals.process_journal(worker=self.worker).open()
+                journal, started = self._process, self._started
+        journal.record_call(
+            role=call.role,
+            prompt_tokens=call.prompt_tokens,
+            completion_tokens=call.completion_tokens,
+            cache_hit=call.cache_hit,
+            failed=call.failed,
+            wall_time_s=time.perf_counter() - started,
+        )
+
+
+class StudyBudget(Budget):
+    """The study's budget: calls and tokens of every worker and invocation, re-read from the
+    journals at each check (other workers spend too); wall time is the trials' recorded
+    wall time plus this invocation's."""
+
+    def __init__(
+        self,
+        limits: Any,
+        lms: Any,
+        journals: StudySpendJournals,
+        records: Iterable[TrialRecord],
+    ) -> None:
+        records = list(records)
+        self.journals = journals
+        self._carried = [r for r in records if r.state in _CARRIED_STATES]
+        self._wall_before = sum(r.wall_time_s or 0.0 for r in records)
+        self._wall_started = time.perf_counter()
+        super().__init__(limits, lms, self.recorded())
+
+    def recorded(self) -> Spend:
+        return self.journals.total(self._carried)
+
+    def spent(self) -> Spend:
+        recorded = self.recorded()
+        return Spend(
+            llm_calls=recorded.llm_calls,
+            tokens=recorded.tokens,
+            wall_time_s=self._wall_before + time.perf_counter() - self._wall_started,
+        )
+
+
+def recorded_spend(run_dir: str | Path, study_name: str | None = None) -> Spend:
+    """The LLM calls and tokens a tuning run directory has recorded for its study (every
+    study under `spend/` when `study_name` is None and no `tuning.json` names it)."""
+    from evolve.tuning.records import TuningResult
+    from evolve.tuning.study import RESULT_FILE
+
+    run_dir = Path(run_dir)
+    records: list[TrialRecord] = []
+    result_file = run_dir / RESULT_FILE
+    if result_file.is_file():
+        result = TuningResult.model_validate(read_json(result_file))
+        if study_name is None or study_name == result.study_name:
+            study_name = result.study_name
+            records = result.trials
+    if study_name is not None:
+        return StudySpendJournals(run_dir, study_name).total(records)
+    total = Spend()
+    for directory in sorted((run_dir / SPEND_DIR).glob("*/")):
+        total = total.plus(StudySpendJournals(run_dir, directory.name).total())
+    return total
