@@ -116,7 +116,7 @@ class UsageTracker:
 
     def remove_listener(self, listener: CallListener) -> None:
         with self._lock:
-            self._listeners = [known for known in self._listeners if known is not listener]
+            self._listeners = [known for known in self._listeners if known != listener]
 
     def record(
         self,

@@ -27,12 +27,10 @@ is short only by the calls that were in flight.
 from __future__ import annotations
 
 import json
-import os
-import threading
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from evolve.budget import Spend
+from evolve.budget import Spend, SpendJournal
 from evolve.optimize.records import CandidateRecord, ExperimentResult, GenerationRecord
 from evolve.simulator.storage import (
     atomic_write_json,
@@ -43,111 +41,6 @@ from evolve.simulator.storage import (
 
 EXPERIMENT_FORMAT = "amemgym-evolve.experiment"
 EXPERIMENT_FORMAT_VERSION = 1
-
-
-class SpendJournal:
-    """Append-only JSON lines, one per completed LLM call (or a wall-time mark).
-
-    Line kinds: ``{"carried": {Spend}}`` (spend recorded before the journal existed),
-    ``{"role", "prompt", "completion", "cache_hit", "failed", "wall_s"}`` (a call) and
-    ``{"wall_s"}`` (a checkpoint). `wall_s` is the run's total wall time when the line was
-    written, so the latest one is the wall time spent. A line torn by a crash is skipped.
-    """
-
-    def __init__(self, path: Path) -> None:
-        self.path = Path(path)
-        self._lock = threading.Lock()
-        self._file: IO[str] | None = None
-
-    def open(self, carried: Spend | None = None) -> SpendJournal:
-        new = not self.path.exists()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed by close()
-        if not new and self.path.stat().st_size and not self._ends_with_newline():
-            self._file.write("\n")  # after a torn last line, start a fresh one
-        if new and carried is not None and carried != Spend():
-            self._write({"carried": carried.model_dump(mode="json")})
-        self.sync()
-        return self
-
-    def record_call(
-        self,
-        *,
-        role: str,
-        prompt_tokens: int,
-        completion_tokens: int,
-        cache_hit: bool,
-        failed: bool,
-        wall_time_s: float,
-    ) -> None:
-        self._write(
-            {
-                "role": role,
-                "prompt": prompt_tokens,
-                "completion": completion_tokens,
-                "cache_hit": cache_hit,
-                "failed": failed,
-                "wall_s": round(wall_time_s, 3),
-            }
-        )
-
-    def mark_wall_time(self, wall_time_s: float) -> None:
-        self._write({"wall_s": round(wall_time_s, 3)})
-
-    def sync(self) -> None:
-        """Make the lines written so far survive an OS crash too (one fsync per unit)."""
-        with self._lock:
-            if self._file is not None:
-                self._file.flush()
-                os.fsync(self._file.fileno())
-
-    def close(self) -> None:
-        with self._lock:
-            if self._file is not None:
-                self._file.flush()
-                os.fsync(self._file.fileno())
-                self._file.close()
-                self._file = None
-
-    def _write(self, entry: dict[str, Any]) -> None:
-        line = json.dumps(entry, separators=(",", ":")) + "\n"
-        with self._lock:
-            if self._file is None:
-                return  # closed: the run is over and its ledger written
-            # One write + flush per line: a killed process loses at most the call in flight.
-            self._file.write(line)
-            self._file.flush()
-
-    def _ends_with_newline(self) -> bool:
-        with open(self.path, "rb") as handle:
-            handle.seek(-1, os.SEEK_END)
-            return handle.read(1) == b"\n"
-
-    def total(self) -> Spend:
-        """The spend the journal records (cache hits cost nothing; failed calls do)."""
-        calls = tokens = 0
-        carried = Spend()
-        wall = 0.0
-        with open(self.path, encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                try:
-                    entry = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # torn by a crash mid-write
-                if not isinstance(entry, dict):
-                    continue
-                if "carried" in entry:
-                    carried = carried.plus(Spend.model_validate(entry["carried"]))
-                    continue
-                wall = max(wall, float(entry.get("wall_s", 0.0)))
-                if "role" in entry:
-                    calls += 0 if entry.get("cache_hit") else 1
-                    tokens += int(entry.get("prompt", 0)) + int(entry.get("completion", 0))
-        return Spend(
-            llm_calls=carried.llm_calls + calls,
-            tokens=carried.tokens + tokens,
-            wall_time_s=max(wall, carried.wall_time_s),
-        )
 
 
 class ExperimentStore:

@@ -47,9 +47,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from evolve.budget import Budget, Spend, SpendJournal
 from evolve.llm.usage import CompletedCall, UsageTracker
-from evolve.optimize.loop import Budget
-from evolve.optimize.store import Spend, SpendJournal
 from evolve.simulator.storage import read_json, safe_name
 from evolve.tuning.records import TrialRecord
 
