@@ -59,7 +59,7 @@ mkdir -p "$work_dir" "$dest_dir"
 work_dir="$(cd "$work_dir" && pwd)"
 sdist="$work_dir/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION.tar.gz"
 source_dir="$work_dir/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION/vendor/llama.cpp"
-build_dir="$work_dir/llama-server-build"
+build_dir="$work_dir/llama-server-build-$LLAMA_CPP_PYTHON_VERSION"
 log="$work_dir/llama-server-build.log"
 
 fail() {
