@@ -148,6 +148,8 @@ class EmbeddedServer:
             )
         self.port = self.config.port or free_loopback_port()
         command = self.command(binary)
+        # One log per server: a process may start several (e.g. the slots benchmark).
+        self.log_path = cache_dir() / "server" / f"llama-server-{os.getpid()}-{self.port}.log"
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("wb")
         try:
