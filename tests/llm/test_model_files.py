@@ -94,3 +94,20 @@ def test_missing_preset_packages_say_how_to_install_them(monkeypatch):
 def test_unknown_preset_is_refused():
     with pytest.raises(ModelFileError, match="unknown model preset '7b'.*0.5b, 1.5b"):
         model_files.bundled_model_path("7b")
+
+
+def test_pyproject_pins_every_chunk_of_every_preset():
+    import tomllib
+    from pathlib import Path
+
+    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    project = tomllib.loads(pyproject.read_text())["project"]
+    sources = {
+        "0.5b": project["dependencies"],
+        "1.5b": project["optional-dependencies"]["model-1.5b"],
+    }
+    for preset, requirements in sources.items():
+        model = model_files.PRESETS[preset]
+        pinned = [req for req in requirements if req.startswith(model.package_prefix)]
+        assert pinned == [f"{name}=={model.version}" for name in model.distributions]
+    assert not [req for req in project["dependencies"] if req.startswith("llama-cpp-python")]
