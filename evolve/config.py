@@ -265,7 +265,12 @@ class RunSpec(_Strict):
     name: str = Field(description="Results go to runs/<name>/.")
     description: str = ""
     seed: int = 0
-    concurrency: int = Field(default=2, ge=1, description="Users evaluated at the same time.")
+    concurrency: int = Field(
+        default=0,
+        ge=0,
+        description="LLM calls in flight (users, questions, probes). Unset or 0: the embedded "
+        "server's slot count when it serves a role, else 2.",
+    )
     environment: EnvironmentSpec
     episode: EpisodeSpec = EpisodeSpec()
     policy: PolicySpec
@@ -274,6 +279,15 @@ class RunSpec(_Strict):
     llm: LLMConfig = LLMConfig()
 
     _source: Path | None = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _default_concurrency(self) -> RunSpec:
+        if self.concurrency == 0:
+            # More calls in flight than slots would only queue at the server; fewer would
+            # leave slots idle.
+            default = self.llm.embedded.slots if self.llm.needs_embedded_server() else 2
+            object.__setattr__(self, "concurrency", default)  # frozen model: set once, here
+        return self
 
     @model_validator(mode="after")
     def _valid_name(self) -> RunSpec:

@@ -10,6 +10,8 @@ import dspy
 from evolve.llm import ROLES, RoleLMs, add_llm_arguments, llm_config_from_args, open_role_lms
 from evolve.llm.adapter import StructuredJSONAdapter
 from evolve.llm.config import LLMConfig
+from evolve.llm.model_files import PRESETS, bundled_model, installed_presets
+from evolve.llm.server import SERVER_KIND
 
 
 class _FreeText(dspy.Signature):
@@ -46,11 +48,20 @@ def describe_config(config: LLMConfig) -> list[str]:
         lines.append(f"  {role:<10} {endpoint.describe() if endpoint else 'embedded llama.cpp'}")
     if config.needs_embedded_server():
         embedded = config.embedded
-        model = embedded.model_path or "bundled Qwen2.5-Coder-0.5B-Instruct (GGUF)"
+        selected = bundled_model(embedded.model_preset)
+        model = embedded.model_path or f"preset {selected.preset}: {selected.description}"
         lines.append(
-            f"  embedded   model={model} context={embedded.context_tokens} "
+            f"  embedded   {SERVER_KIND} model={model} slots={embedded.slots} "
+            f"context={embedded.slots}x{embedded.ctx_per_slot} "
             f"max_tokens={embedded.max_tokens} cache={'on' if embedded.cache else 'off'}"
         )
+    installed = installed_presets()
+    for preset, model in PRESETS.items():
+        marks = ["installed" if installed[preset] else "not installed"]
+        embedded_preset = config.needs_embedded_server() and config.embedded.model_path is None
+        if embedded_preset and preset == config.embedded.model_preset:
+            marks.append("selected")
+        lines.append(f"  model {preset:<4} {model.description}: {', '.join(marks)}")
     return lines
 
 

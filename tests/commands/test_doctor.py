@@ -42,7 +42,8 @@ def llama_server_pids(port: int | None = None, model: Path | None = None) -> set
         except OSError:
             continue
         wanted = f"--port {port} " if port is not None else f"--model {model} "
-        if b"llama_cpp.server" in command and wanted.encode() in command + b" ":
+        is_llama_server = command.split(b" ", 1)[0].endswith(b"llama-server")
+        if is_llama_server and wanted.encode() in command + b" ":
             pids.add(int(entry.name))
     return pids
 

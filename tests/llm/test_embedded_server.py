@@ -1,0 +1,86 @@
+"""The embedded llama-server: its command line, binary lookup, slot settings and the
+concurrency they imply (unit: nothing is started)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from evolve.config import spec_from_dict
+from evolve.errors import ServerStartError
+from evolve.llm.config import EmbeddedModelConfig, add_llm_arguments, llm_config_from_args
+from evolve.llm.server import LLAMA_SERVER_ENV, EmbeddedServer, llama_server_binary
+
+
+def option(command: list[str], name: str) -> str:
+    return command[command.index(name) + 1]
+
+
+def test_command_serves_slots_on_loopback_with_a_context_per_slot(tmp_path):
+    server = EmbeddedServer(EmbeddedModelConfig(slots=3, ctx_per_slot=2048, threads=2))
+    server.model_path, server.port = tmp_path / "m.gguf", 8123
+    command = server.command(Path("/opt/llama-server"))
+    assert command[0] == "/opt/llama-server"
+    assert option(command, "--host") == "127.0.0.1"
+    assert option(command, "--port") == "8123"
+    assert option(command, "--parallel") == "3"
+    assert option(command, "--ctx-size") == str(3 * 2048)
+    assert option(command, "--threads") == "2"
+    assert {"--cont-batching", "--cache-prompt", "--no-kv-unified"} <= set(command)
+    assert option(command, "--alias") == server.model_name
+
+
+def test_served_name_records_server_kind_and_slot_count():
+    one = EmbeddedServer(EmbeddedModelConfig(slots=1)).model_name
+    four = EmbeddedServer(EmbeddedModelConfig()).model_name
+    large = EmbeddedServer(EmbeddedModelConfig(model_preset="1.5b")).model_name
+    assert one == "qwen2.5-coder-0.5b-instruct@llama-server-1slots"
+    assert four == "qwen2.5-coder-0.5b-instruct@llama-server-4slots"
+    assert large == "qwen2.5-coder-1.5b-instruct@llama-server-4slots"
+
+
+def test_missing_binary_says_how_to_build_it(tmp_path, monkeypatch):
+    monkeypatch.setenv(LLAMA_SERVER_ENV, str(tmp_path / "nowhere" / "llama-server"))
+    with pytest.raises(ServerStartError, match="missing.*scripts/install.sh") as error:
+        llama_server_binary()
+    assert "\n" not in str(error.value)
+    binary = tmp_path / "llama-server"
+    binary.write_text("#!/bin/sh\n")
+    binary.chmod(0o755)
+    monkeypatch.setenv(LLAMA_SERVER_ENV, str(binary))
+    assert llama_server_binary() == binary
+
+
+def test_context_is_slots_times_context_per_slot():
+    assert EmbeddedModelConfig().context_tokens == 4 * 4096
+    assert EmbeddedModelConfig(slots=2, ctx_per_slot=1024).context_tokens == 2048
+
+
+def test_slot_and_preset_flags():
+    parser = argparse.ArgumentParser()
+    add_llm_arguments(parser)
+    config = llm_config_from_args(parser.parse_args(["--slots", "2", "--model-preset", "1.5b"]))
+    assert config.embedded.slots == 2 and config.embedded.model_preset == "1.5b"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--slots", "0"])
+
+
+def spec(**overrides):
+    return spec_from_dict(
+        {
+            "name": "x",
+            "environment": {"preset": "tiny", "users": 2, "train_users": 1, "heldout_users": 1},
+            "policy": {"kind": "in_context"},
+            **overrides,
+        }
+    )
+
+
+def test_default_concurrency_is_the_embedded_slot_count():
+    assert spec().concurrency == 4
+    assert spec(llm={"embedded": {"slots": 2}}).concurrency == 2
+    assert spec(concurrency=3).concurrency == 3
+    hosted = {"default": {"model": "gpt-4.1-mini"}}
+    assert spec(llm=hosted).concurrency == 2
