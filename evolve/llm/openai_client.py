@@ -76,6 +76,8 @@ class OpenAIChatLM(dspy.BaseLM):
             **kwargs,
         )
         self.wire_model = model.removeprefix("openai/")
+        # Kept for cache identities (`RoleLMs.identity`); never sent, never in cache keys.
+        self.base_url = base_url
         self._max_tokens_field = (
             "max_completion_tokens"
             if uses_max_completion_tokens(self.wire_model, base_url)

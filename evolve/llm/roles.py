@@ -307,7 +307,9 @@ class RoleLMs:
         kwargs = dict(getattr(lm, "kwargs", None) or {})
         identity: dict[str, Any] = {
             "model": str(getattr(lm, "model", type(lm).__name__)),
-            "endpoint": endpoint_address(str(kwargs.get("api_base") or "")),
+            "endpoint": endpoint_address(
+                str(kwargs.get("api_base") or getattr(lm, "base_url", None) or "")
+            ),
             "structured_output": getattr(lm, STRUCTURED_OUTPUT_ATTRIBUTE, None),
             "temperature": kwargs.get("temperature"),
             "max_tokens": kwargs.get("max_tokens", kwargs.get("max_completion_tokens")),
