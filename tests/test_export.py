@@ -143,7 +143,10 @@ def test_model_requirements_match_the_memory_policies_distribution():
 
 
 def test_the_model_reads_its_lm_from_model_config_or_the_environment(monkeypatch):
-    from evolve.exported_model import lm_from_settings
+    from evolve.export import MODEL_CONFIG_KEYS
+    from evolve.exported_model import CONFIG_KEYS, lm_from_settings
+
+    assert MODEL_CONFIG_KEYS == CONFIG_KEYS  # every key can be given at load time
 
     monkeypatch.delenv("MEMORY_POLICY_MODEL", raising=False)
     assert lm_from_settings(None) is None
