@@ -220,3 +220,28 @@ def test_export_before_any_evaluation_is_refused(tmp_path):
     store.open({"x": 1})
     with pytest.raises(ConfigError, match="no evaluated candidate yet"):
         export_policy("empty", tmp_path / "out", runs_dir=tmp_path / "runs", register=False)
+
+
+def test_readme_python_api_script_builds_the_candidates_table(experiment, monkeypatch, capsys):
+    """The README's "Python API" script, on this experiment (the run itself is substituted)."""
+    import re
+
+    from evolve import api
+
+    tmp_path, uri, spec_path, result = experiment
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("## Python API") :]
+    script = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    for text in ('"experiments/quickstart.toml"', '"sqlite:///mlruns/mlflow.db"'):
+        assert text in script
+    script = script.replace('"experiments/quickstart.toml"', repr(str(spec_path)))
+    script = script.replace('"sqlite:///mlruns/mlflow.db"', repr(uri))
+    monkeypatch.setattr(api, "run_experiment", lambda spec, **_: result)
+    namespace: dict = {}
+    exec(compile(script, "README.md", "exec"), namespace)
+    candidates, runs = namespace["candidates"], namespace["runs"]
+    assert sorted(candidates["id"]) == sorted(c.id for c in result.candidates)
+    best = candidates.sort_values("heldout", ascending=False).iloc[0]
+    assert best["id"] == result.best_id
+    assert set(runs["tags.evolve.candidate_id"]) <= set(candidates["id"])
+    assert len(runs) >= 2 and runs["tags.evolve.mutation"].notna().all()
