@@ -25,9 +25,9 @@ import time
 import urllib.request
 from pathlib import Path
 
-import evolve  # noqa: F401  (sets cache locations before dspy is imported)
 from evolve.llm import EndpointConfig, RoleLMs, build_lm
 from evolve.llm.server import free_loopback_port
+from evolve.paths import use_toolkit_caches
 from evolve.simulator.generator import PRESETS, generate_environment
 from evolve.simulator.runner import EpisodeConfig, run_evaluation
 from memory_policies import build_policy
@@ -86,6 +86,7 @@ def measure(
 
 
 def main() -> int:
+    use_toolkit_caches()  # the toolkit's cache locations, as the `evolve` command uses
     parser = argparse.ArgumentParser(description="evaluation throughput benchmark")
     parser.add_argument("--latency", type=float, default=0.1, help="stub seconds per call")
     parser.add_argument("--users", type=int, default=8)

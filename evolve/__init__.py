@@ -1,10 +1,9 @@
 """amemgym-evolve: self-evolving memory policies for LLM assistants, judged on-policy by an
-AMemGym simulator."""
+AMemGym simulator.
 
-from evolve.paths import prepare_process_environment
-
-# Must run before anything imports dspy or litellm: it points DSPy's disk cache at the
-# toolkit's cache directory and keeps litellm from fetching its cost map over the network.
-prepare_process_environment()
+Importing the package changes nothing in the caller's process (no environment variable, no
+global setting). The `evolve` command and the `evolve.api` functions point DSPy's disk cache
+at the toolkit's cache directory when they start (`evolve.paths.use_toolkit_caches`).
+"""
 
 __version__ = "0.1.0"

@@ -25,6 +25,7 @@ from evolve.errors import (
     StorageError,
     ToolkitError,
 )
+from evolve.paths import use_toolkit_caches
 from memory_policies.errors import PolicyError
 
 COMMAND_MODULES = ["doctor", "env", "eval", "run", "compare", "export", "tune"]
@@ -53,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     Called without `argv` (as the `evolve` program), an interrupted command also bounds how
     long the process may take to exit (see `evolve.commands.interrupt`).
     """
+    # The command owns its process: caches go under the toolkit's cache directory.
+    use_toolkit_caches()
     parser = build_parser()
     args = parser.parse_args(argv)
     interrupt.STOP.clear()

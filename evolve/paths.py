@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 CACHE_DIR_ENV = "EVOLVE_CACHE_DIR"
@@ -28,3 +29,22 @@ def prepare_process_environment() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def use_toolkit_caches() -> None:
+    """What the toolkit's entry points (the `evolve` command, `evolve.api`) set up first.
+
+    Sets `prepare_process_environment`'s defaults (values already set win). DSPy reads
+    `DSPY_CACHEDIR` only once, at import: when it was imported before the variable was set
+    here and its cache is still the default one, its disk cache is pointed there now (a cache
+    someone configured is left alone). Importing `evolve` itself never calls this.
+    """
+    newly_set = "DSPY_CACHEDIR" not in os.environ
+    prepare_process_environment()
+    dspy = sys.modules.get("dspy")
+    if dspy is None or not newly_set:
+        return
+    from dspy.clients import DISK_CACHE_DIR
+
+    if str(getattr(dspy.cache, "disk_cache_dir", "")) == str(DISK_CACHE_DIR):
+        dspy.configure_cache(disk_cache_dir=os.environ["DSPY_CACHEDIR"])

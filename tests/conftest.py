@@ -7,8 +7,12 @@ from collections.abc import Iterator
 
 import pytest
 
-import evolve  # noqa: F401  (sets cache locations before dspy is imported)
-from evolve.llm import EmbeddedServer, EndpointConfig, LLMConfig, RoleLMs, open_role_lms
+from evolve.paths import use_toolkit_caches
+
+# Tests use the toolkit's cache locations, as the CLI does (importing evolve sets nothing).
+use_toolkit_caches()
+
+from evolve.llm import EmbeddedServer, EndpointConfig, LLMConfig, RoleLMs, open_role_lms  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -3,6 +3,8 @@ in the MLflow model registry with the alias `champion`, from an experiment or a 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import dspy
 import pytest
 from optimize.evolve_helpers import MARKER, World, make_agent, write_spec
@@ -13,6 +15,8 @@ from evolve.errors import ConfigError
 from evolve.export import CHAMPION_ALIAS, export_policy
 from evolve.optimize import ExperimentStore, run_experiment
 from evolve.tracking import MLflowTracker, mlflow_client
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -56,9 +60,11 @@ def test_best_is_chosen_by_heldout_score(experiment):
 
 
 def test_registered_as_champion_and_loadable_as_pyfunc(experiment):
+    import mlflow.artifacts
     import mlflow.pyfunc
 
     tmp_path, uri, spec_path, result = experiment
+    runs_before = _candidate_runs(uri)
     exported = export_policy(
         "exp", tmp_path / "registered", runs_dir=tmp_path / "runs", tracking_uri=uri
     )
@@ -67,22 +73,41 @@ def test_registered_as_champion_and_loadable_as_pyfunc(experiment):
     version = client.get_model_version_by_alias("exp-policy", CHAMPION_ALIAS)
     assert str(version.version) == exported.registered_version
     assert version.tags["evolve.candidate_id"] == result.best_id
-    # Logged into the best candidate's own run.
-    run = client.get_run(version.run_id)
+    best = result.candidate(result.best_id)
+    assert float(version.tags["heldout_score"]) == pytest.approx(best.heldout.score, abs=1e-5)
+    assert result.best_id in version.description and "Held-out score" in version.description
+    # A LoggedModel whose source is the best candidate's run; the run was not reopened.
+    assert version.source.startswith("models:/m-"), version.source
+    logged = client.get_logged_model(version.source.removeprefix("models:/"))
+    assert logged.source_run_id == runs_before[result.best_id].info.run_id
+    run = client.get_run(logged.source_run_id)
     assert run.data.tags["evolve.candidate_id"] == result.best_id
+    before = runs_before[result.best_id].info
+    assert (run.info.status, run.info.end_time) == (before.status, before.end_time)
+    assert [o.model_id for o in run.outputs.model_outputs] == [logged.model_id]
 
     mlflow.set_tracking_uri(uri)
     model = mlflow.pyfunc.load_model(f"models:/exp-policy@{CHAMPION_ALIAS}")
-    policy = model.unwrap_python_model().policy
-    assert policy.components() == result.candidate(result.best_id).components
+    model_dir = Path(mlflow.artifacts.download_artifacts(f"models:/exp-policy@{CHAMPION_ALIAS}"))
+    # Models from code: no pickle, and nothing in the model refers to the toolkit.
+    assert not list(model_dir.rglob("*.pkl"))
+    model_text = "\n".join(
+        p.read_text()
+        for p in model_dir.rglob("*")
+        if p.suffix in {".py", ".yaml", ""} and p.is_file()
+    )
+    assert "import evolve" not in model_text and "from evolve" not in model_text
+    requirements = (model_dir / "requirements.txt").read_text().split()
+    assert {"dspy==3.4.1", "numpy>=1.26", "pydantic>=2.7"} <= set(requirements)
+    assert any(r.startswith("mlflow") for r in requirements)
     world = World(agent=make_agent())
     with dspy.context(lm=world.agent, adapter=dspy.JSONAdapter()):
         outputs = model.predict([{"user_message": "[Current Time: 2024-01-01]\nI am keto."}])
         answer = model.predict(
             [{"question": "What is my diet?", "options": ["vegan", "keto"], "state": None}]
         )
-    assert outputs[0].reply == "Noted." and '"kind":"in_context"' in outputs[0].state
-    assert answer[0].choice in (1, 2) and answer[0].state.startswith("{")
+    assert outputs[0]["reply"] == "Noted." and '"kind":"in_context"' in outputs[0]["state"]
+    assert answer[0]["choice"] in (1, 2) and answer[0]["state"].startswith("{")
 
     # Exporting again (by spec file) registers a new version and moves the alias.
     again = export_policy(
@@ -95,6 +120,43 @@ def test_registered_as_champion_and_loadable_as_pyfunc(experiment):
         registered_name="other",
     )  # fmt: skip
     assert named.registered_name == "other" and named.registered_version == "1"
+
+
+def _candidate_runs(uri: str) -> dict:
+    client = mlflow_client(uri)
+    exp = client.get_experiment_by_name("amemgym-evolve/exp")
+    runs = client.search_runs([exp.experiment_id], max_results=100)
+    return {
+        r.data.tags["evolve.candidate_id"]: r for r in runs if "evolve.candidate_id" in r.data.tags
+    }
+
+
+def test_model_requirements_match_the_memory_policies_distribution():
+    import tomllib
+
+    from evolve.export import LOCAL_EMBEDDING_REQUIREMENTS, POLICY_REQUIREMENTS
+
+    project = tomllib.loads((REPO / "dist" / "memory-policies" / "pyproject.toml").read_text())
+    assert project["project"]["dependencies"] == POLICY_REQUIREMENTS
+    extras = project["project"]["optional-dependencies"]["local-embeddings"]
+    assert extras == LOCAL_EMBEDDING_REQUIREMENTS
+
+
+def test_the_model_reads_its_lm_from_model_config_or_the_environment(monkeypatch):
+    from evolve.export import MODEL_CONFIG_KEYS
+    from evolve.exported_model import CONFIG_KEYS, lm_from_settings
+
+    assert MODEL_CONFIG_KEYS == CONFIG_KEYS  # every key can be given at load time
+
+    monkeypatch.delenv("MEMORY_POLICY_MODEL", raising=False)
+    assert lm_from_settings(None) is None
+    monkeypatch.setenv("MEMORY_POLICY_MODEL", "openai/from-env")
+    monkeypatch.setenv("MY_KEY", "sk-test")
+    lm = lm_from_settings({"base_url": "http://127.0.0.1:9/v1", "api_key_env": "MY_KEY"})
+    assert lm.model == "openai/from-env" and lm.kwargs["api_key"] == "sk-test"
+    assert lm_from_settings({"model": "openai/from-config"}).model == "openai/from-config"
+    with pytest.raises(ValueError, match="unknown model_config keys"):
+        lm_from_settings({"api_key": "sk-never-stored"})
 
 
 def test_export_from_mlflow_run_ids(experiment, tmp_path):
@@ -158,3 +220,28 @@ def test_export_before_any_evaluation_is_refused(tmp_path):
     store.open({"x": 1})
     with pytest.raises(ConfigError, match="no evaluated candidate yet"):
         export_policy("empty", tmp_path / "out", runs_dir=tmp_path / "runs", register=False)
+
+
+def test_readme_python_api_script_builds_the_candidates_table(experiment, monkeypatch, capsys):
+    """The README's "Python API" script, on this experiment (the run itself is substituted)."""
+    import re
+
+    from evolve import api
+
+    tmp_path, uri, spec_path, result = experiment
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("## Python API") :]
+    script = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    for text in ('"experiments/quickstart.toml"', '"sqlite:///mlruns/mlflow.db"'):
+        assert text in script
+    script = script.replace('"experiments/quickstart.toml"', repr(str(spec_path)))
+    script = script.replace('"sqlite:///mlruns/mlflow.db"', repr(uri))
+    monkeypatch.setattr(api, "run_experiment", lambda spec, **_: result)
+    namespace: dict = {}
+    exec(compile(script, "README.md", "exec"), namespace)
+    candidates, runs = namespace["candidates"], namespace["runs"]
+    assert sorted(candidates["id"]) == sorted(c.id for c in result.candidates)
+    best = candidates.sort_values("heldout", ascending=False).iloc[0]
+    assert best["id"] == result.best_id
+    assert set(runs["tags.evolve.candidate_id"]) <= set(candidates["id"])
+    assert len(runs) >= 2 and runs["tags.evolve.mutation"].notna().all()
