@@ -150,14 +150,18 @@ class AmbientLM:
                 "mem0 with infer=true calls an LLM, but no DSPy LM is configured; run the policy "
                 "inside dspy.context(lm=...) (the evaluation runner uses the agent role)"
             )
-        options = {"response_format": response_format} if response_format else {}
-        # OpenAI-style messages are what mem0 builds; DSPy 3.4 (pinned) takes them as is.
-        outputs = lm(messages=messages, **options)
-        first = outputs[0] if outputs else ""
-        text = first.get("text", "") if isinstance(first, dict) else str(first)
+        # mem0 builds OpenAI-style chat bodies; DSPy takes them as an explicit request, whose
+        # config must carry the LM's own generation settings (they are not merged in).
+        body: dict[str, Any] = {"model": lm.model, "messages": messages}
+        if response_format:
+            body["response_format"] = response_format
+        for setting in ("max_tokens", "temperature"):
+            if lm.kwargs.get(setting) is not None:
+                body[setting] = lm.kwargs[setting]
+        text = lm(dspy.lm15.request_from_openai_chat(body)).text or ""
         if response_format and not usable_extraction(text):
             self.unusable_replies += 1
-        return text or ""
+        return text
 
 
 class EmbedderBridge:

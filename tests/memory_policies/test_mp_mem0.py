@@ -295,3 +295,38 @@ def test_mem0_replays_off_policy_transcripts_and_evaluation_is_read_only(tmp_pat
             assert answer.retrieved
     assert json.dumps(policy.live_snapshot(state), sort_keys=True) == before
     assert json.dumps(state.snapshot, sort_keys=True) == checkpoint
+
+
+@needs_mem0
+def test_mem0_extraction_calls_go_to_the_agent_endpoint_and_are_counted(tmp_path, stub, env_file):
+    def run(spec: str, out: Path) -> tuple[int, int]:
+        before = stub.stats()["chat_requests"]
+        argv = _eval_argv(env_file, stub, out)
+        argv[argv.index("--policy") + 1] = spec
+        assert main([*argv, "--no-llm-cache"]) == 0
+        report = json.loads(next(out.glob("*/report.json")).read_text())
+        counted = sum(role["calls"] for role in report["usage"]["roles"].values())
+        return counted, stub.stats()["chat_requests"] - before
+
+    counted_rag, served_rag = run("mem0:infer=false,short_term_len=2", tmp_path / "rag")
+    counted_awe, served_awe = run("mem0:short_term_len=2", tmp_path / "awe")
+    assert (counted_rag, counted_awe) == (served_rag, served_awe)  # nothing bypasses the ledger
+    assert counted_awe > counted_rag  # infer=true adds mem0's extraction calls
+
+
+@needs_mem0
+def test_an_endpoint_failure_inside_mem0_surfaces_as_the_lm_error(stub):
+    from dspy.utils.exceptions import LMError
+
+    policy = build_policy("mem0:update_every=2,short_term_len=0", embedder=HashingEmbedder())
+    lm = dspy.LM(
+        "openai/stub", api_base=stub.base_url, api_key="unused", cache=False, num_retries=0
+    )
+    stub.set_fault("http500", count=1)
+    try:
+        with dspy.context(lm=lm), pytest.raises(LMError):
+            policy.observe(
+                policy.initial_state(), _messages(("user", "hi"), ("assistant", "hello"))
+            )
+    finally:
+        stub.set_fault("none")
