@@ -190,7 +190,7 @@ def test_a_snapshot_from_another_embedder_is_refused():
 
 @pytest.fixture(scope="module")
 def stub():
-    with StubServer(latency=0.05) as server:
+    with StubServer(latency=0.01) as server:
         yield server
 
 
@@ -298,7 +298,10 @@ def test_mem0_replays_off_policy_transcripts_and_evaluation_is_read_only(tmp_pat
 
 
 @needs_mem0
-def test_mem0_extraction_calls_go_to_the_agent_endpoint_and_are_counted(tmp_path, stub, env_file):
+def test_mem0_extraction_calls_go_to_the_agent_endpoint_and_are_counted(tmp_path, stub):
+    env_file = tmp_path / "env.json"
+    save_environment(make_environment(users=1, periods=2), env_file)
+
     def run(spec: str, out: Path) -> tuple[int, int]:
         before = stub.stats()["chat_requests"]
         argv = _eval_argv(env_file, stub, out)
