@@ -24,12 +24,14 @@ What is wired in, and why (mem0 has no plug-in point for in-process objects, so 
 
 from __future__ import annotations
 
+import atexit
 import base64
 import importlib.util
 import json
 import logging
 import os
 import re
+import shutil
 import tempfile
 import threading
 import uuid
@@ -91,7 +93,10 @@ def import_mem0() -> Any:
             if missing:
                 raise PolicyError(missing)
             os.environ["MEM0_TELEMETRY"] = "False"
-            os.environ.setdefault("MEM0_DIR", tempfile.mkdtemp(prefix="amemgym-mem0-"))
+            if "MEM0_DIR" not in os.environ:
+                private_dir = tempfile.mkdtemp(prefix="amemgym-mem0-")
+                atexit.register(shutil.rmtree, private_dir, ignore_errors=True)
+                os.environ["MEM0_DIR"] = private_dir
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
             # mem0 logs hints about its optional extras (spaCy, fastembed) as warnings, and its
             # failures either raise or are counted as parse failures here: keep it quiet
