@@ -227,16 +227,17 @@ def test_a_killed_mem0_run_resumes_without_repeating_finished_periods(tmp_path, 
         "EVOLVE_CACHE_DIR": str(tmp_path / "cache"),
     }
     command = [sys.executable, "-m", "evolve.cli", *_eval_argv(env_file, stub, out)]
-    first = subprocess.Popen(
-        command, env=environment, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-    )
+    # Output to a file: an unread pipe fills up with progress bars and blocks the child.
+    log = tmp_path / "first.log"
+    with log.open("w") as sink:
+        first = subprocess.Popen(command, env=environment, cwd=tmp_path, stdout=sink, stderr=sink)
     deadline = time.monotonic() + 300
     while not _unit_files(run_dir) and first.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     os.kill(first.pid, signal.SIGKILL)
     first.wait(timeout=30)
     finished = _unit_files(run_dir)
-    assert first.returncode == -signal.SIGKILL, first.stderr.read().decode()[-2000:]
+    assert first.returncode == -signal.SIGKILL, log.read_text()[-2000:]
     assert 1 <= len(finished) < 3, f"kill came too late to test resuming: {sorted(finished)}"
 
     requests_before = stub.stats()["chat_requests"]
