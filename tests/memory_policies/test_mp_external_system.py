@@ -232,3 +232,32 @@ def test_evolve_run_refuses_an_external_system(tmp_path, bm25_module):
     with pytest.raises(ConfigError, match="'bm25' is an external memory system") as caught:
         resolve(load_spec(spec_file))
     assert "\n" not in str(caught.value)
+
+
+class _NoisyCounter(_Counter):
+    """Rewrites its representation on every read (as a vector store renormalizing floats
+    may) without changing what it remembers: its fingerprint says so."""
+
+    def search(self, query: str, k: int) -> list[str]:
+        self.reads = getattr(self, "reads", 0) + 1
+        return super().search(query, k)
+
+    def snapshot(self) -> dict:
+        return {"items": list(self.items), "reads": getattr(self, "reads", 0)}
+
+    def fingerprint(self) -> str:
+        return "|".join(self.items)
+
+
+class _NoisyPolicy(ExternalSystemPolicy):
+    kind = "noisy_test"
+
+    def open_system(self) -> MemorySystem:
+        return _NoisyCounter()
+
+
+def test_representation_noise_on_reads_is_not_a_memory_change():
+    policy = _NoisyPolicy(update_every=1, short_term_len=0)
+    state = policy.observe(policy.initial_state(), [Message(role="user", content="hello")])
+    for _ in range(3):  # the same pooled system serves every read
+        assert _scripted_answer(policy, state).retrieved == ["hello"]
