@@ -74,6 +74,12 @@ class MemorySystem(ABC):
         """Human-readable memory, stored with each period's results."""
         return json.dumps(self.snapshot(), ensure_ascii=False)[:2000]
 
+    def fingerprint(self) -> str:
+        """Identity of what is remembered, compared before and after each evaluation read.
+
+        Override to leave out representation noise (e.g. float bits a vector store rewrites)."""
+        return snapshot_digest(self.snapshot())
+
     def parse_failures(self) -> int:
         """LLM outputs this system could not use so far (counted as `write` parse failures)."""
         return 0
@@ -96,8 +102,7 @@ class Lease:
     """A live system checked out of `LiveSystems`.
 
     `digest` names the state snapshot the system stands for (its key in the pool);
-    `content` is the digest of the system's own latest snapshot, once known. The two may
-    differ in the last bits of floats: a vector store may renormalize restored vectors.
+    `content` is the system's own `fingerprint()`, once known.
     """
 
     def __init__(self, system: MemorySystem, digest: str, content: str | None = None) -> None:
@@ -107,7 +112,8 @@ class Lease:
 
     def now_holds(self, snapshot: Snapshot) -> None:
         """Record the system's snapshot after a change (it goes back to the pool under it)."""
-        self.digest = self.content = snapshot_digest(snapshot)
+        self.digest = snapshot_digest(snapshot)
+        self.content = None  # taken again before the next read
 
 
 class LiveSystems:
@@ -145,9 +151,9 @@ class LiveSystems:
                 raise
         try:
             if read_only and lease.content is None:
-                lease.content = snapshot_digest(lease.system.snapshot())
+                lease.content = lease.system.fingerprint()
             yield lease
-            if read_only and snapshot_digest(lease.system.snapshot()) != lease.content:
+            if read_only and lease.system.fingerprint() != lease.content:
                 raise PolicyError(
                     f"{type(lease.system).__name__} changed its memory while searching; "
                     "search() must be read-only (evaluation never changes memory)"

@@ -47,6 +47,7 @@ from memory_policies.external_system import (
     MemorySystem,
     OptionValue,
     Snapshot,
+    snapshot_digest,
 )
 
 MEM0_VERSION = "2.2.1"
@@ -295,6 +296,14 @@ class Mem0System(MemorySystem):
         )
         lines = [_line(p["payload"].get("data", ""), p["payload"].get("time")) for p in points]
         return "\n".join(f"- {line}" for line in lines) or "(empty)"
+
+    def fingerprint(self) -> str:
+        # Qdrant's local mode may rewrite the last float bits of stored vectors (cosine
+        # renormalization), so what is remembered is identified without them.
+        snapshot = self.snapshot()
+        for kind in ("memories", "entities"):
+            snapshot[kind] = [{k: v for k, v in p.items() if k != "vector"} for p in snapshot[kind]]
+        return snapshot_digest(snapshot)
 
     def parse_failures(self) -> int:
         return self.llm.unusable_replies
