@@ -479,6 +479,7 @@ def resolve(spec: ExperimentSpec) -> ResolvedExperiment:
     from memory_policies import build_policy
     from memory_policies.base import PARAMETER_RULES
     from memory_policies.errors import PolicyError
+    from memory_policies.external_system import ExternalSystemPolicy
 
     label = str(spec.source) if spec.source is not None else "experiment spec"
     env_spec = spec.environment
@@ -538,6 +539,12 @@ def resolve(spec: ExperimentSpec) -> ResolvedExperiment:
             )
     except PolicyError as error:
         raise ConfigError(f"{label}: policy: {error}") from None
+    if isinstance(base_policy, ExternalSystemPolicy):
+        raise ConfigError(
+            f"{label}: policy: '{base_policy.kind}' is an external memory system, a fixed "
+            "baseline with no instructions to evolve or tune; evaluate it instead: "
+            f"evolve eval --policy {base_policy.kind} --policy <your policy>"
+        )
 
     optimizer = spec.optimizer
     components = base_policy.components()

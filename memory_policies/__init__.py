@@ -20,7 +20,9 @@ from memory_policies.embed import (
 )
 from memory_policies.errors import PolicyError
 from memory_policies.external import ExternalPolicy, ExternalState
+from memory_policies.external_system import ExternalSystemPolicy, ExternalSystemState, MemorySystem
 from memory_policies.in_context import InContextPolicy, InContextState
+from memory_policies.mem0_system import Mem0Policy
 from memory_policies.native import NativePolicy, NativeState
 from memory_policies.raw_rag import RawRagPolicy, RawRagState
 from memory_policies.registry import (
@@ -40,12 +42,16 @@ __all__ = [
     "Embedder",
     "ExternalPolicy",
     "ExternalState",
+    "ExternalSystemPolicy",
+    "ExternalSystemState",
     "HashingEmbedder",
     "InContextPolicy",
     "InContextState",
     "LocalMiniLMEmbedder",
+    "Mem0Policy",
     "MemoryPolicy",
     "MemoryState",
+    "MemorySystem",
     "Message",
     "NativePolicy",
     "NativeState",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import os
@@ -19,6 +20,7 @@ from memory_policies.embed import Embedder
 from memory_policies.errors import PolicyError
 from memory_policies.external import ExternalPolicy
 from memory_policies.in_context import InContextPolicy
+from memory_policies.mem0_system import Mem0Policy
 from memory_policies.native import NativePolicy
 from memory_policies.raw_rag import RawRagPolicy
 
@@ -36,8 +38,33 @@ def register_policy(cls: type[MemoryPolicy]) -> type[MemoryPolicy]:
     return cls
 
 
-for _cls in (NativePolicy, InContextPolicy, ExternalPolicy, RawRagPolicy):
+# mem0 is registered without being imported: building a `mem0` policy checks the extra.
+for _cls in (NativePolicy, InContextPolicy, ExternalPolicy, RawRagPolicy, Mem0Policy):
     register_policy(_cls)
+
+
+PLUGINS_ENV = "MEMORY_POLICIES_PLUGINS"
+_plugins_loaded = False
+
+
+def load_plugins() -> None:
+    """Import the modules named in $MEMORY_POLICIES_PLUGINS (comma-separated), once.
+
+    A plugin module registers its kinds with `register_policy` when imported, so a one-file
+    policy or external system works wherever specs are built, the `evolve` CLI included.
+    """
+    global _plugins_loaded
+    if _plugins_loaded:
+        return
+    for name in filter(None, (part.strip() for part in os.environ.get(PLUGINS_ENV, "").split(","))):
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            raise PolicyError(
+                f"cannot import policy plugin module {name!r} named in ${PLUGINS_ENV}: {exc}; "
+                "put its directory on PYTHONPATH or fix the name"
+            ) from exc
+    _plugins_loaded = True
 
 
 def _valid_kinds() -> str:
@@ -59,6 +86,7 @@ def create_policy(
     components: Mapping[str, str] | None = None,
     embedder: Embedder | None = None,
 ) -> MemoryPolicy:
+    load_plugins()
     cls = POLICY_KINDS.get(kind)
     if cls is None:
         raise PolicyError(f"unknown policy kind {kind!r}; valid kinds: {_valid_kinds()}")
@@ -73,13 +101,17 @@ def _looks_like_path(spec: str) -> bool:
     return "/" in spec or os.sep in spec or spec.endswith(".json") or Path(spec).exists()
 
 
-def parse_spec(spec: str) -> tuple[str, dict[str, int]]:
-    """'kind:name=value,name=value' -> (kind, parameters) with integer values."""
+_SWITCH_VALUES = {"true": True, "false": False}
+
+
+def parse_spec(spec: str) -> tuple[str, dict[str, int | bool]]:
+    """'kind:name=value,name=value' -> (kind, parameters): integers, or true/false for
+    switches (e.g. 'mem0:infer=false'); the policy class checks which it takes."""
     kind, _, params_text = spec.strip().partition(":")
     kind = kind.strip()
     if not kind:
         raise PolicyError(f"empty policy spec {spec!r}; {_spec_help()}")
-    parameters: dict[str, int] = {}
+    parameters: dict[str, int | bool] = {}
     for item in filter(None, (part.strip() for part in params_text.split(","))):
         name, eq, value = item.partition("=")
         name, value = name.strip(), value.strip()
@@ -90,11 +122,15 @@ def parse_spec(spec: str) -> tuple[str, dict[str, int]]:
             )
         if name in parameters:
             raise PolicyError(f"parameter '{name}' is given twice in policy spec {spec!r}")
+        if value.lower() in _SWITCH_VALUES:
+            parameters[name] = _SWITCH_VALUES[value.lower()]
+            continue
         try:
             parameters[name] = int(value)
         except ValueError:
             raise PolicyError(
-                f"parameter '{name}' in policy spec {spec!r} must be an integer, got {value!r}"
+                f"parameter '{name}' in policy spec {spec!r} must be an integer, got {value!r} "
+                "(switches such as mem0's infer take true or false)"
             ) from None
     return kind, parameters
 
@@ -109,6 +145,7 @@ def build_policy(
     """
     if isinstance(spec, os.PathLike):
         return load(spec, embedder=embedder)
+    load_plugins()
     if isinstance(spec, str):
         head = spec.strip().split(":", 1)[0]
         if head and head not in POLICY_KINDS and _looks_like_path(spec):

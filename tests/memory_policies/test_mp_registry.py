@@ -11,6 +11,7 @@ from memory_policies import (
     POLICY_KINDS,
     ExternalPolicy,
     InContextPolicy,
+    Mem0Policy,
     NativePolicy,
     PolicyError,
     RawRagPolicy,
@@ -24,6 +25,7 @@ def test_builtin_kinds_are_registered() -> None:
         "in_context": InContextPolicy,
         "external": ExternalPolicy,
         "raw_rag": RawRagPolicy,
+        "mem0": Mem0Policy,
     }
     assert expected == POLICY_KINDS
 
