@@ -232,30 +232,20 @@ class GuardedOpenAIChatLM(OpenAIChatLM):
 def build_lm(endpoint: EndpointConfig) -> dspy.BaseLM:
     """A DSPy LM for an OpenAI-compatible endpoint (the key is resolved, never stored)."""
     load_lm_client(litellm=endpoint.client == "litellm")
+    settings: dict[str, Any] = {
+        "api_key": endpoint.resolve_api_key(),
+        "temperature": endpoint.temperature,
+        "max_tokens": endpoint.max_tokens,
+        "cache": endpoint.cache,
+        "num_retries": endpoint.retries,
+        "timeout": endpoint.timeout,
+    }
+    model = f"openai/{endpoint.model}"
+    lm: dspy.BaseLM
     if endpoint.client == "openai":
-        lm: dspy.BaseLM = GuardedOpenAIChatLM(
-            f"openai/{endpoint.model}",
-            base_url=endpoint.resolved_base_url(),
-            api_key=endpoint.resolve_api_key(),
-            temperature=endpoint.temperature,
-            max_tokens=endpoint.max_tokens,
-            cache=endpoint.cache,
-            num_retries=endpoint.retries,
-            timeout=endpoint.timeout,
-        )
-        setattr(lm, STRUCTURED_OUTPUT_ATTRIBUTE, endpoint.structured_output)
-        return lm
-    lm = EndpointLM(
-        f"openai/{endpoint.model}",
-        api_base=endpoint.resolved_base_url(),
-        api_key=endpoint.resolve_api_key(),
-        temperature=endpoint.temperature,
-        max_tokens=endpoint.max_tokens,
-        cache=endpoint.cache,
-        num_retries=endpoint.retries,
-        timeout=endpoint.timeout,
-        engine=ENGINE,
-    )
+        lm = GuardedOpenAIChatLM(model, base_url=endpoint.resolved_base_url(), **settings)
+    else:
+        lm = EndpointLM(model, api_base=endpoint.resolved_base_url(), engine=ENGINE, **settings)
     setattr(lm, STRUCTURED_OUTPUT_ATTRIBUTE, endpoint.structured_output)
     return lm
 
