@@ -31,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "run",
         help="run or resume a self-evolution experiment from a TOML spec",
         description="Evolve a memory policy: evaluate candidates on-policy on the train users, "
-        "mutate them (reflective and parameter mutations), keep a population, check the best "
+        "mutate them with GEPA (reflective and parameter operators), check the best "
         "on held-out users, and track everything in MLflow. Rerunning resumes.",
     )
     parser.add_argument("spec", type=Path, help="experiment spec, e.g. experiments/quickstart.toml")

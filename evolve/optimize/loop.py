@@ -2,29 +2,28 @@
 
 Two schedules:
 
-- ``population`` (default): generation 0 evaluates the base policy on-policy on the train
-  users. Each later generation proposes `candidates_per_generation` children, each from a
-  parent drawn from the population (see `selection`), by one mutation operator:
-  *reflective* (the reflector rewrites one component's instruction from diagnostic feedback
-  on the parent's own train episodes) or *parameter* (a `ParameterProposer` changes a numeric
-  parameter within bounds). Exact duplicates of earlier candidates (same kind, instructions
-  and parameters) are retried, then recorded as duplicates and never evaluated. Children are
-  evaluated on the train users; the population is re-selected; the generation's best child
-  is evaluated on the held-out users, so overfitting to the train users shows.
+- ``population`` (default): GEPA (`gepa.optimize`, see `gepa_engine`) evolves the base
+  policy's mutable components (text instructions and numeric parameters). One GEPA iteration
+  is one generation: GEPA selects a parent (`candidate_selection`), the component(s) to mutate
+  (`module_selector`), one of our operators proposes the child (reflective, parameter,
+  tuned), GEPA tries it on a minibatch of train users and keeps it if it is better
+  (`acceptance`), then scores it on all train users. Each new best is evaluated on the
+  held-out users (never shown to GEPA). Our frozen records (candidates with lineage, one
+  generation record per iteration) are built from GEPA's state at each iteration's end.
 - ``per_period`` (the paper's setup, AMemGym Table 3): one on-policy train run in which, after
   each period, the reflector rewrites the mutable component(s) from that period's feedback
   and the episode continues with the new instructions and the same memory. Each step is a
   candidate (generation = the period from which it is in effect); the base and the final
   policy (or every step) are also evaluated on held-out users from scratch.
 
-Optuna in the population schedule (spec options): with `parameter_proposer = "optuna"` the
-parameter mutations are asked from an Optuna sampler told every evaluated candidate's score
-(`evolve.tune.OptunaParameterProposer`); with `tune_every = N`, after every N-th generation a
-short study (`evolve.tune.tune_best_candidate`, `tune_trials` trials) tunes the numeric
-parameters of the generation's best child, and a better setting becomes a *tuned* candidate of
-that generation, evaluated and selected like the others. The study's trials live under
-`tuning/gen_NN/` (resumable); its outcome is stored there (`outcome.json`) once finished and
-never recomputed.
+Optuna in the population schedule: `parameter_proposer = "optuna"` makes the parameter
+operator ask an Optuna TPE sampler told every candidate's train score; `tune_every = N` makes
+the tuned operator run a short study on the parent in every N-th generation.
+
+What GEPA does for us: parent selection (Pareto front over train users), minibatch
+acceptance, merge, the metric-call budget and its run_dir checkpoints. What stays ours: the
+adapter (episodes, per-user scores, feedback), the operators, the records/MLflow lineage,
+the budget over LLM calls/tokens/wall time (a GEPA stop callback) and the per-period chain.
 
 The simulated user is never mutated: it is not part of a policy. Every unit (a candidate's
 proposal, its evaluation on a split, a generation) is stored when finished and never
@@ -33,20 +32,26 @@ recomputed (`store`); the budget is checked before each unit and at every period
 
 from __future__ import annotations
 
-import os
 import random
-import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from gepa.core.callbacks import GEPACallback
 
 from evolve.budget import Budget, BudgetExhausted
-from evolve.config import BudgetSpec, ExperimentSpec, ResolvedExperiment, resolve
+from evolve.config import ExperimentSpec, ResolvedExperiment, resolve
 from evolve.llm import RoleLMs
 from evolve.objective import load_period_results, objective_used, objective_value
 from evolve.optimize.feedback import build_feedback
+from evolve.optimize.gepa_engine import (
+    AMemGymAdapter,
+    GepaSettings,
+    budget_stop,
+    run_gepa,
+    seed_candidate,
+)
+from evolve.optimize.operators import MutationOperator, build_operator, is_parameter
 from evolve.optimize.parameters import ParameterProposer, RandomStepProposer
 from evolve.optimize.records import (
     CandidateRecord,
@@ -55,19 +60,25 @@ from evolve.optimize.records import (
     ExperimentResult,
     GenerationRecord,
     Mutation,
+    best_of,
     candidate_id,
+    candidate_record,
     fingerprint,
 )
 from evolve.optimize.reflect import Reflector
 from evolve.optimize.report import format_lineage, format_table
-from evolve.optimize.selection import best_of, sample_parent, select_population
 from evolve.optimize.store import ExperimentStore
+from evolve.simulator.environment import Environment
 from evolve.simulator.metrics import MetricSummary, summarize_periods
 from evolve.simulator.records import PeriodResult, UserResult
 from evolve.simulator.runner import EvaluationReport, ProgressSink, run_evaluation
-from evolve.simulator.storage import atomic_write_json, atomic_write_text, read_json
 from evolve.simulator.user import derive_seed
 from evolve.tracking import ExperimentTracker, NullTracker, TrackingContext
+
+# Under runs/<experiment>/: GEPA's run_dir (state, resumable) and the runner directories of
+# every (candidate, user) evaluation, keyed by the candidate's fingerprint.
+GEPA_DIR = "gepa"
+EVALUATIONS_DIR = "evaluations"
 
 
 class LoopProgress:
@@ -97,7 +108,7 @@ def run_experiment(
     runs_dir: str | Path = "runs",
     tracker: ExperimentTracker | None = None,
     progress: LoopProgress | None = None,
-    proposer: ParameterProposer | None = None,
+    proposer_factory: Callable[[], ParameterProposer] | None = None,
     upper_bound_cache: str | Path | None = None,
     refresh_upper_bound: bool = False,
 ) -> ExperimentResult:
@@ -112,7 +123,7 @@ def run_experiment(
         runs_dir=Path(runs_dir),
         tracker=tracker or NullTracker(),
         progress=progress or LoopProgress(),
-        proposer=proposer or default_proposer(resolved.spec),
+        proposer_factory=proposer_factory or (lambda: default_proposer(resolved.spec)),
         upper_bound_cache=Path(upper_bound_cache) if upper_bound_cache else None,
     )
     evolution.refresh_upper_bound = refresh_upper_bound
@@ -129,33 +140,37 @@ def default_proposer(spec: ExperimentSpec) -> ParameterProposer:
     return RandomStepProposer()
 
 
-class TuningOutcome(BaseModel):
-    """A finished `tune_every` study of one generation, stored so it is never rerun."""
+class _GenerationSync(GEPACallback):
+    """One GEPA iteration = one generation: its spend is logged and our records are synced
+    from GEPA's state at its end (so MLflow steps follow iterations as they finish)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    def __init__(self, evolution: _Evolution, total: int) -> None:
+        self.evolution, self.total = evolution, total
+        self.start: Any = None
+        self.final_state: Any = None
 
-    generation: int
-    tuned_from: str = Field(description="The candidate whose parameters were tuned.")
-    seed: int
-    sampler: str
-    requested_trials: int
-    best_parameters: dict[str, int] | None = Field(
-        default=None, description="Full parameter mapping of the best trial; None: none completed."
-    )
-    best_value: float | None = None
-    objective_used: str | None = None
-    best_run_dir: str | None = Field(
-        default=None, description="The best trial's runner directory, relative to the experiment."
-    )
-    llm_calls: int = 0
-    tokens: int = 0
-    trials: list[dict[str, Any]] = Field(default_factory=list, description="TrialRecord dumps.")
+    def on_iteration_start(self, event: Any) -> None:
+        self.evolution.progress.generation_started(int(event["iteration"]), self.total)
+        self.start = self.evolution.budget.spent()
 
+    def on_iteration_end(self, event: Any) -> None:
+        end = self.evolution.budget.spent()
+        start = self.start or end
+        self.evolution.adapter.iterations.append(
+            {
+                "iteration": int(event["iteration"]),
+                "accepted": bool(event["proposal_accepted"]),
+                "llm_calls_start": start.llm_calls,
+                "llm_calls_end": end.llm_calls,
+                "tokens_start": start.tokens,
+                "tokens_end": end.tokens,
+                "wall_time_s": end.wall_time_s - start.wall_time_s,
+            }
+        )
+        self.evolution._sync_gepa(event["state"])
 
-def _record_order(record: CandidateRecord) -> tuple[int, int, str]:
-    """Generation, then the candidate index as a number (g01-c10 after g01-c2)."""
-    _, _, index = record.id.rpartition("-c")
-    return (record.generation, int(index) if index.isdigit() else -1, record.id)
+    def on_optimization_end(self, event: Any) -> None:
+        self.final_state = event["final_state"]
 
 
 class _ChainPolicy:
@@ -189,7 +204,7 @@ class _Evolution:
         runs_dir: Path,
         tracker: ExperimentTracker,
         progress: LoopProgress,
-        proposer: ParameterProposer,
+        proposer_factory: Callable[[], ParameterProposer],
         upper_bound_cache: Path | None,
     ) -> None:
         self.resolved = resolved
@@ -199,7 +214,10 @@ class _Evolution:
         self.store = ExperimentStore(runs_dir / resolved.spec.name)
         self.tracker = tracker
         self.progress = progress
-        self.proposer = proposer
+        # A fresh proposer per parameter proposal, told the history (exact on resume).
+        self.proposer_factory = proposer_factory
+        self.adapter: AMemGymAdapter
+        self.final_heldout: set[int] = set()
         self.upper_bound_cache = upper_bound_cache
         self.reflector = Reflector(
             lms,
@@ -234,11 +252,6 @@ class _Evolution:
                 registered_model=self.spec.registered_model_name(),
             )
         )
-        # Replayed in evaluation order, so a stateful proposer (an Optuna study) rebuilds the
-        # history it had when the run stopped.
-        for record in sorted(self.records.values(), key=_record_order):
-            if record.train is not None:
-                self.proposer.observe(record.parameters, record.train.score)
         stopped: str | None = None
         try:
             self.budget.check()
@@ -323,16 +336,12 @@ class _Evolution:
         if base_id in self.records:
             return self.records[base_id]
         policy = self.resolved.base_policy
-        record = CandidateRecord(
-            id=base_id,
+        record = candidate_record(
+            base_id,
             generation=0,
+            policy=policy,
             mutation=Mutation(kind="base"),
             seed=self.spec.seed,
-            fingerprint=fingerprint(policy.kind, policy.components(), policy.parameters()),
-            kind=policy.kind,
-            components=policy.components(),
-            parameters=policy.parameters(),
-            status=CandidateStatus.PROPOSED,
         )
         policy.save(self.store.policy_dir(base_id), provenance=self._provenance(record))
         self.progress.candidate_proposed(record)
@@ -371,8 +380,6 @@ class _Evolution:
         scores = self._scores(report.users, run_dir, report.wall_time_s)
         status = CandidateStatus.EVALUATED if split == "train" else record.status
         record = self._save(record.model_copy(update={split: scores, "status": status}))
-        if split == "train":
-            self.proposer.observe(record.parameters, scores.score)
         self.progress.evaluation_finished(record, split)
         self.tracker.log_candidate(
             record,
@@ -427,381 +434,311 @@ class _Evolution:
             wall_time_s=wall_time_s,
         )
 
-    # ----- population schedule --------------------------------------------------------------
+    # ----- population schedule: GEPA -------------------------------------------------------
+
+    def _operators(self) -> list[MutationOperator]:
+        """Operators in ownership order: tuned (its generations only), parameter, reflective."""
+        optimizer = self.optimizer
+        bounds = {name: optimizer.parameters[name] for name in optimizer.tunable_parameters()}
+        operators: list[MutationOperator] = []
+        if optimizer.tune_every is not None:
+            operators.append(
+                build_operator(
+                    "tuned",
+                    policy_of=lambda candidate: self.adapter.policy(candidate),
+                    environment=self.resolved.train,
+                    lms=self.lms,
+                    episode=self.resolved.episode,
+                    work_dir=self.store.root / "tuning",
+                    bounds=bounds,
+                    every=optimizer.tune_every,
+                    trials=optimizer.tune_trials,
+                    sampler=optimizer.tune_sampler,
+                    objective=optimizer.objective,
+                    upper_bound=self.upper_bound,
+                )
+            )
+        if bounds:
+            operators.append(
+                build_operator("parameter", proposer_factory=self.proposer_factory, bounds=bounds)
+            )
+        if optimizer.reflective_enabled():
+            operators.append(build_operator("reflective", reflector=self.reflector))
+        return operators
 
     def _run_population(self) -> None:
         optimizer = self.optimizer
-        total = optimizer.generations
-        self.progress.generation_started(0, total)
-        base = self._evaluate(self._base(), "train")
-        if optimizer.heldout == "every_generation":
-            base = self._evaluate(base, "heldout")
-        population = [base]
-        self._finish_generation(0, [base.id], population, [base])
-        can_mutate = optimizer.reflective_enabled() or optimizer.parameter_rate() > 0
-        for generation in range(1, total + 1) if can_mutate else range(0):
-            stored = self.store.load_generation(generation)
-            if stored is not None:
-                population = [self.records[cid] for cid in stored.population]
-                continue
-            self.progress.generation_started(generation, total)
-            proposed = [
-                self._propose(generation, index, population)
-                for index in range(optimizer.candidates_per_generation)
-            ]
-            evaluated = [
-                self._evaluate(record, "train")
-                for record in proposed
-                if record.status in (CandidateStatus.PROPOSED, CandidateStatus.EVALUATED)
-            ]
-            if optimizer.tune_every is not None and generation % optimizer.tune_every == 0:
-                target = best_of(evaluated, "train") or best_of(population, "train")
-                tuned = self._tuned(generation, target) if target is not None else None
-                if tuned is not None:
-                    proposed.append(tuned)
-                    if tuned.status in (CandidateStatus.PROPOSED, CandidateStatus.EVALUATED):
-                        evaluated.append(self._evaluate(tuned, "train"))
-            population = select_population(
-                [*(self.records[r.id] for r in population), *evaluated],
-                optimizer.population_size,
-                optimizer.selection,
-            )
-            best = best_of(evaluated, "train")
-            if best is not None and optimizer.heldout == "every_generation":
-                best = self._evaluate(best, "heldout")
-            self._finish_generation(generation, [r.id for r in proposed], population, evaluated)
-        if optimizer.heldout == "final":
-            finalists = [base, best_of(list(self.records.values()), "train")]
-            for record in finalists:
-                if record is not None:
-                    self._evaluate(self.records[record.id], "heldout")
-            self._refresh_generations()
-
-    def _finish_generation(
-        self,
-        generation: int,
-        proposed_ids: Sequence[str],
-        population: Sequence[CandidateRecord],
-        evaluated: Sequence[CandidateRecord],
-    ) -> None:
-        record = self._generation_record(
-            generation, proposed_ids, [r.id for r in population], [r.id for r in evaluated]
+        base = self._base()
+        base_policy = self._policy(base)
+        train = [item.id for item in self.resolved.train.items]
+        heldout = [item.id for item in self.resolved.heldout.items]
+        self.adapter = AMemGymAdapter(
+            base_policy=base_policy,
+            environment=Environment(
+                items=[*self.resolved.train.items, *self.resolved.heldout.items]
+            ),
+            lms=self.lms,
+            episode=self.resolved.episode,
+            work_dir=self.store.root / EVALUATIONS_DIR,
+            operators=self._operators(),
+            objective=optimizer.objective,
+            feedback=optimizer.feedback,
+            max_feedback_failures=optimizer.max_feedback_failures,
+            max_feedback_chars=optimizer.max_feedback_chars,
+            upper_bound=self.upper_bound,
+            seed=self.spec.seed,
         )
-        if self.store.load_generation(generation) == record:
+        # feedback = "none": no reflective mutation (the unevolved-instructions control).
+        texts = optimizer.mutate_components if optimizer.reflective_enabled() else []
+        start = seed_candidate(base_policy, texts, optimizer.tunable_parameters())
+        if not start:
+            self._evaluate_base_only(base)
             return
-        self.store.save_generation(record)
-        self.tracker.log_generation(record, spent=self.budget.spent())
+        generations = optimizer.generations
+        minibatch = min(optimizer.reflection_minibatch_size, len(train))
+        settings = GepaSettings(
+            candidate_selection=optimizer.candidate_selection,
+            use_merge=optimizer.use_merge,
+            reflection_minibatch_size=optimizer.reflection_minibatch_size,
+            acceptance=optimizer.acceptance,
+            module_selector=optimizer.module_selector,
+            # Enough user evaluations for every generation: parent and child on a minibatch,
+            # an accepted child on all train users (finished ones are read back, not replayed).
+            max_metric_calls=optimizer.max_metric_calls
+            or len(train) + generations * (2 * minibatch + len(train)),
+            max_generations=generations,
+        )
+        every_generation = optimizer.heldout == "every_generation"
+        self.progress.generation_started(0, generations)
+        sync = _GenerationSync(self, generations)
+        run_gepa(
+            self.adapter,
+            train_users=train,
+            heldout_users=heldout if every_generation else [],
+            seed_candidate=start,
+            settings=settings,
+            run_dir=self.store.root / GEPA_DIR,
+            seed=self.spec.seed,
+            stop_when=budget_stop(self.budget),
+            callbacks=[sync],
+        )
+        state = sync.final_state
+        if not every_generation and heldout and state is not None:
+            best = max(
+                range(len(state.program_candidates)),
+                key=lambda i: (state.program_full_scores_val_set[i], -i),
+            )
+            self.final_heldout = {0, best}
+        if state is not None:
+            self._sync_gepa(state)
+        if self.budget.exhausted() is not None:
+            raise BudgetExhausted(self.budget.exhausted() or "budget exhausted")
 
-    def _generation_record(
+    def _evaluate_base_only(self, base: CandidateRecord) -> None:
+        """Nothing may mutate (feedback = "none" and no numeric parameter): GEPA needs at
+        least one component, so the base is scored directly, as generation 0."""
+        self.progress.generation_started(0, 0)
+        base = self._evaluate(base, "train")
+        if self.resolved.heldout.items:
+            base = self._evaluate(base, "heldout")
+        assert base.train is not None
+        spent = [s for s in (base.train, base.heldout) if s is not None]
+        record = GenerationRecord(
+            generation=0,
+            candidate_ids=[base.id],
+            evaluated_ids=[base.id],
+            population=[base.id],
+            best_id=base.id,
+            best_train_score=base.train.score,
+            mean_train_score=base.train.score,
+            best_heldout_score=base.heldout.score if base.heldout is not None else None,
+            llm_calls=sum(s.summary.llm_calls for s in spent),
+            tokens=sum(s.summary.tokens for s in spent),
+        )
+        if self.store.load_generation(0) != record:
+            self.store.save_generation(record)
+            self.tracker.log_generation(record, spent=self.budget.spent())
+
+    def _gepa_id(self, index: int) -> str:
+        generation = self.adapter.discovered.get(index, 0)
+        return candidate_id(generation, 0)
+
+    def _sync_gepa(self, state: Any) -> None:
+        """Our frozen records from GEPA's state: every pool candidate (train scores, held-out
+        scores of each new best) and every finished generation; stored once, logged once."""
+        adapter = self.adapter
+        train = [item.id for item in self.resolved.train.items]
+        heldout_users = [item.id for item in self.resolved.heldout.items]
+        heldout_idx = {entry["candidate_idx"] for entry in adapter.heldout} | self.final_heldout
+        for index, candidate in enumerate(state.program_candidates):
+            cid = self._gepa_id(index)
+            record = self.records.get(cid)
+            if record is None:
+                record = self._gepa_candidate(index, candidate, state)
+            if record.train is None:
+                users = adapter.run_users(candidate, train)
+                scores = self._scores(users, self._gepa_dir("train", candidate), 0.0)
+                record = self._save(
+                    record.model_copy(update={"train": scores, "status": CandidateStatus.EVALUATED})
+                )
+                self._log(record, "train")
+            if record.heldout is None and index in heldout_idx and heldout_users:
+                users = adapter.run_users(candidate, heldout_users, split="heldout")
+                scores = self._scores(users, self._gepa_dir("heldout", candidate), 0.0)
+                record = self._save(record.model_copy(update={"heldout": scores}))
+                self._log(record, "heldout")
+        pooled = {self.adapter.discovered.get(i, 0) for i in range(len(state.program_candidates))}
+        for entry in adapter.iterations:
+            generation = int(entry["iteration"])
+            if generation not in pooled and candidate_id(generation, 0) not in self.records:
+                self._gepa_outside_pool(generation, state)
+        front = sorted(
+            {self._gepa_id(i) for ids in state.program_at_pareto_front_valset.values() for i in ids}
+        )
+        entries = [{"iteration": 0}, *adapter.iterations]
+        for entry in entries:
+            self._store_gepa_generation(int(entry["iteration"]), entry, front, state)
+
+    def _gepa_dir(self, split: str, candidate: Mapping[str, str]) -> Path:
+        return self.adapter.work_dir / split / self.adapter.fingerprint(candidate)[:16]
+
+    def _gepa_candidate(
+        self, index: int, candidate: Mapping[str, str], state: Any
+    ) -> CandidateRecord:
+        """The record of a candidate in GEPA's pool (index 0: the base)."""
+        generation = self.adapter.discovered.get(index, 0)
+        parents = [p for p in state.parent_program_for_candidate[index] if p is not None]
+        return self._gepa_record(
+            generation, candidate, [self._gepa_id(p) for p in parents], CandidateStatus.PROPOSED
+        )
+
+    def _gepa_outside_pool(self, generation: int, state: Any) -> CandidateRecord | None:
+        """A generation whose proposal did not join GEPA's pool: rejected on its minibatch,
+        or invalid (no usable text). None: nothing was proposed (e.g. a skipped merge)."""
+        proposals = [p for p in self.adapter.proposals if p["iteration"] == generation]
+        if not proposals or proposals[0].get("parent") is None:
+            return None
+        parent_idx = int(proposals[0]["parent"])
+        candidate = dict(state.program_candidates[parent_idx])
+        for proposal in proposals:
+            candidate.update(proposal["components"])
+        usable = any(p["components"] for p in proposals)
+        status = CandidateStatus.REJECTED if usable else CandidateStatus.INVALID
+        reason = None if usable else next((p["invalid"] for p in proposals if p["invalid"]), None)
+        return self._gepa_record(
+            generation, candidate, [self._gepa_id(parent_idx)], status, invalid_reason=reason
+        )
+
+    def _gepa_record(
         self,
         generation: int,
-        proposed_ids: Sequence[str],
-        population_ids: Sequence[str],
-        evaluated_ids: Sequence[str],
-    ) -> GenerationRecord:
-        evaluated = [self.records[cid] for cid in evaluated_ids]
-        proposed = [self.records[cid] for cid in proposed_ids if cid in self.records]
-        best = best_of(evaluated, "train")
-        scores = [r.train.score for r in evaluated if r.train is not None]
-        calls = sum(r.reflection_calls for r in proposed)
-        tokens = sum(r.reflection_tokens for r in proposed)
-        wall = 0.0
-        for r in evaluated:
-            for split, split_scores in (("train", r.train), ("heldout", r.heldout)):
-                if split_scores is None:
-                    continue
-                wall += split_scores.wall_time_s
-                if split == "train" and self._reused_trial_file(r.id).exists():
-                    continue  # its train run is the tuning study's best trial, counted below
-                calls += split_scores.summary.llm_calls
-                tokens += split_scores.summary.tokens
-        outcome = self._load_tuning(generation)
-        if outcome is not None:
-            calls += outcome.llm_calls
-            tokens += outcome.tokens
-        return GenerationRecord(
+        candidate: Mapping[str, str],
+        parent_ids: Sequence[str],
+        status: CandidateStatus,
+        invalid_reason: str | None = None,
+    ) -> CandidateRecord:
+        cid = candidate_id(generation, 0)
+        policy = self.adapter.policy(candidate)
+        proposals = [p for p in self.adapter.proposals if p["iteration"] == generation]
+        if generation == 0:
+            mutation, seed = Mutation(kind="base"), self.spec.seed
+        else:
+            parent = self.records[parent_ids[0]]
+            changes = {
+                name: (parent.parameters[name], value)
+                for name, value in policy.parameters().items()
+                if name in parent.parameters and value != parent.parameters[name]
+            }
+            # No operator proposal in a generation that made a candidate: GEPA merged two.
+            kind = proposals[0]["operator"] if proposals else "merge"
+            texts = [
+                c for c in (proposals[0]["feedback"] if proposals else {}) if not is_parameter(c)
+            ]
+            mutation = Mutation(
+                kind=kind,
+                component=texts[0] if texts else None,
+                feedback=self.optimizer.feedback if kind == "reflective" else None,
+                temperature=self.optimizer.reflector_temperature if kind == "reflective" else None,
+                parameter_changes=changes,
+                rollout_id=proposals[0]["seed"] if proposals else None,
+            )
+            seed = (
+                proposals[0]["seed"]
+                if proposals
+                else derive_seed(self.spec.seed, "propose", generation)
+            )
+        record = candidate_record(
+            cid,
             generation=generation,
-            candidate_ids=list(proposed_ids),
-            evaluated_ids=list(evaluated_ids),
-            population=list(population_ids),
+            policy=policy,
+            mutation=mutation,
+            seed=seed,
+            parent_ids=parent_ids,
+            status=status,
+            invalid_reason=invalid_reason,
+            reflection_parse_failures=sum(int(p.get("parse_failed", False)) for p in proposals),
+        )
+        feedback = "\n\n".join(
+            text for p in proposals for text in p.get("feedback", {}).values() if text
+        )
+        if feedback:
+            self.store.save_feedback(cid, feedback)
+        if status != CandidateStatus.INVALID and not self.store.policy_dir(cid).exists():
+            policy.save(self.store.policy_dir(cid), provenance=self._provenance(record))
+        self.progress.candidate_proposed(record)
+        return self._save(record)
+
+    def _store_gepa_generation(
+        self, generation: int, entry: Mapping[str, Any], front: Sequence[str], state: Any
+    ) -> None:
+        known = [
+            self.records[self._gepa_id(i)]
+            for i in range(len(state.program_candidates))
+            if self.adapter.discovered.get(i, 0) <= generation and self._gepa_id(i) in self.records
+        ]
+        new = [r.id for r in known if r.generation == generation]
+        proposed = (
+            [candidate_id(generation, 0)] if candidate_id(generation, 0) in self.records else []
+        )
+        best = best_of(known, "train")
+        scores = [r.train.score for r in known if r.train is not None]
+        if generation == 0:
+            base = self.records[candidate_id(0, 0)]
+            calls = sum(s.summary.llm_calls for s in (base.train, base.heldout) if s is not None)
+            tokens = sum(s.summary.tokens for s in (base.train, base.heldout) if s is not None)
+        else:
+            calls = int(entry["llm_calls_end"] - entry["llm_calls_start"])
+            tokens = int(entry["tokens_end"] - entry["tokens_start"])
+        record = GenerationRecord(
+            generation=generation,
+            candidate_ids=proposed,
+            evaluated_ids=new,
+            population=list(front),
             best_id=best.id if best is not None else None,
             best_train_score=best.train.score if best is not None and best.train else None,
             mean_train_score=sum(scores) / len(scores) if scores else None,
             best_heldout_score=best.heldout.score if best is not None and best.heldout else None,
             llm_calls=calls,
             tokens=tokens,
-            wall_time_s=wall,
+            wall_time_s=float(entry.get("wall_time_s", 0.0)),
         )
-
-    def _refresh_generations(self) -> None:
-        """Held-out scores computed after a generation was stored (heldout = "final")."""
-        for stored in self.store.load_generations():
-            if stored.best_id is None:
-                continue
-            best = self.records[stored.best_id]
-            if best.heldout is not None and stored.best_heldout_score is None:
-                self.store.save_generation(
-                    stored.model_copy(update={"best_heldout_score": best.heldout.score})
-                )
-
-    # ----- tune_every: a short Optuna study on a generation's best --------------------------
-
-    def _tuning_dir(self, generation: int) -> Path:
-        return self.store.root / "tuning" / f"gen_{generation:02d}"
-
-    def _load_tuning(self, generation: int) -> TuningOutcome | None:
-        path = self._tuning_dir(generation) / "outcome.json"
-        return TuningOutcome.model_validate(read_json(path)) if path.exists() else None
-
-    def _reused_trial_file(self, cid: str) -> Path:
-        return self.store.candidate_dir(cid) / "train_from_trial.txt"
-
-    def _tuned(self, generation: int, target: CandidateRecord) -> CandidateRecord | None:
-        """The tuned candidate of `generation` (stored, not yet evaluated), or None when the
-        study found nothing better than `target`'s own parameters."""
-        outcome = self._load_tuning(generation) or self._run_tuning(generation, target)
-        best = outcome.best_parameters
-        parent = self.records[outcome.tuned_from]
-        if best is None or best == parent.parameters:
-            return None
-        cid = candidate_id(generation, self.optimizer.candidates_per_generation)
-        record = self.records.get(cid)
-        if record is None:
-            record = self._record_tuned(cid, generation, parent, outcome)
-        self._reuse_best_trial(record, outcome)
-        return record
-
-    def _run_tuning(self, generation: int, target: CandidateRecord) -> TuningOutcome:
-        from evolve.tuning.evolution import tune_best_candidate
-
-        self.budget.check()
-        optimizer = self.optimizer
-        seed = derive_seed(self.spec.seed, "tune", generation)
-        run_dir = self._tuning_dir(generation)
-        self.progress.stage(f"tuning {target.id} (generation {generation})")
-        tuning = tune_best_candidate(
-            self._policy(target),
-            self.resolved.train,
-            self.lms,
-            run_dir,
-            self.resolved.episode,
-            parameters=optimizer.parameters,
-            trials=optimizer.tune_trials,
-            seed=seed,
-            objective=optimizer.objective,
-            sampler=optimizer.tune_sampler,
-            upper_bound=self.upper_bound,
-            budget=self._remaining_budget(),
-            progress=self._tune_progress(target),
-        )
-        requested = optimizer.tune_trials
-        if optimizer.tune_sampler == "grid":
-            grid = 1
-            for bounds in optimizer.parameters.values():
-                grid *= bounds.high - bounds.low + 1
-            requested = min(requested, grid)
-        if sum(trial.finished for trial in tuning.trials) < requested:
-            # Only the budget stops a study early (failed trials raise): keep its trials on
-            # disk, store no outcome, and let the next invocation resume the study.
-            raise BudgetExhausted(
-                self.budget.exhausted()
-                or f"the budget ran out during the tuning study of generation {generation}"
-            )
-        best_run_dir = None
-        if tuning.best_run_dir is not None:
-            best_run_dir = os.path.relpath(tuning.best_run_dir, self.store.root)
-        outcome = TuningOutcome(
-            generation=generation,
-            tuned_from=target.id,
-            seed=seed,
-            sampler=optimizer.tune_sampler,
-            requested_trials=requested,
-            best_parameters=tuning.best_parameters,
-            best_value=tuning.best_value,
-            objective_used=tuning.objective_used,
-            best_run_dir=best_run_dir,
-            llm_calls=tuning.llm_calls,
-            tokens=tuning.tokens,
-            trials=[trial.model_dump(mode="json") for trial in tuning.trials],
-        )
-        atomic_write_json(run_dir / "outcome.json", outcome.model_dump(mode="json"))
-        self.store.save_spend(self.budget.spent())
-        return outcome
-
-    def _tune_progress(self, target: CandidateRecord) -> Any:
-        """The study's events shown through the loop's progress hooks (the CLI's bars)."""
-        from evolve.tuning.study import TuneProgress
-
-        progress = self.progress
-
-        class Bridge(TuneProgress):
-            def evaluation_started(self, label: str) -> ProgressSink | None:
-                return progress.evaluation_started(target, f"tuning {label}")
-
-            def trial_finished(self, record: Any) -> None:
-                shown = " ".join(f"{k}={v}" for k, v in sorted(record.parameters.items()))
-                value = f" {record.values[0]:.3f}" if record.values else ""
-                progress.stage(f"tuning trial {record.number} {record.state}: {shown}{value}")
-
-        return Bridge()
-
-    def _remaining_budget(self) -> BudgetSpec:
-        """The experiment's budget left now, as the study's own limits."""
-        limits, spent = self.spec.budget, self.budget.spent()
-
-        def left(limit: float | None, used: float) -> float | None:
-            # check() passed, so every limit still has something left.
-            return None if limit is None else max(limit - used, 1)
-
-        calls = left(limits.max_llm_calls, spent.llm_calls)
-        tokens = left(limits.max_tokens, spent.tokens)
-        wall = limits.max_wall_time_s
-        return BudgetSpec(
-            max_llm_calls=int(calls) if calls is not None else None,
-            max_tokens=int(tokens) if tokens is not None else None,
-            max_wall_time_s=max(wall - spent.wall_time_s, 1e-3) if wall is not None else None,
-        )
-
-    def _record_tuned(
-        self, cid: str, generation: int, parent: CandidateRecord, outcome: TuningOutcome
-    ) -> CandidateRecord:
-        assert outcome.best_parameters is not None
-        policy = self._policy(parent).with_parameters(**outcome.best_parameters)
-        key = fingerprint(policy.kind, policy.components(), policy.parameters())
-        duplicate_of = self._seen().get(key)
-        status = CandidateStatus.PROPOSED if duplicate_of is None else CandidateStatus.DUPLICATE
-        changes = {
-            name: (parent.parameters[name], value)
-            for name, value in policy.parameters().items()
-            if name in parent.parameters and value != parent.parameters[name]
-        }
-        record = CandidateRecord(
-            id=cid,
-            generation=generation,
-            parent_ids=(parent.id,),
-            mutation=Mutation(kind="tuned", parameter_changes=changes),
-            seed=outcome.seed,
-            fingerprint=key,
-            kind=parent.kind,
-            components=policy.components(),
-            parameters=policy.parameters(),
-            status=status,
-            duplicate_of=duplicate_of,
-        )
-        if status == CandidateStatus.PROPOSED:
-            policy.save(self.store.policy_dir(cid), provenance=self._provenance(record))
-        self.progress.candidate_proposed(record)
-        return self._save(record)
-
-    def _reuse_best_trial(self, record: CandidateRecord, outcome: TuningOutcome) -> None:
-        """Start the tuned candidate's train run from the study's best trial.
-
-        That trial evaluated exactly this policy (the target with the best parameters) on the
-        same users with the same episode settings, and the runner guards the directory with
-        that identity; resuming from a copy scores the candidate without repeating its most
-        expensive unit, a whole train evaluation.
-        """
-        train_dir = self.store.candidate_dir(record.id) / "train"
-        if record.status != CandidateStatus.PROPOSED or record.train is not None:
+        stored = self.store.load_generation(generation)
+        if stored is not None and (
+            stored.model_copy(update={"population": record.population}) == record
+        ):
             return
-        if train_dir.exists() or outcome.best_run_dir is None:
-            return
-        source = self.store.root / outcome.best_run_dir
-        if not (source / "report.json").is_file():
-            return
-        partial = train_dir.with_name("train.partial")
-        shutil.rmtree(partial, ignore_errors=True)  # left by an interrupted copy
-        shutil.copytree(source, partial)
-        atomic_write_text(self._reused_trial_file(record.id), outcome.best_run_dir + "\n")
-        os.replace(partial, train_dir)
+        self.store.save_generation(record)
+        self.tracker.log_generation(record, spent=self.budget.spent())
 
-    def _propose(
-        self, generation: int, index: int, population: Sequence[CandidateRecord]
-    ) -> CandidateRecord:
-        cid = candidate_id(generation, index)
-        if cid in self.records:
-            return self.records[cid]
-        self.budget.check()
-        optimizer = self.optimizer
-        rng = random.Random(derive_seed(self.spec.seed, "propose", generation, index))
-        parent = sample_parent(population, optimizer.selection, rng)
-        use_parameters = rng.random() < optimizer.parameter_rate()
-        component_offset = generation + index
-        usage_before = self.lms.usage.snapshot()
-        parent_policy = self._policy(parent)
-        seen = self._seen()
-        feedback_text: str | None = None
-        parse_failures = 0
-        outcome: dict[str, Any] = {}
-        for attempt in range(optimizer.proposal_attempts):
-            seed = derive_seed(self.spec.seed, "candidate", generation, index, attempt)
-            if use_parameters:
-                values = self.proposer.propose(
-                    parent.parameters, optimizer.parameters, random.Random(seed)
-                )
-                changes = {
-                    name: (parent.parameters[name], value)
-                    for name, value in values.items()
-                    if value != parent.parameters.get(name)
-                }
-                policy = parent_policy.with_parameters(**values)
-                mutation = Mutation(
-                    kind="parameter", parameter_changes=changes, attempts=attempt + 1
-                )
-                outcome = {"policy": policy, "mutation": mutation, "seed": seed}
-            else:
-                components = optimizer.mutate_components
-                component = components[(component_offset + attempt) % len(components)]
-                parent_dir = self.store.root / parent.train.run_dir  # type: ignore[union-attr]
-                feedback, mutation = self._reflective_mutation(
-                    load_period_results(parent_dir), component, seed, attempt
-                )
-                feedback_text = feedback.text
-                outcome = self._reflect(parent_policy, parent, component, feedback.text, seed)
-                outcome["mutation"] = mutation
-                parse_failures += outcome.pop("parse_failed", 0)
-                if outcome.get("invalid"):
-                    continue
-            policy = outcome["policy"]
-            key = fingerprint(policy.kind, policy.components(), policy.parameters())
-            outcome["fingerprint"] = key
-            if key in seen:
-                outcome["duplicate_of"] = seen[key]
-                continue
-            outcome.pop("duplicate_of", None)
-            break
-        usage = self.lms.usage.snapshot().minus(usage_before)
-        status = CandidateStatus.PROPOSED
-        if outcome.get("invalid"):
-            status = CandidateStatus.INVALID
-        elif outcome.get("duplicate_of"):
-            status = CandidateStatus.DUPLICATE
-        policy = outcome.get("policy")
-        record = CandidateRecord(
-            id=cid,
-            generation=generation,
-            parent_ids=(parent.id,),
-            mutation=outcome["mutation"],
-            seed=outcome.get("seed", derive_seed(self.spec.seed, "candidate", generation, index)),
-            fingerprint=outcome.get("fingerprint", ""),
-            kind=parent.kind,
-            components=policy.components() if policy is not None else dict(parent.components),
-            parameters=policy.parameters() if policy is not None else dict(parent.parameters),
-            status=status,
-            duplicate_of=(
-                outcome.get("duplicate_of") if status == CandidateStatus.DUPLICATE else None
-            ),
-            invalid_reason=outcome.get("invalid") if status == CandidateStatus.INVALID else None,
-            reflection_calls=usage.total_calls - usage.cache_hits,
-            reflection_tokens=usage.total_tokens,
-            reflection_parse_failures=parse_failures,
+    def _log(self, record: CandidateRecord, split: str) -> None:
+        self.progress.evaluation_finished(record, split)
+        self.tracker.log_candidate(
+            record,
+            split=split,
+            parent=self.records.get(record.parent_ids[0]) if record.parent_ids else None,
+            policy_dir=self.store.policy_dir(record.id),
+            feedback=self.store.load_feedback(record.id),
         )
-        if feedback_text is not None:
-            self.store.save_feedback(cid, feedback_text)
-        if status == CandidateStatus.PROPOSED:
-            policy.save(self.store.policy_dir(cid), provenance=self._provenance(record))
-        self.progress.candidate_proposed(record)
-        return self._save(record)
 
     def _reflective_mutation(
         self,
