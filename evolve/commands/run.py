@@ -14,6 +14,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from evolve.commands import interrupt
 from evolve.commands.progress import EvaluationBar, make_bar
 from evolve.config import ExperimentSpec, ResolvedExperiment, load_spec, resolve
 from evolve.llm import LLMConfig, add_llm_arguments, llm_config_from_args, open_role_lms
@@ -91,6 +92,7 @@ def _run_locked(
                 tracker=tracker,
                 progress=progress,
                 refresh_upper_bound=args.refresh_upper_bound,
+                stop=interrupt.STOP,
             )
             if result.complete:
                 progress.all_generations_done()
