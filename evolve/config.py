@@ -177,7 +177,9 @@ class OptimizerSpec(_Strict):
     max_instruction_chars: int = Field(default=1200, ge=50)
     reflector_temperature: float = Field(default=0.7, ge=0.0, le=2.0)
     proposal_attempts: int = Field(
-        default=2, ge=1, description="Tries per candidate when a proposal duplicates another."
+        default=2,
+        ge=1,
+        description="per_period: reflector tries per step when its output is unusable.",
     )
     heldout: Literal["every_generation", "final"] = Field(
         default="every_generation",
