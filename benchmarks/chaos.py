@@ -264,12 +264,10 @@ class Scenario:
             return textwrap.dedent(common) + textwrap.dedent(
                 """
                 [optimizer]
-                generations = 1
-                candidates_per_generation = 2
-                population_size = 2
+                generations = 2
+                reflection_minibatch_size = 1
                 objective = "accuracy"
                 mutate_components = ["write.types_to_remember", "use"]
-                parameter_mutation_rate = 0.25
                 max_feedback_failures = 2
                 max_feedback_chars = 600
 

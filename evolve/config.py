@@ -117,6 +117,18 @@ class PolicySpec(_Strict):
         return self
 
 
+# Keys of the hand-written population loop that GEPA replaced, with what to write instead.
+RETIRED_OPTIMIZER_KEYS = {
+    "candidates_per_generation": "each generation (GEPA iteration) proposes one candidate; "
+    "raise `generations` instead",
+    "population_size": "GEPA keeps every accepted candidate; choose parents with "
+    "`candidate_selection`",
+    "selection": "use `candidate_selection` (pareto, current_best, epsilon_greedy, top_k_pareto)",
+    "parameter_mutation_rate": "components (text and numeric) are mutated in turn; use "
+    "`module_selector` (round_robin or all)",
+}
+
+
 class OptimizerSpec(_Strict):
     """How candidates are proposed, evaluated and selected (see `evolve.optimize`)."""
 
@@ -125,10 +137,32 @@ class OptimizerSpec(_Strict):
         description="population: generations of candidates over whole episodes; per_period: "
         "the paper's single chain, one mutation after each period of the train run.",
     )
-    generations: int = Field(default=3, ge=0)
-    candidates_per_generation: int = Field(default=2, ge=1)
-    population_size: int = Field(default=4, ge=1)
-    selection: Literal["pareto", "best_k"] = "pareto"
+    generations: int = Field(
+        default=3, ge=0, description="GEPA iterations; each proposes (at most) one candidate."
+    )
+    candidate_selection: Literal["pareto", "current_best", "epsilon_greedy", "top_k_pareto"] = (
+        Field(
+            default="pareto",
+            description="How GEPA picks the parent: pareto = the per-user front over train users.",
+        )
+    )
+    use_merge: bool = Field(default=False, description="GEPA merge proposals between lineages.")
+    reflection_minibatch_size: int = Field(
+        default=3, ge=1, description="Train users a child is first tried on (GEPA minibatch)."
+    )
+    acceptance: Literal["strict_improvement", "improvement_or_equal"] = Field(
+        default="strict_improvement",
+        description="A child joins the pool if its minibatch score beats (or equals) the parent's.",
+    )
+    module_selector: Literal["round_robin", "all"] = Field(
+        default="round_robin",
+        description="Which components a generation mutates: one in turn, or all at once.",
+    )
+    max_metric_calls: int | None = Field(
+        default=None,
+        ge=1,
+        description="GEPA's budget of user evaluations; None: enough for `generations`.",
+    )
     objective: Objective = "memory_score"
     feedback: FeedbackKind = "complete"
     mutate_components: list[str] = Field(
@@ -138,19 +172,14 @@ class OptimizerSpec(_Strict):
     parameters: dict[str, ParameterRange] = Field(
         default_factory=dict, description="Numeric parameters that may mutate, with bounds."
     )
-    parameter_mutation_rate: float | None = Field(
-        default=None,
-        ge=0.0,
-        le=1.0,
-        description="Share of candidates made by parameter mutation; default 0.25 when both "
-        "kinds of mutation are possible.",
-    )
     max_feedback_failures: int = Field(default=4, ge=1, description="Failures shown per proposal.")
     max_feedback_chars: int = Field(default=1600, ge=200)
     max_instruction_chars: int = Field(default=1200, ge=50)
     reflector_temperature: float = Field(default=0.7, ge=0.0, le=2.0)
     proposal_attempts: int = Field(
-        default=2, ge=1, description="Tries per candidate when a proposal duplicates another."
+        default=2,
+        ge=1,
+        description="per_period: reflector tries per step when its output is unusable.",
     )
     heldout: Literal["every_generation", "final"] = Field(
         default="every_generation",
@@ -177,17 +206,28 @@ class OptimizerSpec(_Strict):
         default="tpe", description="Sampler of each tune_every study."
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_retired_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for key, replacement in RETIRED_OPTIMIZER_KEYS.items():
+                if key in data:
+                    raise ValueError(f"'{key}' no longer applies (GEPA engine): {replacement}")
+        return data
+
     @model_validator(mode="after")
     def _schedule_fits(self) -> OptimizerSpec:
         if self.schedule == "per_period":
             misplaced = sorted(
                 {
                     "generations",
-                    "candidates_per_generation",
-                    "population_size",
-                    "selection",
+                    "candidate_selection",
+                    "use_merge",
+                    "reflection_minibatch_size",
+                    "acceptance",
+                    "module_selector",
+                    "max_metric_calls",
                     "parameters",
-                    "parameter_mutation_rate",
                     "parameter_proposer",
                     "tune_every",
                     "tune_trials",
@@ -223,13 +263,9 @@ class OptimizerSpec(_Strict):
     def reflective_enabled(self) -> bool:
         return self.feedback != "none" and bool(self.mutate_components)
 
-    def parameter_rate(self) -> float:
-        """Probability that a candidate is a parameter mutation (vs a reflective one)."""
-        if not self.parameters or self.schedule == "per_period":
-            return 0.0
-        if not self.reflective_enabled():
-            return 1.0
-        return 0.25 if self.parameter_mutation_rate is None else self.parameter_mutation_rate
+    def tunable_parameters(self) -> list[str]:
+        """Numeric parameters a mutation can change (low < high)."""
+        return [name for name, bounds in self.parameters.items() if bounds.low < bounds.high]
 
 
 class BudgetSpec(_Strict):

@@ -34,7 +34,7 @@ def test_quickstart_is_small_and_embedded():
     spec = load_spec(EXPERIMENTS / "quickstart.toml")
     resolved = resolve(spec)
     assert spec.environment.preset == "tiny" and spec.policy.kind == "in_context"
-    assert spec.optimizer.generations >= 3 and spec.optimizer.candidates_per_generation >= 2
+    assert spec.optimizer.generations >= 3 and spec.optimizer.reflection_minibatch_size == 1
     assert spec.llm.needs_embedded_server()
     assert len(resolved.train.items) == 1 and len(resolved.heldout.items) == 1
     assert spec.tracking_uri() == DEFAULT_TRACKING_URI
@@ -183,3 +183,24 @@ def test_identity_is_stable_when_the_spec_format_gains_an_option_with_a_default(
     plain = spec_from_dict(base_spec())
     explicit_default = spec_from_dict(base_spec(optimizer={"feedback": "complete"}))
     assert plain.identity() == explicit_default.identity()
+
+
+@pytest.mark.parametrize(
+    ("key", "replacement"),
+    [
+        ("candidates_per_generation = 2", "generations"),
+        ("population_size = 3", "candidate_selection"),
+        ('selection = "pareto"', "candidate_selection"),
+        ("parameter_mutation_rate = 0.5", "module_selector"),
+    ],
+)
+def test_retired_population_keys_name_their_replacement(tmp_path, key, replacement):
+    spec = tmp_path / "exp.toml"
+    spec.write_text(
+        f'name = "exp"\n[environment]\npreset = "tiny"\n[optimizer]\n{key}\n', encoding="utf-8"
+    )
+    with pytest.raises(ConfigError) as raised:
+        load_spec(spec)
+    message = str(raised.value)
+    assert "\n" not in message and "no longer applies" in message
+    assert f"`{replacement}`" in message

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from evolve.commands import interrupt
 from evolve.commands.progress import EvaluationBar, make_bar
 from evolve.config import ExperimentSpec, ResolvedExperiment, load_spec, resolve
 from evolve.llm import LLMConfig, add_llm_arguments, llm_config_from_args, open_role_lms
@@ -31,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "run",
         help="run or resume a self-evolution experiment from a TOML spec",
         description="Evolve a memory policy: evaluate candidates on-policy on the train users, "
-        "mutate them (reflective and parameter mutations), keep a population, check the best "
+        "mutate them with GEPA (reflective and parameter operators), check the best "
         "on held-out users, and track everything in MLflow. Rerunning resumes.",
     )
     parser.add_argument("spec", type=Path, help="experiment spec, e.g. experiments/quickstart.toml")
@@ -91,6 +92,7 @@ def _run_locked(
                 tracker=tracker,
                 progress=progress,
                 refresh_upper_bound=args.refresh_upper_bound,
+                stop=interrupt.STOP,
             )
             if result.complete:
                 progress.all_generations_done()

@@ -1,4 +1,4 @@
-"""The self-evolution loop: candidates, mutation operators, selection, lineage (see `loop`)."""
+"""The self-evolution loop: GEPA population schedule, per-period chain, operators, lineage."""
 
 from evolve.budget import Budget, BudgetExhausted, Spend
 from evolve.objective import objective_value
@@ -12,11 +12,12 @@ from evolve.optimize.records import (
     ExperimentResult,
     GenerationRecord,
     Mutation,
+    best_of,
+    candidate_record,
     fingerprint,
 )
 from evolve.optimize.reflect import Proposal, Reflector
 from evolve.optimize.report import format_lineage, format_table, generation_rows, plot_scores
-from evolve.optimize.selection import best_of, pareto_front, sample_parent, select_population
 from evolve.optimize.store import ExperimentStore
 
 __all__ = [
@@ -38,15 +39,13 @@ __all__ = [
     "Spend",
     "best_of",
     "build_feedback",
+    "candidate_record",
     "fingerprint",
     "format_lineage",
     "format_table",
     "generation_rows",
     "load_period_results",
     "objective_value",
-    "pareto_front",
     "plot_scores",
     "run_experiment",
-    "sample_parent",
-    "select_population",
 ]

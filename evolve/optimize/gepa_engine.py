@@ -100,6 +100,7 @@ class AMemGymAdapter:
         self.max_feedback_chars = max_feedback_chars
         self.seed, self.stop = seed, stop
         self.iteration = 0
+        self.parent_idx: int | None = None  # GEPA's parent choice of the current iteration
         # user -> "memory_score" | "accuracy": fixed at the user's first (base) evaluation.
         self.units: dict[str, str] = {}
         # Every operator proposal in order: the lineage GEPA does not keep.
@@ -111,6 +112,10 @@ class AMemGymAdapter:
         # (candidate, train score) told to ask/tell operators, replayed into fresh operators
         # on resume so an Optuna sampler rebuilds the same history without any LLM call.
         self.observed: list[tuple[dict[str, str], float]] = []
+        # candidate index -> the iteration (generation) that produced it; seed: 0.
+        self.discovered: dict[int, int] = {}
+        # One entry per finished iteration, written by the caller's callbacks (e.g. spend).
+        self.iterations: list[dict[str, Any]] = []
 
     # ----- GEPA state persistence (gepa_state.bin in run_dir) ----------------------------------
     def get_adapter_state(self) -> dict[str, Any]:
@@ -120,6 +125,8 @@ class AMemGymAdapter:
             "best_score": self.best_score,
             "heldout": list(self.heldout),
             "observed": list(self.observed),
+            "discovered": dict(self.discovered),
+            "iterations": list(self.iterations),
         }
 
     def set_adapter_state(self, state: dict[str, Any]) -> None:
@@ -127,6 +134,8 @@ class AMemGymAdapter:
         self.proposals = list(state.get("proposals", []))
         self.best_score = float(state.get("best_score", float("-inf")))
         self.heldout = list(state.get("heldout", []))
+        self.discovered = {int(k): int(v) for k, v in state.get("discovered", {}).items()}
+        self.iterations = list(state.get("iterations", []))
         self.observed = []
         for candidate, score in state.get("observed", []):
             self.observe(dict(candidate), float(score))
@@ -243,7 +252,18 @@ class AMemGymAdapter:
             proposal: OperatorProposal = operator.propose(
                 candidate, owned, reflective_dataset, seed=seed
             )
-            self.proposals.append({"iteration": self.iteration, **proposal.model_dump()})
+            feedback = {
+                c: "\n\n".join(str(r.get("Feedback", "")) for r in reflective_dataset.get(c, []))
+                for c in owned
+            }
+            self.proposals.append(
+                {
+                    "iteration": self.iteration,
+                    "parent": self.parent_idx,
+                    "feedback": feedback,
+                    **proposal.model_dump(),
+                }
+            )
             new_texts.update(proposal.components)
         return new_texts
 
@@ -297,14 +317,36 @@ class _Hooks(GEPACallback):
     def on_iteration_start(self, event: Any) -> None:
         self.adapter.iteration = int(event["iteration"])
 
+    def on_candidate_selected(self, event: Any) -> None:
+        self.adapter.parent_idx = int(event["candidate_idx"])
+
     def on_valset_evaluated(self, event: Any) -> None:
         score, candidate = float(event["average_score"]), dict(event["candidate"])
+        index = int(event["candidate_idx"])
+        if index in self.adapter.discovered:
+            # gepa re-announces the seed on resume (after restoring our state): it was told
+            # and checked already; telling it twice would change what Optuna proposes next.
+            return
+        self.adapter.discovered[index] = int(event["iteration"])
         # Ask/tell operators (Optuna) learn every candidate's train score (the one GEPA
         # selects by); children rejected on their minibatch are not told.
         self.adapter.observe(candidate, score)
         if score > self.adapter.best_score:
             self.adapter.best_score = score
             self.on_new_best(int(event["candidate_idx"]), candidate)
+
+
+class _RunLog:
+    """GEPA's progress lines go to `run_dir/run_log.txt`, not stdout (our CLI prints tables);
+    gepa's own file logger would tee the whole process's stdout and stderr."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def log(self, message: str) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a", encoding="utf-8") as handle:
+            handle.write(f"{message}\n")
 
 
 class GepaSettings(BaseModel):
@@ -318,7 +360,7 @@ class GepaSettings(BaseModel):
     acceptance: str = "strict_improvement"
     module_selector: str = "round_robin"
     max_metric_calls: int = Field(default=60, ge=1)
-    max_generations: int | None = Field(default=None, ge=1, description="GEPA iterations.")
+    max_generations: int | None = Field(default=None, ge=0, description="GEPA iterations.")
 
 
 def budget_stop(budget: Budget, stop: threading.Event | None = None) -> Callable[[], bool]:
@@ -358,6 +400,7 @@ def run_gepa(
     run_dir: Path,
     seed: int,
     stop_when: Callable[[], bool] | None = None,
+    callbacks: Sequence[Any] = (),
 ) -> GepaOutcome:
     """Run (or resume from `run_dir`) GEPA; each new best is evaluated on the held-out users."""
 
@@ -393,10 +436,11 @@ def run_gepa(
         max_metric_calls=settings.max_metric_calls,
         stop_callbacks=[should_stop],
         run_dir=str(run_dir),
-        callbacks=[_Hooks(adapter, evaluate_heldout)],
+        callbacks=[_Hooks(adapter, evaluate_heldout), *callbacks],
         skip_perfect_score=False,
         seed=seed,
         display_progress_bar=False,
+        logger=_RunLog(Path(run_dir) / "run_log.txt"),
     )
     return GepaOutcome(
         candidates=[dict(c) for c in result.candidates],

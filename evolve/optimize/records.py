@@ -7,7 +7,7 @@ Everything here is JSON on disk under `runs/<experiment>/` and is what `evolve c
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -17,7 +17,8 @@ from evolve.simulator.metrics import MetricSummary
 from evolve.simulator.storage import canonical_json
 
 # tuned: the best parameters of a short Optuna study on the parent (optimizer.tune_every).
-MutationKind = Literal["base", "reflective", "parameter", "tuned"]
+# merge: GEPA's merge of two lineages (optimizer.use_merge).
+MutationKind = Literal["base", "reflective", "parameter", "tuned", "merge"]
 
 
 class _Frozen(BaseModel):
@@ -44,7 +45,7 @@ class Mutation(_Frozen):
         if self.kind in ("parameter", "tuned"):
             changes = ", ".join(f"{n} {a}->{b}" for n, (a, b) in self.parameter_changes.items())
             return f"{self.kind}({changes})"
-        return "base"
+        return self.kind
 
 
 class CandidateStatus(StrEnum):
@@ -52,6 +53,7 @@ class CandidateStatus(StrEnum):
     EVALUATED = "evaluated"
     DUPLICATE = "duplicate"  # identical to an earlier candidate: never evaluated
     INVALID = "invalid"  # the reflector's output could not be used (counted, not replaced)
+    REJECTED = "rejected"  # GEPA tried it on a minibatch; not better than its parent
 
 
 class EvaluationScores(_Frozen):
@@ -168,3 +170,43 @@ def fingerprint(kind: str, components: Mapping[str, str], parameters: Mapping[st
 
 def candidate_id(generation: int, index: int) -> str:
     return f"g{generation:02d}-c{index}"
+
+
+def candidate_record(
+    candidate_id: str,
+    *,
+    generation: int,
+    policy: Any,
+    mutation: Mutation,
+    seed: int,
+    parent_ids: Sequence[str] = (),
+    status: CandidateStatus = CandidateStatus.PROPOSED,
+    **fields: Any,
+) -> CandidateRecord:
+    """The one way a candidate record is made from a policy (identity read from the policy)."""
+    components, parameters = policy.components(), policy.parameters()
+    return CandidateRecord(
+        id=candidate_id,
+        generation=generation,
+        parent_ids=tuple(parent_ids),
+        mutation=mutation,
+        seed=seed,
+        fingerprint=fingerprint(policy.kind, components, parameters),
+        kind=policy.kind,
+        components=components,
+        parameters=parameters,
+        status=status,
+        **fields,
+    )
+
+
+def best_of(candidates: Sequence[CandidateRecord], split: str = "train") -> CandidateRecord | None:
+    """Highest score on `split` ("train" or "heldout"); ties: train score, then older id."""
+
+    def key(record: CandidateRecord) -> tuple:
+        scores = getattr(record, split)
+        train = record.train.score if record.train is not None else float("-inf")
+        return (-scores.score, -train, record.generation, record.id)
+
+    scored = [record for record in candidates if getattr(record, split) is not None]
+    return min(scored, key=key) if scored else None

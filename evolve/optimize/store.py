@@ -179,7 +179,7 @@ class ExperimentStore:
                 stored = read_json(self.result_file)
             except (OSError, json.JSONDecodeError):
                 stored = {}
-        from evolve.optimize.selection import best_of
+        from evolve.optimize.records import best_of
 
         candidates = self.load_candidates()
         best = best_of(candidates, "heldout") or best_of(candidates, "train")

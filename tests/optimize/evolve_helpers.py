@@ -202,8 +202,7 @@ def write_spec(directory: Path, body: str = "", *, name: str = "exp", **tables: 
         """,
         "optimizer": """
             generations = 2
-            candidates_per_generation = 2
-            population_size = 2
+            reflection_minibatch_size = 2
             mutate_components = ["write.types_to_remember", "use"]
         """,
         "tracking": "enabled = false",

@@ -18,7 +18,6 @@ def test_one_reflective_generation_on_the_embedded_model(tmp_path, role_lms_embe
             "policy": {"kind": "in_context"},
             "optimizer": {
                 "generations": 1,
-                "candidates_per_generation": 1,
                 "mutate_components": ["write.types_to_remember"],
                 "max_feedback_failures": 2,
                 "max_feedback_chars": 900,

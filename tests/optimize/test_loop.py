@@ -1,5 +1,6 @@
-"""The evolution loop end to end with scripted LMs: it finds the instruction that helps,
-scores held-out users, skips duplicates, honours the budget and resumes without recomputing."""
+"""The evolution loop end to end with scripted LMs (population schedule on GEPA): it finds
+the instruction that helps, scores held-out users, records rejected and invalid proposals,
+honours the budget and resumes without recomputing."""
 
 from __future__ import annotations
 
@@ -51,18 +52,17 @@ def test_population_finds_the_marker_and_scores_heldout(tmp_path):
         best.generation = 5  # type: ignore[misc]
 
 
-def test_reflector_sees_diagnostic_feedback_and_proposals_differ(tmp_path):
+def test_reflector_sees_diagnostic_feedback_and_components_take_turns(tmp_path):
     world = World()
     run(tmp_path, world, write_spec(tmp_path))
     first = world.reflector.calls[0].user
     assert "cause:" in first and "memory held:" in first and "answered" in first
-    # Two candidates of one generation rewrite different components of the same parent.
+    # GEPA's round-robin module selector: generation 1 rewrites the first mutable component,
+    # generation 2 the next one (of its parent).
     store = ExperimentStore(tmp_path / "runs" / "exp")
-    one, two = store.load_candidate("g01-c0"), store.load_candidate("g01-c1")
-    assert {one.mutation.component, two.mutation.component} == {
-        "use",
-        "write.types_to_remember",
-    }
+    one, two = store.load_candidate("g01-c0"), store.load_candidate("g02-c0")
+    assert one.mutation.component == "write.types_to_remember"
+    assert two.mutation.component == "use"
     assert one.fingerprint != two.fingerprint
     assert one.mutation.rollout_id != two.mutation.rollout_id
     # Each reflector call carries its own rollout id (a DSPy cache key) and a nonzero
@@ -74,15 +74,18 @@ def test_reflector_sees_diagnostic_feedback_and_proposals_differ(tmp_path):
     assert "cause:" in store.load_feedback("g01-c0")
 
 
-def test_duplicates_are_recorded_and_never_evaluated(tmp_path):
+def test_a_child_no_better_than_its_parent_is_recorded_as_rejected(tmp_path):
     world = World()
     result = run(tmp_path, world, write_spec(tmp_path))
-    duplicates = [r for r in result.candidates if r.status == CandidateStatus.DUPLICATE]
-    assert duplicates, "the marker reflector repeats itself once the marker is in"
-    for record in duplicates:
-        assert record.train is None and record.duplicate_of is not None
-        assert record.mutation.attempts == 2  # retried once with another component
-        assert not (tmp_path / "runs" / "exp" / "candidates" / record.id / "train").exists()
+    # The write instruction alone does not change the scripted agent's answers: GEPA tries
+    # the child on its minibatch and rejects it (strict improvement); it never joins the pool.
+    rejected = result.candidate("g01-c0")
+    assert rejected.status == CandidateStatus.REJECTED
+    assert rejected.train is None and rejected.parent_ids == ("g00-c0",)
+    assert result.generations[1].evaluated_ids == []
+    assert result.generations[1].candidate_ids == ["g01-c0"]
+    # The accepted child of generation 2 descends from the base, not from the rejected one.
+    assert result.candidate("g02-c0").parent_ids == ("g00-c0",)
 
 
 def test_question_only_feedback_has_no_answers(tmp_path):
@@ -91,7 +94,6 @@ def test_question_only_feedback_has_no_answers(tmp_path):
         tmp_path,
         optimizer="""
             generations = 1
-            candidates_per_generation = 1
             feedback = "question_only"
             mutate_components = ["use"]
         """,
@@ -128,24 +130,28 @@ def test_parameter_mutation_through_a_pluggable_proposer(tmp_path):
         tmp_path,
         optimizer="""
             generations = 1
-            candidates_per_generation = 2
             feedback = "none"
+            acceptance = "improvement_or_equal"
             [optimizer.parameters]
             short_term_len = { low = 1, high = 6 }
         """,
     )
-    proposer = CountingProposer()
-    result = run(tmp_path, world, spec, proposer=proposer)
+    proposers: list[CountingProposer] = []
+
+    def factory() -> CountingProposer:
+        proposers.append(CountingProposer())
+        return proposers[-1]
+
+    result = run(tmp_path, world, spec, proposer_factory=factory)
     child = result.candidate("g01-c0")
     assert child.mutation.kind == "parameter"
     assert child.parameters["short_term_len"] == 3
     assert child.mutation.parameter_changes == {"short_term_len": (2, 3)}
     assert child.train is not None
-    # The proposer is told every evaluation, and again (replayed) when a run resumes.
-    assert [p["short_term_len"] for p, _ in proposer.observed][:2] == [2, 3]
-    replay = CountingProposer()
-    run(tmp_path, World(), spec, proposer=replay)
-    assert [p for p, _ in replay.observed] == [p for p, _ in proposer.observed]
+    # A fresh proposer per proposal is told the history first: here, the base's score.
+    assert len(proposers) == 1
+    assert [p["short_term_len"] for p, _ in proposers[0].observed] == [2]
+    assert proposers[0].observed[0][1] == result.candidate("g00-c0").train.score
 
 
 def test_budget_stops_cleanly_and_a_larger_budget_continues(tmp_path):
@@ -175,9 +181,9 @@ def test_killed_run_resumes_without_recomputing_finished_candidates(tmp_path):
     expected = run(reference_dir, reference, write_spec(reference_dir))
     full = reference.calls()
 
-    # Kill the run at the reflector's 3rd call: generation 1 is evaluated by then.
+    # Kill the run at the reflector's 2nd call: generation 1 is evaluated by then.
     def dying_reflector(call):
-        if len(first.reflector.calls) == 2:
+        if len(first.reflector.calls) == 1:
             raise Killed
         return reflector(call)
 
@@ -293,13 +299,13 @@ def test_per_period_none_is_the_unevolved_baseline(tmp_path):
 
 def test_unparseable_reflector_output_is_counted_not_replaced(tmp_path):
     world = World(reflect=lambda call: "this is not json")
-    spec = write_spec(
-        tmp_path, optimizer="generations = 1\ncandidates_per_generation = 1\nproposal_attempts = 2"
-    )
+    spec = write_spec(tmp_path, optimizer="generations = 1")
     result = run(tmp_path, world, spec)
     record = result.candidate("g01-c0")
     assert record.status == CandidateStatus.INVALID
     assert "unparseable" in record.invalid_reason
-    assert record.reflection_parse_failures == 2
-    assert result.reflection_parse_failures == 2
+    assert record.reflection_parse_failures == 1
+    assert result.reflection_parse_failures == 1
     assert record.train is None
+    # GEPA skips a generation without a usable proposal: nothing was evaluated for it.
+    assert result.generations[1].evaluated_ids == []

@@ -92,8 +92,7 @@ def write_tiny_spec(
             [optimizer]
             schedule = "population"
             generations = {generations}
-            candidates_per_generation = 1
-            population_size = 2
+            reflection_minibatch_size = 1
             objective = "accuracy"
             mutate_components = ["use"]
 

@@ -43,9 +43,8 @@ parameters = {{ update_every = 2, short_term_len = 4 }}
 
 [optimizer]
 schedule = "population"
-generations = 2
-candidates_per_generation = 2
-population_size = 2
+generations = 4
+reflection_minibatch_size = 1
 objective = "accuracy"
 mutate_components = ["use"]
 heldout = "final"

@@ -55,8 +55,7 @@ def test_the_evolution_loop_runs_with_the_optuna_proposer(tmp_path):
     spec_path = write_spec(
         tmp_path,
         optimizer="""
-            generations = 2
-            candidates_per_generation = 2
+            generations = 4
             feedback = "none"
             [optimizer.parameters]
             update_every = { low = 1, high = 8 }
@@ -64,24 +63,31 @@ def test_the_evolution_loop_runs_with_the_optuna_proposer(tmp_path):
         """,
     )
     spec = load_spec(spec_path)
-    proposer = OptunaParameterProposer(spec.optimizer.parameters, seed=spec.seed)
+    made: list[OptunaParameterProposer] = []
+
+    def factory() -> OptunaParameterProposer:
+        made.append(OptunaParameterProposer(spec.optimizer.parameters, seed=spec.seed))
+        return made[-1]
+
     world = TuneWorld()
     result = run_experiment(
         spec,
         world.lms,
         runs_dir=tmp_path / "runs",
         upper_bound_cache=tmp_path / "ub",
-        proposer=proposer,
+        proposer_factory=factory,
     )
     children = [c for c in result.candidates if c.mutation.kind == "parameter"]
     assert len(children) == 4
     for child in children:
         assert 1 <= child.parameters["update_every"] <= 8
         assert 0 <= child.parameters["short_term_len"] <= 4
-    evaluated = [c for c in result.candidates if c.train is not None]
-    told = proposer.study.get_trials(states=(TrialState.COMPLETE,))
-    assert len(told) == len(evaluated)  # the base (2, 2) is inside the bounds too
-    assert sorted(t.value for t in told) == sorted(c.train.score for c in evaluated)
+    # The last proposal's sampler was told every candidate GEPA had scored on all train
+    # users before it (the base (2, 2) is inside the bounds too).
+    before_last = [c for c in result.candidates if c.train is not None and c.generation < 4]
+    told = made[-1].study.get_trials(states=(TrialState.COMPLETE,))
+    assert len(made) == 4 and len(told) == len(before_last)
+    assert sorted(t.value for t in told) == sorted(c.train.score for c in before_last)
 
 
 def test_tune_best_candidate_finds_the_best_parameters(tmp_path):
