@@ -53,3 +53,24 @@ def test_a_better_value_still_wins_over_the_tie_break() -> None:
     assert best_parameters(study) == [GRID[3]]
     study = study_with(GRID, [0.5, 0.25, 0.5, 0.5], "minimize")
     assert best_parameters(study) == [GRID[1]]
+
+
+def test_a_study_killed_before_its_heldout_check_is_not_recorded_complete(tmp_path, monkeypatch):
+    """tuning.json is rewritten after each trial; when the last trial is done but the
+    held-out check is not (a kill there), it must not say complete: a rerun must do it."""
+    from test_tune import GRID, tune
+    from tuning.tune_helpers import write_tune_spec
+
+    from evolve.tuning import study
+
+    spec = write_tune_spec(tmp_path, f'trials = 2\nheldout = "best"\n{GRID}')
+
+    def killed(self) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(study._Worker, "_evaluate_heldout", killed)
+    with pytest.raises(KeyboardInterrupt):
+        tune(tmp_path, spec)
+    stored = study.TuningStore(tmp_path / "runs" / "tune").load_result()
+    assert sum(t.state == "complete" for t in stored.trials) == 2
+    assert stored.complete is False
