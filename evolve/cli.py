@@ -51,8 +51,9 @@ _STORAGE_ERRNOS = {errno.EROFS, errno.ENOSPC, errno.EACCES, errno.EPERM, errno.E
 def main(argv: list[str] | None = None) -> int:
     """Run one command; returns its exit code (the README's table, from `evolve.errors`).
 
-    Called without `argv` (as the `evolve` program), an interrupted command also bounds how
-    long the process may take to exit (see `evolve.commands.interrupt`).
+    Called without `argv` (as the `evolve` program), an interrupted command exits the process
+    here, within a bounded time and without interpreter teardown (see
+    `evolve.commands.interrupt`).
     """
     # The command owns its process: caches go under the toolkit's cache directory.
     use_toolkit_caches()
@@ -61,8 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     interrupt.STOP.clear()
     with interrupt.stop_on_signals():
         code = _run_handler(args)
-    if code == EXIT_INTERRUPTED and argv is None:
-        interrupt.arm_exit_deadline()
+        if code == EXIT_INTERRUPTED and argv is None:
+            interrupt.exit_interrupted()  # inside: a second signal during the grace exits at once
     return code
 
 

@@ -13,14 +13,18 @@ import argparse
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from tqdm import tqdm
 
 from evolve.commands import interrupt
 from evolve.errors import ConfigError
-from evolve.llm import add_llm_arguments, open_role_lms_from_args
+from evolve.llm import RoleLMs, add_llm_arguments, open_role_lms_from_args
+from evolve.llm.usage import CompletedCall
 from evolve.locking import run_lock
+from evolve.optimize.store import ExperimentStore, Spend
 from evolve.paths import cache_dir
 from evolve.simulator.baselines import compute_upper_bound
 from evolve.simulator.environment import Environment, load_environment
@@ -236,6 +240,38 @@ def format_notes(rows: list[tuple[str, EvaluationReport]]) -> list[str]:
     return notes
 
 
+@contextmanager
+def journal_spend(out: Path, lms: RoleLMs) -> Iterator[ExperimentStore]:
+    """Append each completed LLM call of this invocation to `OUT/spend.jsonl` as it completes
+    (the journal `evolve run` keeps, see `evolve.optimize.store`): a killed eval leaves a
+    spend record short only by its in-flight calls, and reruns add to it."""
+    store = ExperimentStore(out)
+    before = store.load_spend()
+    journal = store.open_journal()
+    started = time.perf_counter()
+
+    def wall_time_s() -> float:
+        return before.wall_time_s + time.perf_counter() - started
+
+    def record(call: CompletedCall) -> None:
+        journal.record_call(
+            role=call.role,
+            prompt_tokens=call.prompt_tokens,
+            completion_tokens=call.completion_tokens,
+            cache_hit=call.cache_hit,
+            failed=call.failed,
+            wall_time_s=wall_time_s(),
+        )
+
+    lms.usage.add_listener(record)
+    try:
+        yield store
+    finally:
+        lms.usage.remove_listener(record)
+        journal.mark_wall_time(wall_time_s())
+        journal.close()
+
+
 def run_eval(args: argparse.Namespace) -> int:
     # Policies and the environment are checked before any server starts or LLM call.
     _check_counts(args)
@@ -249,7 +285,11 @@ def run_eval(args: argparse.Namespace) -> int:
     )
     names = run_dir_names(args.policy)
     rows: list[tuple[str, EvaluationReport]] = []
-    with run_lock(args.out, "eval"), open_role_lms_from_args(args) as lms:
+    with (
+        run_lock(args.out, "eval"),
+        open_role_lms_from_args(args) as lms,
+        journal_spend(args.out, lms) as store,
+    ):
         # A rerun with another environment or model is refused here, before any LLM call.
         for name, policy in zip(names, policies, strict=True):
             check_resumable(
@@ -298,7 +338,12 @@ def run_eval(args: argparse.Namespace) -> int:
             print(f"{spec}: {report.run_dir}")
             rows.append((name, report))
         usage = lms.usage.snapshot()
+    spend: Spend = store.load_spend()
     print(f"\nLLM usage of this invocation (cached responses cost nothing):\n{usage.table()}")
+    print(
+        f"spend of every invocation into {args.out} ({store.journal_file.name}): "
+        f"{spend.llm_calls} LLM calls, {spend.tokens} tokens, {spend.wall_time_s:.1f}s"
+    )
     print()
     print(format_table(rows))
     failures = {

@@ -5,11 +5,15 @@ the runner, which checks it before each new unit and LLM call) and raises
 `KeyboardInterrupt` in the main thread, so context managers unwind: worker pools cancel
 their queued work, trackers mark the run interrupted, the embedded server is stopped.
 
-Worker threads blocked in an HTTP call cannot be interrupted, and Python joins every pool
-thread at exit (`concurrent.futures` registers that join), so a call that hangs would hold
-the process forever. `arm_exit_deadline` bounds that wait: after `EXIT_GRACE_S` the process
-exits with code 130 whatever its threads are doing (finished units are already on disk and
-every write is atomic, so a rerun resumes). A second signal exits at once.
+Then the process leaves through `exit_interrupted`, never through the interpreter's
+teardown: tearing down the libraries a command has loaded (MLflow, SQLAlchemy, litellm,
+Optuna) takes seconds of C-level finalization on a loaded machine, and once it has begun no
+Python thread can run, so no deadline could bound it. `exit_interrupted` gives the worker
+threads still finishing an in-flight call up to `EXIT_GRACE_S` (threads blocked in an HTTP
+call cannot be interrupted, and a call that hangs must not hold the process), flushes the
+standard streams and calls `os._exit(130)`. Nothing is lost: finished units are already on
+disk, every write is atomic, spend journals are flushed per call, the run lock is released
+by the kernel, and a rerun resumes. A second signal exits at once.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
+from typing import NoReturn
 
 from evolve.errors import EXIT_INTERRUPTED
 
@@ -45,7 +50,7 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
-def _exit_now() -> None:
+def _exit_now() -> NoReturn:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):  # exiting anyway; a closed stream is fine
             stream.flush()
@@ -68,11 +73,15 @@ def stop_on_signals() -> Iterator[threading.Event]:
             signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
 
 
-def arm_exit_deadline(grace_s: float = EXIT_GRACE_S) -> None:
-    """Exit with 130 after `grace_s` even if worker threads are still blocked in calls."""
-
-    def deadline() -> None:
-        time.sleep(grace_s)
-        _exit_now()
-
-    threading.Thread(target=deadline, name="evolve-exit-deadline", daemon=True).start()
+def exit_interrupted(grace_s: float = EXIT_GRACE_S) -> NoReturn:
+    """Exit with 130 once the other non-daemon threads (pool workers finishing an in-flight
+    call) are done, or after `grace_s` whatever they are doing; skips interpreter teardown."""
+    deadline = time.monotonic() + grace_s
+    current = threading.current_thread()
+    for thread in threading.enumerate():
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        if thread is not current and not thread.daemon:
+            thread.join(remaining)
+    _exit_now()

@@ -304,12 +304,15 @@ def run_evaluation(
                 if on_period_end is not None or last:
                     # Written at every barrier a callback sees: a pruned run leaves a report.
                     latest = report(complete=last)
-                    summary = latest.summary
-                else:
-                    summary = summarize(
-                        [UserResult(user_id=u.item.id, periods=u.results) for u in users],
-                        upper_bound,
-                    )
+                # Periods up to this one only: a resumed run has later ones on disk already,
+                # and a pruner must see the value an uninterrupted run reports here.
+                summary = summarize(
+                    [
+                        UserResult(user_id=u.item.id, periods=u.results[: period_index + 1])
+                        for u in users
+                    ],
+                    upper_bound,
+                )
                 progress.period_finished(period_index, summary)
                 if on_period_end is not None:
                     on_period_end(period_index, summary)

@@ -198,10 +198,22 @@ def with_journaled_spend(
 
 
 def best_trial_numbers(study: optuna.Study) -> list[int]:
-    """The best complete trial, or the Pareto front of complete trials (two objectives)."""
+    """The best complete trial, or the Pareto front of complete trials (two objectives).
+
+    Among trials with the best value, the one with the smallest parameters (sorted by name)
+    wins, not Optuna's lowest trial number: a trial retried after a killed worker gets a new
+    number, and the chosen setting (and its held-out check) must not depend on that.
+    """
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     if not complete:
         return []
     if len(study.directions) > 1:
         return sorted(t.number for t in study.best_trials)
-    return [study.best_trial.number]
+    sign = 1.0 if study.direction == optuna.study.StudyDirection.MAXIMIZE else -1.0
+    best = max(t.value * sign for t in complete if t.value is not None)
+    tied = [t for t in complete if t.value is not None and t.value * sign == best]
+    return [min(tied, key=_parameter_order).number]
+
+
+def _parameter_order(trial: FrozenTrial) -> tuple[tuple[str, Any], ...]:
+    return tuple(sorted(trial.params.items()))

@@ -589,7 +589,10 @@ class _Worker:
             return
         self._current = None
         self._report(trial)
-        self.store.save_result(self._result(self.job.config_hash(self.lms.model_names())))
+        # Never complete here, even after the last trial: the held-out check follows, and
+        # a kill before it must leave a result that a rerun completes.
+        result = self._result(self.job.config_hash(self.lms.model_names()))
+        self.store.save_result(result.model_copy(update={"complete": False}))
         self.budget.check()  # raised out of `optimize`: no new trial starts over the budget
 
     def _report(self, trial: FrozenTrial) -> None:

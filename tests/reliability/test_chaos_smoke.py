@@ -11,16 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 CHAOS = Path(__file__).resolve().parents[2] / "benchmarks" / "chaos.py"
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="eval does not stop within latency + 2 s after SIGINT until issue 10 item 5 "
-    "(process-safety branch) is merged; drop this mark then",
-)
 def test_chaos_benchmark_passes_on_eval_with_two_kills(tmp_path: Path) -> None:
     completed = subprocess.run(
         [sys.executable, str(CHAOS), "--kills", "2", "--only", "eval", "--workdir", str(tmp_path)],

@@ -137,3 +137,52 @@ def test_tune_stops_on_sigint_and_a_rerun_completes_it(tmp_path):
         assert run_in_process(reference, *reference_args, *llm_flags(fast)) == 0
     trials = completed_trials(tmp_path)
     assert len(trials) == 2 and trials == completed_trials(reference)
+
+
+# ----- stop time with fast calls and tracking on (what benchmarks/chaos.py measures) ---------
+
+FAST_CALL_S = 0.05
+
+
+def stop_fast_run_and_measure(home: Path, *args: str) -> None:
+    """Ctrl-C a command making fast calls: it exits with 130 within one call's latency + 2 s
+    (its loaded libraries, MLflow / SQLAlchemy / litellm, must not stretch the exit)."""
+    with StubServer(latency=FAST_CALL_S) as stub:
+        process = start_cli(home, *args, *llm_flags(stub))
+        wait_for_requests(stub, at_least=10, timeout=90)
+        sent = time.monotonic()
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=30)
+        took = time.monotonic() - sent
+    assert process.returncode == EXIT_INTERRUPTED, err[-3000:]
+    assert took <= FAST_CALL_S + 2.0, f"took {took:.2f}s to stop"
+    assert "Traceback" not in err
+
+
+def test_eval_stops_fast_on_sigint(tmp_path):
+    env_file = write_small_environment(tmp_path / "env.json", users=4)
+    stop_fast_run_and_measure(
+        tmp_path,
+        *("eval", "--env", str(env_file), "--policy", "in_context", "--concurrency", "2"),
+        *("--out", "out"),
+    )
+
+
+def test_run_with_tracking_stops_fast_on_sigint(tmp_path):
+    spec = write_tiny_spec(tmp_path, tracking=True)
+    stop_fast_run_and_measure(
+        tmp_path,
+        *("run", str(spec), "--no-progress", "--runs-dir", "runs"),
+        *("--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}"),
+    )
+
+
+def test_tune_with_tracking_stops_fast_on_sigint(tmp_path):
+    write_small_environment(tmp_path / "env.json")
+    spec = tmp_path / "tune.toml"
+    spec.write_text(TUNE_SPEC.replace("enabled = false", "enabled = true"), encoding="utf-8")
+    stop_fast_run_and_measure(
+        tmp_path,
+        *("tune", str(spec), "--runs-dir", "runs", "--no-progress"),
+        *("--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}"),
+    )

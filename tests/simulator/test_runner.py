@@ -264,6 +264,26 @@ def test_period_barrier_callback_can_stop_the_run_and_partial_results_resume(tmp
     assert report.complete and report.summary.n_items == 12
 
 
+def test_a_resumed_run_reports_each_barrier_as_an_uninterrupted_run_does(tmp_path):
+    """A retried tuning trial resumes a killed one's directory: its period-0 value (what a
+    pruner compares) must cover period 0 only, not the later periods already on disk."""
+
+    def recorder(seen):
+        def on_period_end(period_index, summary):
+            seen.append((period_index, summary.n_items, summary.accuracy))
+            if period_index == 1 and len(seen) == 2 and seen is interrupted:
+                raise Pruned
+
+        return on_period_end
+
+    uninterrupted, interrupted, resumed = [], [], []
+    evaluate(tmp_path, run_dir=tmp_path / "reference", on_period_end=recorder(uninterrupted))
+    with pytest.raises(Pruned):
+        evaluate(tmp_path, on_period_end=recorder(interrupted))
+    evaluate(tmp_path, on_period_end=recorder(resumed))
+    assert resumed == uninterrupted
+
+
 def test_concurrent_run_with_a_callback_waits_for_every_user_at_each_period(tmp_path):
     layout = RunLayout(tmp_path / "run")
     env = make_environment(users=4)
