@@ -26,8 +26,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import mlflow.pyfunc
-
 from evolve.errors import ConfigError
 from evolve.optimize.records import CandidateRecord, ExperimentResult
 from evolve.optimize.store import ExperimentStore, experiment_dir_for
@@ -279,6 +277,10 @@ def register_policy(
     The model is an MLflow 3 LoggedModel whose source run is the candidate's run (when known),
     linked by id: the run is never reopened. Returns (version, model URI).
     """
+    # Imported here: importing MLflow sets a variable in the caller's environment
+    # (its telemetry session id), and `import evolve.export` must not.
+    import mlflow
+    import mlflow.pyfunc
     from mlflow.entities import LoggedModelOutput
 
     quiet_mlflow()

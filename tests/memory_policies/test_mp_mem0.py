@@ -225,6 +225,9 @@ def test_a_killed_mem0_run_resumes_without_repeating_finished_periods(tmp_path, 
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
         "EVOLVE_CACHE_DIR": str(tmp_path / "cache"),
+        # Its own response cache: one inherited from the test process may already hold every
+        # reply of this deterministic stub, and the rerun would then call nothing.
+        "DSPY_CACHEDIR": str(tmp_path / "cache" / "dspy"),
     }
     command = [sys.executable, "-m", "evolve.cli", *_eval_argv(env_file, stub, out)]
     # Output to a file: an unread pipe fills up with progress bars and blocks the child.
