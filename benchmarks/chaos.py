@@ -34,7 +34,8 @@ Checks, one PASS/FAIL line each (the script exits 1 if any fails):
 - **ledger**: the command's durable spend ledger against the stub's server-side count of
   chat requests, after every kill and at the end: the calls lost by one crash,
   |delta(server) - delta(ledger)|, must not exceed the calls in flight (the concurrency).
-  The ledger is read with `ExperimentStore(<run dir>).load_spend()` where a `ledger*` or
+  The ledger is read with `evolve.tuning.recorded_spend(<run dir>)` for tune and
+  `ExperimentStore(<run dir>).load_spend()` otherwise, where a `ledger*` or
   `spend*` (journal) file exists (`runs/<name>/` for run and tune, the `--out` directory
   for eval); a command without one prints "n/a" (not a failure: reported as missing).
 - **mlflow dups**: MLflow runs per candidate (run) / per trial number (tune) and parent runs
@@ -364,6 +365,11 @@ class Scenario:
         checkout journals spend, its journal `spend.jsonl`); None when it keeps none."""
         if not any(self.run_dir.glob("ledger*")) and not any(self.run_dir.glob("spend*")):
             return None
+        if self.command == "tune":
+            # Per-trial and per-process journals under spend/<study>/ (evolve.tuning.spend).
+            from evolve.tuning import recorded_spend
+
+            return int(recorded_spend(self.run_dir).llm_calls)
         from evolve.optimize.store import ExperimentStore
 
         return int(ExperimentStore(self.run_dir).load_spend().llm_calls)
