@@ -25,8 +25,8 @@ from evolve.config import ExperimentSpec, ResolvedExperiment
 from evolve.config import load_spec as _load_experiment_spec
 from evolve.llm import LLMConfig
 from evolve.optimize.loop import LoopProgress
-from evolve.optimize.records import ExperimentResult
 from evolve.paths import cache_dir, use_toolkit_caches
+from evolve.records import ExperimentResult
 from evolve.simulator.environment import Environment
 from evolve.simulator.runner import EpisodeConfig, EvaluationReport
 from evolve.tuning.records import TuningResult

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from evolve.errors import ConfigError
-from evolve.optimize.records import CandidateRecord, ExperimentResult
 from evolve.optimize.store import ExperimentStore, experiment_dir_for
+from evolve.records import CandidateRecord, ExperimentResult
 from evolve.simulator.storage import read_json
 from evolve.tracking import (
     PARENT_RUN_TAG,
@@ -231,7 +231,7 @@ def _run_rank(run: Any) -> tuple:
 
 def _record_from_run(run: Any) -> CandidateRecord:
     """Enough of a candidate record for provenance, from a candidate run's tags/metrics."""
-    from evolve.optimize.records import CandidateStatus, EvaluationScores, Mutation
+    from evolve.records import CandidateStatus, EvaluationScores, Mutation
     from evolve.simulator.metrics import MetricSummary
 
     tags, metrics = run.data.tags, run.data.metrics

@@ -39,7 +39,7 @@ from evolve.simulator.storage import atomic_write_json, read_json
 if TYPE_CHECKING:
     from evolve.budget import Spend
     from evolve.config import ExperimentSpec
-    from evolve.optimize.records import (
+    from evolve.records import (
         CandidateRecord,
         EvaluationScores,
         ExperimentResult,

@@ -20,7 +20,7 @@ from evolve.config import ExperimentSpec, ResolvedExperiment, load_spec, resolve
 from evolve.llm import LLMConfig, add_llm_arguments, llm_config_from_args, open_role_lms
 from evolve.locking import run_lock
 from evolve.optimize import LoopProgress, format_lineage, format_table, run_experiment
-from evolve.optimize.records import CandidateRecord
+from evolve.records import CandidateRecord
 from evolve.simulator.runner import ProgressSink
 from evolve.tracking import ExperimentTracker, tracker_for
 

@@ -5,7 +5,10 @@ from evolve.objective import objective_value
 from evolve.optimize.feedback import Feedback, build_feedback, load_period_results
 from evolve.optimize.loop import LoopProgress, run_experiment
 from evolve.optimize.parameters import ParameterProposer, RandomStepProposer
-from evolve.optimize.records import (
+from evolve.optimize.reflect import Proposal, Reflector
+from evolve.optimize.report import format_lineage, format_table, generation_rows, plot_scores
+from evolve.optimize.store import ExperimentStore
+from evolve.records import (
     CandidateRecord,
     CandidateStatus,
     EvaluationScores,
@@ -16,9 +19,6 @@ from evolve.optimize.records import (
     candidate_record,
     fingerprint,
 )
-from evolve.optimize.reflect import Proposal, Reflector
-from evolve.optimize.report import format_lineage, format_table, generation_rows, plot_scores
-from evolve.optimize.store import ExperimentStore
 
 __all__ = [
     "Budget",

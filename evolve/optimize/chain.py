@@ -15,7 +15,7 @@ from typing import Any
 
 from evolve.objective import load_period_results, objective_value
 from evolve.optimize.feedback import build_feedback
-from evolve.optimize.records import (
+from evolve.records import (
     CandidateRecord,
     CandidateStatus,
     GenerationRecord,

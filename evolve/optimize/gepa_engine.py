@@ -49,7 +49,7 @@ from evolve.optimize.operators import (
     parameter_component,
     split_candidate,
 )
-from evolve.optimize.records import fingerprint
+from evolve.records import fingerprint
 from evolve.simulator.environment import Environment
 from evolve.simulator.metrics import summarize_periods
 from evolve.simulator.records import UserResult

@@ -49,7 +49,10 @@ from evolve.optimize.gepa_engine import (
 )
 from evolve.optimize.parameters import ParameterProposer
 from evolve.optimize.population import PopulationSchedule, default_proposer
-from evolve.optimize.records import (
+from evolve.optimize.reflect import Reflector
+from evolve.optimize.report import format_lineage, format_table
+from evolve.optimize.store import ExperimentStore
+from evolve.records import (
     CandidateRecord,
     CandidateStatus,
     EvaluationScores,
@@ -59,9 +62,6 @@ from evolve.optimize.records import (
     candidate_id,
     candidate_record,
 )
-from evolve.optimize.reflect import Reflector
-from evolve.optimize.report import format_lineage, format_table
-from evolve.optimize.store import ExperimentStore
 from evolve.simulator.environment import Environment
 from evolve.simulator.metrics import MetricSummary, summarize_periods
 from evolve.simulator.records import PeriodResult, UserResult

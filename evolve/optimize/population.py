@@ -28,7 +28,7 @@ from evolve.optimize.gepa_engine import (
 )
 from evolve.optimize.operators import MutationOperator, build_operator, is_parameter
 from evolve.optimize.parameters import ParameterProposer, RandomStepProposer
-from evolve.optimize.records import (
+from evolve.records import (
     CandidateRecord,
     CandidateStatus,
     GenerationRecord,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evolve.optimize.records import CandidateRecord, ExperimentResult
+from evolve.records import CandidateRecord, ExperimentResult
 
 
 def _score(value: float | None) -> str:

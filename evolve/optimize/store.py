@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from evolve.budget import Spend, SpendJournal
-from evolve.optimize.records import CandidateRecord, ExperimentResult, GenerationRecord
+from evolve.records import CandidateRecord, ExperimentResult, GenerationRecord
 from evolve.simulator.storage import (
     atomic_write_json,
     atomic_write_text,
@@ -179,7 +179,7 @@ class ExperimentStore:
                 stored = read_json(self.result_file)
             except (OSError, json.JSONDecodeError):
                 stored = {}
-        from evolve.optimize.records import best_of
+        from evolve.records import best_of
 
         candidates = self.load_candidates()
         best = best_of(candidates, "heldout") or best_of(candidates, "train")

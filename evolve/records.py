@@ -1,5 +1,8 @@
 """Frozen records of an evolution: candidates with lineage, generations, the experiment.
 
+A leaf module (only `evolve.simulator` below it), like `evolve.budget` and `evolve.objective`:
+tracking, export and tuning read these records without depending on `evolve.optimize`.
+
 Everything here is JSON on disk under `runs/<experiment>/` and is what `evolve compare`,
 `evolve export` and MLflow read; no record holds an LM, an endpoint or a key.
 """
