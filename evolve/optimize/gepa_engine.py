@@ -249,9 +249,12 @@ class AMemGymAdapter:
             if not owned:
                 continue
             claimed.update(owned)
+            usage_before = self.lms.usage.snapshot()
             proposal: OperatorProposal = operator.propose(
                 candidate, owned, reflective_dataset, seed=seed
             )
+            # Proposals run one at a time between evaluations, so the difference is theirs.
+            usage = self.lms.usage.snapshot().minus(usage_before)
             feedback = {
                 c: "\n\n".join(str(r.get("Feedback", "")) for r in reflective_dataset.get(c, []))
                 for c in owned
@@ -261,6 +264,8 @@ class AMemGymAdapter:
                     "iteration": self.iteration,
                     "parent": self.parent_idx,
                     "feedback": feedback,
+                    "llm_calls": usage.total_calls - usage.cache_hits,
+                    "tokens": usage.total_tokens,
                     **proposal.model_dump(),
                 }
             )

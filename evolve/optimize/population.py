@@ -338,6 +338,8 @@ class PopulationSchedule:
             status=status,
             invalid_reason=invalid_reason,
             reflection_parse_failures=sum(int(p.get("parse_failed", False)) for p in proposals),
+            reflection_calls=sum(int(p.get("llm_calls", 0)) for p in proposals),
+            reflection_tokens=sum(int(p.get("tokens", 0)) for p in proposals),
         )
         feedback = "\n\n".join(
             text for p in proposals for text in p.get("feedback", {}).values() if text

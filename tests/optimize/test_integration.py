@@ -42,6 +42,12 @@ def test_one_reflective_generation_on_the_embedded_model(tmp_path, role_lms_embe
             != base.components["write.types_to_remember"]
         )
         assert child.train is not None and child.heldout is not None
+    elif child.status == CandidateStatus.REJECTED:  # GEPA's minibatch check: not better
+        assert child.train is None  # never evaluated on all train users
+        assert (
+            child.components["write.types_to_remember"]
+            != base.components["write.types_to_remember"]
+        )
     else:  # the 0.5B reflector's output was unusable: counted, never replaced
         assert child.status in (CandidateStatus.INVALID, CandidateStatus.DUPLICATE)
         assert child.invalid_reason or child.duplicate_of

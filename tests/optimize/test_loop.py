@@ -86,6 +86,10 @@ def test_a_child_no_better_than_its_parent_is_recorded_as_rejected(tmp_path):
     assert result.generations[1].candidate_ids == ["g01-c0"]
     # The accepted child of generation 2 descends from the base, not from the rejected one.
     assert result.candidate("g02-c0").parent_ids == ("g00-c0",)
+    # Each child's reflector call is attributed to it, rejected or not.
+    for cid in ("g01-c0", "g02-c0"):
+        assert result.candidate(cid).reflection_calls == 1
+        assert result.candidate(cid).reflection_tokens > 0
 
 
 def test_question_only_feedback_has_no_answers(tmp_path):
