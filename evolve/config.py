@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 from evolve.errors import ConfigError, EnvironmentDataError
 from evolve.files import read_toml_file
 from evolve.llm.config import LLMConfig
+from evolve.protocol import DATA_FILE_ROUNDS, Protocol
 from evolve.simulator.environment import Environment
 from evolve.simulator.runner import EpisodeConfig
 from evolve.simulator.storage import config_hash
@@ -91,7 +92,8 @@ class EnvironmentSpec(_Strict):
 
 
 class EpisodeSpec(_Strict):
-    """Episode settings; unset rounds come from the preset (1 and 1 for a file)."""
+    """Episode settings; unset rounds come from the preset, for a data file from the protocol
+    (paper: 1 then 2, as the published v1.base; evolve: 1 and 1)."""
 
     rounds_initial: int | None = Field(default=None, ge=1)
     rounds_update: int | None = Field(default=None, ge=1)
@@ -301,6 +303,11 @@ class RunSpec(_Strict):
     name: str = Field(description="Results go to runs/<name>/.")
     description: str = ""
     seed: int = 0
+    protocol: Protocol = Field(
+        default="evolve",
+        description="'paper': the reference AMemGym code's information flow (comparable with "
+        "published numbers); 'evolve': this toolkit's (see the README's protocol table).",
+    )
     concurrency: int = Field(
         default=0,
         ge=0,
@@ -372,6 +379,7 @@ class ExperimentSpec(RunSpec):
             exclude={"budget", "concurrency", "tracking", "llm", "description"},
             exclude_defaults=True,
         )
+        data["protocol"] = self.protocol  # always: results differ by protocol
         optimizer = data.pop("optimizer", {})
         optimizer.pop("generations", None)
         if optimizer:
@@ -519,7 +527,7 @@ def resolve(spec: ExperimentSpec) -> ResolvedExperiment:
 
     label = str(spec.source) if spec.source is not None else "experiment spec"
     env_spec = spec.environment
-    rounds_initial, rounds_update = 1, 1
+    rounds_initial, rounds_update = DATA_FILE_ROUNDS[spec.protocol]
     if env_spec.preset is not None:
         from evolve.simulator.generator import generate_environment, get_preset
 
@@ -558,6 +566,7 @@ def resolve(spec: ExperimentSpec) -> ResolvedExperiment:
         rounds_update=spec.episode.rounds_update or rounds_update,
         concurrency=spec.concurrency,
         seed=spec.seed if spec.episode.seed is None else spec.episode.seed,
+        protocol=spec.protocol,
     )
 
     try:

@@ -26,6 +26,7 @@ from evolve.llm.usage import CompletedCall
 from evolve.locking import run_lock
 from evolve.optimize.store import ExperimentStore, Spend
 from evolve.paths import cache_dir
+from evolve.protocol import DATA_FILE_ROUNDS, PROTOCOLS
 from evolve.simulator.baselines import compute_upper_bound
 from evolve.simulator.environment import Environment, load_environment
 from evolve.simulator.generator import PRESETS, generate_environment, get_preset
@@ -75,15 +76,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="replay recorded transcripts (a previous run directory, or the original code's "
         "per-user output) instead of live sessions",
     )
+    parser.add_argument(
+        "--protocol",
+        choices=PROTOCOLS,
+        default="paper",
+        help="information flow: 'paper' reproduces the reference AMemGym code's (default; "
+        "comparable with published numbers), 'evolve' is this toolkit's (README: protocols)",
+    )
     parser.add_argument("--concurrency", type=int, default=4, help="users evaluated at once")
     parser.add_argument(
         "--out", type=Path, default=DEFAULT_OUT, help=f"output directory (default {DEFAULT_OUT})"
     )
     parser.add_argument(
-        "--rounds-init", type=int, help="rounds per period-0 session (default: preset's, else 1)"
+        "--rounds-init",
+        type=int,
+        help="rounds per period-0 session (default: the preset's; for a file 1)",
     )
     parser.add_argument(
-        "--rounds-update", type=int, help="rounds per later session (default: preset's, else 1)"
+        "--rounds-update",
+        type=int,
+        help="rounds per later session (default: the preset's; for a file 2 under "
+        "--protocol paper, else 1)",
     )
     parser.add_argument(
         "--no-upper-bound",
@@ -179,6 +192,7 @@ def _load_env(args: argparse.Namespace) -> tuple[Environment, int, int]:
         env = generate_environment(preset, args.seed, args.users)
         return env, preset.rounds_initial, preset.rounds_update
     env = load_environment(args.env)
+    rounds_initial, rounds_update = DATA_FILE_ROUNDS[args.protocol]
     if args.users is not None:
         if args.users > len(env.items):
             print(
@@ -187,7 +201,7 @@ def _load_env(args: argparse.Namespace) -> tuple[Environment, int, int]:
                 file=sys.stderr,
             )
         env = Environment(items=env.items[: args.users])
-    return env, 1, 1
+    return env, rounds_initial, rounds_update
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:
@@ -282,6 +296,7 @@ def run_eval(args: argparse.Namespace) -> int:
         rounds_update=args.rounds_update if args.rounds_update is not None else rounds_update,
         concurrency=args.concurrency,
         seed=args.seed,
+        protocol=args.protocol,
     )
     names = run_dir_names(args.policy)
     rows: list[tuple[str, EvaluationReport]] = []

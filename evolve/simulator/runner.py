@@ -35,6 +35,7 @@ import dspy
 from pydantic import BaseModel, ConfigDict, Field
 
 from evolve.errors import EnvironmentDataError, Interrupted
+from evolve.protocol import Protocol
 from evolve.simulator.baselines import UpperBoundTable, random_score
 from evolve.simulator.metrics import (
     MetricSummary,
@@ -85,6 +86,9 @@ class EpisodeConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    protocol: Protocol = Field(
+        default="evolve", description="Information flow: 'paper' (the reference code's) or ours."
+    )
     rounds_initial: int = Field(default=1, ge=1, description="Rounds per session in period 0.")
     rounds_update: int = Field(default=1, ge=1, description="Rounds per session afterwards.")
     concurrency: int = Field(default=4, ge=1, description="Users evaluated at the same time.")
