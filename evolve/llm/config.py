@@ -272,6 +272,12 @@ def add_llm_arguments(parser: argparse.ArgumentParser) -> None:
         type=_positive_int,
         help="requests the embedded server decodes at once (default 4)",
     )
+    group.add_argument(
+        "--ctx-per-slot",
+        type=_positive_int,
+        help="context tokens per slot of the embedded server (default 4096; mem0's prompts "
+        "need ~10000)",
+    )
     group.add_argument("--no-llm-cache", action="store_true", help="disable the response cache")
 
 
@@ -304,6 +310,8 @@ def llm_config_from_args(args: argparse.Namespace, base: LLMConfig | None = None
         embedded_updates["model_preset"] = args.model_preset
     if getattr(args, "slots", None) is not None:
         embedded_updates["slots"] = args.slots
+    if getattr(args, "ctx_per_slot", None) is not None:
+        embedded_updates["ctx_per_slot"] = args.ctx_per_slot
     if getattr(args, "no_llm_cache", False):
         embedded_updates["cache"] = False
     if embedded_updates:

@@ -63,6 +63,8 @@ def test_slot_and_preset_flags():
     add_llm_arguments(parser)
     config = llm_config_from_args(parser.parse_args(["--slots", "2", "--model-preset", "1.5b"]))
     assert config.embedded.slots == 2 and config.embedded.model_preset == "1.5b"
+    config = llm_config_from_args(parser.parse_args(["--slots", "2", "--ctx-per-slot", "12288"]))
+    assert config.embedded.context_tokens == 2 * 12288
     with pytest.raises(SystemExit):
         parser.parse_args(["--slots", "0"])
 
