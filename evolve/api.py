@@ -132,6 +132,7 @@ def evaluate_policies(
                 lms,
                 Path(upper_bound_cache or cache_dir() / "upper_bound"),
                 concurrency=config.concurrency,
+                protocol=config.protocol,
             )
         for name, policy in named.items():
             reports[name] = run_evaluation(env, policy, lms, out / name, config, upper_bound=table)

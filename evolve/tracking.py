@@ -398,6 +398,7 @@ class MLflowTracker(ExperimentTracker):
                 else self.context.spec.episode.seed
             ),
             "fingerprint": record.fingerprint,
+            "protocol": self.context.spec.protocol,  # results differ by information flow
         }
         for name, value in sorted(record.parameters.items()):
             params[f"param.{name}"] = str(value)
@@ -476,6 +477,7 @@ def experiment_params(context: TrackingContext) -> dict[str, str]:
     params["train_users"] = ",".join(context.train_users)[:500]
     params["heldout_users"] = ",".join(context.heldout_users)[:500]
     params["config_hash"] = context.config_hash
+    params["protocol"] = spec.protocol  # always present, even when left at its default
     return params
 
 

@@ -324,6 +324,7 @@ def run_eval(args: argparse.Namespace) -> int:
                     concurrency=config.concurrency,
                     on_entry=lambda entry: bar.update(1),
                     refresh=args.refresh_upper_bound,
+                    protocol=config.protocol,
                 )
             print(
                 f"upper bound: {len(upper_bound.entries)} answers for {upper_bound.agent_model} "

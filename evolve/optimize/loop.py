@@ -235,6 +235,7 @@ class _Evolution(PopulationSchedule, ChainSchedule):
             self.upper_bound_cache or cache_dir() / "upper_bound",
             concurrency=self.spec.concurrency,
             refresh=self.refresh_upper_bound,
+            protocol=self.spec.protocol,
         )
         self.store.save_spend(self.budget.spent())
 

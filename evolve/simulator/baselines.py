@@ -5,13 +5,24 @@ explicitly (no memory needed). As in the original `upperbound.py` it is computed
 question x answer-option variant (the variant's state is the one given), so a user-period's
 upper bound is a table lookup with its gold variant.
 
+What the agent is shown is the same under both protocols (the question, the state of the
+variant as a `{variable: value}` object, the numbered options; answer with the option's
+number). Under `paper` the layout follows the reference `upperbound.py`: question first, the
+state as indented JSON, options as `"<n>: <text>"`. Under `evolve` it is our compact layout.
+
+Unlike the reference, the per-period lookup goes through (user, question, variant), never
+through the variant's state tuple: the reference maps state tuples to scores over all of a
+user's questions, so two questions whose options share a state tuple overwrite each other and
+a question may be scored with another question's answer. Both protocols keep our fix.
+
 The table is cached on disk and reused by every candidate and trial. Its key is everything an
 answer depends on: the environment's content hash, the agent model, its endpoint's address
 (scheme, host, port and path; never credentials; "embedded" plus the model file for the
 embedded server, whose port changes every start), the structured-output dialect, the
-temperature, max_tokens and `UPPER_BOUND_PROTOCOL_VERSION`. Only answers that parsed are
-cached: an unparseable answer is counted in the run that got it (as an upper-bound parse
-failure) and asked again by the next one. `refresh=True` recomputes the whole table.
+temperature, max_tokens, the protocol (its prompt layout) and `UPPER_BOUND_PROMPT_VERSION`.
+Only answers that parsed are cached: an unparseable answer is counted in the run that got it
+(as an upper-bound parse failure) and asked again by the next one. `refresh=True` recomputes
+the whole table.
 """
 
 from __future__ import annotations
@@ -29,6 +40,7 @@ import dspy
 from dspy.utils.exceptions import AdapterParseError
 from pydantic import BaseModel, Field
 
+from evolve.protocol import Protocol
 from evolve.simulator.storage import atomic_write_json, read_json
 
 if TYPE_CHECKING:
@@ -38,7 +50,8 @@ if TYPE_CHECKING:
 UPPER_BOUND_FORMAT_VERSION = 2
 # Bump when the upper-bound question changes (signature, instructions, state or option
 # formatting, how a choice is scored): earlier answers then no longer count.
-UPPER_BOUND_PROTOCOL_VERSION = 1
+# (Named "prompt" version: "protocol" means the information flow, paper or evolve.)
+UPPER_BOUND_PROMPT_VERSION = 2
 # Entries are saved in batches so an interrupted computation loses little and writes rarely.
 _SAVE_EVERY = 8
 
@@ -60,6 +73,16 @@ class AnswerWithKnownState(dspy.Signature):
     choice: int = dspy.OutputField(desc="the number of the single best option")
 
 
+class PaperAnswerWithKnownState(dspy.Signature):
+    """The user asks `question` and states their current relevant preferences and situation in
+    `current_state`. Pick the option that suits that situation best; give its number."""
+
+    question: str = dspy.InputField(desc="the user's question")
+    current_state: str = dspy.InputField(desc="the user's current preferences and situation")
+    options: str = dspy.InputField(desc="the answer options, '<number>: <text>'")
+    choice: int = dspy.OutputField(desc="the number of the most suitable option")
+
+
 class UpperBoundEntry(BaseModel):
     item_id: str
     question_index: int
@@ -75,6 +98,9 @@ class UpperBoundTable(BaseModel):
 
     format_version: int = UPPER_BOUND_FORMAT_VERSION
     environment_hash: str
+    protocol: Protocol = Field(
+        default="evolve", description="Which prompt layout asked the questions."
+    )
     agent_model: str
     agent_identity: dict[str, Any] = Field(
         default_factory=dict,
@@ -115,12 +141,16 @@ def agent_identity(lms: RoleLMs) -> dict[str, Any]:
     return {"model": str(getattr(lms.agent, "model", type(lms.agent).__name__))}
 
 
-def upper_bound_cache_key(environment_hash: str, identity: dict[str, Any]) -> str:
-    """Hash of the environment, the agent's identity and the upper-bound protocol version."""
+def upper_bound_cache_key(
+    environment_hash: str, identity: dict[str, Any], protocol: Protocol = "evolve"
+) -> str:
+    """Hash of the environment, the agent's identity, the protocol (its prompt layout) and the
+    upper-bound prompt version."""
     material = {
         "environment": environment_hash,
         "agent": identity,
-        "protocol": UPPER_BOUND_PROTOCOL_VERSION,
+        "prompt_version": UPPER_BOUND_PROMPT_VERSION,
+        "protocol": protocol,
     }
     text = json.dumps(material, sort_keys=True, ensure_ascii=False, default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
@@ -159,12 +189,20 @@ def _save_cache(path: Path, table: UpperBoundTable) -> None:
     atomic_write_json(path, cacheable.model_dump(mode="json"))
 
 
-def _format_state(required_info: Sequence[str], values: Sequence[str]) -> str:
-    return json.dumps(dict(zip(required_info, values, strict=True)), ensure_ascii=False)
+def _format_state(
+    required_info: Sequence[str], values: Sequence[str], protocol: Protocol = "evolve"
+) -> str:
+    state = dict(zip(required_info, values, strict=True))
+    return json.dumps(state, ensure_ascii=False, indent=2 if protocol == "paper" else None)
 
 
-def _format_options(options: Sequence[str]) -> str:
-    return "\n".join(f"{i}. {option}" for i, option in enumerate(options, start=1))
+def _format_options(options: Sequence[str], protocol: Protocol = "evolve") -> str:
+    separator = ":" if protocol == "paper" else "."
+    return "\n".join(f"{i}{separator} {option}" for i, option in enumerate(options, start=1))
+
+
+def _predictor(protocol: Protocol) -> dspy.Predict:
+    return dspy.Predict(PaperAnswerWithKnownState if protocol == "paper" else AnswerWithKnownState)
 
 
 def _ask(
@@ -177,15 +215,23 @@ def _ask(
     required_info: Sequence[str],
     option_texts: Sequence[str],
     option_states: Sequence[Sequence[str]],
+    protocol: Protocol = "evolve",
 ) -> UpperBoundEntry:
     given = option_states[variant_index]
     try:
         with lms.context("agent"):
-            prediction = predictor(
-                known_state=_format_state(required_info, given),
-                question=question,
-                options=_format_options(option_texts),
-            )
+            if protocol == "paper":
+                prediction = predictor(
+                    question=question,
+                    current_state=_format_state(required_info, given, protocol),
+                    options=_format_options(option_texts, protocol),
+                )
+            else:
+                prediction = predictor(
+                    known_state=_format_state(required_info, given),
+                    question=question,
+                    options=_format_options(option_texts),
+                )
         choice = prediction.choice
         error = None
         if isinstance(choice, bool) or not isinstance(choice, int):
@@ -222,6 +268,7 @@ def compute_upper_bound(
     concurrency: int = 1,
     on_entry: Callable[[UpperBoundEntry], None] | None = None,
     refresh: bool = False,
+    protocol: Protocol = "evolve",
 ) -> UpperBoundTable:
     """The upper-bound table for `env` and the agent, computed only where not cached.
 
@@ -230,14 +277,16 @@ def compute_upper_bound(
     The returned table also holds this computation's unparseable answers (they count as
     upper-bound parse failures), which are never written to the cache. `refresh` ignores the
     cache and recomputes every entry. `on_entry` is called for each newly computed entry.
+    `protocol` chooses the prompt layout (see the module docstring); each has its own cache.
     """
     environment_hash = env.content_hash()
     identity = agent_identity(lms)
     agent_model = str(identity.get("model") or getattr(lms.agent, "model", "model"))
-    cache_key = upper_bound_cache_key(environment_hash, identity)
+    cache_key = upper_bound_cache_key(environment_hash, identity, protocol)
     path = upper_bound_cache_path(Path(cache_dir), environment_hash, agent_model, cache_key)
     table = UpperBoundTable(
         environment_hash=environment_hash,
+        protocol=protocol,
         agent_model=agent_model,
         agent_identity=identity,
         cache_key=cache_key,
@@ -250,10 +299,12 @@ def compute_upper_bound(
             states = [list(choice.state) for choice in qa.answer_choices]
             for ci in range(len(qa.answer_choices)):
                 if table.key(item.id, qi, ci) not in table.entries:
-                    todo.append((item.id, qi, ci, qa.query, list(qa.required_info), texts, states))
+                    todo.append(
+                        (item.id, qi, ci, qa.query, list(qa.required_info), texts, states, protocol)
+                    )
     if not todo:
         return table
-    predictor = dspy.Predict(AnswerWithKnownState)
+    predictor = _predictor(protocol)
     lock = threading.Lock()
     pending = 0
 

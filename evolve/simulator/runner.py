@@ -64,6 +64,7 @@ from evolve.simulator.storage import (
     safe_name,
 )
 from evolve.simulator.user import (
+    PaperUserView,
     SimulatedUser,
     derive_seed,
     format_persona,
@@ -125,6 +126,9 @@ class ProgressSink:
 class EvaluationReport(BaseModel):
     run_dir: Path
     config_hash: str
+    protocol: Protocol = Field(
+        default="evolve", description="The information flow that produced these results."
+    )
     policy: dict[str, Any] = Field(default_factory=dict)
     users: list[UserResult]
     summary: MetricSummary
@@ -272,6 +276,7 @@ def run_evaluation(
         result = EvaluationReport(
             run_dir=layout.root,
             config_hash=digest,
+            protocol=config.protocol,
             policy={"kind": policy.kind, "parameters": policy.parameters()},
             users=user_results,
             summary=summarize(user_results, upper_bound),
@@ -630,6 +635,13 @@ def _play_period(
     period = item.periods[period_index]
     persona = format_persona(item.profile_text())
     current = {k: str(v) for k, v in period.state.items()}
+    # The reference user sees the full profile as of the start and the period's END date.
+    paper_view = PaperUserView(
+        profile=item.profile_text(),
+        profile_date=str(item.start_time or ""),
+        current_date=str(period.period_end or ""),
+        state_schema=item.state_schema,
+    )
     sessions = []
     for session_index, session in enumerate(period.sessions):
         transcript, state = play_session(
@@ -646,6 +658,8 @@ def _play_period(
             rounds=run.config.rounds_for(period_index),
             seed=derive_seed(run.config.seed, item.id, period_index),
             call_slot=run.slot,
+            protocol=run.config.protocol,
+            paper_view=paper_view,
         )
         sessions.append(transcript)
     return sessions, state

@@ -2,9 +2,15 @@
 
 A session opens with the environment's query (prefixed with its time stamp, as in the
 original code); the user then follows up after each assistant reply until the planned number
-of rounds is reached. Unlike the original simulator, this one is told the period's current
-state so that its follow-ups stay consistent with it; it may talk about what the session
-exposes and must keep every other tracked value to itself.
+of rounds is reached. What the follow-up prompt shows depends on the protocol:
+
+- ``evolve`` (ours): the user is told the period's current state so that its follow-ups stay
+  consistent with it; it may talk about what the session exposes and must keep every other
+  tracked value to itself.
+- ``paper`` (the reference code's information flow): the user sees only the profile (as of the
+  environment's start), the period's end date, the session's opening message, the last two
+  messages and the state schema it must keep to itself. It is blind to every state value:
+  the prompt is the same whatever the current or exposed state is.
 
 The simulated user belongs to the environment, never to a policy: an optimizer that mutates a
 policy's modules must not be able to reach it.
@@ -14,13 +20,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import dspy
 from dspy.utils.exceptions import AdapterParseError
 
+from evolve.protocol import Protocol
 from evolve.simulator.records import SessionTranscript, TranscriptMessage
 
 if TYPE_CHECKING:
@@ -51,6 +59,53 @@ class UserFollowUp(dspy.Signature):
     private_facts: str = dspy.InputField(desc="other current facts about the user: keep secret")
     last_exchange: str = dspy.InputField(desc="the latest user message and assistant reply")
     message: str = dspy.OutputField(desc="the user's next message, 1-3 sentences")
+
+
+# Under `paper` the user is shown what the reference simulator is shown (nothing else, and no
+# truncation): the wording is ours, the inputs and constraints are the original's.
+PAPER_FOLLOW_UP_INSTRUCTIONS = (
+    "Play the user described by `profile` (as they were on `profile_date`) in an ongoing chat "
+    "with an AI assistant; today is `current_date`. Write the user's next message. The chat "
+    "must go on: never wrap it up or say goodbye. If the assistant asked you something, answer "
+    "it with details that are not tracked, and volunteer no personal details it did not ask "
+    "for. Never restate what `opening_message` already said. If your opening request looks "
+    "handled, carry on with a natural related question (a detail, an alternative, how to do "
+    "it, or a point to clarify). Stay in character and sound natural. `tracked_schema` lists "
+    "the tracked attributes and their possible values: never disclose or hint at which value "
+    "applies to you. Other details about your life are fine only if they give no clue about a "
+    "tracked attribute. Give only the message text, no formatting or commentary."
+)
+
+
+class PaperUserFollowUp(dspy.Signature):
+    """Write the simulated user's next message (instructions: PAPER_FOLLOW_UP_INSTRUCTIONS)."""
+
+    profile: str = dspy.InputField(desc="who the user is")
+    profile_date: str = dspy.InputField(desc="the date the profile describes")
+    current_date: str = dspy.InputField(desc="today's date")
+    opening_message: str = dspy.InputField(desc="the user's first message of this chat")
+    recent_messages: str = dspy.InputField(desc="the last two messages, the latest reply last")
+    tracked_schema: str = dspy.InputField(
+        desc="tracked attributes and their possible values: keep them to yourself"
+    )
+    message: str = dspy.OutputField(desc="the user's next message")
+
+
+@dataclass(frozen=True)
+class PaperUserView:
+    """What the reference code's simulated user sees besides the conversation itself."""
+
+    profile: str
+    profile_date: str
+    current_date: str
+    state_schema: Mapping[str, Sequence[str]]
+
+    def schema_text(self) -> str:
+        return json.dumps(
+            {name: list(values) for name, values in self.state_schema.items()},
+            indent=2,
+            ensure_ascii=False,
+        )
 
 
 def format_persona(profile: Any) -> str:
@@ -86,6 +141,9 @@ class SimulatedUser(dspy.Module):
         super().__init__()
         # Set explicitly: a docstring would reach the prompt with its indentation.
         self.follow_up = dspy.Predict(UserFollowUp.with_instructions(FOLLOW_UP_INSTRUCTIONS))
+        self.paper_follow_up = dspy.Predict(
+            PaperUserFollowUp.with_instructions(PAPER_FOLLOW_UP_INSTRUCTIONS)
+        )
 
     def next_message(
         self,
@@ -115,6 +173,28 @@ class SimulatedUser(dspy.Module):
         )
         return str(prediction.message).strip()
 
+    def paper_next_message(
+        self,
+        *,
+        view: PaperUserView,
+        opening: str,
+        last_user: str,
+        last_assistant: str,
+        seed: int,
+    ) -> str:
+        """One follow-up under `paper`: no state value and only the last two messages, in
+        full (the reference truncates nothing); raises AdapterParseError when unparseable."""
+        prediction = self.paper_follow_up(
+            profile=view.profile,
+            profile_date=view.profile_date,
+            current_date=view.current_date,
+            opening_message=opening,
+            recent_messages=f"User: {last_user}\nAssistant: {last_assistant}",
+            tracked_schema=view.schema_text(),
+            config={"seed": seed},
+        )
+        return str(prediction.message).strip()
+
 
 def play_session(
     *,
@@ -131,6 +211,8 @@ def play_session(
     rounds: int,
     seed: int,
     call_slot: Callable[[], AbstractContextManager[Any]] = nullcontext,
+    protocol: Protocol = "evolve",
+    paper_view: PaperUserView | None = None,
 ) -> tuple[SessionTranscript, MemoryState]:
     """Run one on-policy session: policy replies live, the simulated user follows up.
 
@@ -138,7 +220,14 @@ def play_session(
     called. An unparseable or empty follow-up ends the session early; it is counted in
     `simulator_parse_failures` and explained in `ended_early`, never replaced by a canned text.
     Every LM-backed call is made inside `call_slot()` (the runner bounds calls in flight).
+    Under `protocol="paper"` the follow-ups come from `paper_view` and the conversation only
+    (`persona`, `exposed_states` and `current_state` never reach the simulator's prompt).
     """
+    if protocol == "paper" and paper_view is None:
+        raise ValueError(
+            "play_session(protocol='paper') needs paper_view (profile, its date, the period's "
+            "end date and the state schema); got None"
+        )
     shared = {name: str(value) for name, value in exposed_states.items()}
     private = {name: str(value) for name, value in current_state.items() if name not in shared}
     opening = opening_message(session_time, query)
@@ -157,16 +246,26 @@ def play_session(
             break
         try:
             with call_slot(), lms.context("simulator"):
-                user_message = user.next_message(
-                    persona=persona,
-                    today=session_time,
-                    topic=query,
-                    shared_facts=shared,
-                    private_facts=private,
-                    last_user=user_message,
-                    last_assistant=reply,
-                    seed=derive_seed(seed, session_index, round_index),
-                )
+                follow_up_seed = derive_seed(seed, session_index, round_index)
+                if protocol == "paper" and paper_view is not None:
+                    user_message = user.paper_next_message(
+                        view=paper_view,
+                        opening=opening,
+                        last_user=user_message,
+                        last_assistant=reply,
+                        seed=follow_up_seed,
+                    )
+                else:
+                    user_message = user.next_message(
+                        persona=persona,
+                        today=session_time,
+                        topic=query,
+                        shared_facts=shared,
+                        private_facts=private,
+                        last_user=user_message,
+                        last_assistant=reply,
+                        seed=follow_up_seed,
+                    )
         except AdapterParseError as exc:
             failures += 1
             ended_early = "simulator output unparseable: " + " ".join(str(exc).split())[:200]

@@ -263,6 +263,7 @@ class TuneSpec(RunSpec):
             name=self.name,
             description=self.description,
             seed=self.seed,
+            protocol=self.protocol,
             concurrency=self.concurrency,
             environment=self.environment,
             episode=self.episode,

@@ -251,6 +251,7 @@ class TuningJob:
         """What trial values depend on (see `ResolvedTuning.identity`)."""
         return {
             **self.base_identity,
+            "protocol": self.episode.protocol,  # always, as in ExperimentSpec.identity
             "environment": self.train.content_hash(),
             "train_users": [item.id for item in self.train.items],
             "episode": self.episode.identity(),
@@ -490,6 +491,7 @@ class _Worker:
             self.upper_bound_cache or cache_dir() / "upper_bound",
             concurrency=self.job.concurrency,
             refresh=self.refresh_upper_bound,
+            protocol=self.job.episode.protocol,
         )
 
     # ----- trials ---------------------------------------------------------------------------

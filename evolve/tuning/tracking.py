@@ -181,6 +181,7 @@ class MLflowStudyTracker(StudyTracker):
             "policy_kind": str(context.spec.policy.kind or "bundle"),
             "seed.trial": str(seed),
             "seed.experiment": str(context.spec.seed),
+            "protocol": context.spec.protocol,  # results differ by information flow
         }
         params.update({f"param.{name}": str(value) for name, value in sorted(parameters.items())})
         params.update(

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
+import pytest
 from scripted_lm import ScriptedLM, scripted_role_lms
-from simulator.eval_helpers import agent_responder, sections, simulator_responder
+from simulator.eval_helpers import agent_responder, output_fields, sections, simulator_responder
 
 from evolve.simulator.user import (
+    PaperUserView,
     SimulatedUser,
     derive_seed,
     format_persona,
@@ -89,3 +93,113 @@ def test_helpers():
     assert derive_seed(1, "u", 2) == derive_seed(1, "u", 2) != derive_seed(1, "u", 3)
     assert format_persona({"formatted_str": "Ana"}) == "Ana"
     assert len(format_persona("x" * 5000)) <= 1500
+
+
+# ----- protocol = "paper": the reference code's information flow ------------------------------
+
+PAPER_SCHEMA = {"diet": ["vegan", "keto"], "city": ["Paris", "Oslo"], "pet": ["cat", "dog"]}
+PAPER_VIEW = PaperUserView(
+    profile="Ana, a 34-year-old nurse who likes hiking.",
+    profile_date="2024-01-01",
+    current_date="2024-03-31",
+    state_schema=PAPER_SCHEMA,
+)
+
+
+def numbered_agent():
+    """An agent whose n-th reply is 'Reply number n.' (to tell the messages apart)."""
+    count = 0
+
+    def respond(call):
+        nonlocal count
+        count += 1
+        fields = output_fields(call.system)
+        return {name: f"Reply number {count}." for name in fields}
+
+    return respond
+
+
+def paper_play(rounds: int, **overrides):
+    simulator_lm = ScriptedLM(lambda call: {"message": "And what about lunch?"}, model="sim")
+    agent_lm = ScriptedLM(numbered_agent(), model="agent")
+    lms = scripted_role_lms(simulator=simulator_lm, agent=agent_lm)
+    policy = NativePolicy()
+    arguments = dict(
+        policy=policy,
+        state=policy.initial_state(),
+        user=SimulatedUser(),
+        lms=lms,
+        session_index=0,
+        session_time="2024-03-02",
+        query="I need new breakfast ideas.",
+        exposed_states={"diet": "keto"},
+        current_state={"diet": "keto", "city": "Paris", "pet": "cat"},
+        persona="TRUNCATED PERSONA (evolve only)",
+        rounds=rounds,
+        seed=7,
+        protocol="paper",
+        paper_view=PAPER_VIEW,
+    )
+    arguments.update(overrides)
+    transcript, _ = play_session(**arguments)
+    return transcript, simulator_lm
+
+
+def test_paper_user_sees_profile_end_date_opening_last_two_messages_and_the_schema_only():
+    transcript, simulator_lm = paper_play(rounds=3)
+    assert len(simulator_lm.calls) == 2
+    first, second = (sections(call.user) for call in simulator_lm.calls)
+    assert set(first) == {
+        "profile",
+        "profile_date",
+        "current_date",
+        "opening_message",
+        "recent_messages",
+        "tracked_schema",
+    }
+    assert first["profile"].strip() == PAPER_VIEW.profile
+    assert first["profile_date"].strip() == "2024-01-01"
+    assert first["current_date"].strip() == "2024-03-31"  # the period's end, not the session's
+    opening = "[Current Time: 2024-03-02]\nI need new breakfast ideas."
+    assert first["opening_message"].strip() == opening
+    assert json.loads(first["tracked_schema"]) == PAPER_SCHEMA
+    # Only the last two messages: the second follow-up sees round 2, never round 1's reply.
+    assert first["recent_messages"].strip() == (
+        "User: [Current Time: 2024-03-02]\nI need new breakfast ideas.\nAssistant: Reply number 1."
+    )
+    assert second["recent_messages"].strip() == (
+        "User: And what about lunch?\nAssistant: Reply number 2."
+    )
+    assert "Reply number 1." not in simulator_lm.calls[1].text
+    instructions = simulator_lm.calls[0].system
+    assert "never disclose or hint" in instructions
+    assert "Never restate what `opening_message` already said" in instructions
+    assert "TRUNCATED PERSONA" not in simulator_lm.calls[0].text
+    assert [m.role for m in transcript.messages] == ["user", "assistant"] * 3
+
+
+def test_paper_user_prompt_is_blind_to_the_state_values():
+    _, keto = paper_play(rounds=2)
+    _, vegan = paper_play(
+        rounds=2,
+        exposed_states={"diet": "vegan", "city": "Oslo"},
+        current_state={"diet": "vegan", "city": "Oslo", "pet": "dog"},
+    )
+    # The same prompt whatever the current and exposed state: no state value reaches it.
+    assert [call.messages for call in keto.calls] == [call.messages for call in vegan.calls]
+    outside_schema = sections(keto.calls[0].user)
+    del outside_schema["tracked_schema"]
+    for value in ("keto", "Paris", "cat"):
+        assert all(value not in text for text in outside_schema.values())
+    assert "shared_facts" not in keto.calls[0].text and "private_facts" not in keto.calls[0].text
+
+
+def test_evolve_user_prompt_is_unchanged_by_the_paper_view():
+    _, _, plain, _ = play(rounds=2)
+    _, _, with_view, _ = play(rounds=2, paper_view=PAPER_VIEW)
+    assert [call.messages for call in plain.calls] == [call.messages for call in with_view.calls]
+
+
+def test_paper_protocol_without_its_view_is_refused():
+    with pytest.raises(ValueError, match="paper_view"):
+        paper_play(rounds=2, paper_view=None)

@@ -1,0 +1,78 @@
+"""The protocol in the shipped specs and in tuning specs, and the quickstart's on-policy
+simulation (issue 11 items 1 and 8)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from scripted_lm import ScriptedLM, scripted_role_lms
+from simulator.eval_helpers import agent_responder, simulator_responder
+from tuning.tune_helpers import PAPER_GRID, write_tune_spec
+
+from evolve.config import load_spec, resolve
+from evolve.simulator.runner import run_evaluation
+from evolve.tune import load_tune_spec, resolve_tuning
+from evolve.tuning.study import job_from
+
+EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
+GRID = f'sampler = "grid"\n[tuning.parameters]\n{PAPER_GRID}'
+
+
+@pytest.mark.parametrize(
+    ("file", "protocol"),
+    [
+        ("quickstart.toml", "evolve"),
+        ("tune_quick.toml", "evolve"),
+        ("tune_paper_grid.toml", "paper"),
+    ],
+)
+def test_shipped_specs_say_their_protocol_explicitly(file, protocol):
+    text = (EXPERIMENTS / file).read_text(encoding="utf-8")
+    assert f'\nprotocol = "{protocol}"' in text  # written out, not left to the default
+    load = load_tune_spec if file.startswith("tune_") else load_spec
+    assert load(EXPERIMENTS / file).protocol == protocol
+
+
+@pytest.mark.parametrize("protocol", ["paper", "evolve"])
+def test_tuning_spec_carries_the_protocol_into_the_episodes_and_the_identity(tmp_path, protocol):
+    path = write_tune_spec(tmp_path, GRID, body=f'protocol = "{protocol}"')
+    spec = load_tune_spec(path)
+    assert spec.as_experiment().protocol == protocol
+    job = job_from(resolve_tuning(spec))
+    assert job.episode.protocol == protocol
+    assert job.identity({})["protocol"] == protocol
+
+
+def test_tuning_identity_differs_by_protocol(tmp_path):
+    hashes = set()
+    for protocol in ("paper", "evolve"):
+        directory = tmp_path / protocol
+        directory.mkdir()
+        path = write_tune_spec(directory, GRID, body=f'protocol = "{protocol}"')
+        hashes.add(job_from(resolve_tuning(load_tune_spec(path))).config_hash({}))
+    assert len(hashes) == 2
+
+
+def test_quickstart_episodes_make_the_simulated_user_talk(tmp_path):
+    resolved = resolve(load_spec(EXPERIMENTS / "quickstart.toml"))
+    assert resolved.episode.rounds_update >= 2  # item 8: later periods are on-policy
+    assert resolved.spec.optimizer.heldout == "final"  # pays for the extra calls
+    simulator = ScriptedLM(simulator_responder, model="simulator-model")
+    lms = scripted_role_lms(
+        simulator=simulator, agent=ScriptedLM(agent_responder, model="agent-model")
+    )
+    report = run_evaluation(
+        resolved.train, resolved.base_policy, lms, tmp_path / "run", resolved.episode
+    )
+    later_sessions = sum(
+        len(period.sessions) for item in resolved.train.items for period in item.periods[1:]
+    )
+    assert later_sessions >= 1
+    assert len(simulator.calls) == later_sessions * (resolved.episode.rounds_update - 1)
+    later = [period for user in report.users for period in user.periods[1:]]
+    assert all(
+        session.rounds_completed == resolved.episode.rounds_update
+        for period in later
+        for session in period.sessions
+    )
