@@ -17,11 +17,15 @@ multiple-choice answer was right (our partition, in `metrics`, does).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from evolve.simulator.records import PeriodResult
+from evolve.simulator.metrics import diagnose
+from evolve.simulator.records import ItemResult, PeriodResult, VariableCheck
+
+if TYPE_CHECKING:
+    from evolve.simulator.environment import EnvironmentItem
 
 # A recalled value counts as correct at or above this score (the original compares with .5).
 _CORRECT_SCORE = 0.5
@@ -194,3 +198,66 @@ def diagnosis_entries(period: PeriodResult) -> list[OriginalDiagnosisEntry] | No
             raw = "\n".join(f"{p.variable}: {p.raw_answer}" for p in probes if p is not None)
         entries.append(OriginalDiagnosisEntry(query=query, raw_response=raw, results=results))
     return entries
+
+
+def period_results_from_original(
+    item: EnvironmentItem,
+    overall: Sequence[Sequence[OriginalOverallResult]],
+    diagnosis: Sequence[Sequence[OriginalDiagnosisEntry]] | None = None,
+) -> list[PeriodResult]:
+    """The reference code's per-user results as this toolkit's records, so that our metric
+    code scores them (`metrics.summarize`). An answer the original replaced by a random
+    choice (`json_error`) is stored as unparseable, scored as the original scored its draw.
+    Without `diagnosis` the items carry no variable checks."""
+    from evolve.simulator.baselines import random_score  # baselines -> storage -> this module
+
+    periods = []
+    for period_index, row in enumerate(overall):
+        state = {k: str(v) for k, v in item.periods[period_index].state.items()}
+        items = []
+        for question_index, entry in enumerate(row):
+            qa = item.qas[question_index]
+            option_states = [[str(v) for v in choice.state] for choice in qa.answer_choices]
+            gold_state = [str(v) for v in entry.answer_state]
+            checks = []
+            if diagnosis is not None:
+                for position, recall in enumerate(diagnosis[period_index][question_index].results):
+                    then = diagnosis[recall.write_pos][question_index].results[position]
+                    checks.append(
+                        VariableCheck(
+                            variable=recall.info_type,
+                            gold=recall.answer_state,
+                            probed=None
+                            if recall.response_state is None
+                            else str(recall.response_state),
+                            correct_now=recall.score >= _CORRECT_SCORE,
+                            last_write_period=recall.write_pos,
+                            correct_at_last_write=then.score >= _CORRECT_SCORE,
+                            last_update_period=recall.write_pos,
+                            correct_at_last_update=then.score >= _CORRECT_SCORE,
+                        )
+                    )
+            correct = entry.scores.get("accuracy", 0.0) >= _CORRECT_SCORE
+            items.append(
+                ItemResult(
+                    question_index=question_index,
+                    question=entry.query,
+                    required_info=list(qa.required_info),
+                    options=[choice.answer for choice in qa.answer_choices],
+                    option_states=option_states,
+                    gold=entry.answer + 1,
+                    gold_state=gold_state,
+                    chosen=None if entry.json_error else entry.response,
+                    chosen_state=None if entry.json_error else entry.response_state,
+                    correct=correct,
+                    parse_failed=entry.json_error,
+                    raw_answer=entry.raw_response,
+                    random_score=random_score(option_states, gold_state),
+                    variables=checks,
+                    diagnosis=diagnose(correct, checks),
+                )
+            )
+        periods.append(
+            PeriodResult(user_id=item.id, period_index=period_index, state=state, items=items)
+        )
+    return periods
