@@ -22,7 +22,13 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from evolve.simulator.metrics import diagnose
-from evolve.simulator.records import ItemResult, PeriodResult, VariableCheck
+from evolve.simulator.records import (
+    ItemResult,
+    PeriodResult,
+    QuestionProbeResult,
+    VariableCheck,
+    VariableRecall,
+)
 
 if TYPE_CHECKING:
     from evolve.simulator.environment import EnvironmentItem
@@ -257,7 +263,34 @@ def period_results_from_original(
                     diagnosis=diagnose(correct, checks),
                 )
             )
+        probes = []
+        for question_index, entry in enumerate(diagnosis[period_index] if diagnosis else []):
+            unread = all(recall.json_error for recall in entry.results)
+            probes.append(
+                QuestionProbeResult(
+                    question_index=question_index,
+                    query=entry.query,
+                    raw_answer=entry.raw_response,
+                    parse_error="no value for any variable in the reply" if unread else None,
+                    recalls=[
+                        VariableRecall(
+                            variable=recall.info_type,
+                            gold=recall.answer_state,
+                            value=recall.response_state,
+                            missing=recall.json_error,
+                            correct=recall.score >= _CORRECT_SCORE,
+                        )
+                        for recall in entry.results
+                    ],
+                )
+            )
         periods.append(
-            PeriodResult(user_id=item.id, period_index=period_index, state=state, items=items)
+            PeriodResult(
+                user_id=item.id,
+                period_index=period_index,
+                state=state,
+                items=items,
+                question_probes=probes,
+            )
         )
     return periods
