@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -162,3 +163,18 @@ def test_original_memory_score_is_undefined_where_the_original_divides_by_zero()
     ]
     s = summarize([UserResult(user_id="u", periods=[period(0, items)])])
     assert s.upper_bound_score == pytest.approx(0.5) and s.memory_score_original is None
+
+
+def test_a_spec_with_wrong_only_probes_is_refused_under_paper_and_resolved_under_evolve():
+    import tomllib
+
+    from evolve.config import resolve, spec_from_dict
+    from evolve.errors import ConfigError
+
+    quickstart = Path(__file__).resolve().parents[2] / "experiments" / "quickstart.toml"
+    data = tomllib.loads(quickstart.read_text())
+    data["episode"] = {**data.get("episode", {}), "probes": "wrong_only"}
+    with pytest.raises(ConfigError, match="wrong_only.*refused under protocol 'paper'"):
+        spec_from_dict({**data, "protocol": "paper"})
+    spec = spec_from_dict({**data, "protocol": "evolve"}, source=quickstart)
+    assert resolve(spec).episode.probes == "wrong_only"
