@@ -907,7 +907,7 @@ def structured_probe_prompt(item: EnvironmentItem, question_index: int) -> str:
         "From what you know about me, what is true for me right now? Each name below lists "
         f"the values it can take:\n{json.dumps(schema, indent=2, ensure_ascii=False)}\n\n"
         "Reply with only a JSON object that has every name above as a key and, as its value, "
-        f"the one listed value closest to my current situation, copied exactly, e.g. {example}."
+        f"the one listed value that fits me now, copied exactly, e.g. {example}."
     )
 
 

@@ -71,6 +71,16 @@ def test_paper_probes_once_per_question_and_diagnoses_as_the_original(tmp_path):
     assert len(choice_questions) == 2 * 3
     assert not any(q.startswith("What is my") for q in choice_questions)
     assert all(p.probes == [] and len(p.question_probes) == 2 for p in periods)
+    # Each probe shows only its question's variables, with every possible value.
+    shown = [
+        json.loads(_SCHEMA_IN_PROBE.search(sections(c.user)["user_message"]).group(0))
+        for c in lm.calls
+        if is_structured_probe(c)
+    ]
+    assert shown[:2] == [
+        {"diet": ["vegan", "omnivore", "keto"]},
+        {"city": ["Paris", "Oslo", "Rome"], "pet": ["cat", "dog", "parrot"]},
+    ]
     root = tmp_path / "run" / "original" / "user-0"
     stored = OriginalDiagnosisMetrics.model_validate_json(
         (root / "diagnosis_metrics.json").read_text()
