@@ -3,7 +3,7 @@
 `tests/fixtures/reference_output/` holds OUTPUT files of the reference code (AGI-Eval-
 Official/amemgym @ ffcd188) run on `environment.json` (written by `evolve env generate
 --preset tiny --seed 0 --users 2`) against the embedded 0.5B model: native for both users
-(overall + diagnosis), AWI for user 0 (overall), and `random_metrics.json`. The probe
+(overall + diagnosis), AWI for user 0 (overall + diagnosis), and `random_metrics.json`. The probe
 prompt inside `diagnosis_results.json` (`query`) is redacted; nothing else is changed.
 Regenerate whenever the protocol changes (docs/reference/reference-run.md).
 """
@@ -37,7 +37,7 @@ RUNS = {
     "native-local": ["u000-samuel-adeyemi", "u001-amara-okafor"],
     "awi-local": ["u000-samuel-adeyemi"],
 }
-DIAGNOSED = [("native-local", user) for user in RUNS["native-local"]]
+DIAGNOSED = [(agent, user) for agent, users in RUNS.items() for user in users]
 
 
 def load(path: Path):
