@@ -2,10 +2,13 @@
 
 For each period the runner plays the period's sessions (policy <-> simulated user, or a replay
 of recorded transcripts in off-policy mode), checkpoints the policy's memory, asks every
-question as multiple choice and probes the current value of every variable the questions
-need (each variable once per period). It talks to the policy only through the
-`memory_policies` interface, and evaluation never changes the memory carried to the next
-period: the next period always starts from the checkpoint on disk.
+question as multiple choice and probes what the memory recalls: under protocol "evolve" the
+current value of every variable the questions need (each variable once per period; with
+probes = "wrong_only" only those of wrongly answered questions), under "paper" one structured
+probe per question over its required variables, as the reference code does. Both diagnoses
+(ours and the original's, see `metrics`) are derived from whichever probe ran. It talks to
+the policy only through the `memory_policies` interface, and evaluation never changes the
+memory carried to the next period: the next period always starts from the checkpoint on disk.
 
 Users are independent and run concurrently. With an `on_period_end` callback periods form
 barriers: after period p is done for every user, `on_period_end(p, summary)` is called before
