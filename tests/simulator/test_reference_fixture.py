@@ -11,6 +11,7 @@ Regenerate whenever the protocol changes (docs/reference/reference-run.md).
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 from pathlib import Path
 
@@ -125,3 +126,24 @@ def test_evolve_eval_off_policy_loads_and_scores_the_reference_interactions(
                 [m["content"] for m in s] for s in recorded
             ]
             assert all(s["replayed"] for s in replayed["sessions"])
+
+
+def test_cross_check_scores_the_reference_layout_with_our_metric_code():
+    spec = importlib.util.spec_from_file_location(
+        "cross_check", FIXTURE.parents[2] / "benchmarks" / "cross_check.py"
+    )
+    cross_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cross_check)
+    env = load_environment(FIXTURE / "environment.json")
+    summary, note = cross_check.reference_summary(FIXTURE, env, "native-local", "local")
+    stored = [
+        load(FIXTURE / "native-local" / u / "overall_metrics.json") for u in RUNS["native-local"]
+    ]
+    assert summary.accuracy == mean([v for m in stored for v in cells(m["accuracy"])])
+    assert summary.memory_success == 0.0 and summary.original_write_failures == 2.0
+    assert summary.parse_failures["probe"] == 2 * 3 * 2 and note == ""
+    # No upper bound in the fixture: no memory score on either rule.
+    assert summary.memory_score_original is None and summary.memory_score is None
+    # AWI user 1 never finished: reported, not scored.
+    summary, note = cross_check.reference_summary(FIXTURE, env, "awi-local", "local")
+    assert summary is None and "u001-amara-okafor" in note
