@@ -211,6 +211,8 @@ def run_reference(
             )
         took = time.perf_counter() - started
         print(f"reference {label}: exit {code} ({took:.0f}s, log {log})", file=sys.stderr)
+        if code < 0:  # killed by a signal: the user (or the system) stopped the run
+            raise SystemExit(f"reference {label} was killed (signal {-code}); stopping")
         if code != 0:
             failures[label] = f"exit {code}: {last_line(log)}"
     return failures
