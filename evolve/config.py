@@ -27,7 +27,7 @@ from evolve.files import read_toml_file
 from evolve.llm.config import LLMConfig
 from evolve.protocol import DATA_FILE_ROUNDS, Protocol
 from evolve.simulator.environment import Environment
-from evolve.simulator.runner import EpisodeConfig
+from evolve.simulator.runner import EpisodeConfig, ProbeScope, probe_scope_problem
 from evolve.simulator.storage import config_hash
 
 DEFAULT_TRACKING_URI = "sqlite:///mlruns/mlflow.db"
@@ -98,6 +98,11 @@ class EpisodeSpec(_Strict):
     rounds_initial: int | None = Field(default=None, ge=1)
     rounds_update: int | None = Field(default=None, ge=1)
     seed: int | None = Field(default=None, description="Simulated-user seed; default: `seed`.")
+    probes: ProbeScope = Field(
+        default="all",
+        description="wrong_only: probe only the variables of wrongly answered items (fewer "
+        "calls; protocol evolve only, the original's diagnosis needs every probe).",
+    )
 
 
 class PolicySpec(_Strict):
@@ -330,6 +335,13 @@ class RunSpec(_Strict):
             # leave slots idle.
             default = self.llm.embedded.slots if self.llm.needs_embedded_server() else 2
             object.__setattr__(self, "concurrency", default)  # frozen model: set once, here
+        return self
+
+    @model_validator(mode="after")
+    def _probes_for_protocol(self) -> RunSpec:
+        problem = probe_scope_problem(self.protocol, self.episode.probes)
+        if problem:
+            raise ValueError(f"episode.probes: {problem}")
         return self
 
     @model_validator(mode="after")
@@ -567,6 +579,7 @@ def resolve(spec: ExperimentSpec) -> ResolvedExperiment:
         concurrency=spec.concurrency,
         seed=spec.seed if spec.episode.seed is None else spec.episode.seed,
         protocol=spec.protocol,
+        probes=spec.episode.probes,
     )
 
     try:

@@ -36,6 +36,7 @@ from evolve.simulator.runner import (
     EvaluationReport,
     ProgressSink,
     check_resumable,
+    probe_scope_problem,
     run_evaluation,
 )
 from evolve.simulator.storage import safe_name
@@ -82,6 +83,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default="paper",
         help="information flow: 'paper' reproduces the reference AMemGym code's (default; "
         "comparable with published numbers), 'evolve' is this toolkit's (README: protocols)",
+    )
+    parser.add_argument(
+        "--probes",
+        choices=("all", "wrong_only"),
+        default="all",
+        help="wrong_only: probe only the variables of wrongly answered items (fewer calls; "
+        "--protocol evolve only)",
     )
     parser.add_argument("--concurrency", type=int, default=4, help="users evaluated at once")
     parser.add_argument(
@@ -171,6 +179,11 @@ def run_dir_names(specs: list[str]) -> list[str]:
 def _check_counts(args: argparse.Namespace) -> None:
     """Refuse out-of-range counts in one line, before pydantic would (with a traceback) or
     before they were silently replaced (0 rounds used to become 1)."""
+    problem = probe_scope_problem(args.protocol, args.probes)
+    if problem:
+        raise ConfigError(
+            problem.replace("probes = ", "--probes ").replace("protocol = ", "--protocol ")
+        )
     for flag, value in (("--concurrency", args.concurrency), ("--users", args.users)):
         if value is not None and value < 1:
             raise ConfigError(f"{flag} must be at least 1, got {value}")
@@ -236,6 +249,25 @@ def format_table(rows: list[tuple[str, EvaluationReport]]) -> str:
     return "\n".join(lines)
 
 
+def format_original_table(rows: list[tuple[str, EvaluationReport]]) -> str:
+    """The reference code's rules on the same results: random fallback for unparseable
+    answers, plain-mean memory score, and its per-variable diagnosis (means per item)."""
+    width = max([6, *(len(name) for name, _ in rows)])
+    header = (
+        f"{'policy':<{width}} {'acc+rf':>6} {'memory':>7} {'write/item':>10} "
+        f"{'read/item':>9} {'mem success':>11}"
+    )
+    lines = [header, "-" * len(header)]
+    for name, report in rows:
+        s = report.summary
+        lines.append(
+            f"{name:<{width}} {_fmt(s.accuracy_with_random_fallback):>6} "
+            f"{_fmt(s.memory_score_original):>7} {_fmt(s.original_write_failures):>10} "
+            f"{_fmt(s.original_read_failures):>9} {_fmt(s.memory_success):>11}"
+        )
+    return "\n".join(lines)
+
+
 def format_notes(rows: list[tuple[str, EvaluationReport]]) -> list[str]:
     """Why a memory score is undefined, and a loud warning where the numbers mean nothing."""
     notes = []
@@ -297,6 +329,7 @@ def run_eval(args: argparse.Namespace) -> int:
         concurrency=args.concurrency,
         seed=args.seed,
         protocol=args.protocol,
+        probes=args.probes,
     )
     names = run_dir_names(args.policy)
     rows: list[tuple[str, EvaluationReport]] = []
@@ -374,6 +407,15 @@ def run_eval(args: argparse.Namespace) -> int:
         "memory = mean over user-periods of (S - S_rand) / (S_UB - S_rand); pooled = the same "
         "ratio of means over all items (what evolve run and evolve tune optimize)"
     )
+    print("write / read / util = our partition of the wrong answers (failure_partition.json)")
+    print(
+        "\nthe original's rules on the same answers (diagnosis_*.json in original/): acc+rf = "
+        "accuracy with a random choice for unparseable answers (expected), memory = plain mean "
+        "over all user-periods ('-': a period divides by zero), write/read per item = "
+        "variables recalled wrongly (wrong at the last update too / right then), mem success "
+        "= share of items with neither ('-' under --probes wrong_only)"
+    )
+    print(format_original_table(rows))
     for note in format_notes(rows):
         print(note)
     return 0

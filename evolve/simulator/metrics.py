@@ -23,12 +23,23 @@ Definitions (AMemGym, arXiv 2603.01966):
   correctly then, a read failure; every required variable recalled correctly, a utilization
   failure. An item with both a write-failed and a read-failed variable is a write failure
   (the earlier stage in the pipeline is blamed), so write + read + utilization = 1 - accuracy.
+  This partition is ours; it is exported as `failure_partition.json`.
+- the original's diagnosis (reference code, `eval/diagnosis.py`; see `original_format`):
+  per item and required variable, recalled wrongly now and also at the last period whose
+  updates set it: a write failure; recalled then: a read failure; `memory_success` when
+  neither, whether or not the answer was right. Reported as the mean write / read failure
+  count per item and the share of memory successes (the original has no aggregate).
+- accuracy_with_random_fallback: the original's rule for an unparseable answer (a random
+  option, scored like a real answer), in expectation: such an item earns its random score.
+- original memory score: the reference's plain mean over every user-period of
+  `(S - S_rand) / (S_UB - S_rand)` with S the accuracy with random fallback, negative
+  denominators included; None where the reference would divide by zero (inf / NaN).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from pydantic import BaseModel, Field
 
@@ -36,7 +47,6 @@ from evolve.simulator.records import (
     Diagnosis,
     ItemResult,
     PeriodResult,
-    ProbeResult,
     UserResult,
     VariableCheck,
 )
@@ -73,11 +83,31 @@ class MetricSummary(BaseModel):
         description="(mean S - mean S_rand) / (mean S_UB - mean S_rand) over all items; None: "
         "no upper bound, or mean S_UB <= mean S_rand.",
     )
+    accuracy_with_random_fallback: float | None = Field(
+        default=None,
+        description="The original's rule: an unparseable answer earns its random score.",
+    )
+    memory_score_original: float | None = Field(
+        default=None,
+        description="The reference's plain mean over all user-periods (no degenerate rule); "
+        "None where it would divide by zero, or without an upper bound.",
+    )
     random_score: float | None = None
     upper_bound_score: float | None = None
     write_failure_rate: float | None = None
     read_failure_rate: float | None = None
     utilization_failure_rate: float | None = None
+    original_write_failures: float | None = Field(
+        default=None, description="Original diagnosis: mean write-failed variables per item."
+    )
+    original_read_failures: float | None = Field(
+        default=None, description="Original diagnosis: mean read-failed variables per item."
+    )
+    memory_success: float | None = Field(
+        default=None,
+        description="Original diagnosis: share of items with no write or read failure; None "
+        "when probes were wrong_only (correct items were not probed).",
+    )
     n_items: int = 0
     n_user_periods: int = 0
     parse_failures: dict[str, int] = Field(
@@ -101,13 +131,18 @@ class MetricSummary(BaseModel):
         values: dict[str, float] = {}
         for name in (
             "accuracy",
+            "accuracy_with_random_fallback",
             "memory_score",
+            "memory_score_original",
             "pooled_memory_score",
             "random_score",
             "upper_bound_score",
             "write_failure_rate",
             "read_failure_rate",
             "utilization_failure_rate",
+            "original_write_failures",
+            "original_read_failures",
+            "memory_success",
         ):
             value = getattr(self, name)
             if value is not None:
@@ -121,39 +156,75 @@ class MetricSummary(BaseModel):
         return values
 
 
+class Recall(Protocol):
+    """What a diagnosis needs of a probed variable (a ProbeResult or a VariableRecall)."""
+
+    @property
+    def value(self) -> object: ...
+
+    @property
+    def correct(self) -> bool: ...
+
+
 def check_variables(
     required_info: Sequence[str],
     gold_state: Mapping[str, str],
     last_write_periods: Mapping[str, int],
-    probes_by_period: Sequence[Mapping[str, ProbeResult]],
+    probes_by_period: Sequence[Mapping[str, Recall]],
+    last_update_periods: Mapping[str, int] | None = None,
 ) -> list[VariableCheck]:
-    """Compare each required variable's probed value now and at its last write period.
+    """Compare each required variable's probed value now, at its last write period (ours:
+    updates or exposure) and at its last update period (the original's write_pos).
 
-    `probes_by_period[p]` holds the probes of period p for this user, the current period last.
-    A probe missing at the last write period counts as not recalled then (a write failure):
-    the memory cannot be shown to have held the value.
+    `probes_by_period[p]` holds what period p's probe recalled for this item's variables,
+    the current period last. A probe missing at the earlier period counts as not recalled
+    then (a write failure): the memory cannot be shown to have held the value.
     """
     current = probes_by_period[-1]
+
+    def correct_at(period: int, variable: str) -> bool:
+        if not 0 <= period < len(probes_by_period):
+            return False
+        probe = probes_by_period[period].get(variable)
+        return bool(probe and probe.correct)
+
     checks = []
     for variable in required_info:
         probe_now = current.get(variable)
+        recalled = None if probe_now is None else probe_now.value
         last_write = last_write_periods[variable]
-        probe_then = (
-            probes_by_period[last_write].get(variable)
-            if 0 <= last_write < len(probes_by_period)
-            else None
-        )
+        last_update = (last_update_periods or {}).get(variable)
         checks.append(
             VariableCheck(
                 variable=variable,
                 gold=gold_state[variable],
-                probed=probe_now.value if probe_now else None,
+                probed=None if recalled is None else str(recalled),
                 correct_now=bool(probe_now and probe_now.correct),
                 last_write_period=last_write,
-                correct_at_last_write=bool(probe_then and probe_then.correct),
+                correct_at_last_write=correct_at(last_write, variable),
+                last_update_period=last_update,
+                correct_at_last_update=(
+                    None if last_update is None else correct_at(last_update, variable)
+                ),
             )
         )
     return checks
+
+
+def original_failures(variables: Sequence[VariableCheck]) -> tuple[int, int] | None:
+    """The original's (write failures, read failures) of one item; None when a check lacks
+    the last update period (records made before it was kept)."""
+    writes = reads = 0
+    for check in variables:
+        if check.correct_at_last_update is None:
+            return None
+        if check.correct_now:
+            continue
+        if check.correct_at_last_update:
+            reads += 1
+        else:
+            writes += 1
+    return writes, reads
 
 
 def diagnose(correct: bool, variables: Sequence[VariableCheck]) -> Diagnosis:
@@ -193,6 +264,11 @@ def summarize_periods(
     parse_failures = dict.fromkeys(PARSE_FAILURE_KINDS, 0)
     normalized: list[float] = []
     degenerate = 0
+    fallback_total = 0.0
+    # The reference's plain mean: every user-period, None once one would divide by zero.
+    original_normalized: list[float] = []
+    original_defined = True
+    original_counts: list[tuple[int, int]] | None = []
     user_periods = 0
     llm_calls = 0
     tokens = 0
@@ -203,6 +279,9 @@ def summarize_periods(
         parse_failures["simulator"] += sum(s.simulator_parse_failures for s in period.sessions)
         parse_failures["policy"] += sum(period.policy_parse_failures.values())
         parse_failures["probe"] += sum(probe.parse_failed for probe in period.probes)
+        parse_failures["probe"] += sum(probe.parse_failed for probe in period.question_probes)
+        if period.probe_scope != "all":
+            original_counts = None
         if not period.items:
             continue
         period_ub: list[float] = []
@@ -210,7 +289,13 @@ def summarize_periods(
             items_total += 1
             correct += item.correct
             random_total += item.random_score
+            fallback_total += item.random_score if item.parse_failed else float(item.correct)
             counts[item.diagnosis] += 1
+            failures = original_failures(item.variables)
+            if failures is None:
+                original_counts = None
+            elif original_counts is not None:
+                original_counts.append(failures)
             parse_failures["answer"] += item.parse_failed
             ub = _upper_bound_correct(item, period.user_id, upper_bound)
             if ub is None:
@@ -231,6 +316,14 @@ def summarize_periods(
                 degenerate += 1
             else:
                 normalized.append((s_overall - s_random) / (s_ub - s_random))
+            s_fallback = sum(
+                item.random_score if item.parse_failed else float(item.correct)
+                for item in period.items
+            ) / len(period.items)
+            if s_ub == s_random:
+                original_defined = False
+            else:
+                original_normalized.append((s_fallback - s_random) / (s_ub - s_random))
     if items_total == 0:
         return MetricSummary(
             n_user_periods=user_periods,
@@ -245,9 +338,17 @@ def summarize_periods(
     memory_score, undefined = _per_period_memory_score(
         normalized, degenerate, scored_periods, upper_bound_known
     )
+    original_memory = (
+        sum(original_normalized) / len(original_normalized)
+        if upper_bound_known and original_defined and original_normalized
+        else None
+    )
+    original_diagnosis = _original_diagnosis_means(original_counts)
     return MetricSummary(
         accuracy=accuracy,
+        accuracy_with_random_fallback=fallback_total / items_total,
         memory_score=memory_score,
+        memory_score_original=original_memory,
         memory_score_undefined=undefined,
         pooled_memory_score=pooled_memory_score(accuracy, random_mean, upper_bound_mean),
         random_score=random_mean,
@@ -255,6 +356,7 @@ def summarize_periods(
         write_failure_rate=counts[Diagnosis.WRITE] / items_total,
         read_failure_rate=counts[Diagnosis.READ] / items_total,
         utilization_failure_rate=counts[Diagnosis.UTILIZATION] / items_total,
+        **original_diagnosis,
         n_items=items_total,
         n_user_periods=user_periods,
         parse_failures=parse_failures,
@@ -263,6 +365,19 @@ def summarize_periods(
         llm_calls=llm_calls,
         tokens=tokens,
     )
+
+
+def _original_diagnosis_means(
+    counts: Sequence[tuple[int, int]] | None,
+) -> dict[str, float | None]:
+    """Means per item of the original's write / read failure counts and memory success."""
+    if not counts:
+        return {}
+    return {
+        "original_write_failures": sum(w for w, _ in counts) / len(counts),
+        "original_read_failures": sum(r for _, r in counts) / len(counts),
+        "memory_success": sum(w == 0 and r == 0 for w, r in counts) / len(counts),
+    }
 
 
 def pooled_memory_score(

@@ -9,6 +9,7 @@ environment file).
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -64,8 +65,38 @@ class ProbeResult(BaseModel):
     retrieved: list[str] = Field(default_factory=list)
 
 
+class VariableRecall(BaseModel):
+    """One variable inside a question probe: the value the reply gave for it."""
+
+    variable: str
+    gold: str
+    value: Any = Field(default=None, description="As the reply gave it (any JSON), or None.")
+    missing: bool = Field(description="The reply had no value for this variable.")
+    correct: bool
+
+
+class QuestionProbeResult(BaseModel):
+    """Paper protocol: one probe per question over its required variables (the original's
+    diagnosis probe): the policy is shown each variable's possible values and asked for the
+    current one of each, as one JSON object."""
+
+    question_index: int
+    query: str
+    raw_answer: str = ""
+    parse_error: str | None = None
+    recalls: list[VariableRecall] = Field(default_factory=list)
+    retrieved: list[str] = Field(default_factory=list)
+
+    @property
+    def parse_failed(self) -> bool:
+        return self.parse_error is not None
+
+    def recall(self, variable: str) -> VariableRecall | None:
+        return next((r for r in self.recalls if r.variable == variable), None)
+
+
 class VariableCheck(BaseModel):
-    """One required variable of an item, as the diagnosis sees it."""
+    """One required variable of an item, as both diagnoses see it."""
 
     variable: str
     gold: str
@@ -74,6 +105,14 @@ class VariableCheck(BaseModel):
     last_write_period: int
     correct_at_last_write: bool = Field(
         description="The probe at the end of `last_write_period` recalled the value."
+    )
+    last_update_period: int | None = Field(
+        default=None,
+        description="The original's write_pos: the last period <= now whose updates set the "
+        "variable (exposure in a session does not count). None in records made before it.",
+    )
+    correct_at_last_update: bool | None = Field(
+        default=None, description="The probe at the end of `last_update_period` recalled it."
     )
 
 
@@ -139,7 +178,16 @@ class PeriodResult(BaseModel):
     off_policy: bool = False
     memory_description: str = ""
     items: list[ItemResult] = Field(default_factory=list)
-    probes: list[ProbeResult] = Field(default_factory=list)
+    probes: list[ProbeResult] = Field(
+        default_factory=list, description="Per-variable probes (protocol evolve)."
+    )
+    question_probes: list[QuestionProbeResult] = Field(
+        default_factory=list, description="One probe per question (protocol paper)."
+    )
+    probe_scope: Literal["all", "wrong_only"] = Field(
+        default="all",
+        description="wrong_only: only the variables of wrongly answered items were probed.",
+    )
     policy_parse_failures: dict[str, int] = Field(
         default_factory=dict, description="Increase of state.parse_failures during the sessions."
     )

@@ -2,10 +2,13 @@
 
 For each period the runner plays the period's sessions (policy <-> simulated user, or a replay
 of recorded transcripts in off-policy mode), checkpoints the policy's memory, asks every
-question as multiple choice and probes the current value of every variable the questions
-need (each variable once per period). It talks to the policy only through the
-`memory_policies` interface, and evaluation never changes the memory carried to the next
-period: the next period always starts from the checkpoint on disk.
+question as multiple choice and probes what the memory recalls: under protocol "evolve" the
+current value of every variable the questions need (each variable once per period; with
+probes = "wrong_only" only those of wrongly answered questions), under "paper" one structured
+probe per question over its required variables, as the reference code does. Both diagnoses
+(ours and the original's, see `metrics`) are derived from whichever probe ran. It talks to
+the policy only through the `memory_policies` interface, and evaluation never changes the
+memory carried to the next period: the next period always starts from the checkpoint on disk.
 
 Users are independent and run concurrently. With an `on_period_end` callback periods form
 barriers: after period p is done for every user, `on_period_end(p, summary)` is called before
@@ -23,22 +26,25 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import json
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import dspy
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from evolve.errors import EnvironmentDataError, Interrupted
 from evolve.protocol import Protocol
 from evolve.simulator.baselines import UpperBoundTable, random_score
 from evolve.simulator.metrics import (
     MetricSummary,
+    Recall,
     check_variables,
     diagnose,
     summarize,
@@ -51,9 +57,11 @@ from evolve.simulator.records import (
     ItemResult,
     PeriodResult,
     ProbeResult,
+    QuestionProbeResult,
     SessionTranscript,
     TranscriptMessage,
     UserResult,
+    VariableRecall,
 )
 from evolve.simulator.storage import (
     RunLayout,
@@ -81,6 +89,19 @@ if TYPE_CHECKING:
 # *current* situation (not whichever the conversation mentioned first).
 QUESTION_HINT = "(Choose the option that fits my current situation and preferences.)"
 
+ProbeScope = Literal["all", "wrong_only"]
+
+
+def probe_scope_problem(protocol: Protocol, probes: ProbeScope) -> str | None:
+    """Why a probe scope cannot be used under a protocol (None when it can)."""
+    if protocol == "paper" and probes == "wrong_only":
+        return (
+            "probes = 'wrong_only' is refused under protocol 'paper': the original's diagnosis "
+            "probes every question whether answered right or not; use probes = 'all' or "
+            "protocol = 'evolve'"
+        )
+    return None
+
 
 class EpisodeConfig(BaseModel):
     """How episodes are played. `concurrency` changes speed only, never results."""
@@ -95,6 +116,18 @@ class EpisodeConfig(BaseModel):
     concurrency: int = Field(default=4, ge=1, description="Users evaluated at the same time.")
     seed: int = 0
     max_users: int | None = Field(default=None, ge=1, description="First N users only.")
+    probes: ProbeScope = Field(
+        default="all",
+        description="wrong_only (evolve only): probe only the variables of wrongly answered "
+        "items. A variable not probed at its last write period then counts as not recalled.",
+    )
+
+    @model_validator(mode="after")
+    def _probes_for_protocol(self) -> EpisodeConfig:
+        problem = probe_scope_problem(self.protocol, self.probes)
+        if problem:
+            raise ValueError(problem)
+        return self
 
     def rounds_for(self, period_index: int) -> int:
         return self.rounds_initial if period_index == 0 else self.rounds_update
@@ -546,29 +579,64 @@ def run_unit(run: _Run, user: _User, period_index: int) -> PeriodResult:
     # Questions and probes are read-only: each gets its own copy of the checkpoint and they
     # run concurrently; a copy that comes back changed flags the policy (the copies are
     # discarded, so no question can see another's mutation and the next period starts from
-    # the checkpoint on disk).
-    variables = required_variables(item)
-    tasks: list[Callable[[], Any]] = [
-        functools.partial(_probe_variable, run, item, period_index, v, checkpoint)
-        for v in variables
-    ]
-    tasks += [
+    # the checkpoint on disk). Only wrong_only must wait for the answers before probing.
+    questions = [
         functools.partial(_answer_question, run, item, qi, checkpoint)
         for qi in range(len(item.qas))
     ]
-    outcomes = run.map(tasks)
-    probes = [probe for probe, _, _ in outcomes[: len(variables)]]
-    answers = [answer for answer, _, _ in outcomes[len(variables) :]]
+    probes: list[ProbeResult] = []
+    question_probes: list[QuestionProbeResult] = []
+    if run.config.protocol == "paper":
+        tasks = questions + [
+            functools.partial(_probe_question, run, item, period_index, qi, checkpoint)
+            for qi in range(len(item.qas))
+        ]
+        outcomes = run.map(tasks)
+        answers = [answer for answer, _, _ in outcomes[: len(questions)]]
+        question_probes = [probe for probe, _, _ in outcomes[len(questions) :]]
+    elif run.config.probes == "wrong_only":
+        answered = run.map(questions)
+        answers = [answer for answer, _, _ in answered]
+        wrong = [
+            qa
+            for qi, (qa, answer) in enumerate(zip(item.qas, answers, strict=True))
+            if not _answered_correctly(item, period_index, qi, answer)
+        ]
+        variables = list(dict.fromkeys(v for qa in wrong for v in qa.required_info))
+        probed = run.map(
+            [
+                functools.partial(_probe_variable, run, item, period_index, v, checkpoint)
+                for v in variables
+            ]
+        )
+        probes = [probe for probe, _, _ in probed]
+        outcomes = answered + probed
+    else:
+        variables = required_variables(item)
+        tasks = [
+            functools.partial(_probe_variable, run, item, period_index, v, checkpoint)
+            for v in variables
+        ]
+        outcomes = run.map(tasks + questions)
+        probes = [probe for probe, _, _ in outcomes[: len(variables)]]
+        answers = [answer for answer, _, _ in outcomes[len(variables) :]]
     mutated = any(changed for _, changed, _ in outcomes)
     usage = session_usage
     for _, _, task_usage in outcomes:
         usage = usage.plus(task_usage)
-    probes_by_period = [
-        {probe.variable: probe for probe in earlier.probes} for earlier in user.results
-    ]
-    probes_by_period.append({probe.variable: probe for probe in probes})
+    earlier_periods = list(user.results)
     items = [
-        _item_result(run, item, period_index, qi, answer, probes_by_period)
+        _item_result(
+            run,
+            item,
+            period_index,
+            qi,
+            answer,
+            [
+                *(_recalls(p.probes, p.question_probes, qi) for p in earlier_periods),
+                _recalls(probes, question_probes, qi),
+            ],
+        )
         for qi, answer in enumerate(answers)
     ]
 
@@ -598,6 +666,8 @@ def run_unit(run: _Run, user: _User, period_index: int) -> PeriodResult:
         memory_description=policy.describe_memory(state),
         items=items,
         probes=probes,
+        question_probes=question_probes,
+        probe_scope="all" if run.config.protocol == "paper" else run.config.probes,
         policy_parse_failures=policy_failures,
         evaluation_mutated_state=mutated,
         usage=usage,
@@ -821,6 +891,108 @@ def _probe_variable(
     return probe, mutated, usage
 
 
+def _recalls(
+    probes: Sequence[ProbeResult],
+    question_probes: Sequence[QuestionProbeResult],
+    question_index: int,
+) -> dict[str, Recall]:
+    """What one period's probe recalled for a question's variables: the question's own probe
+    under paper (the original reads the same question's probe at the write period), the
+    per-variable probes otherwise."""
+    if question_probes:
+        own = next((p for p in question_probes if p.question_index == question_index), None)
+        return {} if own is None else {r.variable: r for r in own.recalls}
+    return {probe.variable: probe for probe in probes}
+
+
+def last_update_period(item: EnvironmentItem, variable: str, period_index: int) -> int:
+    """The original's write_pos: the last period <= `period_index` whose updates set the
+    variable (exposure in a session does not count); 0 when none does."""
+    for index in range(period_index, -1, -1):
+        if variable in (item.periods[index].updates or {}):
+            return index
+    return 0
+
+
+def structured_probe_prompt(item: EnvironmentItem, question_index: int) -> str:
+    """The paper protocol's diagnosis probe, in this toolkit's words: the question's required
+    variables with their possible values, one JSON object back."""
+    variables = item.qas[question_index].required_info
+    schema = {v: [str(value) for value in item.state_schema[v]] for v in variables}
+    example = json.dumps({variables[0]: "..."}, ensure_ascii=False) if variables else "{}"
+    return (
+        "From what you know about me, what is true for me right now? Each name below lists "
+        f"the values it can take:\n{json.dumps(schema, indent=2, ensure_ascii=False)}\n\n"
+        "Reply with only a JSON object that has every name above as a key and, as its value, "
+        f"the one listed value that fits me now, copied exactly, e.g. {example}."
+    )
+
+
+def parse_recalled_values(text: str) -> tuple[dict[str, Any], str | None]:
+    """The JSON object of a structured probe reply (a fenced block, the whole text, or its
+    outermost braces), or ({}, why it could not be read)."""
+    fenced = re.search(r"```(?:json)?\s*(.*?)```", text, flags=re.DOTALL)
+    candidates = [fenced.group(1)] if fenced else []
+    candidates.append(text)
+    if "{" in text and "}" in text:
+        candidates.append(text[text.index("{") : text.rindex("}") + 1])
+    for candidate in candidates:
+        try:
+            value = json.loads(candidate.strip())
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            return value, None
+    return {}, f"no JSON object in the probe reply {text[:80]!r}"
+
+
+def _probe_question(
+    run: _Run, item: EnvironmentItem, period_index: int, question_index: int, checkpoint: str
+) -> tuple[QuestionProbeResult, bool, CallUsage]:
+    query = structured_probe_prompt(item, question_index)
+    state = run.policy.state_from_json(checkpoint)
+    with dspy.track_usage() as tracker, run.slot(), run.lms.context("agent"):
+        answer = run.policy.answer(state, query)
+    mutated = state.model_dump_json() != checkpoint
+    values, error = (
+        ({}, answer.parse_error) if answer.parse_error else parse_recalled_values(answer.text)
+    )
+    gold_state = item.periods[period_index].state
+    recalls = []
+    for variable in item.qas[question_index].required_info:
+        gold = str(gold_state[variable])
+        present = variable in values
+        recalls.append(
+            VariableRecall(
+                variable=variable,
+                gold=gold,
+                value=values.get(variable),
+                missing=not present,
+                correct=present and values[variable] == gold,
+            )
+        )
+    probe = QuestionProbeResult(
+        question_index=question_index,
+        query=query,
+        raw_answer=answer.text,
+        parse_error=error,
+        recalls=recalls,
+        retrieved=list(answer.retrieved),
+    )
+    return probe, mutated, _tracked_usage(tracker)
+
+
+def _answered_correctly(
+    item: EnvironmentItem, period_index: int, question_index: int, answer: Any
+) -> bool:
+    options = item.qas[question_index].answer_choices
+    chosen, _ = _checked_choice(answer, len(options))
+    gold_index = item.gold_choice_index(period_index, question_index)
+    return chosen is not None and [str(v) for v in options[chosen - 1].state] == [
+        str(v) for v in options[gold_index].state
+    ]
+
+
 def _answer_question(
     run: _Run, item: EnvironmentItem, question_index: int, checkpoint: str
 ) -> tuple[Any, bool, CallUsage]:
@@ -847,7 +1019,7 @@ def _item_result(
     period_index: int,
     question_index: int,
     answer: Any,
-    probes_by_period: Sequence[Mapping[str, ProbeResult]],
+    probes_by_period: Sequence[Mapping[str, Recall]],
 ) -> ItemResult:
     qa = item.qas[question_index]
     period = item.periods[period_index]
@@ -863,6 +1035,7 @@ def _item_result(
         current,
         {v: item.last_write_period(v, period_index) for v in qa.required_info},
         probes_by_period,
+        {v: last_update_period(item, v, period_index) for v in qa.required_info},
     )
     ub = (
         run.upper_bound.correct(item.id, question_index, gold_index)

@@ -12,8 +12,9 @@ Run directory::
         result.json                  the PeriodResult; written last: marks the unit finished
     report.json                      EvaluationReport without the per-item records
     original/<user>/                 the original code's layout (see `export_original_layout`)
-        overall_results.json  overall_metrics.json  diagnosis_results.json
-        diagnosis_metrics.json  interactions/period_NN.json
+        overall_results.json  overall_metrics.json  interactions/period_NN.json
+        diagnosis_results.json  diagnosis_metrics.json   the ORIGINAL's diagnosis and schema
+        failure_partition.json       ours: write / read / utilization per wrong item
     original/random_metrics.json  original/utilization_metrics.json
 
 Every file is written to a temporary file in the same directory and moved into place with
@@ -32,9 +33,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evolve.errors import ResumeMismatchError
+from evolve.simulator.original_format import diagnosis_entries, diagnosis_metrics
 from evolve.simulator.records import (
     CallUsage,
-    Diagnosis,
     PeriodResult,
     SessionTranscript,
     UserResult,
@@ -287,8 +288,9 @@ def _overall_result(item: Any) -> dict[str, Any]:
     }
 
 
-def _diagnosis_result(item: Any) -> dict[str, Any]:
+def _partition_entry(item: Any) -> dict[str, Any]:
     return {
+        "question_index": item.question_index,
         "query": item.question,
         "required_info": item.required_info,
         "correct": item.correct,
@@ -297,8 +299,16 @@ def _diagnosis_result(item: Any) -> dict[str, Any]:
     }
 
 
+FAILURE_PARTITION_FILE = "failure_partition.json"
+
+
 def export_original_user(target: Path, user: UserResult) -> None:
-    """Write one user's results in the original per-user layout under `target`."""
+    """Write one user's results in the original per-user layout under `target`.
+
+    `diagnosis_results.json` / `diagnosis_metrics.json` hold the original's diagnosis with
+    its schema (`original_format`); they are left out when it cannot be derived (wrong_only
+    probes). Our partition goes to `failure_partition.json`.
+    """
     periods = sorted(user.periods, key=lambda p: p.period_index)
     overall = [[_overall_result(item) for item in p.items] for p in periods]
     atomic_write_json(target / "overall_results.json", overall)
@@ -306,23 +316,31 @@ def export_original_user(target: Path, user: UserResult) -> None:
         target / "overall_metrics.json",
         {"accuracy": [[float(item.correct) for item in p.items] for p in periods]},
     )
-    diagnosis = [
-        {
-            "probes": [probe.model_dump(mode="json") for probe in p.probes],
-            "items": [_diagnosis_result(item) for item in p.items],
-        }
-        for p in periods
-    ]
-    atomic_write_json(target / "diagnosis_results.json", diagnosis)
     atomic_write_json(
-        target / "diagnosis_metrics.json",
+        target / FAILURE_PARTITION_FILE,
         {
-            f"{kind.value}_failure": [
-                [float(item.diagnosis is kind) for item in p.items] for p in periods
-            ]
-            for kind in (Diagnosis.WRITE, Diagnosis.READ, Diagnosis.UTILIZATION)
+            "meaning": "each wrong item attributed to write, read or utilization; "
+            "write + read + utilization = 1 - accuracy (amemgym-evolve, not the original's)",
+            "periods": [
+                {
+                    "period_index": p.period_index,
+                    "probes": [probe.model_dump(mode="json") for probe in p.probes],
+                    "question_probes": [q.model_dump(mode="json") for q in p.question_probes],
+                    "items": [_partition_entry(item) for item in p.items],
+                }
+                for p in periods
+            ],
         },
     )
+    entries = [diagnosis_entries(p) for p in periods]
+    stale = [target / "diagnosis_results.json", target / "diagnosis_metrics.json"]
+    if periods and all(e is not None for e in entries):
+        complete = [e for e in entries if e is not None]
+        atomic_write_json(stale[0], [[e.model_dump(mode="json") for e in row] for row in complete])
+        atomic_write_json(stale[1], diagnosis_metrics(complete).model_dump(mode="json"))
+    else:
+        for path in stale:
+            path.unlink(missing_ok=True)
     for p in periods:
         atomic_write_json(
             target / "interactions" / f"period_{p.period_index:02d}.json",

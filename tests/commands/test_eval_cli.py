@@ -59,6 +59,14 @@ def test_eval_two_policies_side_by_side_then_resume(tmp_path, scripted, capsys):
     assert [row[0] for row in rows] == ["native", "in_context-update_every_2_short_term_len_2"]
     assert rows[0][1] == "1.000"  # the latest-mention agent recalls everything with full history
     assert "parse! = unparseable outputs" in output
+    lines = output.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.split()[:2] == ["policy", "acc+rf"])
+    original = lines[start:]
+    assert original[0].split() == ["policy", "acc+rf", "memory", "write/item", "read/item"] + [
+        "mem",
+        "success",
+    ]
+    assert [line.split()[0] for line in original[2:4]] == [row[0] for row in rows]
     for name in ("native", "in_context-update_every_2_short_term_len_2"):
         report = json.loads((tmp_path / "out" / name / "report.json").read_text())
         assert report["summary"]["n_items"] == 2 * 3 * 2
@@ -90,6 +98,15 @@ def test_eval_bad_policy_spec_fails_before_opening_the_llm(tmp_path, scripted, c
     assert code == 2
     assert "unknown policy kind" in capsys.readouterr().err
     assert opened == []
+
+
+def test_eval_refuses_wrong_only_probes_under_paper_in_one_line(tmp_path, scripted, capsys):
+    _, opened = scripted
+    argv = ["eval", "--preset", "tiny", "--policy", "native", "--out", str(tmp_path)]
+    assert main([*argv, "--probes", "wrong_only"]) == 2  # --protocol defaults to paper
+    error = capsys.readouterr().err.strip()
+    assert "--probes 'wrong_only' is refused under protocol 'paper'" in error
+    assert len(error.splitlines()) == 1 and opened == []
 
 
 def test_run_dir_names_are_distinct_and_safe():

@@ -18,6 +18,11 @@ from simulator.eval_helpers import (
 
 from evolve.errors import EnvironmentDataError, ResumeMismatchError
 from evolve.simulator.baselines import compute_upper_bound
+from evolve.simulator.original_format import (
+    OriginalDiagnosisMetrics,
+    diagnosis_metrics,
+    parse_diagnosis_results,
+)
 from evolve.simulator.records import Diagnosis
 from evolve.simulator.runner import EpisodeConfig, ProgressSink, run_evaluation
 from evolve.simulator.storage import RunLayout
@@ -383,11 +388,21 @@ def test_original_layout_export_has_the_expected_shapes(tmp_path):
     assert entry["answer_state"] == ["Oslo", "cat"] and entry["json_error"] is False
     metrics = json.loads((root / "overall_metrics.json").read_text())
     assert metrics["accuracy"] == [[1.0, 1.0]] * 3
-    diagnosis = json.loads((root / "diagnosis_metrics.json").read_text())
-    assert set(diagnosis) == {"write_failure", "read_failure", "utilization_failure"}
-    assert all(len(rows) == 3 and all(len(r) == 2 for r in rows) for rows in diagnosis.values())
-    diagnosis_results = json.loads((root / "diagnosis_results.json").read_text())
-    assert len(diagnosis_results) == 3 and len(diagnosis_results[0]["probes"]) == 3
+    # The original's diagnosis under the original's names and schema ...
+    diagnosis = OriginalDiagnosisMetrics.model_validate_json(
+        (root / "diagnosis_metrics.json").read_text()
+    )
+    assert diagnosis.memory_success == [[1, 1]] * 3
+    assert diagnosis.write_failure == diagnosis.read_failure == [[0, 0]] * 3
+    diagnosis_results = parse_diagnosis_results(
+        json.loads((root / "diagnosis_results.json").read_text())
+    )
+    assert len(diagnosis_results) == 3 and all(len(row) == 2 for row in diagnosis_results)
+    assert diagnosis_metrics(diagnosis_results) == diagnosis
+    # ... ours under its own name.
+    partition = json.loads((root / "failure_partition.json").read_text())
+    assert len(partition["periods"]) == 3 and len(partition["periods"][0]["probes"]) == 3
+    assert {i["diagnosis"] for p in partition["periods"] for i in p["items"]} == {"correct"}
     interactions = json.loads((root / "interactions" / "period_00.json").read_text())
     assert len(interactions) == 2 and len(interactions[0]) == 4
     assert set(interactions[0][0]) == {"role", "content"}

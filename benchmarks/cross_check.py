@@ -1,0 +1,363 @@
+"""Cross-check: the reference AMemGym code and `evolve eval --protocol paper` on the same data.
+
+Exports one environment (`evolve env generate`, default the tiny preset, 2 users), runs the
+reference code (a checkout of AGI-Eval-Official/amemgym with its own Python; never part of
+this repository) and this toolkit against the same OpenAI-compatible endpoint, native and
+AWI, and prints both implementations' accuracy, memory score and original-style diagnosis
+side by side. Both sides are scored by this toolkit's metric code (`evolve.simulator.
+original_format` reads the reference's per-item files), so a difference in a row is a
+difference in what the two implementations did, not in arithmetic.
+
+    .venv/bin/python benchmarks/cross_check.py --reference /path/to/amemgym \\
+        --reference-python /path/to/venv/bin/python [--base-url URL --model NAME | --stub] \\
+        [--users 2] [--preset tiny] [--seed 0] [--out DIR]
+
+Without --base-url the embedded llama.cpp server with the bundled model is started (and
+stopped at the end); --stub starts `stub_openai_server.py` instead (plumbing only: the stub
+answers the reference code's prompts with `{}`, so its answers fall back to random choices
+and its upper bound crashes, which is reported, not fatal).
+
+The reference runs with its v1.base settings (rounds 1 then 2, agent temperature 0,
+simulator temperature 0.2) except `max_tokens` (--max-tokens), which keeps small models
+affordable. Its outputs hold the endpoint in `agent_config.json`: keep --out outside the
+repository.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from evolve.llm.server import EmbeddedServer, free_loopback_port
+from evolve.simulator.environment import Environment, load_environment, save_environment
+from evolve.simulator.generator import PRESETS, generate_environment, get_preset
+from evolve.simulator.metrics import MetricSummary, summarize
+from evolve.simulator.original_format import (
+    parse_diagnosis_results,
+    parse_overall_results,
+    period_results_from_original,
+)
+from evolve.simulator.records import UserResult
+from evolve.simulator.storage import safe_name
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+# The reference agent kinds compared, with the reference's agent type.
+AGENTS = {"native": "native", "awi": "awi"}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--reference", type=Path, required=True, help="amemgym checkout")
+    parser.add_argument(
+        "--reference-python", type=Path, required=True, help="python with its dependencies"
+    )
+    endpoint = parser.add_mutually_exclusive_group()
+    endpoint.add_argument("--base-url", help="OpenAI-compatible endpoint ending in /v1")
+    endpoint.add_argument("--stub", action="store_true", help="start the stub server")
+    parser.add_argument("--model", help="model name at --base-url (default: the served one)")
+    parser.add_argument("--env", type=Path, help="environment file (default: generate one)")
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="tiny")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--users", type=int, default=2)
+    parser.add_argument("--agents", default="native,awi", help="subset of native,awi")
+    parser.add_argument(
+        "--native-policy", default="native", help="our policy spec compared with native"
+    )
+    parser.add_argument(
+        "--awi-policy", default="in_context", help="our policy spec compared with AWI"
+    )
+    parser.add_argument("--max-tokens", type=int, default=256, help="reference max_tokens")
+    parser.add_argument("--no-upper-bound", action="store_true", help="skip both upper bounds")
+    parser.add_argument("--out", type=Path, default=Path("runs") / "cross_check")
+    args = parser.parse_args(argv)
+    unknown = set(args.agents.split(",")) - set(AGENTS)
+    if unknown:
+        parser.error(f"--agents: unknown {sorted(unknown)}; expected a subset of native,awi")
+    if args.users < 2 and args.env is None:
+        parser.error(f"--users must be at least 2 (got {args.users}): one user proves little")
+    return args
+
+
+# ----- endpoint --------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def endpoint(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
+    """(base_url, model) of the endpoint both implementations use."""
+    if args.base_url:
+        yield args.base_url, args.model or "local"
+        return
+    if args.stub:
+        port = free_loopback_port()
+        process = subprocess.Popen(
+            [sys.executable, str(HERE / "stub_openai_server.py"), "--port", str(port)],
+            stdout=subprocess.DEVNULL,
+        )
+        base_url = f"http://127.0.0.1:{port}/v1"
+        try:
+            deadline = time.monotonic() + 20
+            while True:
+                try:
+                    with urllib.request.urlopen(f"{base_url}/models", timeout=1):
+                        break
+                except OSError:
+                    if process.poll() is not None or time.monotonic() > deadline:
+                        raise RuntimeError("the stub server did not start") from None
+                    time.sleep(0.05)
+            yield base_url, args.model or "stub"
+        finally:
+            process.terminate()
+            process.wait(timeout=10)
+        return
+    with EmbeddedServer() as server:
+        yield server.base_url, server.model_name
+
+
+# ----- the reference code ------------------------------------------------------------------------
+
+
+def reference_configs(config_dir: Path, model: str, max_tokens: int) -> dict[str, Path]:
+    """Its env config (v1.base settings) and one agent config per compared agent."""
+    config_dir.mkdir(parents=True, exist_ok=True)
+
+    def llm(temperature: float, source: str) -> dict[str, Any]:
+        return {
+            "llm_model": model,
+            "temperature": temperature,
+            "max_tokens": max_tokens,
+            "source": source,
+        }
+
+    env_config = {
+        "num_rounds_init": 1,
+        "num_rounds_update": 2,
+        "llm_config_low_temp": llm(0.2, "env:interaction"),
+        "llm_config_high_temp": llm(1.0, "env:interaction"),
+    }
+    paths = {"env": config_dir / "env.json"}
+    paths["env"].write_text(json.dumps(env_config, indent=2))
+    for name, kind in AGENTS.items():
+        agent = {"type": kind, "name": name, "llm_config": llm(0.0, "agent:interaction")}
+        agent["llm_config"] |= {"base_url": None, "api_key": None}
+        if kind == "awi":
+            agent["agent_config"] = {"update_bsz": 2, "local_length": 4}
+        paths[name] = config_dir / f"{name}.json"
+        paths[name].write_text(json.dumps(agent, indent=2))
+    return paths
+
+
+def run_reference(
+    args: argparse.Namespace, base_url: str, model: str, env_file: Path, agents: list[str]
+) -> dict[str, str]:
+    """Runs the reference modules; returns {step: failure} for the steps that failed."""
+    out = args.out / "reference"
+    configs = reference_configs(args.out / "reference-configs", model, args.max_tokens)
+    environ = os.environ | {
+        "OPENAI_BASE_URL": base_url,
+        "OPENAI_API_KEY": os.environ.get("OPENAI_API_KEY", "local-no-key"),
+        "PYTHONPATH": str(args.reference.resolve() / "src"),
+    }
+    steps: list[tuple[str, list[str]]] = []
+    for name in agents:
+        common = ["--agent_config", str(configs[name]), "--env_data", str(env_file)]
+        steps.append((f"{name} overall", ["amemgym.eval.overall", *common]))
+        steps[-1][1].extend(["--env_config", str(configs["env"]), "--output_dir", str(out)])
+        steps.append(
+            (f"{name} diagnosis", ["amemgym.eval.diagnosis", *common, "--output_dir", str(out)])
+        )
+    steps.append(
+        (
+            "random",
+            [
+                "amemgym.eval.random",
+                "--env_data",
+                str(env_file),
+                "--output_file",
+                str(out / "random_metrics.json"),
+            ],
+        )
+    )
+    if not args.no_upper_bound:
+        steps.append(
+            (
+                "upper bound",
+                ["amemgym.eval.upperbound", "--agent_config", str(configs["native"]),
+                 "--env_data", str(env_file), "--output_dir", str(out / "upperbound")],
+            )
+        )  # fmt: skip
+    failures: dict[str, str] = {}
+    log_dir = args.out / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    for label, module_args in steps:
+        started = time.perf_counter()
+        log = log_dir / f"reference-{label.replace(' ', '-')}.log"
+        with open(log, "w") as handle:
+            code = subprocess.call(
+                [str(args.reference_python), "-m", *module_args],
+                cwd=args.reference,
+                env=environ,
+                stdout=handle,
+                stderr=subprocess.STDOUT,
+            )
+        took = time.perf_counter() - started
+        print(f"reference {label}: exit {code} ({took:.0f}s, log {log})", file=sys.stderr)
+        if code < 0:  # killed by a signal: the user (or the system) stopped the run
+            raise SystemExit(f"reference {label} was killed (signal {-code}); stopping")
+        if code != 0:
+            failures[label] = f"exit {code}: {last_line(log)}"
+    return failures
+
+
+def last_line(path: Path) -> str:
+    lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    return lines[-1][:160] if lines else "(no output)"
+
+
+def reference_summary(
+    out: Path, env: Environment, agent: str, model: str
+) -> tuple[MetricSummary | None, str]:
+    """Our metric code over the reference's per-item files of one agent."""
+    ub_file = out / "upperbound" / model / "utilization_metrics.json"
+    ub = json.loads(ub_file.read_text())["accuracy"] if ub_file.exists() else None
+    users = []
+    notes = []
+    for index, item in enumerate(env.items):
+        user_dir = out / agent / item.id
+        overall_file = user_dir / "overall_results.json"
+        if not overall_file.exists():
+            return None, f"no {overall_file}"
+        overall = parse_overall_results(json.loads(overall_file.read_text()))
+        diagnosis_file = user_dir / "diagnosis_results.json"
+        diagnosis = (
+            parse_diagnosis_results(json.loads(diagnosis_file.read_text()))
+            if diagnosis_file.exists()
+            else None
+        )
+        if diagnosis is None:
+            notes.append(f"{item.id}: no diagnosis")
+        periods = period_results_from_original(item, overall, diagnosis)
+        if ub is not None:
+            for period in periods:
+                for entry in period.items:
+                    row = ub[index][period.period_index]
+                    entry.upper_bound_correct = row[entry.question_index] >= 0.5
+        users.append(UserResult(user_id=item.id, periods=periods))
+    return summarize(users), "; ".join(notes)
+
+
+# ----- ours --------------------------------------------------------------------------------------
+
+
+def run_ours(
+    args: argparse.Namespace, base_url: str, model: str, env_file: Path, specs: list[str]
+) -> int:
+    command = [sys.executable, "-m", "evolve.cli", "eval", "--env", str(env_file)]
+    command += ["--protocol", "paper", "--base-url", base_url, "--model", model]
+    command += ["--out", str(args.out / "ours"), "--concurrency", "1", "--no-llm-cache"]
+    command += ["--upper-bound-cache", str(args.out / "ours-upper-bound")]
+    if args.no_upper_bound:
+        command.append("--no-upper-bound")
+    for spec in specs:
+        command += ["--policy", spec]
+    log = args.out / "logs" / "ours.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    environ = os.environ | {"PYTHONPATH": str(REPO)}
+    environ.setdefault("OPENAI_API_KEY", "local-no-key")
+    with open(log, "w") as handle:
+        code = subprocess.call(command, cwd=REPO, env=environ, stdout=handle, stderr=handle)
+    print(f"ours (evolve eval --protocol paper): exit {code} (log {log})", file=sys.stderr)
+    return code
+
+
+def our_summary(out: Path, spec: str) -> MetricSummary | None:
+    name = safe_name(spec.replace(":", "-"))
+    report = out / "ours" / name / "report.json"
+    if not report.exists():
+        return None
+    return MetricSummary.model_validate(json.loads(report.read_text())["summary"])
+
+
+# ----- table -------------------------------------------------------------------------------------
+
+COLUMNS = [
+    ("acc", "accuracy"),
+    ("acc+rf", "accuracy_with_random_fallback"),
+    ("memory(orig)", "memory_score_original"),
+    ("memory(ours)", "memory_score"),
+    ("UB", "upper_bound_score"),
+    ("write/item", "original_write_failures"),
+    ("read/item", "original_read_failures"),
+    ("mem success", "memory_success"),
+]
+
+
+def format_rows(rows: list[tuple[str, MetricSummary | None, str]]) -> str:
+    width = max(len(label) for label, _, _ in rows)
+    header = f"{'':<{width}} " + " ".join(f"{title:>12}" for title, _ in COLUMNS)
+    header += f" {'items':>5} {'answer!':>7} {'probe!':>6}"
+    lines = [header, "-" * len(header)]
+    for label, summary, note in rows:
+        if summary is None:
+            lines.append(f"{label:<{width}} (no results: {note})")
+            continue
+        cells = []
+        for _, field in COLUMNS:
+            value = getattr(summary, field)
+            cells.append(f"{'-' if value is None else f'{value:.3f}':>12}")
+        failures = summary.parse_failures
+        lines.append(
+            f"{label:<{width}} {' '.join(cells)} {summary.n_items:>5} "
+            f"{failures.get('answer', 0):>7} {failures.get('probe', 0):>6}"
+            + (f"  ({note})" if note else "")
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    args.out = args.out.resolve()
+    args.reference = args.reference.resolve()
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.env is not None:
+        env = load_environment(args.env)
+    else:
+        env = generate_environment(get_preset(args.preset), args.seed, args.users)
+    env_file = args.out / "environment.json"
+    save_environment(env, env_file)
+    agents = args.agents.split(",")
+    specs = {"native": args.native_policy, "awi": args.awi_policy}
+    with endpoint(args) as (base_url, model):
+        print(f"endpoint {base_url} model {model}; {len(env.items)} users", file=sys.stderr)
+        failures = run_reference(args, base_url, model, env_file, agents)
+        our_code = run_ours(args, base_url, model, env_file, [specs[a] for a in agents])
+    rows: list[tuple[str, MetricSummary | None, str]] = []
+    for agent in agents:
+        summary, note = reference_summary(args.out / "reference", env, agent, model)
+        rows.append((f"reference {agent}", summary, note))
+        ours = our_summary(args.out, specs[agent])
+        rows.append((f"ours {specs[agent]}", ours, "" if ours else f"evolve eval exit {our_code}"))
+    print(f"cross-check on {env_file} ({len(env.items)} users), endpoint model {model}")
+    print(format_rows(rows))
+    print(
+        "acc: parse failures wrong (reference: its random draws scored as drawn); acc+rf: an "
+        "unparseable answer earns its expected random score; memory(orig): plain mean over "
+        "user-periods; memory(ours): degenerate periods left out; write/read per item and mem "
+        "success: the original's diagnosis (both sides scored by this toolkit's code)"
+    )
+    for step, failure in failures.items():
+        print(f"reference {step} failed: {failure}")
+    return 0 if our_code == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
