@@ -18,6 +18,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from evolve.commands.progress import EvaluationBar, make_bar
+from evolve.errors import ConfigError
 from evolve.llm import LLMConfig, add_llm_arguments, llm_config_from_args, open_role_lms
 from evolve.locking import run_lock
 from evolve.simulator.runner import ProgressSink
@@ -60,6 +61,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="an extra worker: run trials only (the main invocation does the held-out check)",
     )
     parser.add_argument(
+        "--wait",
+        action="store_true",
+        help="main invocation: wait for trials still running in other workers, then check the "
+        "best setting on the held-out users (on a database storage it always waits; on a "
+        "journal or Redis storage it waits only with --wait)",
+    )
+    parser.add_argument(
         "--fail-running",
         action="store_true",
         help="first mark RUNNING trials failed (a killed worker on a journal storage); only "
@@ -97,6 +105,11 @@ def run_tune(args: argparse.Namespace) -> int:
     tracker = study_tracker_for(spec, tracking_uri=args.tracking_uri, enabled=not args.no_tracking)
     # The main process owns the run directory; extra workers coordinate through the study
     # storage instead (each trial has its own directory).
+    if args.worker and args.wait:
+        raise ConfigError(
+            "--wait is for the main invocation (it waits for the workers, then checks the "
+            "held-out users); drop --wait or --worker"
+        )
     lock = contextlib.nullcontext() if args.worker else run_lock(args.runs_dir / spec.name, "tune")
     with lock:
         return _tune_locked(args, spec, resolved, llm_config, tracker)
@@ -135,6 +148,7 @@ def _tune_locked(
                 worker_only=args.worker,
                 fail_running=args.fail_running,
                 refresh_upper_bound=args.refresh_upper_bound,
+                wait=args.wait,
             )
         finally:
             progress.close()
