@@ -178,6 +178,7 @@ def plot_tuning(result: TuningResult) -> Figure:
         colorbar.set_label(metric_label(metric))
         colorbar.set_ticks(sorted({low, high, 0.0, 1.0} & _between(low, high)))
     _trial_curves(axes[0][-1], result, metric)
+    figure.get_layout_engine().set(w_pad=0.2)  # the colour bar's label and the curves' axis
     figure.suptitle(
         f"{result.name}: study {result.study_name} ({result.finished_trials}/"
         f"{result.requested_trials} trials)"
@@ -417,7 +418,7 @@ def plot_evaluations(per_period: Mapping[str, Sequence[MetricSummary]], title: s
     memory_values: list[float] = []
     undefined: list[str] = []
     for name, summaries in per_period.items():
-        periods = list(range(1, len(summaries) + 1))
+        periods = list(range(len(summaries)))  # period indices, as the runner numbers them
         memory = [s.memory_score for s in summaries]
         if any(v is not None for v in memory):
             points = [(p, v) for p, v in zip(periods, memory, strict=True) if v is not None]
