@@ -12,7 +12,7 @@ from pathlib import Path
 
 import optuna
 
-from evolve.errors import ConfigError
+from evolve.errors import ConfigError, StorageError
 from evolve.tuning.records import (
     IN_MEMORY_STORAGE,
     TuningResult,
@@ -50,6 +50,12 @@ def load_live_result(
     from evolve.tuning.study import STUDY_ATTR_HASH
 
     url = normalize_storage_url(storage_url)
+    for prefix in ("sqlite:///", "journal:"):
+        # A reader must not create an empty database where the study was expected.
+        if url.startswith(prefix) and not Path(url.removeprefix(prefix)).is_file():
+            raise StorageError(
+                f"study storage {url} does not exist; pass --storage with the study's URL"
+            )
     storage = open_storage(url, heartbeat_grace_s=None)  # a reader sends no heartbeats
     try:
         study = optuna.load_study(study_name=study_name, storage=storage)

@@ -38,15 +38,25 @@ def test_compare_reads_the_live_study_and_plots_its_heatmap(tmp_path, monkeypatc
     assert "0.123" in capsys.readouterr().out
     assert main(["compare", "tune", "--snapshot"]) == 0
     assert "0.123" not in capsys.readouterr().out
+    # A storage that is gone: the snapshot, with a warning (and no empty database created).
+    missing = tmp_path / "moved.db"
+    assert main(["compare", "tune", "--storage", f"sqlite:///{missing}"]) == 0
+    captured = capsys.readouterr()
+    assert "does not exist" in captured.err and "best: trial" in captured.out
+    assert not missing.exists()
 
 
 def test_compare_names_the_missing_study(tmp_path, capsys):
     spec_path = write_tune_spec(tmp_path, f"trials = 1\n{GRID}")
-    # Another study name in the same storage: none exists yet.
-    code = main(["compare", str(spec_path), "--study-name", "nope"])
-    assert code == 2
+    # No storage yet: nothing is created, the error says so (exit 5).
+    assert main(["compare", str(spec_path)]) == 5
+    assert "does not exist" in capsys.readouterr().err
+    assert not (tmp_path / "optuna.db").exists()
+    # A storage holding another study: the error names the studies there (exit 2).
+    optuna.create_study(study_name="other", storage=load_tune_spec(spec_path).storage_url())
+    assert main(["compare", str(spec_path), "--study-name", "nope"]) == 2
     err = capsys.readouterr().err
-    assert "no study 'nope'" in err and "--study-name" in err
+    assert "no study 'nope'" in err and "studies there: other" in err
 
 
 def _report(accuracies: list[float], memory: list[float | None]) -> dict:
