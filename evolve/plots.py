@@ -96,6 +96,16 @@ def style_score_axis(axis: Axes, metric: str | None, values: Sequence[float | No
     axis.grid(alpha=0.3)
 
 
+def integer_ticks(axis: Axes, steps: set[int]) -> None:
+    """Periods and generations are whole numbers: tick each one (a locator when many)."""
+    from matplotlib.ticker import MaxNLocator
+
+    if 0 < len(steps) <= 12:
+        axis.set_xticks(sorted(steps))
+    else:
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
 def save_figure(figure: Figure, path: str | Path) -> list[Path]:
     """Save `figure` as PNG and PDF next to `path` (its suffix replaced); close it."""
     plt = _pyplot()
@@ -248,15 +258,16 @@ def _heatmap(
 
 
 def _trial_curves(axis: Axes, result: TuningResult, metric: str) -> None:
-    from matplotlib.ticker import MaxNLocator
 
     values: list[float] = []
+    steps: set[int] = set()
     for record in sorted(result.trials, key=lambda r: r.number):
         if not record.periods or record.state not in ("complete", "pruned"):
             continue
         periods = sorted(record.periods)
         series = [record.periods[p] for p in periods]
         values += series
+        steps.update(periods)
         style = "--" if record.state == "pruned" else "-"
         label = f"#{record.number} " + " ".join(
             f"{_short(n)}={v}" for n, v in record.parameters.items()
@@ -264,7 +275,7 @@ def _trial_curves(axis: Axes, result: TuningResult, metric: str) -> None:
         axis.plot(periods, series, style, marker="o", markersize=3, label=label)
     style_score_axis(axis, metric, values)
     axis.set_xlabel("period")
-    axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+    integer_ticks(axis, steps)
     axis.set_title("per-period value of each trial (dashed: pruned)")
     if axis.get_legend_handles_labels()[0]:
         axis.legend(fontsize=6, loc="best")
@@ -308,7 +319,6 @@ def plot_evolution(result: ExperimentResult) -> Figure:
 
 
 def _candidate_points(axis: Axes, result: ExperimentResult, metric: str, step: str) -> None:
-    from matplotlib.ticker import MaxNLocator
 
     values: list[float] = []
     for split, offset, colour, marker in (
@@ -333,7 +343,7 @@ def _candidate_points(axis: Axes, result: ExperimentResult, metric: str, step: s
             values += [scores.score, *per_user]
     style_score_axis(axis, metric, values)
     axis.set_xlabel(step)
-    axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+    integer_ticks(axis, {record.generation for record in result.candidates})
     axis.set_title("candidates (bar: spread across users)")
     if axis.get_legend_handles_labels()[0]:
         axis.legend(fontsize=8)
@@ -409,7 +419,6 @@ def _generation_summary(record: CandidateRecord, generation: int) -> MetricSumma
 
 def plot_evaluations(per_period: Mapping[str, Sequence[MetricSummary]], title: str) -> Figure:
     """Per-period memory score (left) and accuracy (right), one line per policy."""
-    from matplotlib.ticker import MaxNLocator
 
     plt = _pyplot()
     figure, (memory_axis, accuracy_axis) = plt.subplots(
@@ -443,9 +452,10 @@ def plot_evaluations(per_period: Mapping[str, Sequence[MetricSummary]], title: s
             transform=memory_axis.transAxes,
         )
     accuracy_axis.set_title("accuracy per period")
+    longest = max((len(summaries) for summaries in per_period.values()), default=0)
     for axis in (memory_axis, accuracy_axis):
         axis.set_xlabel("period")
-        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+        integer_ticks(axis, set(range(longest)))
         if axis.get_legend_handles_labels()[0]:
             axis.legend(fontsize=8)
     figure.suptitle(title)

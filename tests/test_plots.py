@@ -232,6 +232,7 @@ def test_evaluation_curves_one_line_per_policy(tmp_path):
         "no_memory",
     ]
     assert list(accuracy_axis.get_lines()[0].get_xdata()) == [0, 1]  # period indices
+    assert list(accuracy_axis.get_xticks()) == [0, 1]  # whole periods only
     written = save_figure(figure, Path(tmp_path) / "sub" / "eval")
     assert [p.suffix for p in written] == [".png", ".pdf"]
     assert all(p.stat().st_size > 1000 for p in written)
