@@ -117,7 +117,9 @@ def save_figure(figure: Figure, path: str | Path) -> list[Path]:
     try:
         for extension in FORMATS:
             target = base.with_name(f"{base.name}.{extension}")
-            figure.savefig(target, dpi=_DPI, bbox_inches="tight")
+            # No creation date in the PDF: the same results give the same file.
+            metadata = {"CreationDate": None} if extension == "pdf" else None
+            figure.savefig(target, dpi=_DPI, bbox_inches="tight", metadata=metadata)
             written.append(target)
     finally:
         plt.close(figure)
