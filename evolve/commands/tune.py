@@ -4,7 +4,8 @@ Validates the whole spec before any LLM call, opens the LMs of its `[llm]` table
 LLM flags override it), runs trials until the study holds the requested number (pruning per
 period), evaluates the best setting on the held-out users, prints the trial table and the
 best parameters (the Pareto front with a cost objective), and tracks everything in MLflow.
-Rerunning resumes the study; more workers on other machines can join it with `--worker`.
+Rerunning resumes the study; more workers on other machines can join it with `--worker`;
+`--wait` makes the main invocation wait for them on any storage before the held-out check.
 """
 
 from __future__ import annotations
