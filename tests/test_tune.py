@@ -393,9 +393,10 @@ def test_tune_quick_runs_end_to_end_on_scripted_lms(tmp_path, monkeypatch, injec
     # Rerunning resumes: nothing left to do, the same table.
     assert main(["tune", str(spec), "--no-progress", "--no-tracking"]) == 0
     assert "best: trial" in capsys.readouterr().out
-    # `evolve compare` understands tuning studies (by spec and by name).
-    assert main(["compare", str(spec)]) == 0
+    # `evolve compare` understands tuning studies (by spec and by name) and draws the heatmap.
+    assert main(["compare", str(spec), "--plot", "tune-quick"]) == 0
     assert "best: trial" in capsys.readouterr().out
+    assert all((tmp_path / f"tune-quick.{ext}").stat().st_size > 1000 for ext in ("png", "pdf"))
     assert main(["compare", name]) == 0
     assert "best: trial" in capsys.readouterr().out
     # More trials on the command line are added to the same study; an unknown study name

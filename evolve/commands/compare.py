@@ -1,7 +1,10 @@
-"""`evolve compare EXPERIMENT`: per-generation table, the best policy's lineage, a plot.
+"""`evolve compare TARGET`: an experiment's generations and lineage, a tuning study's trials, or
+an evaluation's policies side by side; `--plot FILE` also draws the paper-style figure (PNG
+and PDF, `evolve.plots`).
 
-Reads the experiment's records under `runs/<name>/` (no LLM, no MLflow needed); works on a
-finished, stopped or still-running experiment.
+Reads the records under `runs/<name>/` (no LLM, no MLflow needed); works on a finished,
+stopped or still-running run. A tuning study is read live from its Optuna storage (other
+workers' trials included); `runs/<name>/tuning.json` is only its last local snapshot.
 """
 
 from __future__ import annotations
@@ -10,28 +13,50 @@ import argparse
 import sys
 from pathlib import Path
 
-from evolve.errors import ConfigError
+from evolve.errors import ConfigError, StorageError
 from evolve.locking import lock_holder
-from evolve.optimize import ExperimentStore, format_lineage, format_table, plot_scores
+from evolve.optimize import ExperimentStore, format_lineage, format_table
 from evolve.optimize.store import experiment_dir_for
-from evolve.tuning.report import render_tuning_dir, tuning_dir_for
+from evolve.simulator.metrics import MetricSummary
+from evolve.tuning.records import TuningResult
+from evolve.tuning.report import format_result, render_tuning_dir, tuning_dir_for
+from evolve.tuning.spec import TuneSpec
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "compare",
-        help="show an experiment's generations, the best lineage, and plot its scores "
-        "(or a tuning study's trials)",
-        description="Print one row per generation (best and mean train score, held-out score "
-        "of the best, write/read/utilization failure rates, tokens) and the lineage of the "
-        "best policy (by held-out score).",
+        help="show an experiment's generations and best lineage, a tuning study's trials "
+        "or an evaluation's policies; --plot draws the figure",
+        description="Evolution experiment: one row per generation (best and mean train score, "
+        "held-out score of the best, write/read/utilization failure rates, tokens) and the "
+        "lineage of the best policy (by held-out score). Tuning study: every trial, read live "
+        "from the study's storage. `evolve eval` output directory: one row per policy.",
     )
     parser.add_argument(
-        "experiment", help="experiment spec (.toml), name under --runs-dir, or directory"
+        "experiment",
+        help="experiment or tuning spec (.toml), name under --runs-dir, a run directory, or "
+        "an `evolve eval --out` directory",
     )
     parser.add_argument("--runs-dir", type=Path, default=Path("runs"))
     parser.add_argument(
-        "--plot", type=Path, metavar="FILE.png", help="also draw score per generation"
+        "--plot",
+        type=Path,
+        metavar="FILE",
+        help="also draw the figure, saved as FILE.png and FILE.pdf: a tuning study's heatmap "
+        "over the grid and per-period trial curves; an experiment's candidates, held-out vs "
+        "train and failure breakdown; an evaluation's per-period curves",
+    )
+    parser.add_argument(
+        "--storage",
+        help="tuning study: read it from this Optuna storage URL (default: the spec's, else "
+        "the one recorded in runs/<name>/tuning.json)",
+    )
+    parser.add_argument("--study-name", help="tuning study: its name (default: the spec's)")
+    parser.add_argument(
+        "--snapshot",
+        action="store_true",
+        help="tuning study: show runs/<name>/tuning.json as saved instead of the live study",
     )
     parser.set_defaults(handler=run_compare)
 
@@ -50,13 +75,11 @@ def note_if_running(directory: Path) -> None:
 def run_compare(args: argparse.Namespace) -> int:
     # A tuning study (`evolve tune`) first: its spec has a [tuning] table that the
     # evolution spec loader rejects.
-    tuning_directory = tuning_dir_for(args.experiment, args.runs_dir)
-    if tuning_directory is not None:
-        if args.plot is not None:
-            raise ConfigError("--plot draws evolution experiments; a tuning study has no plot")
-        note_if_running(tuning_directory)
-        print(render_tuning_dir(tuning_directory))
-        return 0
+    if _is_tuning_target(args):
+        return _compare_tuning(args)
+    evaluation = _evaluation_dir(args.experiment)
+    if evaluation is not None:
+        return _compare_evaluations(evaluation, args.plot)
     directory = experiment_dir_for(args.experiment, args.runs_dir)
     if directory is None or not (directory / "experiment.json").is_file():
         known = sorted(
@@ -66,7 +89,8 @@ def run_compare(args: argparse.Namespace) -> int:
         )
         raise ConfigError(
             f"no experiment {args.experiment!r} under {args.runs_dir}/ (known: "
-            f"{', '.join(known) or 'none'}); pass a spec file, an experiment name or directory"
+            f"{', '.join(known) or 'none'}); pass a spec file, an experiment name or directory, "
+            "or an `evolve eval --out` directory"
         )
     note_if_running(directory)
     result = ExperimentStore(directory).load_result()
@@ -74,6 +98,116 @@ def run_compare(args: argparse.Namespace) -> int:
     print()
     print(format_lineage(result))
     if args.plot is not None:
-        path = plot_scores(result, args.plot)
-        print(f"\nplot: {path}")
+        from evolve.plots import plot_evolution, save_figure
+
+        _print_written(save_figure(plot_evolution(result), args.plot))
+    return 0
+
+
+def _print_written(paths: list[Path]) -> None:
+    print(f"\nplot: {', '.join(str(p) for p in paths)}")
+
+
+# ----- tuning study -----------------------------------------------------------------------------
+
+
+def _tuning_spec(target: str) -> TuneSpec | None:
+    from evolve.tuning.spec import is_tuning_spec, load_tune_spec
+
+    path = Path(target)
+    if path.suffix == ".toml" and path.is_file() and is_tuning_spec(path):
+        return load_tune_spec(path)
+    return None
+
+
+def _is_tuning_target(args: argparse.Namespace) -> bool:
+    return (
+        _tuning_spec(args.experiment) is not None
+        or tuning_dir_for(args.experiment, args.runs_dir) is not None
+    )
+
+
+def _compare_tuning(args: argparse.Namespace) -> int:
+    from evolve.tuning.live import live_storage_url, load_live_result
+    from evolve.tuning.study import TuningStore
+
+    spec = _tuning_spec(args.experiment)
+    directory = tuning_dir_for(args.experiment, args.runs_dir)
+    if directory is None and spec is not None:
+        directory = Path(args.runs_dir) / spec.name
+    snapshot = None
+    if directory is not None and TuningStore(directory).result_file.is_file():
+        note_if_running(directory)
+        snapshot = TuningStore(directory).load_result()
+    url = (
+        None
+        if args.snapshot
+        else live_storage_url(override=args.storage, spec=spec, snapshot=snapshot)
+    )
+    study_name = args.study_name or (
+        spec.study_name() if spec is not None else snapshot.study_name if snapshot else None
+    )
+    result: TuningResult | None = None
+    if url is not None and study_name is not None:
+        try:
+            result = load_live_result(
+                url, study_name, snapshot=snapshot, spec=spec, directory=directory
+            )
+            print(f"live study {study_name!r} read from its storage", file=sys.stderr)
+        except StorageError as error:
+            if snapshot is None:
+                raise
+            print(
+                f"warning: could not read the live study ({error}); showing the local "
+                f"snapshot {TuningStore(directory).result_file}",
+                file=sys.stderr,
+            )
+    if result is None:
+        if snapshot is None:
+            raise ConfigError(
+                f"no tuning study to show for {args.experiment!r}: no snapshot under "
+                f"{args.runs_dir}/ and no storage to read; run `evolve tune` first or pass "
+                "--storage"
+            )
+        print(render_tuning_dir(directory))
+        result = snapshot
+    else:
+        print(format_result(result))
+    if args.plot is not None:
+        from evolve.plots import plot_tuning, save_figure
+
+        _print_written(save_figure(plot_tuning(result), args.plot))
+    return 0
+
+
+# ----- evaluation of several policies (`evolve eval --out DIR`) --------------------------------
+
+
+def _evaluation_dir(target: str) -> Path | None:
+    """An `evolve eval` output directory: one sub-directory with a report.json per policy."""
+    path = Path(target)
+    runs_of_other_commands = ("tuning.json", "experiment.json")
+    if any((path / name).exists() for name in runs_of_other_commands):
+        return None
+    return path if path.is_dir() and any(path.glob("*/report.json")) else None
+
+
+def _compare_evaluations(directory: Path, plot: Path | None) -> int:
+    from evolve.simulator.runner import load_report
+
+    per_period: dict[str, list[MetricSummary]] = {}
+    print(f"{'policy':<24} {'accuracy':>8} {'memory':>7} {'periods':>7}")
+    for report_file in sorted(directory.glob("*/report.json")):
+        report = load_report(report_file.parent)
+        name = report_file.parent.name
+        summary = MetricSummary.model_validate(report["summary"])
+        per_period[name] = [MetricSummary.model_validate(p) for p in report["per_period"]]
+        memory = "-" if summary.memory_score is None else f"{summary.memory_score:.3f}"
+        accuracy = "-" if summary.accuracy is None else f"{summary.accuracy:.3f}"
+        print(f"{name:<24} {accuracy:>8} {memory:>7} {len(per_period[name]):>7}")
+    if plot is not None:
+        from evolve.plots import plot_evaluations, save_figure
+
+        figure = plot_evaluations(per_period, f"{directory.name}: {len(per_period)} policies")
+        _print_written(save_figure(figure, plot))
     return 0

@@ -4,7 +4,8 @@ Validates the whole spec before any LLM call, opens the LMs of its `[llm]` table
 LLM flags override it), runs trials until the study holds the requested number (pruning per
 period), evaluates the best setting on the held-out users, prints the trial table and the
 best parameters (the Pareto front with a cost objective), and tracks everything in MLflow.
-Rerunning resumes the study; more workers on other machines can join it with `--worker`.
+Rerunning resumes the study; more workers on other machines can join it with `--worker`;
+`--wait` makes the main invocation wait for them on any storage before the held-out check.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from evolve.commands.progress import EvaluationBar, make_bar
+from evolve.errors import ConfigError
 from evolve.llm import LLMConfig, add_llm_arguments, llm_config_from_args, open_role_lms
 from evolve.locking import run_lock
 from evolve.simulator.runner import ProgressSink
@@ -60,6 +62,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="an extra worker: run trials only (the main invocation does the held-out check)",
     )
     parser.add_argument(
+        "--wait",
+        action="store_true",
+        help="main invocation: wait for trials still running in other workers, then check the "
+        "best setting on the held-out users (on a database storage it always waits; on a "
+        "journal or Redis storage it waits only with --wait)",
+    )
+    parser.add_argument(
         "--fail-running",
         action="store_true",
         help="first mark RUNNING trials failed (a killed worker on a journal storage); only "
@@ -97,6 +106,11 @@ def run_tune(args: argparse.Namespace) -> int:
     tracker = study_tracker_for(spec, tracking_uri=args.tracking_uri, enabled=not args.no_tracking)
     # The main process owns the run directory; extra workers coordinate through the study
     # storage instead (each trial has its own directory).
+    if args.worker and args.wait:
+        raise ConfigError(
+            "--wait is for the main invocation (it waits for the workers, then checks the "
+            "held-out users); drop --wait or --worker"
+        )
     lock = contextlib.nullcontext() if args.worker else run_lock(args.runs_dir / spec.name, "tune")
     with lock:
         return _tune_locked(args, spec, resolved, llm_config, tracker)
@@ -135,6 +149,7 @@ def _tune_locked(
                 worker_only=args.worker,
                 fail_running=args.fail_running,
                 refresh_upper_bound=args.refresh_upper_bound,
+                wait=args.wait,
             )
         finally:
             progress.close()

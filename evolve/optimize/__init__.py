@@ -6,7 +6,7 @@ from evolve.optimize.feedback import Feedback, build_feedback, load_period_resul
 from evolve.optimize.loop import LoopProgress, run_experiment
 from evolve.optimize.parameters import ParameterProposer, RandomStepProposer
 from evolve.optimize.reflect import Proposal, Reflector
-from evolve.optimize.report import format_lineage, format_table, generation_rows, plot_scores
+from evolve.optimize.report import format_lineage, format_table, generation_rows
 from evolve.optimize.store import ExperimentStore
 from evolve.records import (
     CandidateRecord,
@@ -46,6 +46,5 @@ __all__ = [
     "generation_rows",
     "load_period_results",
     "objective_value",
-    "plot_scores",
     "run_experiment",
 ]

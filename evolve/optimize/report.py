@@ -1,12 +1,11 @@
-"""Human-readable views of an experiment: the per-generation table, lineage, a score plot.
+"""Human-readable views of an experiment: the per-generation table and the lineage (its
+figure is `evolve.plots.plot_evolution`).
 
 Pure functions over `ExperimentResult`; `evolve compare`, `evolve run` and the MLflow parent
 run all show the same text.
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 from evolve.records import CandidateRecord, ExperimentResult
 
@@ -114,40 +113,3 @@ def _describe(record: CandidateRecord) -> str:
         f"{record.id:<7} gen {record.generation:<2} {record.mutation.describe():<36} "
         f"train {_score(train)}  held-out {_score(heldout)}  [{params}]"
     )
-
-
-def plot_scores(result: ExperimentResult, path: str | Path) -> Path:
-    """Score per generation: best and mean train, held-out of the best (PNG, Agg backend)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
-
-    rows = generation_rows(result)
-    generations = [row["generation"] for row in rows]
-    figure, axis = plt.subplots(figsize=(6.4, 4.0))
-    for key, label, style in (
-        ("best_train", "best train", "o-"),
-        ("mean_train", "mean train", "s--"),
-        ("heldout_best", "held-out (best)", "^-"),
-    ):
-        points = [
-            (g, row[key]) for g, row in zip(generations, rows, strict=True) if row[key] is not None
-        ]
-        if points:
-            axis.plot([p[0] for p in points], [p[1] for p in points], style, label=label)
-    objective = next((r.train.objective for r in result.candidates if r.train is not None), "score")
-    axis.set_xlabel("generation" if result.schedule == "population" else "period")
-    axis.set_ylabel(objective.replace("_", " "))
-    axis.set_title(f"{result.name}: train vs held-out")
-    axis.xaxis.set_major_locator(MaxNLocator(integer=True))
-    axis.grid(alpha=0.3)
-    if axis.get_legend_handles_labels()[0]:
-        axis.legend()
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    figure.tight_layout()
-    figure.savefig(target, dpi=120)
-    plt.close(figure)
-    return target

@@ -3,8 +3,9 @@
 Accepted storage URLs:
 
 - any SQLAlchemy database URL Optuna's `RDBStorage` takes: `sqlite:///mlruns/optuna.db`
-  (the default; relative paths are relative to the current directory), `postgresql://...`
-  (SQLAlchemy 2.1 opens it with psycopg 3: `pip install 'psycopg[binary]'`),
+  (the default; relative paths are relative to the current directory),
+  `postgresql+psycopg://USER@HOST:PORT/DB` (psycopg 3, the extra `amemgym-evolve[postgres]`;
+  SQLAlchemy 2.1 also opens a bare `postgresql://` with it),
   `mysql+pymysql://...`. Database storages get Optuna's heartbeat: a trial whose worker died
   (killed, machine lost) is failed once its heartbeat is older than `[tuning]
   heartbeat_grace_s` and retried with the same parameters (`RetryHeartbeatStaleTrialCallback`).
@@ -48,13 +49,14 @@ _CREATE_ATTEMPTS = 5
 # (sqlite, PostgreSQL, MySQL); anything else is a real error and is not retried.
 _SCHEMA_RACE_MARKERS = ("already exists", "duplicate", "unique constraint", "database is locked")
 _URL_FORMS = (
-    "sqlite:///PATH, postgresql://USER@HOST/DB, mysql+pymysql://USER@HOST/DB, journal:PATH "
+    "sqlite:///PATH, postgresql+psycopg://USER@HOST/DB, mysql+pymysql://USER@HOST/DB, "
+    "journal:PATH "
     "or redis://HOST"
 )
 # pip packages of the DB-API drivers SQLAlchemy names (its default for postgresql:// is
 # psycopg 3 since SQLAlchemy 2.1; for mysql:// it is mysqlclient).
 _DRIVER_PACKAGES = {
-    "psycopg": "'psycopg[binary]'",
+    "psycopg": "'amemgym-evolve[postgres]' (psycopg 3)",
     "psycopg2": "psycopg2-binary",
     "pg8000": "pg8000",
     "mysqldb": "mysqlclient",

@@ -304,6 +304,7 @@ def run_tuning(
     worker_only: bool = False,
     fail_running: bool = False,
     refresh_upper_bound: bool = False,
+    wait: bool = False,
 ) -> TuningResult:
     """Run trials of the spec's study until it holds the requested number, then (unless
     `worker_only`) evaluate the best parameters on the held-out users. Resumes by default.
@@ -313,6 +314,10 @@ def run_tuning(
     `refresh_upper_bound` asks every upper-bound question again instead of using the cache.
     `fail_running` first marks RUNNING trials failed (after a worker was killed on a storage
     without heartbeat); only use it when no other worker of the study is active.
+    `wait`: the main invocation waits for trials running in other workers on every storage
+    (it always does on a database storage, whose heartbeat retries a dead worker's trial;
+    on a journal or Redis storage a killed worker's trial stays RUNNING until
+    `fail_running`), then checks the held-out users.
     """
     if isinstance(tuning, TuneSpec):
         tuning = resolve_tuning(tuning)
@@ -327,6 +332,7 @@ def run_tuning(
         upper_bound=upper_bound,
     )
     worker.refresh_upper_bound = refresh_upper_bound
+    worker.wait = wait
     with storage_errors(job.storage_url):
         return worker.run(worker_only=worker_only, fail_running=fail_running)
 
@@ -353,6 +359,7 @@ class _Worker:
         self.distributions = distributions(self.tuning)
         self.upper_bound: Any = upper_bound
         self.refresh_upper_bound = False
+        self.wait = False  # wait for other workers' trials on a storage without heartbeat
         self.heldout: list[HeldoutRecord] = []
         self.notes = list(job.notes)
         train = job.train.items
@@ -526,20 +533,28 @@ class _Worker:
                 continue
             if finished >= requested:
                 return
-            if running and self.heartbeat and not worker_only:
+            if running and (self.heartbeat or self.wait) and not worker_only:
                 if not announced:
                     announced = True
                     self.progress.stage(
-                        f"waiting for {running} trial(s) running in other workers; a trial "
-                        "whose worker stopped is failed after heartbeat_grace_s = "
-                        f"{self.tuning.heartbeat_grace_s} s without a heartbeat and retried here"
+                        f"waiting for {running} trial(s) running in other workers; "
+                        + (
+                            "a trial whose worker stopped is failed after heartbeat_grace_s = "
+                            f"{self.tuning.heartbeat_grace_s} s without a heartbeat and "
+                            "retried here"
+                            if self.heartbeat
+                            else "this storage has no heartbeat: if a worker was killed, stop "
+                            "this wait (Ctrl-C) and rerun with --fail-running"
+                        )
                     )
                 time.sleep(self.poll_s)
                 continue
             if running and not self.heartbeat and self.job.storage_url is not None:
                 self.notes.append(
-                    f"{running} trial(s) are RUNNING in a storage without heartbeat; if their "
-                    "worker was killed, rerun with --fail-running (when no worker is active)"
+                    f"{running} trial(s) are RUNNING in a storage without heartbeat; rerun "
+                    "evolve tune with --wait to wait for them and then check the held-out "
+                    "users; if their worker was killed, rerun with --fail-running (when no "
+                    "worker is active)"
                 )
             elif not running:
                 self.notes.append(
@@ -772,7 +787,8 @@ class _Worker:
         if self._count(_FINISHED) < self.job.trials:
             self.notes.append(
                 "held-out evaluation waits for the study to finish (trials of other workers "
-                "are still running); rerun evolve tune to do it"
+                "are still running); rerun evolve tune with --wait: it waits for them, then "
+                "checks the held-out users"
             )
             return
         numbers = best_trial_numbers(self.study)

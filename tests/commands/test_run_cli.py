@@ -56,6 +56,7 @@ def test_quickstart_runs_end_to_end_on_scripted_lms(tmp_path, monkeypatch, injec
     compared = capsys.readouterr().out
     assert "best train" in compared and "held-out" in compared
     assert (tmp_path / "scores.png").stat().st_size > 1000
+    assert (tmp_path / "scores.pdf").stat().st_size > 1000
 
     assert main(["export", "quickstart", "--out", "exported"]) == 0
     exported = capsys.readouterr().out

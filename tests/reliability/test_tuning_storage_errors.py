@@ -52,7 +52,12 @@ def test_an_unknown_storage_scheme_is_refused_before_any_llm_call(
 @pytest.mark.parametrize(
     ("url", "module", "install"),
     [
-        ("postgresql://me@127.0.0.1:1/optuna", "psycopg", "pip install 'psycopg[binary]'"),
+        ("postgresql://me@127.0.0.1:1/optuna", "psycopg", "pip install 'amemgym-evolve[postgres]'"),
+        (
+            "postgresql+psycopg://me@127.0.0.1:1/optuna",
+            "psycopg",
+            "pip install 'amemgym-evolve[postgres]'",
+        ),
         ("mysql://me@127.0.0.1:1/optuna", "MySQLdb", "pip install mysqlclient"),
         ("mysql+pymysql://me@127.0.0.1:1/optuna", "pymysql", "pip install PyMySQL"),
     ],

@@ -1,0 +1,83 @@
+"""`evolve compare` on a tuning study (read live from its storage, `--plot` heatmap) and on an
+`evolve eval` output directory (per-period curves)."""
+
+from __future__ import annotations
+
+import json
+
+import optuna
+from tuning.tune_helpers import TuneWorld, write_tune_spec
+
+from evolve.cli import main
+from evolve.simulator.metrics import MetricSummary
+from evolve.tuning import load_tune_spec, run_tuning
+
+GRID = 'sampler = "grid"\n[tuning.parameters]\nupdate_every = [2, 4]\nshort_term_len = [0, 4]'
+
+
+def test_compare_reads_the_live_study_and_plots_its_heatmap(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    spec_path = write_tune_spec(tmp_path / "spec", f'trials = 2\nheldout = "none"\n{GRID}')
+    spec = load_tune_spec(spec_path)
+    run_tuning(spec, TuneWorld().lms, runs_dir="runs", upper_bound_cache=tmp_path / "ub")
+    # Another worker adds a trial the local snapshot (tuning.json) never saw.
+    study = optuna.load_study(study_name="tune", storage=spec.storage_url())
+    study.enqueue_trial({"update_every": 4, "short_term_len": 4})
+    trial = study.ask()
+    study.tell(trial, 0.123)
+
+    assert main(["compare", str(spec_path), "--plot", "figs/tune.png"]) == 0
+    captured = capsys.readouterr()
+    assert "live study 'tune'" in captured.err
+    assert f"{trial.number:>5} complete" in captured.out and "0.123" in captured.out
+    assert (tmp_path / "figs" / "tune.png").stat().st_size > 1000
+    assert (tmp_path / "figs" / "tune.pdf").stat().st_size > 1000
+
+    # By name: the storage recorded in the snapshot; --snapshot: the file as saved.
+    assert main(["compare", "tune"]) == 0
+    assert "0.123" in capsys.readouterr().out
+    assert main(["compare", "tune", "--snapshot"]) == 0
+    assert "0.123" not in capsys.readouterr().out
+    # A storage that is gone: the snapshot, with a warning (and no empty database created).
+    missing = tmp_path / "moved.db"
+    assert main(["compare", "tune", "--storage", f"sqlite:///{missing}"]) == 0
+    captured = capsys.readouterr()
+    assert "does not exist" in captured.err and "best: trial" in captured.out
+    assert not missing.exists()
+
+
+def test_compare_names_the_missing_study(tmp_path, capsys):
+    spec_path = write_tune_spec(tmp_path, f"trials = 1\n{GRID}")
+    # No storage yet: nothing is created, the error says so (exit 5).
+    assert main(["compare", str(spec_path)]) == 5
+    assert "does not exist" in capsys.readouterr().err
+    assert not (tmp_path / "optuna.db").exists()
+    # A storage holding another study: the error names the studies there (exit 2).
+    optuna.create_study(study_name="other", storage=load_tune_spec(spec_path).storage_url())
+    assert main(["compare", str(spec_path), "--study-name", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert "no study 'nope'" in err and "studies there: other" in err
+
+
+def _report(accuracies: list[float], memory: list[float | None]) -> dict:
+    per_period = [
+        MetricSummary(accuracy=a, memory_score=m).model_dump(mode="json")
+        for a, m in zip(accuracies, memory, strict=True)
+    ]
+    summary = MetricSummary(accuracy=sum(accuracies) / len(accuracies))
+    return {"summary": summary.model_dump(mode="json"), "per_period": per_period}
+
+
+def test_compare_an_eval_directory_plots_per_period_curves(tmp_path, capsys):
+    out = tmp_path / "eval"
+    for name, report in {
+        "in_context": _report([0.5, 0.7, 0.6], [0.2, 0.6, 0.4]),
+        "no_memory": _report([0.3, 0.2, 0.25], [None, None, None]),
+    }.items():
+        (out / name).mkdir(parents=True)
+        (out / name / "report.json").write_text(json.dumps(report))
+    assert main(["compare", str(out), "--plot", str(tmp_path / "eval-plot")]) == 0
+    printed = capsys.readouterr().out
+    assert "in_context" in printed and "no_memory" in printed
+    assert (tmp_path / "eval-plot.png").stat().st_size > 1000
+    assert (tmp_path / "eval-plot.pdf").stat().st_size > 1000

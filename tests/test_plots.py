@@ -1,0 +1,238 @@
+"""`evolve.plots` on scripted records: files written in both formats, axes as documented
+(accuracy 0-1, memory score with 0 and 1 in view and marked), labels and legends present."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from evolve.plots import (
+    plot_evaluations,
+    plot_evolution,
+    plot_tuning,
+    save_figure,
+    score_limits,
+)
+from evolve.records import (
+    CandidateRecord,
+    CandidateStatus,
+    EvaluationScores,
+    ExperimentResult,
+    GenerationRecord,
+    Mutation,
+)
+from evolve.simulator.metrics import MetricSummary
+from evolve.tuning.records import TrialRecord, TuningResult
+
+
+def _reference_lines(axis) -> set[float]:
+    """y of the horizontal reference lines (axhline: both x ends at 0 and 1 in axes units)."""
+    found = set()
+    for line in axis.get_lines():
+        ys = list(line.get_ydata())
+        if len(ys) == 2 and ys[0] == ys[1] and list(line.get_xdata()) == [0, 1]:
+            found.add(float(ys[0]))
+    return found
+
+
+def _tuning_result(objective: str, values: dict[tuple[int, int, int], float]) -> TuningResult:
+    trials = []
+    for number, ((update_every, short_term_len, top_k), value) in enumerate(values.items()):
+        pruned = number == 1
+        trials.append(
+            TrialRecord(
+                number=number,
+                state="pruned" if pruned else "complete",
+                parameters={
+                    "update_every": update_every,
+                    "short_term_len": short_term_len,
+                    "top_k": top_k,
+                },
+                values=[value],
+                objective_used=objective,
+                periods={1: value / 2, 2: value} if not pruned else {1: value},
+            )
+        )
+    return TuningResult(
+        name="grid",
+        study_name="grid",
+        storage="sqlite:///x.db",
+        config_hash="h",
+        objectives=[objective],
+        sampler="grid",
+        pruner="median",
+        requested_trials=len(trials),
+        space={"update_every": [2, 4], "short_term_len": [0, 4], "top_k": [1, 3]},
+        trials=trials,
+        best=[0],
+    )
+
+
+def test_tuning_heatmap_has_a_panel_per_top_k_and_fixed_accuracy_axes(tmp_path):
+    values = {
+        (2, 0, 1): 0.5,
+        (2, 4, 1): 0.25,
+        (4, 0, 1): 0.75,
+        (4, 4, 3): 1.0,
+        (2, 0, 3): 0.0,
+    }
+    figure = plot_tuning(_tuning_result("accuracy", values))
+    axes = figure.axes
+    heatmaps = [a for a in axes if a.get_title().startswith("top_k = ")]
+    assert [a.get_title() for a in heatmaps] == ["top_k = 1", "top_k = 3"]
+    for axis in heatmaps:
+        assert axis.get_ylabel() == "update_every" and axis.get_xlabel() == "short_term_len"
+        image = axis.get_images()[0]
+        assert image.get_clim() == (0.0, 1.0)  # one colour scale, the accuracy range
+    # Cell (update_every=4 -> row 1, short_term_len=0 -> column 0) of top_k = 1 holds 0.75.
+    cells = heatmaps[0].get_images()[0].get_array()
+    assert cells[1, 0] == pytest.approx(0.75) and cells.mask[1, 1]  # (4, 4, 1) not run
+    assert any(t.get_text().startswith("0.25\n(pruned)") for t in heatmaps[0].texts)
+    curves = next(a for a in axes if a.get_title().startswith("per-period"))
+    assert curves.get_ylim() == (0.0, 1.0) and curves.get_ylabel() == "accuracy"
+    assert curves.get_xlabel() == "period"
+    assert len(curves.get_legend().get_texts()) == len(values)
+    written = save_figure(figure, tmp_path / "tune.png")
+    assert [p.name for p in written] == ["tune.png", "tune.pdf"]
+    assert all(p.stat().st_size > 1000 for p in written)
+
+
+def test_memory_score_axes_keep_zero_and_one_in_view_and_marked(tmp_path):
+    result = _tuning_result("memory_score", {(2, 0, 1): 1.4, (2, 4, 1): -0.3, (4, 0, 1): 0.5})
+    figure = plot_tuning(result)
+    curves = next(a for a in figure.axes if a.get_title().startswith("per-period"))
+    low, high = curves.get_ylim()
+    assert low <= -0.3 and high >= 1.4  # widened for values outside 0..1
+    assert {0.0, 1.0} <= _reference_lines(curves)
+    heatmap = next(a for a in figure.axes if a.get_title() == "top_k = 1")
+    assert heatmap.get_images()[0].get_clim() == (-0.3, 1.4)
+    assert score_limits("memory_score", [0.2, 0.4]) == (-0.1, 1.1)
+    assert score_limits("accuracy", [0.2, 3.0]) == (0.0, 1.0)
+    save_figure(figure, tmp_path / "memory")
+    assert (tmp_path / "memory.pdf").stat().st_size > 1000
+
+
+def _summary(accuracy: float, write: float, read: float) -> MetricSummary:
+    return MetricSummary(
+        accuracy=accuracy,
+        memory_score=accuracy * 1.2 - 0.1,
+        write_failure_rate=write,
+        read_failure_rate=read,
+        utilization_failure_rate=round(1.0 - accuracy - write - read, 6),
+    )
+
+
+def _scores(score: float, per_user: dict[str, float], summary: MetricSummary) -> EvaluationScores:
+    return EvaluationScores(
+        users=list(per_user),
+        score=score,
+        objective="accuracy",
+        objective_used="accuracy",
+        per_user=per_user,
+        summary=summary,
+        run_dir="r",
+    )
+
+
+def _candidate(
+    cid: str, generation: int, train: float, heldout: float | None, parents: tuple[str, ...] = ()
+) -> CandidateRecord:
+    summary = _summary(train, write=0.1 * (3 - generation), read=0.1)
+    return CandidateRecord(
+        id=cid,
+        generation=generation,
+        parent_ids=parents,
+        mutation=Mutation(kind="base" if not parents else "reflective", component="write"),
+        seed=0,
+        fingerprint=cid,
+        kind="in_context",
+        components={"write": cid},
+        parameters={"update_every": 2},
+        status=CandidateStatus.EVALUATED,
+        train=_scores(train, {"u1": train - 0.1, "u2": train + 0.1}, summary),
+        heldout=(
+            _scores(heldout, {"u3": heldout}, _summary(heldout, 0.1, 0.1)) if heldout else None
+        ),
+    )
+
+
+def _experiment() -> ExperimentResult:
+    candidates = [
+        _candidate("c0", 0, 0.3, 0.25),
+        _candidate("c1", 1, 0.4, None, ("c0",)),
+        _candidate("c2", 1, 0.5, 0.45, ("c0",)),
+        _candidate("c3", 2, 0.6, 0.5, ("c2",)),
+    ]
+    generations = [
+        GenerationRecord(generation=0, candidate_ids=["c0"], best_id="c0"),
+        GenerationRecord(generation=1, candidate_ids=["c1", "c2"], best_id="c2"),
+        GenerationRecord(generation=2, candidate_ids=["c3"], best_id="c3"),
+    ]
+    return ExperimentResult(
+        name="quick",
+        config_hash="h",
+        schedule="population",
+        candidates=candidates,
+        generations=generations,
+        best_id="c3",
+    )
+
+
+def test_evolution_figure_spread_heldout_versus_train_and_breakdown(tmp_path):
+    figure = plot_evolution(_experiment())
+    scores_axis, versus_axis, breakdown_axis = figure.axes
+    assert scores_axis.get_ylim() == (0.0, 1.0) and scores_axis.get_ylabel() == "accuracy"
+    assert scores_axis.get_xlabel() == "generation"
+    assert [t.get_text() for t in scores_axis.get_legend().get_texts()] == ["train", "held-out"]
+    # The spread across users: one vertical bar per candidate and split (4 train, 3 held-out).
+    spreads = [c for c in scores_axis.collections if type(c).__name__ == "LineCollection"]
+    segments = [s for c in spreads for s in c.get_segments()]
+    assert len(segments) == 7
+    train_c0 = next(s for s in segments if s[0][0] == pytest.approx(-0.12))
+    assert sorted(train_c0[:, 1]) == pytest.approx([0.2, 0.4])
+    assert versus_axis.get_xlim() == (0.0, 1.0) and versus_axis.get_ylim() == (0.0, 1.0)
+    assert versus_axis.get_xlabel() == "train accuracy"
+    assert versus_axis.get_ylabel() == "held-out accuracy"
+    points = versus_axis.collections[0].get_offsets()
+    assert len(points) == 3  # c1 has no held-out score
+    assert breakdown_axis.get_ylim() == (0.0, 1.0)
+    labels = [t.get_text() for t in breakdown_axis.get_legend().get_texts()]
+    assert labels == ["correct", "write failure", "read failure", "utilization failure"]
+    # Each generation's bars stack to 1 (correct + the three failure kinds).
+    heights: dict[float, float] = {}
+    for bar in breakdown_axis.patches:
+        x = round(bar.get_x() + bar.get_width() / 2, 6)
+        heights[x] = heights.get(x, 0.0) + bar.get_height()
+    assert sorted(heights) == [0.0, 1.0, 2.0]
+    assert all(h == pytest.approx(1.0) for h in heights.values())
+    written = save_figure(figure, tmp_path / "evolution.png")
+    assert all(p.stat().st_size > 1000 for p in written)
+
+
+def test_evaluation_curves_one_line_per_policy(tmp_path):
+    per_period = {
+        "in_context": [_summary(0.4, 0.2, 0.2), _summary(0.6, 0.1, 0.1)],
+        "no_memory": [
+            MetricSummary(accuracy=0.2, memory_score=None),
+            MetricSummary(accuracy=0.25, memory_score=None),
+        ],
+    }
+    figure = plot_evaluations(per_period, "eval: 2 policies")
+    memory_axis, accuracy_axis = figure.axes
+    assert memory_axis.get_ylabel() == "memory score"
+    assert {0.0, 1.0} <= _reference_lines(memory_axis)
+    low, high = memory_axis.get_ylim()
+    assert low <= 0.0 and high >= 1.0
+    assert [t.get_text() for t in memory_axis.get_legend().get_texts()] == ["in_context"]
+    assert any("undefined for: no_memory" in t.get_text() for t in memory_axis.texts)
+    assert accuracy_axis.get_ylim() == (0.0, 1.0)
+    assert [t.get_text() for t in accuracy_axis.get_legend().get_texts()] == [
+        "in_context",
+        "no_memory",
+    ]
+    assert list(accuracy_axis.get_lines()[0].get_xdata()) == [0, 1]  # period indices
+    assert list(accuracy_axis.get_xticks()) == [0, 1]  # whole periods only
+    written = save_figure(figure, Path(tmp_path) / "sub" / "eval")
+    assert [p.suffix for p in written] == [".png", ".pdf"]
+    assert all(p.stat().st_size > 1000 for p in written)
