@@ -7,6 +7,7 @@ import string
 import time
 from pathlib import Path
 
+from evolve.commands.env_llm import add_llm_generate_arguments, run_llm_generate
 from evolve.errors import EnvironmentDataError
 from evolve.simulator.environment import (
     Environment,
@@ -15,7 +16,6 @@ from evolve.simulator.environment import (
     load_environment,
     save_environment,
 )
-from evolve.simulator.generate.cli import add_llm_generate_arguments, run_llm_generate
 from evolve.simulator.generator import PRESETS, generate_environment, get_preset, load_catalog
 
 _ANSWER_CHARS = 110

@@ -6,7 +6,6 @@ stage validated, resumable and accounted in tokens. Produces the same `Environme
 the offline generator. See README.md in this directory.
 """
 
-from evolve.simulator.generate.cli import add_llm_generate_arguments, run_llm_generate
 from evolve.simulator.generate.config import (
     LLMGenerationConfig,
     Prices,
@@ -43,11 +42,9 @@ __all__ = [
     "StageUsage",
     "UserOutcome",
     "UserPipeline",
-    "add_llm_generate_arguments",
     "catalog_personas",
     "generate_environment_llm",
     "generation_config_from_dict",
     "load_generation_config",
     "load_nemotron_personas",
-    "run_llm_generate",
 ]

@@ -8,13 +8,13 @@ import json
 from pathlib import Path
 
 import pytest
-from gen_helpers import PipelinePlayer, wrong_match
 from scripted_lm import ScriptedLM, scripted_role_lms
+from simulator.generate.gen_helpers import PipelinePlayer, wrong_match
 
 import evolve.llm
+from evolve.commands.env_llm import add_llm_generate_arguments, run_llm_generate
 from evolve.errors import ConfigError
 from evolve.simulator.environment import load_environment
-from evolve.simulator.generate import add_llm_generate_arguments, run_llm_generate
 
 CONFIG_TOML = """
 preset = "tiny"

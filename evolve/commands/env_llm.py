@@ -1,4 +1,5 @@
-"""`evolve env generate --llm`: flags and handler (wired into evolve/commands/env.py)."""
+"""`evolve env generate --llm`: flags, progress bar and printed report for the LLM synthesis
+pipeline (the library API is `evolve.simulator.generate`)."""
 
 from __future__ import annotations
 
