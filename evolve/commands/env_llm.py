@@ -11,6 +11,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from evolve.errors import ConfigError
+from evolve.files import atomic_write_json
 from evolve.simulator.environment import save_environment
 from evolve.simulator.generate.config import (
     LLMGenerationConfig,
@@ -19,7 +20,6 @@ from evolve.simulator.generate.config import (
 )
 from evolve.simulator.generate.personas import catalog_personas, load_nemotron_personas
 from evolve.simulator.generate.pipeline import ProgressEvent, generate_environment_llm
-from evolve.simulator.generate.store import write_json_atomic
 from evolve.simulator.generator import load_catalog
 
 
@@ -136,7 +136,7 @@ def run_llm_generate(args: argparse.Namespace) -> int:
     print(run_usage.table())
     print(report.cost_summary())
     report_path = out.with_name(f"{out.stem}.report.json")
-    write_json_atomic(report_path, report.model_dump(mode="json"))
+    atomic_write_json(report_path, report.model_dump(mode="json"), indent=1, final_newline=False)
     excluded = report.excluded
     if excluded:
         print(f"\n{len(excluded)} user(s) excluded (kept out of the environment):")

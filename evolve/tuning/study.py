@@ -56,13 +56,13 @@ from optuna.trial import FrozenTrial, TrialState
 from evolve.budget import Budget, BudgetExhausted, Spend
 from evolve.config import BudgetSpec
 from evolve.errors import ResumeMismatchError
+from evolve.files import atomic_write_json
 from evolve.llm import RoleLMs
 from evolve.objective import load_period_results, objective_used, objective_value
 from evolve.simulator.environment import Environment
 from evolve.simulator.metrics import MetricSummary, summarize_periods
 from evolve.simulator.runner import EpisodeConfig, ProgressSink, run_evaluation
 from evolve.simulator.storage import (
-    atomic_write_json,
     config_differences,
     config_hash,
     read_json,

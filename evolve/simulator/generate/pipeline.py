@@ -29,6 +29,7 @@ import dspy
 from dspy.utils.exceptions import AdapterParseError
 
 from evolve.errors import ToolkitError
+from evolve.files import atomic_write_json
 from evolve.simulator.environment import (
     CHOICE_EXPERIENCED,
     CHOICE_RANDOM,
@@ -66,7 +67,7 @@ from evolve.simulator.generate.signatures import (
     options_model,
     with_output_type,
 )
-from evolve.simulator.generate.store import OUTCOME_FILE, UserStore, WorkDir, write_json_atomic
+from evolve.simulator.generate.store import OUTCOME_FILE, UserStore, WorkDir
 from evolve.simulator.generate.validate import (
     QuestionSpec,
     check_changes,
@@ -979,5 +980,10 @@ def generate_environment_llm(
         prices=config.prices,
         users=[outcome for outcome, _ in ordered],
     )
-    write_json_atomic(work.directory / "report.json", report.model_dump(mode="json"))
+    atomic_write_json(
+        work.directory / "report.json",
+        report.model_dump(mode="json"),
+        indent=1,
+        final_newline=False,
+    )
     return GenerationResult(environment=environment, report=report)
