@@ -50,11 +50,11 @@ from evolve.optimize.operators import (
     split_candidate,
 )
 from evolve.records import fingerprint
+from evolve.seeds import derive_seed
 from evolve.simulator.environment import Environment
 from evolve.simulator.metrics import summarize_periods
 from evolve.simulator.records import UserResult
 from evolve.simulator.runner import run_evaluation
-from evolve.simulator.user import derive_seed
 
 CANDIDATE_SELECTIONS = ("pareto", "current_best", "epsilon_greedy", "top_k_pareto")
 

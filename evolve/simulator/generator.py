@@ -13,7 +13,6 @@ a byte-identical file, and every user is generated from its own seed derived fro
 from __future__ import annotations
 
 import calendar
-import hashlib
 import itertools
 import random
 from collections.abc import Mapping, Sequence
@@ -33,6 +32,7 @@ from pydantic import (
 
 from evolve.errors import ConfigError
 from evolve.files import read_json_file
+from evolve.seeds import derive_rng
 from evolve.simulator.environment import (
     CHOICE_EXPERIENCED,
     CHOICE_RANDOM,
@@ -348,12 +348,6 @@ def _read_catalog_file(path: Path) -> _CatalogFile:
 
 
 # --- generation ---------------------------------------------------------------------------
-
-
-def derive_rng(*parts: object) -> random.Random:
-    """A local RNG seeded from a stable hash of `parts` (independent of PYTHONHASHSEED)."""
-    digest = hashlib.sha256("/".join(str(part) for part in parts).encode("utf-8")).digest()
-    return random.Random(int.from_bytes(digest[:8], "big"))
 
 
 def generate_environment(

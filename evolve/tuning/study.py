@@ -59,6 +59,7 @@ from evolve.errors import ResumeMismatchError
 from evolve.files import atomic_write_json
 from evolve.llm import RoleLMs
 from evolve.objective import load_period_results, objective_used, objective_value
+from evolve.seeds import derive_seed
 from evolve.simulator.environment import Environment
 from evolve.simulator.metrics import MetricSummary, summarize_periods
 from evolve.simulator.runner import EpisodeConfig, ProgressSink, run_evaluation
@@ -68,7 +69,6 @@ from evolve.simulator.storage import (
     read_json,
     safe_name,
 )
-from evolve.simulator.user import derive_seed
 from evolve.tuning.records import (
     ATTR_LLM_CALLS,
     ATTR_METRICS,

@@ -15,7 +15,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from evolve.errors import ConfigError
-from evolve.simulator.generator import Catalog, derive_rng, load_catalog
+from evolve.seeds import derive_rng
+from evolve.simulator.generator import Catalog, load_catalog
 
 # Free-text columns summarized by the profile stage (as the original does).
 NEMOTRON_TEXT_COLUMNS = (

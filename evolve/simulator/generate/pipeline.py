@@ -30,6 +30,7 @@ from dspy.utils.exceptions import AdapterParseError
 
 from evolve.errors import ToolkitError
 from evolve.files import atomic_write_json
+from evolve.seeds import derive_rng, derive_seed
 from evolve.simulator.environment import (
     CHOICE_EXPERIENCED,
     CHOICE_RANDOM,
@@ -85,9 +86,7 @@ from evolve.simulator.generator import (
     _advance,
     _groups,
     _session_times,
-    derive_rng,
 )
-from evolve.simulator.user import derive_seed
 
 if TYPE_CHECKING:
     from evolve.llm import RoleLMs
