@@ -814,7 +814,7 @@ def print_report(outcomes: list[Outcome]) -> bool:
     return all_passed
 
 
-def generate_environment(workdir: Path) -> Path:
+def synthesize_environment(workdir: Path) -> Path:
     env_file = workdir / "env.json"
     subprocess.run(
         [sys.executable, "-m", "evolve.cli", "env", "generate", "--preset", "tiny"]
@@ -859,7 +859,7 @@ def main(argv: list[str] | None = None) -> int:
         import evolve.tuning.spec  # noqa: F401
 
     try:
-        env_file = generate_environment(workdir)
+        env_file = synthesize_environment(workdir)
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:
             futures = [
                 pool.submit(

@@ -529,7 +529,7 @@ def resolve(spec: ExperimentSpec) -> ResolvedExperiment:
     env_spec = spec.environment
     rounds_initial, rounds_update = DATA_FILE_ROUNDS[spec.protocol]
     if env_spec.preset is not None:
-        from evolve.simulator.generator import generate_environment, get_preset
+        from evolve.simulator.synthesis.offline import get_preset, synthesize_environment
 
         try:
             preset = get_preset(env_spec.preset)
@@ -548,7 +548,7 @@ def resolve(spec: ExperimentSpec) -> ResolvedExperiment:
                 f"{label}: environment.users is required when train/held-out users are given "
                 "as id lists with a preset (how many users to generate?)"
             )
-        environment = generate_environment(preset, env_spec.seed, count)
+        environment = synthesize_environment(preset, env_spec.seed, count)
         description = f"preset {env_spec.preset} seed {env_spec.seed} ({count} users)"
     else:
         from evolve.simulator.environment import load_environment

@@ -16,7 +16,12 @@ from evolve.simulator.environment import (
     load_environment,
     save_environment,
 )
-from evolve.simulator.generator import PRESETS, generate_environment, get_preset, load_catalog
+from evolve.simulator.synthesis.offline import (
+    PRESETS,
+    get_preset,
+    load_catalog,
+    synthesize_environment,
+)
 
 _ANSWER_CHARS = 110
 
@@ -79,7 +84,7 @@ def run_generate(args: argparse.Namespace) -> int:
     config = get_preset(args.preset)
     started = time.perf_counter()
     catalog = load_catalog(args.catalog)
-    env = generate_environment(config, args.seed, args.users, catalog=catalog)
+    env = synthesize_environment(config, args.seed, args.users, catalog=catalog)
     save_environment(env, args.out)
     elapsed = time.perf_counter() - started
     print(

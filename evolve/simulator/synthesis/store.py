@@ -2,7 +2,7 @@
 
 Layout: `<work_dir>/<key>/config.json` (what the key stands for) and
 `<work_dir>/<key>/users/<user id>/<unit>.json`, one file per finished unit (a stage, or a
-stage's part such as one period's updates). `<key>` hashes the generation config, seed and
+stage's part such as one period's updates). `<key>` hashes the synthesis config, seed and
 simulator model, so a changed config never reuses stale outputs. Every file is written
 atomically: a crash leaves either the previous state or the finished unit, never half.
 """

@@ -1,10 +1,10 @@
-"""Offline AMemGym environment generator: seeded sampling over a built-in catalog, no LLM.
+"""Offline AMemGym environment synthesis: seeded sampling over a built-in catalog, no LLM.
 
 It follows the original generator's structure and constraints (questions first, the schema
 is exactly the variables they require, an initial state exposed in period 0, then periods of
 state changes each revealed by one session per change event, answer choices made of the
 state variants seen on the trajectory padded with unseen random ones) but draws every text
-from the catalog (`evolve/simulator/catalog/`, format in its README.md) instead of an LLM.
+from the catalog (`evolve/simulator/synthesis/catalog/`, format in its README.md) instead of an LLM.
 It is the embedded default and the basis of the tests: the same config and seed always give
 a byte-identical file, and every user is generated from its own seed derived from
 (seed, user index), so one user can be reproduced on its own.
@@ -78,7 +78,7 @@ def _check_span(span: tuple[int, int]) -> tuple[int, int]:
 Span = Annotated[tuple[int, int], BeforeValidator(_as_span), AfterValidator(_check_span)]
 
 
-class GeneratorConfig(BaseModel):
+class OfflineSynthesisConfig(BaseModel):
     """Shape of a generated environment (the original's env config, plus episode rounds).
 
     `rounds_initial` / `rounds_update` are episode defaults for the runner; they are not
@@ -107,7 +107,7 @@ class GeneratorConfig(BaseModel):
     num_users: int = Field(default=20, ge=1, description="Users generated when not given.")
 
     @model_validator(mode="after")
-    def _check_consistency(self) -> GeneratorConfig:
+    def _check_consistency(self) -> OfflineSynthesisConfig:
         if self.choices_per_state[0] < 2:
             raise ValueError("choices_per_state must be at least 2 (a variable needs a choice)")
         if self.changes_per_period[0] < 1:
@@ -131,9 +131,9 @@ class GeneratorConfig(BaseModel):
         return self
 
 
-PRESETS: dict[str, GeneratorConfig] = {
+PRESETS: dict[str, OfflineSynthesisConfig] = {
     # The paper's v1.base: 4 changes per period, accepted within +-1 as the original does.
-    "v1.base": GeneratorConfig(
+    "v1.base": OfflineSynthesisConfig(
         name="v1.base",
         num_periods=10,
         num_questions=10,
@@ -146,7 +146,7 @@ PRESETS: dict[str, GeneratorConfig] = {
         rounds_update=2,
         num_users=20,
     ),
-    "v1.extra": GeneratorConfig(
+    "v1.extra": OfflineSynthesisConfig(
         name="v1.extra",
         num_periods=20,
         num_questions=10,
@@ -160,7 +160,7 @@ PRESETS: dict[str, GeneratorConfig] = {
         num_users=20,
     ),
     # Small enough for a 0.5B model on 2 CPU cores: a handful of sessions per user.
-    "tiny": GeneratorConfig(
+    "tiny": OfflineSynthesisConfig(
         name="tiny",
         num_periods=2,
         num_questions=2,
@@ -177,12 +177,12 @@ PRESETS: dict[str, GeneratorConfig] = {
 }
 
 
-def get_preset(name: str) -> GeneratorConfig:
+def get_preset(name: str) -> OfflineSynthesisConfig:
     try:
         return PRESETS[name]
     except KeyError:
         raise ConfigError(
-            f"unknown generator preset {name!r}; choose one of {', '.join(PRESETS)}"
+            f"unknown synthesis preset {name!r}; choose one of {', '.join(PRESETS)}"
         ) from None
 
 
@@ -347,11 +347,11 @@ def _read_catalog_file(path: Path) -> _CatalogFile:
         ) from None
 
 
-# --- generation ---------------------------------------------------------------------------
+# --- synthesis ----------------------------------------------------------------------------
 
 
-def generate_environment(
-    config: GeneratorConfig,
+def synthesize_environment(
+    config: OfflineSynthesisConfig,
     seed: int,
     num_users: int | None = None,
     *,
@@ -362,16 +362,16 @@ def generate_environment(
     count = config.num_users if num_users is None else num_users
     if count < 1:
         raise ConfigError(f"num_users must be at least 1, got {count}")
-    items = [generate_user(config, seed, index, catalog=catalog) for index in range(count)]
+    items = [synthesize_user(config, seed, index, catalog=catalog) for index in range(count)]
     env = Environment(items=items)
     problems = env.problems()
-    if problems:  # a generator bug, never a user error
+    if problems:  # a synthesis bug, never a user error
         raise AssertionError(f"generated environment is inconsistent: {problems[:3]}")
     return env
 
 
-def generate_user(
-    config: GeneratorConfig, seed: int, index: int, *, catalog: Catalog | None = None
+def synthesize_user(
+    config: OfflineSynthesisConfig, seed: int, index: int, *, catalog: Catalog | None = None
 ) -> EnvironmentItem:
     """User `index` of the environment generated with `seed` (independent of other users)."""
     catalog = catalog or load_catalog()
@@ -429,7 +429,7 @@ def generate_user(
     )
 
 
-def _check_catalog_fits(config: GeneratorConfig, catalog: Catalog) -> None:
+def _check_catalog_fits(config: OfflineSynthesisConfig, catalog: Catalog) -> None:
     eligible = [q for q in catalog.questions if len(q.variables) >= config.states_per_question]
     if len(eligible) < config.num_questions:
         raise ConfigError(
@@ -440,7 +440,7 @@ def _check_catalog_fits(config: GeneratorConfig, catalog: Catalog) -> None:
 
 
 def _sample_questions(
-    rng: random.Random, config: GeneratorConfig, catalog: Catalog
+    rng: random.Random, config: OfflineSynthesisConfig, catalog: Catalog
 ) -> tuple[list[tuple[CatalogQuestion, list[str]]], dict[str, list[str]]]:
     """Questions with their required variables, and the schema (exactly those variables)."""
     k = config.states_per_question
@@ -462,7 +462,7 @@ def _sample_questions(
 
 
 def _feasible(
-    config: GeneratorConfig,
+    config: OfflineSynthesisConfig,
     questions: list[tuple[CatalogQuestion, list[str]]],
     schema: dict[str, list[str]],
 ) -> bool:
@@ -479,7 +479,7 @@ def _feasible(
 
 
 def _sample_trajectory(
-    rng: random.Random, config: GeneratorConfig, schema: dict[str, list[str]]
+    rng: random.Random, config: OfflineSynthesisConfig, schema: dict[str, list[str]]
 ) -> tuple[list[dict[str, str]], list[list[str]]] | None:
     """States per period and the variables changed in each; None when the draw got stuck.
 
@@ -522,7 +522,7 @@ def _groups(rng: random.Random, items: Sequence[str], span: tuple[int, int]) -> 
     return groups
 
 
-def _advance(config: GeneratorConfig, periods: int) -> date:
+def _advance(config: OfflineSynthesisConfig, periods: int) -> date:
     """The start date moved by `periods` period lengths (months clamp to the month's end)."""
     start = config.start_date
     if config.period_unit == "days":
@@ -556,7 +556,7 @@ def _query(
 
 def _initial_period(
     rng: random.Random,
-    config: GeneratorConfig,
+    config: OfflineSynthesisConfig,
     catalog: Catalog,
     schema: dict[str, list[str]],
     state: dict[str, str],
@@ -594,7 +594,7 @@ def _change_text(catalog: Catalog, var: str, old: str, new: str) -> str:
 
 def _update_period(
     rng: random.Random,
-    config: GeneratorConfig,
+    config: OfflineSynthesisConfig,
     catalog: Catalog,
     period_index: int,
     before: dict[str, str],
@@ -635,7 +635,7 @@ def _update_period(
 
 def _question(
     rng: random.Random,
-    config: GeneratorConfig,
+    config: OfflineSynthesisConfig,
     question: CatalogQuestion,
     variables: list[str],
     schema: dict[str, list[str]],
