@@ -9,7 +9,6 @@ checked without an LLM before the first call. See `experiments/tune_quick.toml`.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -414,8 +413,3 @@ def parameter_slug(parameters: dict[str, int]) -> str:
     """A short, file-system-safe name for a parameter setting (e.g. ue4-stl0)."""
     short = {"update_every": "ue", "short_term_len": "stl", "top_k": "k"}
     return "-".join(f"{short.get(name, name)}{value}" for name, value in sorted(parameters.items()))
-
-
-def grid_points(space: dict[str, list[int]]) -> list[dict[str, int]]:
-    names = list(space)
-    return [dict(zip(names, values, strict=True)) for values in itertools.product(*space.values())]
