@@ -23,6 +23,7 @@ from pydantic import Field, PrivateAttr, ValidationError, model_validator
 from evolve.errors import ConfigError, EnvironmentDataError
 from evolve.files import read_toml_file
 from evolve.llm.config import LLMConfig
+from evolve.objective import Objective
 from evolve.protocol import DATA_FILE_ROUNDS, Protocol
 from evolve.simulator.environment import Environment
 from evolve.simulator.runner import EpisodeConfig
@@ -35,7 +36,6 @@ _NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 Schedule = Literal["population", "per_period"]
 FeedbackKind = Literal["complete", "question_only", "none"]
-Objective = Literal["memory_score", "accuracy"]
 
 
 class EnvironmentSpec(_Strict):

@@ -32,6 +32,7 @@ from evolve.config import (
 from evolve.errors import ConfigError, ToolkitError
 from evolve.files import read_toml_file
 from evolve.llm.config import LLMConfig
+from evolve.objective import OBJECTIVES
 from evolve.spec_base import (
     SKIP,
     IntRange,
@@ -43,7 +44,6 @@ from evolve.tuning.storage import DEFAULT_HEARTBEAT_GRACE_S, check_storage_url
 from memory_policies.base import PARAMETER_RULES
 
 DEFAULT_STORAGE = "sqlite:///mlruns/optuna.db"
-PRIMARY_OBJECTIVES = ("memory_score", "accuracy")
 COST_OBJECTIVE = "tokens"
 # Trials used by the non-grid samplers when `trials` is not given.
 DEFAULT_TRIALS = 20
@@ -181,10 +181,11 @@ class TuningSpec(StrictTable):
                     f"parameters.{name}: {min(values)} is below the smallest valid value "
                     f"{minimum} ({meaning})"
                 )
-        if not 1 <= len(self.objectives) <= 2 or self.objectives[0] not in PRIMARY_OBJECTIVES:
+        if not 1 <= len(self.objectives) <= 2 or self.objectives[0] not in OBJECTIVES:
+            choices = " or ".join(f'["{name}"]' for name in OBJECTIVES)
             raise ValueError(
-                f'objectives must be ["memory_score"] or ["accuracy"], optionally followed by '
-                f'"{COST_OBJECTIVE}", got {self.objectives}'
+                f'objectives must be {choices}, optionally followed by "{COST_OBJECTIVE}", '
+                f"got {self.objectives}"
             )
         if len(self.objectives) == 2 and self.objectives[1] != COST_OBJECTIVE:
             raise ValueError(

@@ -29,7 +29,7 @@ from evolve.tuning.report import render_tuning_dir, render_tuning_experiment, tu
 from evolve.tuning.storage import open_storage
 from evolve.tuning.study import TuningStore
 
-EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
+EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 GRID = f'sampler = "grid"\n[tuning.parameters]\n{PAPER_GRID}'
 
 
