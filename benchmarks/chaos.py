@@ -1,5 +1,8 @@
 """Chaos benchmark: `kill -9` evolve eval / run / tune at random points, rerun, check the books.
 
+Why one long file: a standalone benchmark script (only this file and the stub server);
+splitting it would add an import path for no reuse.
+
 For each command (`evolve eval`, `evolve run`, `evolve tune`, each a real subprocess
 `python -m evolve.cli ...` against `benchmarks/stub_openai_server.py`):
 

@@ -16,12 +16,8 @@ from evolve.simulator.environment import (
     load_environment,
     save_environment,
 )
-from evolve.simulator.synthesis.offline import (
-    PRESETS,
-    get_preset,
-    load_catalog,
-    synthesize_environment,
-)
+from evolve.simulator.synthesis.catalogs import load_catalog
+from evolve.simulator.synthesis.offline import PRESETS, get_preset, synthesize_environment
 
 _ANSWER_CHARS = 110
 

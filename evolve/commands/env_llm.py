@@ -13,12 +13,12 @@ from tqdm import tqdm
 from evolve.errors import ConfigError
 from evolve.files import atomic_write_json
 from evolve.simulator.environment import save_environment
+from evolve.simulator.synthesis.catalogs import load_catalog
 from evolve.simulator.synthesis.config import (
     LLMSynthesisConfig,
     load_synthesis_config,
     synthesis_config_from_dict,
 )
-from evolve.simulator.synthesis.offline import load_catalog
 from evolve.simulator.synthesis.personas import catalog_personas, load_nemotron_personas
 from evolve.simulator.synthesis.pipeline import ProgressEvent, synthesize_environment_llm
 

@@ -1,5 +1,8 @@
 """AMemGym environment data: one item per simulated user, exactly the original `data.json`.
 
+Why over 400 lines: the data model, its lossless import/export and its consistency checks
+(what `evolve env validate` runs) change together.
+
 An environment file is a JSON list of items::
 
     {id, start_time, user_profile, state_schema,

@@ -1,5 +1,9 @@
 """The tuning worker: run trials of an Optuna study until it holds the requested number.
 
+Why one long module: `_Worker` is Optuna's objective plus its callbacks (pruning,
+heartbeats, surplus trials, held-out checks) around one study; they share its state and are
+only correct together.
+
 Each trial evaluates the base policy with the trial's numeric parameters on-policy on the
 train users (`evolve.simulator.runner.run_evaluation`, one directory per trial, resumable).
 After every period (a barrier across users) the running objective is reported to Optuna with

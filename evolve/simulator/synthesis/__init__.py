@@ -9,6 +9,7 @@ Two ways, one `Environment` type:
   tokens. The README's "LLM-synthesized environments" section documents it.
 """
 
+from evolve.simulator.synthesis.catalogs import Catalog, load_catalog
 from evolve.simulator.synthesis.config import (
     LLMSynthesisConfig,
     Prices,
@@ -18,10 +19,8 @@ from evolve.simulator.synthesis.config import (
 )
 from evolve.simulator.synthesis.offline import (
     PRESETS,
-    Catalog,
     OfflineSynthesisConfig,
     get_preset,
-    load_catalog,
     synthesize_environment,
     synthesize_user,
 )

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict
 
 from evolve.errors import ConfigError
 from evolve.seeds import derive_rng
-from evolve.simulator.synthesis.offline import Catalog, load_catalog
+from evolve.simulator.synthesis.catalogs import Catalog, load_catalog
 
 # Free-text columns summarized by the profile stage (as the original does).
 NEMOTRON_TEXT_COLUMNS = (

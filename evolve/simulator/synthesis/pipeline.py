@@ -1,5 +1,8 @@
 """The LLM synthesis pipeline: persona -> validated `EnvironmentItem`, one user at a time.
 
+Why one long module: the stages are methods of one `UserPipeline` that share its retry,
+usage, seeding and resume state; split by stage, every file would reach into that state.
+
 Stages follow the paper (and the original code's order): profile, questions, schema
 refinement, initial state, per-period state updates and life events, personalized answers
 checked by a classifier, and opening queries checked by a classifier. Each stage's output is

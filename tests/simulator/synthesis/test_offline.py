@@ -21,12 +21,11 @@ from evolve.simulator.environment import (
     EnvironmentItem,
     dumps_environment,
 )
+from evolve.simulator.synthesis.catalogs import Catalog, load_catalog
 from evolve.simulator.synthesis.offline import (
     PRESETS,
-    Catalog,
     OfflineSynthesisConfig,
     get_preset,
-    load_catalog,
     synthesize_environment,
     synthesize_user,
 )
