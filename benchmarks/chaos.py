@@ -1,5 +1,8 @@
 """Chaos benchmark: `kill -9` evolve eval / run / tune at random points, rerun, check the books.
 
+Why one long file: a standalone benchmark script (only this file and the stub server);
+splitting it would add an import path for no reuse.
+
 For each command (`evolve eval`, `evolve run`, `evolve tune`, each a real subprocess
 `python -m evolve.cli ...` against `benchmarks/stub_openai_server.py`):
 
@@ -814,7 +817,7 @@ def print_report(outcomes: list[Outcome]) -> bool:
     return all_passed
 
 
-def generate_environment(workdir: Path) -> Path:
+def synthesize_environment(workdir: Path) -> Path:
     env_file = workdir / "env.json"
     subprocess.run(
         [sys.executable, "-m", "evolve.cli", "env", "generate", "--preset", "tiny"]
@@ -859,7 +862,7 @@ def main(argv: list[str] | None = None) -> int:
         import evolve.tuning.spec  # noqa: F401
 
     try:
-        env_file = generate_environment(workdir)
+        env_file = synthesize_environment(workdir)
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:
             futures = [
                 pool.submit(

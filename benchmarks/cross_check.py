@@ -39,7 +39,6 @@ from typing import Any
 
 from evolve.llm.server import EmbeddedServer, free_loopback_port
 from evolve.simulator.environment import Environment, load_environment, save_environment
-from evolve.simulator.generator import PRESETS, generate_environment, get_preset
 from evolve.simulator.metrics import MetricSummary, summarize
 from evolve.simulator.original_format import (
     parse_diagnosis_results,
@@ -48,6 +47,7 @@ from evolve.simulator.original_format import (
 )
 from evolve.simulator.records import UserResult
 from evolve.simulator.storage import safe_name
+from evolve.simulator.synthesis.offline import PRESETS, get_preset, synthesize_environment
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -331,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.env is not None:
         env = load_environment(args.env)
     else:
-        env = generate_environment(get_preset(args.preset), args.seed, args.users)
+        env = synthesize_environment(get_preset(args.preset), args.seed, args.users)
     env_file = args.out / "environment.json"
     save_environment(env, env_file)
     agents = args.agents.split(",")

@@ -28,8 +28,8 @@ from pathlib import Path
 from evolve.llm import EndpointConfig, RoleLMs, build_lm
 from evolve.llm.server import free_loopback_port
 from evolve.paths import use_toolkit_caches
-from evolve.simulator.generator import PRESETS, generate_environment
 from evolve.simulator.runner import EpisodeConfig, run_evaluation
+from evolve.simulator.synthesis.offline import PRESETS, synthesize_environment
 from memory_policies import build_policy
 
 HERE = Path(__file__).resolve().parent
@@ -100,7 +100,7 @@ def main() -> int:
     )
     args = parser.parse_args()
 
-    env = generate_environment(PRESETS[args.preset], seed=0, num_users=args.users)
+    env = synthesize_environment(PRESETS[args.preset], seed=0, num_users=args.users)
     process, base_url = start_stub(args.latency)
     summaries = []
     try:

@@ -14,45 +14,28 @@ Paths inside a spec (`environment.file`, `policy.path`) are relative to the spec
 from __future__ import annotations
 
 import re
-import types
-import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import Field, PrivateAttr, ValidationError, model_validator
 
 from evolve.errors import ConfigError, EnvironmentDataError
 from evolve.files import read_toml_file
 from evolve.llm.config import LLMConfig
+from evolve.objective import Objective
 from evolve.protocol import DATA_FILE_ROUNDS, Protocol
 from evolve.simulator.environment import Environment
 from evolve.simulator.runner import EpisodeConfig, ProbeScope, probe_scope_problem
 from evolve.simulator.storage import config_hash
+from evolve.spec_base import IntRange, format_validation_error
+from evolve.spec_base import StrictTable as _Strict
 
 DEFAULT_TRACKING_URI = "sqlite:///mlruns/mlflow.db"
 _NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 Schedule = Literal["population", "per_period"]
 FeedbackKind = Literal["complete", "question_only", "none"]
-Objective = Literal["memory_score", "accuracy"]
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class ParameterRange(_Strict):
-    """Inclusive bounds a numeric policy parameter may be mutated within."""
-
-    low: int
-    high: int
-
-    @model_validator(mode="after")
-    def _ordered(self) -> ParameterRange:
-        if self.low > self.high:
-            raise ValueError(f"low ({self.low}) must not exceed high ({self.high})")
-        return self
 
 
 class EnvironmentSpec(_Strict):
@@ -176,7 +159,7 @@ class OptimizerSpec(_Strict):
         default_factory=lambda: ["write.types_to_remember"],
         description="Policy components the reflector may rewrite.",
     )
-    parameters: dict[str, ParameterRange] = Field(
+    parameters: dict[str, IntRange] = Field(
         default_factory=dict, description="Numeric parameters that may mutate, with bounds."
     )
     max_feedback_failures: int = Field(default=4, ge=1, description="Failures shown per proposal.")
@@ -416,81 +399,9 @@ def spec_from_dict(data: dict[str, Any], source: Path | None = None) -> Experime
     try:
         spec = ExperimentSpec.model_validate(data)
     except ValidationError as error:
-        raise ConfigError(format_validation_error(label, error)) from None
+        raise ConfigError(format_validation_error(label, error, ExperimentSpec)) from None
     spec._source = source.resolve() if source is not None else None
     return spec
-
-
-def format_validation_error(label: str, error: ValidationError, limit: int = 4) -> str:
-    """One line per problem: the key path, what was wrong, and what is expected."""
-    lines: list[str] = []
-    seen: set[str] = set()
-    details = error.errors()
-    alternatives: dict[str, list[str]] = {}
-    for detail in details:
-        loc = tuple(part for part in detail["loc"] if not _is_union_tag(part))
-        tags = [str(part) for part in detail["loc"] if _is_union_tag(part)]
-        if tags:
-            where = ".".join(str(part) for part in loc)
-            alternatives.setdefault(where, [])
-            if tags[0] not in alternatives[where]:
-                alternatives[where].append(tags[0])
-    for detail in details:
-        loc = tuple(part for part in detail["loc"] if not _is_union_tag(part))
-        where = ".".join(str(part) for part in loc) or "(top level)"
-        if where in seen:
-            continue  # a union reports one error per alternative; one line is enough
-        seen.add(where)
-        kind = detail["type"]
-        if len(alternatives.get(where, [])) > 1:
-            expected = " or ".join(alternatives[where])
-            lines.append(f"{where}: expected {expected} (got {detail.get('input')!r})")
-            continue
-        if kind == "extra_forbidden":
-            parent = loc[:-1]
-            table = f"[{'.'.join(map(str, parent))}]" if parent else "the top level"
-            valid = ", ".join(_valid_keys(parent)) or "none"
-            lines.append(f"{where}: unknown key in {table}; valid keys: {valid}")
-        elif kind == "missing":
-            lines.append(f"{where}: required key is missing")
-        else:
-            message = detail["msg"].removeprefix("Value error, ")
-            received = detail.get("input")
-            shown = "" if isinstance(received, dict) else f" (got {received!r})"
-            lines.append(f"{where}: {message}{shown}")
-    more = len(lines) - limit
-    text = "; ".join(lines[:limit]) + (f"; ... and {more} more" if more > 0 else "")
-    return f"{label}: {text}"
-
-
-def _is_union_tag(part: Any) -> bool:
-    # pydantic names union alternatives in the location ("int", "list[str]", "EndpointConfig").
-    return isinstance(part, str) and (
-        part in {"int", "str", "float", "bool", "list[str]", "none"} or part[:1].isupper()
-    )
-
-
-def _valid_keys(loc: tuple[Any, ...]) -> list[str]:
-    model: Any = ExperimentSpec
-    for part in loc:
-        field = model.model_fields.get(part) if isinstance(part, str) else None
-        if field is None:
-            return []
-        model = _model_in(field.annotation)
-        if model is None:
-            return []
-    return list(model.model_fields)
-
-
-def _model_in(annotation: Any) -> type[BaseModel] | None:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
-        for arg in typing.get_args(annotation):
-            found = _model_in(arg)
-            if found is not None:
-                return found
-    return None
 
 
 # ----- resolution: everything checked before the first LLM call ---------------------------------
@@ -541,7 +452,7 @@ def resolve(spec: ExperimentSpec) -> ResolvedExperiment:
     env_spec = spec.environment
     rounds_initial, rounds_update = DATA_FILE_ROUNDS[spec.protocol]
     if env_spec.preset is not None:
-        from evolve.simulator.generator import generate_environment, get_preset
+        from evolve.simulator.synthesis.offline import get_preset, synthesize_environment
 
         try:
             preset = get_preset(env_spec.preset)
@@ -560,7 +471,7 @@ def resolve(spec: ExperimentSpec) -> ResolvedExperiment:
                 f"{label}: environment.users is required when train/held-out users are given "
                 "as id lists with a preset (how many users to generate?)"
             )
-        environment = generate_environment(preset, env_spec.seed, count)
+        environment = synthesize_environment(preset, env_spec.seed, count)
         description = f"preset {env_spec.preset} seed {env_spec.seed} ({count} users)"
     else:
         from evolve.simulator.environment import load_environment

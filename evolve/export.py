@@ -128,7 +128,7 @@ def export_policy(
     )
     if not register:
         return export
-    version, model_uri = register_policy(
+    version, model_uri = register_model_version(
         exported, name, tracking_uri=tracking_uri, run_id=run_id, candidate=best
     )
     return ExportResult(
@@ -264,7 +264,7 @@ def _record_from_run(run: Any) -> CandidateRecord:
     )
 
 
-def register_policy(
+def register_model_version(
     bundle_dir: Path,
     name: str,
     *,

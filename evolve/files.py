@@ -1,5 +1,5 @@
-"""Reading user-supplied JSON and TOML files: every way a file can be unreadable becomes one
-toolkit error that names the file, never a traceback.
+"""Files: reading user-supplied JSON and TOML (every way a file can be unreadable becomes one
+toolkit error that names the file, never a traceback) and the one atomic writer evolve uses.
 
 Beyond a missing file or a syntax error, `json` and `tomllib` fail on inputs a user can hand
 us by mistake or on purpose: a binary file (`UnicodeDecodeError`), an integer longer than
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -89,6 +90,32 @@ def read_toml_file(
         raise error(f"{path}: {what} is nested too deeply to read") from None
     except ValueError as exc:
         raise error(f"{path}: cannot read {what}: {_one_line(exc)}") from None
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
+    """Write `text` (UTF-8) so that readers and resumed runs see the old file or the whole new
+    one, never half: a temporary file beside `path`, fsynced (an OS crash after the rename
+    must not leave an empty file), then `os.replace`. Parent directories are created."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            stream.write(text)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_json(
+    path: str | os.PathLike[str], data: Any, *, indent: int = 2, final_newline: bool = True
+) -> None:
+    """`atomic_write_text` of `data` as JSON (non-ASCII kept as is)."""
+    text = json.dumps(data, indent=indent, ensure_ascii=False)
+    atomic_write_text(path, text + "\n" if final_newline else text)
 
 
 def _one_line(error: BaseException) -> str:

@@ -6,12 +6,18 @@ score candidates here, so a change of objective (e.g. a pooled memory score) is 
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Literal
 
 from evolve.simulator.metrics import OBJECTIVE_MEMORY_SCORE_KIND, MetricSummary
 from evolve.simulator.records import PeriodResult
 from evolve.simulator.storage import read_json
+
+# What a spec may optimize (experiment `optimizer.objective`, tuning `objectives[0]`).
+Objective = Literal["memory_score", "accuracy"]
+OBJECTIVES: tuple[Objective, ...] = typing.get_args(Objective)
 
 # Recorded as `objective_used` wherever a score is stored, so a reader sees which one it is.
 POOLED_OBJECTIVE = f"{OBJECTIVE_MEMORY_SCORE_KIND}_memory_score"

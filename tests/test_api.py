@@ -71,10 +71,10 @@ def test_evaluate_policies_runs_what_evolve_eval_runs(tmp_path):
     from evolve import api
     from evolve.commands.eval import run_dir_names
     from evolve.llm import EndpointConfig, LLMConfig
-    from evolve.simulator.generator import generate_environment, get_preset
     from evolve.simulator.runner import EpisodeConfig
+    from evolve.simulator.synthesis.offline import get_preset, synthesize_environment
 
-    environment = generate_environment(get_preset("tiny"), seed=0)
+    environment = synthesize_environment(get_preset("tiny"), seed=0)
     with StubServer() as stub:
         llm = LLMConfig(default=EndpointConfig(model="stub", base_url=stub.base_url))
         reports = api.evaluate_policies(

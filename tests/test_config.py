@@ -117,7 +117,7 @@ def test_resolve_checks_components_parameters_and_users():
         resolve(
             spec_from_dict(base_spec(environment={"preset": "tiny", "users": 2, "train_users": 2}))
         )
-    with pytest.raises(ConfigError, match="unknown generator preset 'huge'"):
+    with pytest.raises(ConfigError, match="unknown synthesis preset 'huge'"):
         resolve(spec_from_dict(base_spec(environment={"preset": "huge"})))
     with pytest.raises(ConfigError, match="policy: unknown policy kind 'magic'"):
         resolve(spec_from_dict(base_spec(policy={"kind": "magic"})))

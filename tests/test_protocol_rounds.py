@@ -16,7 +16,7 @@ import evolve.commands.eval as eval_command
 from evolve.cli import main
 from evolve.config import load_spec, resolve
 from evolve.simulator.environment import save_environment
-from evolve.simulator.generator import get_preset
+from evolve.simulator.synthesis.offline import get_preset
 
 
 @pytest.mark.parametrize(

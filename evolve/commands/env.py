@@ -7,6 +7,7 @@ import string
 import time
 from pathlib import Path
 
+from evolve.commands.env_llm import add_llm_generate_arguments, run_llm_generate
 from evolve.errors import EnvironmentDataError
 from evolve.simulator.environment import (
     Environment,
@@ -15,8 +16,8 @@ from evolve.simulator.environment import (
     load_environment,
     save_environment,
 )
-from evolve.simulator.generate.cli import add_llm_generate_arguments, run_llm_generate
-from evolve.simulator.generator import PRESETS, generate_environment, get_preset, load_catalog
+from evolve.simulator.synthesis.catalogs import load_catalog
+from evolve.simulator.synthesis.offline import PRESETS, get_preset, synthesize_environment
 
 _ANSWER_CHARS = 110
 
@@ -79,7 +80,7 @@ def run_generate(args: argparse.Namespace) -> int:
     config = get_preset(args.preset)
     started = time.perf_counter()
     catalog = load_catalog(args.catalog)
-    env = generate_environment(config, args.seed, args.users, catalog=catalog)
+    env = synthesize_environment(config, args.seed, args.users, catalog=catalog)
     save_environment(env, args.out)
     elapsed = time.perf_counter() - started
     print(

@@ -29,7 +29,6 @@ from evolve.paths import cache_dir
 from evolve.protocol import DATA_FILE_ROUNDS, PROTOCOLS
 from evolve.simulator.baselines import compute_upper_bound
 from evolve.simulator.environment import Environment, load_environment
-from evolve.simulator.generator import PRESETS, generate_environment, get_preset
 from evolve.simulator.metrics import MetricSummary
 from evolve.simulator.runner import (
     EpisodeConfig,
@@ -40,6 +39,7 @@ from evolve.simulator.runner import (
     run_evaluation,
 )
 from evolve.simulator.storage import safe_name
+from evolve.simulator.synthesis.offline import PRESETS, get_preset, synthesize_environment
 from memory_policies import MemoryPolicy, build_policy
 
 DEFAULT_OUT = Path("runs") / "eval"
@@ -202,7 +202,7 @@ def _load_env(args: argparse.Namespace) -> tuple[Environment, int, int]:
     """The environment (first --users only) and the default rounds."""
     if args.preset:
         preset = get_preset(args.preset)
-        env = generate_environment(preset, args.seed, args.users)
+        env = synthesize_environment(preset, args.seed, args.users)
         return env, preset.rounds_initial, preset.rounds_update
     env = load_environment(args.env)
     rounds_initial, rounds_update = DATA_FILE_ROUNDS[args.protocol]

@@ -18,6 +18,7 @@ from importlib import metadata
 from pathlib import Path
 
 from evolve.errors import ModelFileError
+from evolve.files import atomic_write_text
 from evolve.paths import cache_dir
 
 GGUF_MAGIC = b"GGUF"
@@ -208,9 +209,7 @@ def _stamp_matches(model: BundledModel, target: Path, stamp: Path) -> bool:
 def _write_stamp(model: BundledModel, target: Path, stamp: Path) -> None:
     status = target.stat()
     payload = {"sha256": model.sha256, "size": status.st_size, "mtime_ns": status.st_mtime_ns}
-    temporary = stamp.with_suffix(".tmp")
-    temporary.write_text(json.dumps(payload))
-    os.replace(temporary, stamp)
+    atomic_write_text(stamp, json.dumps(payload))
 
 
 def check_gguf_file(path: Path) -> Path:

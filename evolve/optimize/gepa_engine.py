@@ -1,5 +1,8 @@
 """The population schedule on GEPA (`gepa.optimize`) behind an `AMemGymAdapter`.
 
+Why over 400 lines: the adapter is GEPA's whole integration point (evaluate, reflective
+dataset, proposals, adapter state for an exact resume) in one class.
+
 A GEPA data instance is one train user (its id). `evaluate(batch, candidate)` plays the
 candidate's on-policy episodes with `evolve.simulator.runner.run_evaluation`, one runner
 directory per (candidate fingerprint, user), so a killed run resumes without re-evaluating
@@ -50,11 +53,11 @@ from evolve.optimize.operators import (
     split_candidate,
 )
 from evolve.records import fingerprint
+from evolve.seeds import derive_seed
 from evolve.simulator.environment import Environment
 from evolve.simulator.metrics import summarize_periods
 from evolve.simulator.records import UserResult
 from evolve.simulator.runner import run_evaluation
-from evolve.simulator.user import derive_seed
 
 CANDIDATE_SELECTIONS = ("pareto", "current_best", "epsilon_greedy", "top_k_pareto")
 

@@ -17,6 +17,7 @@ from typing import Protocol
 class Bounds(Protocol):
     low: int
     high: int
+    step: int
 
 
 class ParameterProposer:
@@ -52,12 +53,12 @@ class RandomStepProposer(ParameterProposer):
         if not names:
             return child
         name = rng.choice(names)
-        low, high = bounds[name].low, bounds[name].high
+        low, high, step = bounds[name].low, bounds[name].high, bounds[name].step
         current = min(max(parent[name], low), high)
         options = [
             value
-            for value in range(current - self.max_step, current + self.max_step + 1)
-            if low <= value <= high and value != parent[name]
+            for value in range(current - self.max_step * step, current + self.max_step * step + 1)
+            if low <= value <= high and (value - low) % step == 0 and value != parent[name]
         ]
         child[name] = rng.choice(options) if options else current
         return child

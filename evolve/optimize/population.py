@@ -37,8 +37,8 @@ from evolve.records import (
     candidate_id,
     candidate_record,
 )
+from evolve.seeds import derive_seed
 from evolve.simulator.environment import Environment
-from evolve.simulator.user import derive_seed
 
 # Under runs/<experiment>/: GEPA's run_dir (state, resumable) and the runner directories of
 # every (candidate, user) evaluation, keyed by the candidate's fingerprint.

@@ -31,13 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from evolve.budget import Spend, SpendJournal
+from evolve.files import atomic_write_json, atomic_write_text
 from evolve.records import CandidateRecord, ExperimentResult, GenerationRecord
-from evolve.simulator.storage import (
-    atomic_write_json,
-    atomic_write_text,
-    open_header,
-    read_json,
-)
+from evolve.simulator.storage import open_header, read_json
 
 EXPERIMENT_FORMAT = "amemgym-evolve.experiment"
 EXPERIMENT_FORMAT_VERSION = 1

@@ -1,5 +1,8 @@
 """AMemGym environment data: one item per simulated user, exactly the original `data.json`.
 
+Why over 400 lines: the data model, its lossless import/export and its consistency checks
+(what `evolve env validate` runs) change together.
+
 An environment file is a JSON list of items::
 
     {id, start_time, user_profile, state_schema,
@@ -27,7 +30,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +45,7 @@ from pydantic import (
 )
 
 from evolve.errors import EnvironmentDataError
-from evolve.files import read_json_file
+from evolve.files import atomic_write_text, read_json_file
 
 # Types of answer choices, as the original generator names them.
 CHOICE_EXPERIENCED = "experience"
@@ -299,19 +301,8 @@ def dumps_environment(env: Environment) -> str:
 
 
 def save_environment(env: Environment, path: str | os.PathLike[str]) -> None:
-    """Write the original `data.json` format atomically (temp file + os.replace)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(dumps_environment(env))
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(temp_name, path)
-    except BaseException:
-        Path(temp_name).unlink(missing_ok=True)
-        raise
+    """Write the original `data.json` format atomically (see `atomic_write_text`)."""
+    atomic_write_text(path, dumps_environment(env))
 
 
 # --- consistency checks -------------------------------------------------------------------

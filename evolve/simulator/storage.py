@@ -1,4 +1,4 @@
-"""Results on disk: the run directory layout, atomic JSON writes, the config hash guarding
+"""Results on disk: the run directory layout, the config hash guarding
 resumption, and an export in the original AMemGym per-user layout.
 
 Run directory::
@@ -17,22 +17,21 @@ Run directory::
         failure_partition.json       ours: write / read / utilization per wrong item
     original/random_metrics.json  original/utilization_metrics.json
 
-Every file is written to a temporary file in the same directory and moved into place with
-`os.replace`, so a reader (or a resumed run) never sees a half-written file.
+Every file is written with `evolve.files.atomic_write_text` (temporary file, fsync,
+`os.replace`), so a reader (or a resumed run) never sees a half-written file.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evolve.errors import ResumeMismatchError
+from evolve.files import atomic_write_json, atomic_write_text
 from evolve.simulator.original_format import diagnosis_entries, diagnosis_metrics
 from evolve.simulator.records import (
     CallUsage,
@@ -46,26 +45,6 @@ if TYPE_CHECKING:
 
 RUN_FORMAT = "amemgym-evolve.run"
 RUN_FORMAT_VERSION = 1
-
-
-# ----- atomic files ----------------------------------------------------------------------------
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def atomic_write_json(path: Path, data: Any) -> None:
-    atomic_write_text(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
 
 def read_json(path: Path) -> Any:

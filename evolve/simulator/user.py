@@ -18,7 +18,6 @@ policy's modules must not be able to reach it.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -29,6 +28,7 @@ import dspy
 from dspy.utils.exceptions import AdapterParseError
 
 from evolve.protocol import Protocol
+from evolve.seeds import derive_seed
 from evolve.simulator.records import SessionTranscript, TranscriptMessage
 
 if TYPE_CHECKING:
@@ -126,12 +126,6 @@ def _facts(values: Mapping[str, str]) -> str:
 def opening_message(session_time: str, query: str) -> str:
     """The first user message of a session, exactly as the original code builds it."""
     return f"[Current Time: {session_time}]\n{query}"
-
-
-def derive_seed(*parts: object) -> int:
-    """A stable 31-bit seed from any parts (Python's hash() is salted per process)."""
-    digest = hashlib.sha256("/".join(map(str, parts)).encode("utf-8")).digest()
-    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
 
 
 class SimulatedUser(dspy.Module):

@@ -58,7 +58,7 @@ class OptunaParameterProposer:
         if sampler not in ("tpe", "random"):
             raise ValueError(f"sampler must be 'tpe' or 'random', got {sampler!r}")
         self.distributions = {
-            name: IntDistribution(int(b.low), int(b.high))
+            name: IntDistribution(int(b.low), int(b.high), step=int(b.step))
             for name, b in sorted(bounds.items())
             if b.low < b.high
         }
@@ -159,7 +159,7 @@ def tune_best_candidate(
     run_dir: str | Path,
     episode: EpisodeConfig,
     *,
-    parameters: Mapping[str, ParameterSpace | IntRange],
+    parameters: Mapping[str, ParameterSpace],
     trials: int = 4,
     seed: int = 0,
     objective: str = "memory_score",
@@ -171,17 +171,12 @@ def tune_best_candidate(
 ) -> CandidateTuning:
     """A short in-memory study over `policy`'s numeric `parameters` on the train users.
 
-    `parameters`: per name a list of values, an `IntRange`, or bounds with `low`/`high`
-    (the loop's `ParameterRange`). Trial directories go under `run_dir` (resumable through
-    the runner); `upper_bound` is the table the loop already computed (recomputed from the
-    disk cache when None). Returns the best full parameter mapping and its train score.
+    `parameters`: per name a list of values or an `IntRange` (the optimizer's bounds). Trial
+    directories go under `run_dir` (resumable through the runner); `upper_bound` is the table
+    the loop already computed (recomputed from the disk cache when None). Returns the best
+    full parameter mapping and its train score.
     """
-    space: dict[str, ParameterSpace] = {}
-    for name, value in parameters.items():
-        if isinstance(value, IntRange | list):
-            space[name] = value
-        else:
-            space[name] = IntRange(low=int(value.low), high=int(value.high))
+    space: dict[str, ParameterSpace] = dict(parameters)
     tuning = TuningSpec.model_validate(
         {
             "parameters": space,

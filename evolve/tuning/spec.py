@@ -9,14 +9,12 @@ checked without an LLM before the first call. See `experiments/tune_quick.toml`.
 
 from __future__ import annotations
 
-import itertools
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     ValidationError,
     field_validator,
@@ -34,50 +32,31 @@ from evolve.config import (
 from evolve.errors import ConfigError, ToolkitError
 from evolve.files import read_toml_file
 from evolve.llm.config import LLMConfig
+from evolve.objective import OBJECTIVES
+from evolve.spec_base import (
+    SKIP,
+    IntRange,
+    StrictTable,
+    format_validation_error,
+    value_problem,
+)
 from evolve.tuning.storage import DEFAULT_HEARTBEAT_GRACE_S, check_storage_url
 from memory_policies.base import PARAMETER_RULES
 
 DEFAULT_STORAGE = "sqlite:///mlruns/optuna.db"
-PRIMARY_OBJECTIVES = ("memory_score", "accuracy")
 COST_OBJECTIVE = "tokens"
 # Trials used by the non-grid samplers when `trials` is not given.
 DEFAULT_TRIALS = 20
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class IntRange(_Strict):
-    """Integers `low, low + step, ..., high` (inclusive); TOML: `{ low = 1, high = 8 }`."""
-
-    low: int
-    high: int
-    step: int = Field(default=1, ge=1)
-
-    @model_validator(mode="after")
-    def _consistent(self) -> IntRange:
-        if self.low > self.high:
-            raise ValueError(f"low ({self.low}) must not exceed high ({self.high})")
-        if (self.high - self.low) % self.step:
-            raise ValueError(
-                f"high - low ({self.high} - {self.low}) must be a multiple of step ({self.step}), "
-                "so that high is a value of the range"
-            )
-        return self
-
-    def values(self) -> list[int]:
-        return list(range(self.low, self.high + 1, self.step))
-
-
 ParameterSpace = list[int] | IntRange
 
 
-class NoPrunerSpec(_Strict):
+class NoPrunerSpec(StrictTable):
     kind: Literal["none"] = "none"
 
 
-class MedianPrunerSpec(_Strict):
+class MedianPrunerSpec(StrictTable):
     """Prune when the running score is below the median of earlier trials at that period."""
 
     kind: Literal["median"] = "median"
@@ -88,7 +67,7 @@ class MedianPrunerSpec(_Strict):
     n_min_trials: int = Field(default=1, ge=1, description="Trials reported at a period, at least.")
 
 
-class SuccessiveHalvingPrunerSpec(_Strict):
+class SuccessiveHalvingPrunerSpec(StrictTable):
     """Asynchronous successive halving: rungs at periods min_resource * reduction_factor^k."""
 
     kind: Literal["successive_halving"] = "successive_halving"
@@ -105,7 +84,7 @@ class SuccessiveHalvingPrunerSpec(_Strict):
         return value
 
 
-class WilcoxonPrunerSpec(_Strict):
+class WilcoxonPrunerSpec(StrictTable):
     """Wilcoxon signed-rank test of this trial's per-period scores against the best trial's.
 
     Each period is an "instance": the value reported at a period is that period's own score,
@@ -124,7 +103,7 @@ PrunerSpec = Annotated[
 PRUNER_KINDS = ("none", "median", "successive_halving", "wilcoxon")
 
 
-class TuningSpec(_Strict):
+class TuningSpec(StrictTable):
     """The `[tuning]` table."""
 
     parameters: dict[str, ParameterSpace] = Field(
@@ -202,10 +181,11 @@ class TuningSpec(_Strict):
                     f"parameters.{name}: {min(values)} is below the smallest valid value "
                     f"{minimum} ({meaning})"
                 )
-        if not 1 <= len(self.objectives) <= 2 or self.objectives[0] not in PRIMARY_OBJECTIVES:
+        if not 1 <= len(self.objectives) <= 2 or self.objectives[0] not in OBJECTIVES:
+            choices = " or ".join(f'["{name}"]' for name in OBJECTIVES)
             raise ValueError(
-                f'objectives must be ["memory_score"] or ["accuracy"], optionally followed by '
-                f'"{COST_OBJECTIVE}", got {self.objectives}'
+                f'objectives must be {choices}, optionally followed by "{COST_OBJECTIVE}", '
+                f"got {self.objectives}"
             )
         if len(self.objectives) == 2 and self.objectives[1] != COST_OBJECTIVE:
             raise ValueError(
@@ -295,7 +275,11 @@ def tune_spec_from_dict(data: dict[str, Any], source: Path | None = None) -> Tun
     try:
         spec = TuneSpec.model_validate(data)
     except ValidationError as error:
-        raise ConfigError(_format_errors(label, error)) from None
+        raise ConfigError(
+            format_validation_error(
+                label, error, TuneSpec, rule=_tuning_error_rule, extra_tags=PRUNER_KINDS
+            )
+        ) from None
     spec._source = source.resolve() if source is not None else None
     return spec
 
@@ -313,62 +297,31 @@ _SPACE_EXPECTED = (
 )
 
 
-def _is_tag(part: Any) -> bool:
-    """A location part naming a union alternative, not a key."""
-    from evolve.config import _is_union_tag
-
-    return _is_union_tag(part) or (isinstance(part, str) and ("[" in part or part in PRUNER_KINDS))
-
-
-def _format_errors(label: str, error: ValidationError, limit: int = 4) -> str:
-    """One line per problem: key path, what was wrong, what is expected (valid keys)."""
-    from evolve.config import _model_in
-
-    lines: list[str] = []
-    seen: set[str] = set()
-    details = error.errors()
-    for detail in details:
-        loc = tuple(part for part in detail["loc"] if not _is_tag(part))
-        where = ".".join(str(part) for part in loc) or "(top level)"
-        in_space = len(loc) >= 3 and loc[:2] == ("tuning", "parameters")
-        if in_space and not isinstance(detail.get("input"), dict) and len(loc) == 3:
-            # A parameter's value is a list or a range table; pydantic reports both failures.
-            key = ".".join(map(str, loc))
-            if key not in seen:
-                seen.add(key)
-                lines.append(f"{key}: {_SPACE_EXPECTED} (got {detail.get('input')!r})")
-            continue
-        if in_space and any(isinstance(p, str) and p.startswith("list[") for p in detail["loc"]):
-            continue  # the range-table alternative below says what is wrong with the table
-        if where in seen:
-            continue  # unions report one error per alternative
-        seen.add(where)
-        if detail["type"] == "extra_forbidden":
-            model: Any = TuneSpec
-            for part in loc[:-1]:
-                fields = getattr(model, "model_fields", {})
-                model = _model_in(fields[part].annotation) if part in fields else None
-                if model is None:
-                    break
-            if in_space:
-                valid = ", ".join(IntRange.model_fields)
-            elif loc[:1] == ("tuning",) and len(loc) == 3 and loc[1] == "pruner":
-                valid = "kind and the options of that pruner (see evolve/tuning/spec.py)"
-            else:
-                valid = ", ".join(getattr(model, "model_fields", {})) or "none"
-            table = f"[{'.'.join(map(str, loc[:-1]))}]" if len(loc) > 1 else "the top level"
-            lines.append(f"{where}: unknown key in {table}; valid keys: {valid}")
-        elif detail["type"] == "missing":
-            lines.append(f"{where}: required key is missing")
-        elif detail["type"] == "union_tag_invalid":
-            lines.append(f"{where}: kind must be one of {', '.join(PRUNER_KINDS)}")
-        else:
-            message = detail["msg"].removeprefix("Value error, ")
-            received = detail.get("input")
-            shown = "" if isinstance(received, dict) else f" (got {received!r})"
-            lines.append(f"{where}: {message}{shown}")
-    more = len(lines) - limit
-    return f"{label}: " + "; ".join(lines[:limit]) + (f"; ... and {more} more" if more > 0 else "")
+def _tuning_error_rule(detail: Mapping[str, Any], loc: tuple[Any, ...]) -> str | None:
+    """The search space and the pruner: what the generic rules cannot say well."""
+    where = ".".join(map(str, loc))
+    in_space = len(loc) >= 3 and loc[:2] == ("tuning", "parameters")
+    if in_space and not isinstance(detail.get("input"), dict) and len(loc) == 3:
+        # A parameter's value is a list or a range table; pydantic reports both failures.
+        return f"{where}: {_SPACE_EXPECTED} (got {detail.get('input')!r})"
+    if in_space and any(isinstance(p, str) and p.startswith("list[") for p in detail["loc"]):
+        return SKIP  # the range-table alternative says what is wrong with the table
+    if in_space and detail["type"] not in ("extra_forbidden", "missing"):
+        return value_problem(where, detail)  # the table's own check (e.g. step) says it best
+    if detail["type"] == "extra_forbidden":
+        table = f"[{'.'.join(map(str, loc[:-1]))}]"
+        if in_space:
+            return (
+                f"{where}: unknown key in {table}; valid keys: {', '.join(IntRange.model_fields)}"
+            )
+        if len(loc) == 3 and loc[:2] == ("tuning", "pruner"):
+            return (
+                f"{where}: unknown key in {table}; valid keys: kind and the options of that "
+                "pruner (see evolve/tuning/spec.py)"
+            )
+    if detail["type"] == "union_tag_invalid":
+        return f"{where}: kind must be one of {', '.join(PRUNER_KINDS)}"
+    return None
 
 
 # ----- resolution --------------------------------------------------------------------------------
@@ -462,8 +415,3 @@ def parameter_slug(parameters: dict[str, int]) -> str:
     """A short, file-system-safe name for a parameter setting (e.g. ue4-stl0)."""
     short = {"update_every": "ue", "short_term_len": "stl", "top_k": "k"}
     return "-".join(f"{short.get(name, name)}{value}" for name, value in sorted(parameters.items()))
-
-
-def grid_points(space: dict[str, list[int]]) -> list[dict[str, int]]:
-    names = list(space)
-    return [dict(zip(names, values, strict=True)) for values in itertools.product(*space.values())]

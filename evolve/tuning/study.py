@@ -1,5 +1,9 @@
 """The tuning worker: run trials of an Optuna study until it holds the requested number.
 
+Why one long module: `_Worker` is Optuna's objective plus its callbacks (pruning,
+heartbeats, surplus trials, held-out checks) around one study; they share its state and are
+only correct together.
+
 Each trial evaluates the base policy with the trial's numeric parameters on-policy on the
 train users (`evolve.simulator.runner.run_evaluation`, one directory per trial, resumable).
 After every period (a barrier across users) the running objective is reported to Optuna with
@@ -56,19 +60,19 @@ from optuna.trial import FrozenTrial, TrialState
 from evolve.budget import Budget, BudgetExhausted, Spend
 from evolve.config import BudgetSpec
 from evolve.errors import ResumeMismatchError
+from evolve.files import atomic_write_json
 from evolve.llm import RoleLMs
 from evolve.objective import load_period_results, objective_used, objective_value
+from evolve.seeds import derive_seed
 from evolve.simulator.environment import Environment
 from evolve.simulator.metrics import MetricSummary, summarize_periods
 from evolve.simulator.runner import EpisodeConfig, ProgressSink, run_evaluation
 from evolve.simulator.storage import (
-    atomic_write_json,
     config_differences,
     config_hash,
     read_json,
     safe_name,
 )
-from evolve.simulator.user import derive_seed
 from evolve.tuning.records import (
     ATTR_LLM_CALLS,
     ATTR_METRICS,

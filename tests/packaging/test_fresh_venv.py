@@ -121,12 +121,12 @@ def test_readme_snippet_runs_with_only_memory_policies_installed(fresh_venv, tmp
 
 
 def test_registered_model_loads_and_predicts_without_the_toolkit(fresh_venv, tmp_path):
-    from evolve.export import register_policy
+    from evolve.export import register_model_version
 
     bundle = tmp_path / "bundle"
     memory_policies.build_policy("in_context:update_every=2,short_term_len=2").save(bundle)
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    version, model_uri = register_policy(bundle, "fresh-policy", tracking_uri=uri)
+    version, model_uri = register_model_version(bundle, "fresh-policy", tracking_uri=uri)
     assert model_uri == "models:/fresh-policy@champion"
     with StubServer() as stub:
         code = textwrap.dedent(

@@ -58,7 +58,7 @@ def test_a_better_value_still_wins_over_the_tie_break() -> None:
 def test_a_study_killed_before_its_heldout_check_is_not_recorded_complete(tmp_path, monkeypatch):
     """tuning.json is rewritten after each trial; when the last trial is done but the
     held-out check is not (a kill there), it must not say complete: a rerun must do it."""
-    from test_tune import GRID, tune
+    from tuning.test_tune_study import GRID, tune
     from tuning.tune_helpers import write_tune_spec
 
     from evolve.tuning import study

@@ -17,16 +17,16 @@ from evolve.errors import ConfigError
 from evolve.optimize import objective_value
 from evolve.simulator.baselines import random_score
 from evolve.simulator.environment import save_environment
-from evolve.simulator.generator import generate_environment, get_preset
 from evolve.simulator.metrics import summarize
 from evolve.simulator.records import Diagnosis, ItemResult, PeriodResult, UserResult
 from evolve.simulator.runner import EvaluationReport
+from evolve.simulator.synthesis.offline import get_preset, synthesize_environment
 
 
 @pytest.fixture
 def env_file(tmp_path) -> Path:
     path = tmp_path / "tiny.json"
-    save_environment(generate_environment(get_preset("tiny"), 0), path)  # 4 users
+    save_environment(synthesize_environment(get_preset("tiny"), 0), path)  # 4 users
     return path
 
 
@@ -101,7 +101,7 @@ def test_changed_env_or_model_on_rerun_is_refused_before_any_llm_call(
     assert chat_requests(stub) == spent
 
     other_env = tmp_path / "other.json"
-    save_environment(generate_environment(get_preset("tiny"), 1), other_env)
+    save_environment(synthesize_environment(get_preset("tiny"), 1), other_env)
     assert main([*eval_args(other_env, out, "--users", "1", *ub_cache), *stub_args(stub)]) == 2
     assert "environment" in one_line_error(capsys.readouterr().err)
     assert chat_requests(stub) == spent

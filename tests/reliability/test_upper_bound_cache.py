@@ -19,13 +19,13 @@ from evolve.cli import main
 from evolve.llm import EndpointConfig, RoleLMs, build_lm
 from evolve.simulator.baselines import compute_upper_bound
 from evolve.simulator.environment import Environment, save_environment
-from evolve.simulator.generator import generate_environment, get_preset
+from evolve.simulator.synthesis.offline import get_preset, synthesize_environment
 
 NOT_JSON = "I would rather not answer in JSON today."
 
 
 def tiny_env(users: int = 1) -> Environment:
-    return generate_environment(get_preset("tiny"), 0, users)
+    return synthesize_environment(get_preset("tiny"), 0, users)
 
 
 def variant_count(env: Environment) -> int:

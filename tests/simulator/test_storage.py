@@ -1,37 +1,18 @@
-"""Run directory layout, atomic writes and the config hash that guards resumption."""
+"""Run directory layout and the config hash that guards resumption."""
 
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
 from evolve.errors import ResumeMismatchError
 from evolve.simulator.storage import (
     RunLayout,
-    atomic_write_json,
     config_differences,
     config_hash,
     safe_name,
 )
-
-
-def test_atomic_write_leaves_no_temporary_file_and_replaces_content(tmp_path):
-    path = tmp_path / "deep" / "file.json"
-    atomic_write_json(path, {"a": 1})
-    atomic_write_json(path, {"a": 2})
-    assert json.loads(path.read_text()) == {"a": 2}
-    assert os.listdir(path.parent) == ["file.json"]
-
-
-def test_atomic_write_keeps_the_old_file_when_serialization_fails(tmp_path):
-    path = tmp_path / "file.json"
-    atomic_write_json(path, {"a": 1})
-    with pytest.raises(TypeError):
-        atomic_write_json(path, {"a": object()})
-    assert json.loads(path.read_text()) == {"a": 1}
-    assert os.listdir(tmp_path) == ["file.json"]
 
 
 def test_config_hash_ignores_key_order_but_not_values():

@@ -8,13 +8,13 @@ from optimize.evolve_helpers import write_spec
 from optuna.trial import TrialState
 from tuning.tune_helpers import BEST, TuneWorld
 
-from evolve.config import ParameterRange, load_spec, resolve
+from evolve.config import load_spec, resolve
 from evolve.optimize import run_experiment
 from evolve.tune import IntRange, OptunaParameterProposer, tune_best_candidate
 
 BOUNDS = {
-    "update_every": ParameterRange(low=1, high=8),
-    "short_term_len": ParameterRange(low=0, high=4),
+    "update_every": IntRange(low=1, high=8),
+    "short_term_len": IntRange(low=0, high=4),
 }
 
 

@@ -1,9 +1,12 @@
-"""The LLM generation pipeline: persona -> validated `EnvironmentItem`, one user at a time.
+"""The LLM synthesis pipeline: persona -> validated `EnvironmentItem`, one user at a time.
+
+Why one long module: the stages are methods of one `UserPipeline` that share its retry,
+usage, seeding and resume state; split by stage, every file would reach into that state.
 
 Stages follow the paper (and the original code's order): profile, questions, schema
 refinement, initial state, per-period state updates and life events, personalized answers
 checked by a classifier, and opening queries checked by a classifier. Each stage's output is
-validated; a generation step is retried with the problems fed back, a classifier check leads
+validated; a synthesis step is retried with the problems fed back, a classifier check leads
 to bounded refinement. A user still failing after its budget is excluded and reported with
 the stage and the reason (the original code skipped such users silently).
 
@@ -29,6 +32,8 @@ import dspy
 from dspy.utils.exceptions import AdapterParseError
 
 from evolve.errors import ToolkitError
+from evolve.files import atomic_write_json
+from evolve.seeds import derive_rng, derive_seed
 from evolve.simulator.environment import (
     CHOICE_EXPERIENCED,
     CHOICE_RANDOM,
@@ -40,16 +45,22 @@ from evolve.simulator.environment import (
     Session,
     StateUpdate,
 )
-from evolve.simulator.generate.config import LLMGenerationConfig
-from evolve.simulator.generate.personas import PersonaRecord, check_unique_ids
-from evolve.simulator.generate.report import (
-    GenerationReport,
+from evolve.simulator.synthesis.config import LLMSynthesisConfig
+from evolve.simulator.synthesis.offline import (
+    DATE_FORMAT,
+    _advance,
+    _groups,
+    _session_times,
+)
+from evolve.simulator.synthesis.personas import PersonaRecord, check_unique_ids
+from evolve.simulator.synthesis.report import (
     Stage,
     StageUsage,
+    SynthesisReport,
     UserOutcome,
     add_usage,
 )
-from evolve.simulator.generate.signatures import (
+from evolve.simulator.synthesis.signatures import (
     DraftQuestions,
     ExtractProfile,
     GroupInfoTypes,
@@ -66,8 +77,8 @@ from evolve.simulator.generate.signatures import (
     options_model,
     with_output_type,
 )
-from evolve.simulator.generate.store import OUTCOME_FILE, UserStore, WorkDir, write_json_atomic
-from evolve.simulator.generate.validate import (
+from evolve.simulator.synthesis.store import OUTCOME_FILE, UserStore, WorkDir
+from evolve.simulator.synthesis.validate import (
     QuestionSpec,
     check_changes,
     check_events,
@@ -79,14 +90,6 @@ from evolve.simulator.generate.validate import (
     info_type_occurrences,
     quoted_identifiers,
 )
-from evolve.simulator.generator import (
-    DATE_FORMAT,
-    _advance,
-    _groups,
-    _session_times,
-    derive_rng,
-)
-from evolve.simulator.user import derive_seed
 
 if TYPE_CHECKING:
     from evolve.llm import RoleLMs
@@ -118,7 +121,7 @@ class StageFailure(Exception):
         self.reason = reason
 
 
-class GenerationCancelled(ToolkitError):
+class SynthesisCancelled(ToolkitError):
     """Another user's failure or an interrupt stopped the run; finished units are saved."""
 
 
@@ -134,9 +137,9 @@ ProgressCallback = Callable[[ProgressEvent], None]
 
 
 @dataclass
-class GenerationResult:
+class SynthesisResult:
     environment: Environment
-    report: GenerationReport
+    report: SynthesisReport
 
 
 def _one_line(text: object, limit: int = 200) -> str:
@@ -162,7 +165,7 @@ class UserPipeline:
 
     def __init__(
         self,
-        config: LLMGenerationConfig,
+        config: LLMSynthesisConfig,
         lms: RoleLMs,
         persona: PersonaRecord,
         *,
@@ -193,7 +196,7 @@ class UserPipeline:
     ) -> tuple[dspy.Prediction | None, str | None]:
         """One predictor call as the simulator; a parse failure is counted and returned."""
         if self.stop.is_set():
-            raise GenerationCancelled("generation stopped; rerun the command to resume")
+            raise SynthesisCancelled("synthesis stopped; rerun the command to resume")
         lm_config: dict[str, Any] = {"seed": derive_seed(self.seed, self.persona.user_id, key)}
         temperature = (
             self.config.creative_temperature if creative else self.config.precise_temperature
@@ -223,7 +226,7 @@ class UserPipeline:
             usage.parse_failures += 1
         return prediction, error
 
-    def _generate(
+    def _checked_stage(
         self,
         stage: Stage,
         unit: str,
@@ -395,7 +398,7 @@ class UserPipeline:
         persona = self.persona
         basic = "\n".join(f"{key}: {value}" for key, value in persona.facts.items())
         extra = "\n".join(f"{key}: {value}" for key, value in persona.texts.items())
-        name, summary = self._generate(
+        name, summary = self._checked_stage(
             Stage.PROFILE,
             "profile",
             ExtractProfile,
@@ -429,7 +432,7 @@ class UserPipeline:
             f"{config.states_per_question} required_info items with {self._choices_text()} "
             "options each."
         )
-        specs = self._generate(
+        specs = self._checked_stage(
             Stage.QUESTIONS,
             "questions",
             DraftQuestions,
@@ -451,7 +454,7 @@ class UserPipeline:
             f"{', '.join(f'q{index + 1}' for index, _ in uses)})"
             for info_type, uses in occurrences.items()
         ]
-        mapping = self._generate(
+        mapping = self._checked_stage(
             Stage.SCHEMA,
             "schema",
             GroupInfoTypes,
@@ -476,7 +479,7 @@ class UserPipeline:
                 + "; ".join(f"q{index + 1} options {' | '.join(opts)}" for index, opts in uses)
                 for variable, uses in conflicts.items()
             )
-            unified = self._generate(
+            unified = self._checked_stage(
                 Stage.SCHEMA,
                 "schema_options",
                 UnifyOptions,
@@ -512,7 +515,7 @@ class UserPipeline:
             state = prediction.initial_state.model_dump(by_alias=True)
             return {var: state[var] for var in schema}, []
 
-        return self._generate(
+        return self._checked_stage(
             Stage.INITIAL_STATE,
             "initial_state",
             signature,
@@ -564,7 +567,7 @@ class UserPipeline:
                 accepted["summary"] = summary
             return changes, problems
 
-        changes = self._generate(
+        changes = self._checked_stage(
             Stage.UPDATES,
             f"updates_p{period:02d}",
             UpdateState,
@@ -594,7 +597,7 @@ class UserPipeline:
     ) -> list[dict[str, Any]]:
         changed = list(update["changes"])
         unchanged = [var for var in state if var not in update["changes"]]
-        events = self._generate(
+        events = self._checked_stage(
             Stage.EVENTS,
             f"events_p{period:02d}",
             NarrateEvents,
@@ -636,7 +639,7 @@ class UserPipeline:
         variables = question.info_types
         variants, seen = self._variants(index, question, states)
         described = [_assignment(variables, variant) for variant in variants]
-        answers = self._generate(
+        answers = self._checked_stage(
             Stage.ANSWERS,
             unit,
             WriteAnswers,
@@ -769,7 +772,7 @@ class UserPipeline:
                     problems.append(f"message {number} quotes variable names {quoted}")
             return texts, problems
 
-        queries = self._generate(
+        queries = self._checked_stage(
             Stage.QUERIES,
             unit,
             WriteQueries,
@@ -914,15 +917,15 @@ class UserPipeline:
         return item
 
 
-def generate_environment_llm(
-    config: LLMGenerationConfig,
+def synthesize_environment_llm(
+    config: LLMSynthesisConfig,
     lms: RoleLMs,
     personas: Sequence[PersonaRecord],
     *,
     seed: int,
     work_dir: str | Path,
     on_progress: ProgressCallback | None = None,
-) -> GenerationResult:
+) -> SynthesisResult:
     """Generate one user per persona (concurrently, `config.workers`), resuming finished work.
 
     Excluded users are in the report, never in the environment. Any other error (an endpoint
@@ -931,8 +934,8 @@ def generate_environment_llm(
     """
     check_unique_ids(personas)
     model = str(getattr(lms.simulator, "model", type(lms.simulator).__name__))
-    payload = config.generation_payload(seed, model)
-    key = config.generation_key(seed, model)
+    payload = config.synthesis_payload(seed, model)
+    key = config.synthesis_key(seed, model)
     work = WorkDir(work_dir, key, payload)
     stop = threading.Event()
     results: dict[int, tuple[UserOutcome, EnvironmentItem | None]] = {}
@@ -946,7 +949,7 @@ def generate_environment_llm(
         return pipeline.run()
 
     workers = max(1, min(config.workers, len(personas)))
-    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="generate")
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="synthesize")
     futures = {pool.submit(run_user, index): index for index in range(len(personas))}
     try:
         done, _ = wait(futures, return_when=FIRST_EXCEPTION)
@@ -957,7 +960,7 @@ def generate_environment_llm(
                 future.cancel()
             wait(futures)
             # The cause, not the cancellations it triggered in the other workers.
-            errors.sort(key=lambda error: isinstance(error, GenerationCancelled))
+            errors.sort(key=lambda error: isinstance(error, SynthesisCancelled))
             raise errors[0]  # type: ignore[misc]
         for future, index in futures.items():
             results[index] = future.result()
@@ -971,7 +974,7 @@ def generate_environment_llm(
 
     ordered = [results[index] for index in range(len(personas))]
     environment = Environment(items=[item for _, item in ordered if item is not None])
-    report = GenerationReport(
+    report = SynthesisReport(
         work_key=key,
         seed=seed,
         simulator_model=model,
@@ -979,5 +982,10 @@ def generate_environment_llm(
         prices=config.prices,
         users=[outcome for outcome, _ in ordered],
     )
-    write_json_atomic(work.directory / "report.json", report.model_dump(mode="json"))
-    return GenerationResult(environment=environment, report=report)
+    atomic_write_json(
+        work.directory / "report.json",
+        report.model_dump(mode="json"),
+        indent=1,
+        final_newline=False,
+    )
+    return SynthesisResult(environment=environment, report=report)

@@ -1,10 +1,13 @@
-"""Offline AMemGym environment generator: seeded sampling over a built-in catalog, no LLM.
+"""Offline AMemGym environment synthesis: seeded sampling over a built-in catalog, no LLM.
+
+Why about 500 lines: one seeded sampling procedure whose steps share private helpers and
+the RNG order (moving a draw changes every file); the catalog format is in `catalogs.py`.
 
 It follows the original generator's structure and constraints (questions first, the schema
 is exactly the variables they require, an initial state exposed in period 0, then periods of
 state changes each revealed by one session per change event, answer choices made of the
 state variants seen on the trajectory padded with unseen random ones) but draws every text
-from the catalog (`evolve/simulator/catalog/`, format in its README.md) instead of an LLM.
+from the catalog (`evolve/simulator/synthesis/catalog/`, format in its README.md) instead of an LLM.
 It is the embedded default and the basis of the tests: the same config and seed always give
 a byte-identical file, and every user is generated from its own seed derived from
 (seed, user index), so one user can be reproduced on its own.
@@ -13,12 +16,10 @@ a byte-identical file, and every user is generated from its own seed derived fro
 from __future__ import annotations
 
 import calendar
-import hashlib
 import itertools
 import random
 from collections.abc import Mapping, Sequence
 from datetime import date, timedelta
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -27,12 +28,11 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
-    ValidationError,
     model_validator,
 )
 
 from evolve.errors import ConfigError
-from evolve.files import read_json_file
+from evolve.seeds import derive_rng
 from evolve.simulator.environment import (
     CHOICE_EXPERIENCED,
     CHOICE_RANDOM,
@@ -44,8 +44,8 @@ from evolve.simulator.environment import (
     Session,
     StateUpdate,
 )
+from evolve.simulator.synthesis.catalogs import Catalog, CatalogQuestion, load_catalog
 
-CATALOG_DIR = Path(__file__).with_name("catalog")
 DATE_FORMAT = "%Y-%m-%d"
 SESSION_TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
 
@@ -78,7 +78,7 @@ def _check_span(span: tuple[int, int]) -> tuple[int, int]:
 Span = Annotated[tuple[int, int], BeforeValidator(_as_span), AfterValidator(_check_span)]
 
 
-class GeneratorConfig(BaseModel):
+class OfflineSynthesisConfig(BaseModel):
     """Shape of a generated environment (the original's env config, plus episode rounds).
 
     `rounds_initial` / `rounds_update` are episode defaults for the runner; they are not
@@ -107,7 +107,7 @@ class GeneratorConfig(BaseModel):
     num_users: int = Field(default=20, ge=1, description="Users generated when not given.")
 
     @model_validator(mode="after")
-    def _check_consistency(self) -> GeneratorConfig:
+    def _check_consistency(self) -> OfflineSynthesisConfig:
         if self.choices_per_state[0] < 2:
             raise ValueError("choices_per_state must be at least 2 (a variable needs a choice)")
         if self.changes_per_period[0] < 1:
@@ -131,9 +131,9 @@ class GeneratorConfig(BaseModel):
         return self
 
 
-PRESETS: dict[str, GeneratorConfig] = {
+PRESETS: dict[str, OfflineSynthesisConfig] = {
     # The paper's v1.base: 4 changes per period, accepted within +-1 as the original does.
-    "v1.base": GeneratorConfig(
+    "v1.base": OfflineSynthesisConfig(
         name="v1.base",
         num_periods=10,
         num_questions=10,
@@ -146,7 +146,7 @@ PRESETS: dict[str, GeneratorConfig] = {
         rounds_update=2,
         num_users=20,
     ),
-    "v1.extra": GeneratorConfig(
+    "v1.extra": OfflineSynthesisConfig(
         name="v1.extra",
         num_periods=20,
         num_questions=10,
@@ -160,7 +160,7 @@ PRESETS: dict[str, GeneratorConfig] = {
         num_users=20,
     ),
     # Small enough for a 0.5B model on 2 CPU cores: a handful of sessions per user.
-    "tiny": GeneratorConfig(
+    "tiny": OfflineSynthesisConfig(
         name="tiny",
         num_periods=2,
         num_questions=2,
@@ -177,187 +177,20 @@ PRESETS: dict[str, GeneratorConfig] = {
 }
 
 
-def get_preset(name: str) -> GeneratorConfig:
+def get_preset(name: str) -> OfflineSynthesisConfig:
     try:
         return PRESETS[name]
     except KeyError:
         raise ConfigError(
-            f"unknown generator preset {name!r}; choose one of {', '.join(PRESETS)}"
+            f"unknown synthesis preset {name!r}; choose one of {', '.join(PRESETS)}"
         ) from None
 
 
-# --- catalog ------------------------------------------------------------------------------
+# --- synthesis ----------------------------------------------------------------------------
 
 
-class _CatalogModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class CatalogVariable(_CatalogModel):
-    """A state variable: mutually exclusive values, each with paraphrases revealing it."""
-
-    name: str = Field(min_length=1)
-    domain: str = Field(min_length=1)
-    label: str = Field(min_length=1)
-    requests: list[str] = Field(min_length=1)
-    values: dict[str, list[str]] = Field(description="value -> paraphrases revealing it")
-
-    @model_validator(mode="after")
-    def _check_values(self) -> CatalogVariable:
-        if len(self.values) < 2:
-            raise ValueError(f"variable {self.name!r} needs at least 2 values")
-        for value, paraphrases in self.values.items():
-            if not paraphrases:
-                raise ValueError(f"value {value!r} of variable {self.name!r} has no paraphrase")
-        return self
-
-
-class CatalogQuestion(_CatalogModel):
-    """An advice question; its answer is composed from per-value fragments."""
-
-    id: str = Field(min_length=1)
-    query: str = Field(min_length=1)
-    opening: str
-    variables: list[str] = Field(min_length=1)
-    advice: dict[str, dict[str, str]] = Field(description="variable -> value -> fragment")
-
-    def answer(self, assignment: Mapping[str, str]) -> str:
-        """The answer for values of (a subset of) the question's variables, in its order."""
-        fragments = [
-            self.advice[var][assignment[var]] for var in self.variables if var in assignment
-        ]
-        return " ".join(part for part in [self.opening, *fragments] if part)
-
-
-class Persona(_CatalogModel):
-    id: str = Field(min_length=1)
-    name: str
-    age: int = Field(ge=0)
-    gender: str
-    occupation: str
-    profile: str
-
-    def user_profile(self, user_id: str) -> dict[str, Any]:
-        """A profile dict shaped like the original's (with its ready `formatted_str`)."""
-        fields: dict[str, Any] = {
-            "name": self.name,
-            "age": self.age,
-            "gender": self.gender,
-            "occupation": self.occupation,
-            "complementary_info": self.profile,
-        }
-        formatted = "\n".join(f"{key}: {value}" for key, value in fields.items())
-        return {"uuid": user_id, **fields, "formatted_str": formatted}
-
-
-class _CatalogFile(_CatalogModel):
-    variables: list[CatalogVariable] = Field(default_factory=list)
-    questions: list[CatalogQuestion] = Field(default_factory=list)
-    personas: list[Persona] = Field(default_factory=list)
-
-
-class Catalog(_CatalogModel):
-    variables: dict[str, CatalogVariable]
-    questions: list[CatalogQuestion]
-    personas: list[Persona]
-
-    @property
-    def domains(self) -> list[str]:
-        return sorted({variable.domain for variable in self.variables.values()})
-
-    def question(self, question_id: str) -> CatalogQuestion:
-        for question in self.questions:
-            if question.id == question_id:
-                return question
-        raise KeyError(question_id)
-
-    def problems(self) -> list[str]:
-        """Cross-references that a single file cannot check."""
-        problems: list[str] = []
-        for question in self.questions:
-            where = f"question {question.id!r}"
-            if len(set(question.variables)) != len(question.variables):
-                problems.append(f"{where}: variables repeat: {question.variables}")
-            for var in question.variables:
-                variable = self.variables.get(var)
-                if variable is None:
-                    problems.append(f"{where}: unknown variable {var!r}")
-                    continue
-                fragments = question.advice.get(var, {})
-                missing = [value for value in variable.values if value not in fragments]
-                if missing:
-                    problems.append(f"{where}: no advice for {var!r} values {missing}")
-                extra = [value for value in fragments if value not in variable.values]
-                if extra:
-                    problems.append(f"{where}: advice for unknown {var!r} values {extra}")
-                texts = [fragments[value] for value in variable.values if value in fragments]
-                if len(set(texts)) != len(texts):
-                    problems.append(f"{where}: two values of {var!r} share the same advice")
-            for var in question.advice:
-                if var not in question.variables:
-                    problems.append(f"{where}: advice for {var!r}, which is not in its variables")
-        return problems
-
-
-def load_catalog(extra_dirs: Sequence[str | Path] = ()) -> Catalog:
-    """The built-in catalog merged with every `*.json` file of `extra_dirs`."""
-    variables: dict[str, CatalogVariable] = {}
-    questions: dict[str, CatalogQuestion] = {}
-    personas: dict[str, Persona] = {}
-    for directory in [CATALOG_DIR, *(Path(d) for d in extra_dirs)]:
-        if not directory.is_dir():
-            raise ConfigError(f"catalog directory {str(directory)!r} does not exist")
-        for path in sorted(directory.glob("*.json")):
-            part = _read_catalog_file(path)
-            for kind, target, entries in (
-                ("variable", variables, [(v.name, v) for v in part.variables]),
-                ("question", questions, [(q.id, q) for q in part.questions]),
-                ("persona", personas, [(p.id, p) for p in part.personas]),
-            ):
-                for key, entry in entries:
-                    if key in target:
-                        raise ConfigError(
-                            f"{path}: {kind} {key!r} is already defined by another catalog "
-                            "file; give it a unique name"
-                        )
-                    target[key] = entry
-    catalog = Catalog(
-        variables=variables, questions=list(questions.values()), personas=list(personas.values())
-    )
-    problems = catalog.problems()
-    if problems:
-        raise ConfigError(f"catalog is inconsistent: {'; '.join(problems)}")
-    if not catalog.personas:
-        raise ConfigError("catalog has no personas; add a file with a 'personas' list")
-    return catalog
-
-
-def _read_catalog_file(path: Path) -> _CatalogFile:
-    data = read_json_file(path, "catalog file")
-    try:
-        return _CatalogFile.model_validate(data)
-    except ValidationError as error:
-        details = "; ".join(
-            f"{'.'.join(str(p) for p in detail['loc'])}: {detail['msg']}"
-            for detail in error.errors()[:5]
-        )
-        raise ConfigError(
-            f"catalog file {path} does not follow the catalog format (see catalog/README.md): "
-            f"{details}"
-        ) from None
-
-
-# --- generation ---------------------------------------------------------------------------
-
-
-def derive_rng(*parts: object) -> random.Random:
-    """A local RNG seeded from a stable hash of `parts` (independent of PYTHONHASHSEED)."""
-    digest = hashlib.sha256("/".join(str(part) for part in parts).encode("utf-8")).digest()
-    return random.Random(int.from_bytes(digest[:8], "big"))
-
-
-def generate_environment(
-    config: GeneratorConfig,
+def synthesize_environment(
+    config: OfflineSynthesisConfig,
     seed: int,
     num_users: int | None = None,
     *,
@@ -368,16 +201,16 @@ def generate_environment(
     count = config.num_users if num_users is None else num_users
     if count < 1:
         raise ConfigError(f"num_users must be at least 1, got {count}")
-    items = [generate_user(config, seed, index, catalog=catalog) for index in range(count)]
+    items = [synthesize_user(config, seed, index, catalog=catalog) for index in range(count)]
     env = Environment(items=items)
     problems = env.problems()
-    if problems:  # a generator bug, never a user error
+    if problems:  # a synthesis bug, never a user error
         raise AssertionError(f"generated environment is inconsistent: {problems[:3]}")
     return env
 
 
-def generate_user(
-    config: GeneratorConfig, seed: int, index: int, *, catalog: Catalog | None = None
+def synthesize_user(
+    config: OfflineSynthesisConfig, seed: int, index: int, *, catalog: Catalog | None = None
 ) -> EnvironmentItem:
     """User `index` of the environment generated with `seed` (independent of other users)."""
     catalog = catalog or load_catalog()
@@ -435,7 +268,7 @@ def generate_user(
     )
 
 
-def _check_catalog_fits(config: GeneratorConfig, catalog: Catalog) -> None:
+def _check_catalog_fits(config: OfflineSynthesisConfig, catalog: Catalog) -> None:
     eligible = [q for q in catalog.questions if len(q.variables) >= config.states_per_question]
     if len(eligible) < config.num_questions:
         raise ConfigError(
@@ -446,7 +279,7 @@ def _check_catalog_fits(config: GeneratorConfig, catalog: Catalog) -> None:
 
 
 def _sample_questions(
-    rng: random.Random, config: GeneratorConfig, catalog: Catalog
+    rng: random.Random, config: OfflineSynthesisConfig, catalog: Catalog
 ) -> tuple[list[tuple[CatalogQuestion, list[str]]], dict[str, list[str]]]:
     """Questions with their required variables, and the schema (exactly those variables)."""
     k = config.states_per_question
@@ -468,7 +301,7 @@ def _sample_questions(
 
 
 def _feasible(
-    config: GeneratorConfig,
+    config: OfflineSynthesisConfig,
     questions: list[tuple[CatalogQuestion, list[str]]],
     schema: dict[str, list[str]],
 ) -> bool:
@@ -485,7 +318,7 @@ def _feasible(
 
 
 def _sample_trajectory(
-    rng: random.Random, config: GeneratorConfig, schema: dict[str, list[str]]
+    rng: random.Random, config: OfflineSynthesisConfig, schema: dict[str, list[str]]
 ) -> tuple[list[dict[str, str]], list[list[str]]] | None:
     """States per period and the variables changed in each; None when the draw got stuck.
 
@@ -528,7 +361,7 @@ def _groups(rng: random.Random, items: Sequence[str], span: tuple[int, int]) -> 
     return groups
 
 
-def _advance(config: GeneratorConfig, periods: int) -> date:
+def _advance(config: OfflineSynthesisConfig, periods: int) -> date:
     """The start date moved by `periods` period lengths (months clamp to the month's end)."""
     start = config.start_date
     if config.period_unit == "days":
@@ -562,7 +395,7 @@ def _query(
 
 def _initial_period(
     rng: random.Random,
-    config: GeneratorConfig,
+    config: OfflineSynthesisConfig,
     catalog: Catalog,
     schema: dict[str, list[str]],
     state: dict[str, str],
@@ -600,7 +433,7 @@ def _change_text(catalog: Catalog, var: str, old: str, new: str) -> str:
 
 def _update_period(
     rng: random.Random,
-    config: GeneratorConfig,
+    config: OfflineSynthesisConfig,
     catalog: Catalog,
     period_index: int,
     before: dict[str, str],
@@ -641,7 +474,7 @@ def _update_period(
 
 def _question(
     rng: random.Random,
-    config: GeneratorConfig,
+    config: OfflineSynthesisConfig,
     question: CatalogQuestion,
     variables: list[str],
     schema: dict[str, list[str]],

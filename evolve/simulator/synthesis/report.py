@@ -1,4 +1,4 @@
-"""Outcomes of an LLM generation run: who was included, who was excluded where and why, and
+"""Outcomes of an LLM synthesis run: who was included, who was excluded where and why, and
 the tokens and estimated cost per stage and per user."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from evolve.simulator.generate.config import Prices
+from evolve.simulator.synthesis.config import Prices
 
 # The paper's reported costs with gpt-4.1 (US dollars per user), shown beside our own counts.
 PAPER_SYNTHESIS_COST_PER_USER = 0.40
@@ -80,7 +80,7 @@ class UserOutcome(BaseModel):
     refinements: dict[str, int] = Field(default_factory=dict)
 
 
-class GenerationReport(BaseModel):
+class SynthesisReport(BaseModel):
     work_key: str
     seed: int
     simulator_model: str

@@ -2,7 +2,7 @@
 
 Layout: `<work_dir>/<key>/config.json` (what the key stands for) and
 `<work_dir>/<key>/users/<user id>/<unit>.json`, one file per finished unit (a stage, or a
-stage's part such as one period's updates). `<key>` hashes the generation config, seed and
+stage's part such as one period's updates). `<key>` hashes the synthesis config, seed and
 simulator model, so a changed config never reuses stale outputs. Every file is written
 atomically: a crash leaves either the previous state or the finished unit, never half.
 """
@@ -10,30 +10,15 @@ atomically: a crash leaves either the previous state or the finished unit, never
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from evolve.errors import ResumeMismatchError
+from evolve.files import atomic_write_json
 
 OUTCOME_FILE = "outcome"
 PERSONA_FILE = "persona"
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            json.dump(data, stream, ensure_ascii=False, indent=1)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(temp_name, path)
-    except BaseException:
-        Path(temp_name).unlink(missing_ok=True)
-        raise
 
 
 def _safe_name(user_id: str) -> str:
@@ -62,7 +47,7 @@ class UserStore:
             ) from None
 
     def save(self, unit: str, data: dict[str, Any]) -> None:
-        write_json_atomic(self.path(unit), data)
+        atomic_write_json(self.path(unit), data, indent=1, final_newline=False)
 
     def check_persona(self, persona: dict[str, Any]) -> None:
         """The user's directory must belong to the same persona (same id, same content)."""
@@ -93,7 +78,7 @@ class WorkDir:
                     "delete that directory or use another --work-dir"
                 )
         else:
-            write_json_atomic(manifest, description)
+            atomic_write_json(manifest, description, indent=1, final_newline=False)
 
     def user(self, user_id: str) -> UserStore:
         return UserStore(self.directory / "users" / _safe_name(user_id))

@@ -9,10 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from gen_helpers import small_config
+from llm_helpers import small_config
 
-from evolve.simulator.generate import Stage, catalog_personas, generate_environment_llm
-from evolve.simulator.generate.report import sum_usage
+from evolve.simulator.synthesis import Stage, catalog_personas, synthesize_environment_llm
+from evolve.simulator.synthesis.report import sum_usage
 
 pytestmark = pytest.mark.integration
 
@@ -41,7 +41,7 @@ def test_one_user_two_periods_two_questions_is_generated_or_excluded_with_a_reas
         retries={"stage_attempts": 2, "answer_refinements": 1, "query_refinements": 1},
     )
     before = role_lms_embedded.usage.snapshot()
-    result = generate_environment_llm(
+    result = synthesize_environment_llm(
         config, role_lms_embedded, catalog_personas(1, seed=0), seed=0, work_dir=tmp_path
     )
     outcome = result.report.users[0]

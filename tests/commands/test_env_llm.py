@@ -8,13 +8,13 @@ import json
 from pathlib import Path
 
 import pytest
-from gen_helpers import PipelinePlayer, wrong_match
 from scripted_lm import ScriptedLM, scripted_role_lms
+from simulator.synthesis.llm_helpers import PipelinePlayer, wrong_match
 
 import evolve.llm
+from evolve.commands.env_llm import add_llm_generate_arguments, run_llm_generate
 from evolve.errors import ConfigError
 from evolve.simulator.environment import load_environment
-from evolve.simulator.generate import add_llm_generate_arguments, run_llm_generate
 
 CONFIG_TOML = """
 preset = "tiny"
@@ -35,7 +35,7 @@ query_refinements = 1
 
 
 def offline_like_parser() -> argparse.ArgumentParser:
-    """The offline generator's flags, which the LLM flags must share, not redefine."""
+    """Offline synthesis's flags, which the LLM flags must share, not redefine."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--preset", default="tiny")
     parser.add_argument("--seed", type=int, default=0)

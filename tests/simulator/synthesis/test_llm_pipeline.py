@@ -1,4 +1,4 @@
-"""The LLM generation pipeline with a scripted simulator: every validation path (pass,
+"""The LLM synthesis pipeline with a scripted simulator: every validation path (pass,
 retry/refine then pass, exhaust then exclude-and-report), resume, and token attribution."""
 
 from __future__ import annotations
@@ -7,26 +7,26 @@ import json
 from pathlib import Path
 
 import pytest
-from gen_helpers import PipelinePlayer, input_fields, small_config, wrong_match
+from llm_helpers import PipelinePlayer, input_fields, small_config, wrong_match
 from scripted_lm import ScriptedLM, scripted_role_lms
 
 from evolve.simulator.environment import CHOICE_EXPERIENCED, CHOICE_RANDOM, Environment
-from evolve.simulator.generate import (
-    GenerationResult,
+from evolve.simulator.synthesis import (
     Stage,
+    SynthesisResult,
     catalog_personas,
-    generate_environment_llm,
+    synthesize_environment_llm,
 )
-from evolve.simulator.generate.report import sum_usage
+from evolve.simulator.synthesis.report import sum_usage
 
 
 def run(
     player: PipelinePlayer, work_dir: Path, users: int = 1, seed: int = 7, **overrides
-) -> GenerationResult:
+) -> SynthesisResult:
     config = small_config(**overrides)
     lms = scripted_role_lms(simulator=ScriptedLM(player, model="scripted-simulator"))
     personas = catalog_personas(users, seed)
-    return generate_environment_llm(config, lms, personas, seed=seed, work_dir=work_dir)
+    return synthesize_environment_llm(config, lms, personas, seed=seed, work_dir=work_dir)
 
 
 def test_clean_run_produces_a_valid_environment_and_accounts_every_stage(tmp_path: Path) -> None:
@@ -176,7 +176,7 @@ def test_identifiers_stay_ascii_in_another_language(tmp_path: Path) -> None:
         bad[0]["required_info"][0]["info_type"] = "工作方式"
         return {"questions": bad}
 
-    from gen_helpers import QUESTIONS
+    from llm_helpers import QUESTIONS
 
     player = PipelinePlayer({"questions": chinese_first})
     result = run(player, tmp_path, lang="zh")
@@ -228,7 +228,7 @@ def test_concurrent_users_get_their_own_tokens(tmp_path: Path) -> None:
         config = small_config(workers=1)
         persona = catalog_personas(3, 7)[index]
         lms = scripted_role_lms(simulator=ScriptedLM(PipelinePlayer(), model="scripted-simulator"))
-        result = generate_environment_llm(
+        result = synthesize_environment_llm(
             config, lms, [persona], seed=7, work_dir=tmp_path / f"alone{index}"
         )
         alone[persona.user_id] = result.report.users[0].usage
@@ -236,7 +236,7 @@ def test_concurrent_users_get_their_own_tokens(tmp_path: Path) -> None:
     player = PipelinePlayer()
     lms = scripted_role_lms(simulator=ScriptedLM(player, model="scripted-simulator"))
     before = lms.usage.snapshot()
-    result = generate_environment_llm(
+    result = synthesize_environment_llm(
         small_config(workers=3), lms, catalog_personas(3, 7), seed=7, work_dir=tmp_path / "together"
     )
     assert len(result.environment.items) == 3 and result.environment.problems() == []

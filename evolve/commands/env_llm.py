@@ -1,4 +1,5 @@
-"""`evolve env generate --llm`: flags and handler (wired into evolve/commands/env.py)."""
+"""`evolve env generate --llm`: flags, progress bar and printed report for the LLM synthesis
+pipeline (the library API is `evolve.simulator.synthesis`)."""
 
 from __future__ import annotations
 
@@ -10,20 +11,20 @@ from pathlib import Path
 from tqdm import tqdm
 
 from evolve.errors import ConfigError
+from evolve.files import atomic_write_json
 from evolve.simulator.environment import save_environment
-from evolve.simulator.generate.config import (
-    LLMGenerationConfig,
-    generation_config_from_dict,
-    load_generation_config,
+from evolve.simulator.synthesis.catalogs import load_catalog
+from evolve.simulator.synthesis.config import (
+    LLMSynthesisConfig,
+    load_synthesis_config,
+    synthesis_config_from_dict,
 )
-from evolve.simulator.generate.personas import catalog_personas, load_nemotron_personas
-from evolve.simulator.generate.pipeline import ProgressEvent, generate_environment_llm
-from evolve.simulator.generate.store import write_json_atomic
-from evolve.simulator.generator import load_catalog
+from evolve.simulator.synthesis.personas import catalog_personas, load_nemotron_personas
+from evolve.simulator.synthesis.pipeline import ProgressEvent, synthesize_environment_llm
 
 
 def add_llm_generate_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the LLM pipeline's flags; flags the parser already has (the offline generator's
+    """Add the LLM pipeline's flags; flags the parser already has (offline synthesis's
     --seed, --out, --users, ...) are shared, not redefined."""
     from evolve.llm import add_llm_arguments
 
@@ -48,7 +49,7 @@ def add_llm_generate_arguments(parser: argparse.ArgumentParser) -> None:
         "--config",
         type=Path,
         metavar="FILE.toml",
-        help="LLM generation config (see experiments/generate_llm.toml; default: preset tiny)",
+        help="LLM synthesis config (see experiments/generate_llm.toml; default: preset tiny)",
     )
     add("--lang", help="language of generated text, e.g. en, zh (identifiers stay ASCII)")
     add("--users", type=int, default=None, help="number of users (default: the config's)")
@@ -64,12 +65,12 @@ def add_llm_generate_arguments(parser: argparse.ArgumentParser) -> None:
         add_llm_arguments(parser)
 
 
-def config_from_args(args: argparse.Namespace) -> LLMGenerationConfig:
+def config_from_args(args: argparse.Namespace) -> LLMSynthesisConfig:
     config_path = getattr(args, "config", None)
     if config_path:
-        config = load_generation_config(config_path)
+        config = load_synthesis_config(config_path)
     else:
-        config = generation_config_from_dict({"preset": getattr(args, "preset", None) or "tiny"})
+        config = synthesis_config_from_dict({"preset": getattr(args, "preset", None) or "tiny"})
     updates: dict[str, object] = {}
     if getattr(args, "lang", None):
         updates["lang"] = args.lang
@@ -78,7 +79,7 @@ def config_from_args(args: argparse.Namespace) -> LLMGenerationConfig:
     if getattr(args, "users", None) is not None:
         updates["num_users"] = args.users
     if updates:
-        config = generation_config_from_dict(
+        config = synthesis_config_from_dict(
             {**config.model_dump(), **updates}, source="command-line flags"
         )
     return config
@@ -102,7 +103,7 @@ def run_llm_generate(args: argparse.Namespace) -> int:
         personas = catalog_personas(count, seed, load_catalog(getattr(args, "catalog", None) or []))
         source = "built-in catalog personas"
     print(
-        f"LLM generation: {count} user(s) ({source}), {config.num_periods} periods of "
+        f"LLM synthesis: {count} user(s) ({source}), {config.num_periods} periods of "
         f"{config.period_length} {config.period_unit}, {config.num_questions} questions, "
         f"lang {config.lang}, seed {seed}, {config.workers} worker(s); work dir {work_dir}"
     )
@@ -119,7 +120,7 @@ def run_llm_generate(args: argparse.Namespace) -> int:
                 tqdm.write(f"excluded {event.user_id} at {event.unit}: {event.detail}")
 
         try:
-            result = generate_environment_llm(
+            result = synthesize_environment_llm(
                 config, lms, personas, seed=seed, work_dir=work_dir, on_progress=on_progress
             )
         finally:
@@ -135,7 +136,7 @@ def run_llm_generate(args: argparse.Namespace) -> int:
     print(run_usage.table())
     print(report.cost_summary())
     report_path = out.with_name(f"{out.stem}.report.json")
-    write_json_atomic(report_path, report.model_dump(mode="json"))
+    atomic_write_json(report_path, report.model_dump(mode="json"), indent=1, final_newline=False)
     excluded = report.excluded
     if excluded:
         print(f"\n{len(excluded)} user(s) excluded (kept out of the environment):")

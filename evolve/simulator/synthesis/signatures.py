@@ -1,8 +1,8 @@
-"""DSPy signatures of the generation stages (all run in the `simulator` role).
+"""DSPy signatures of the synthesis stages (all run in the `simulator` role).
 
 Instructions are short on purpose: the embedded model is 0.5B parameters with an 8k context.
 Every output field name is unique across signatures, which keeps prompts unambiguous and
-lets a scripted test LM tell the stages apart. Generation steps take `feedback` (why the
+lets a scripted test LM tell the stages apart. Synthesis steps take `feedback` (why the
 previous attempt was rejected; "none" on the first try).
 """
 

@@ -24,19 +24,12 @@ from evolve.errors import ConfigError, ResumeMismatchError
 from evolve.optimize.feedback import load_period_results
 from evolve.optimize.loop import objective_value
 from evolve.simulator.metrics import summarize_periods
-from evolve.tune import (
-    TuningStore,
-    format_result,
-    load_tune_spec,
-    render_tuning_dir,
-    render_tuning_experiment,
-    resolve_tuning,
-    run_tuning,
-    tuning_dir_for,
-)
+from evolve.tune import format_result, load_tune_spec, resolve_tuning, run_tuning
+from evolve.tuning.report import render_tuning_dir, render_tuning_experiment, tuning_dir_for
 from evolve.tuning.storage import open_storage
+from evolve.tuning.study import TuningStore
 
-EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
+EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 GRID = f'sampler = "grid"\n[tuning.parameters]\n{PAPER_GRID}'
 
 

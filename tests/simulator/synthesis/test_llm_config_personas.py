@@ -1,4 +1,4 @@
-"""Generation config (TOML, presets, work key) and persona sources (parquet, catalog)."""
+"""Synthesis config (TOML, presets, work key) and persona sources (parquet, catalog)."""
 
 from __future__ import annotations
 
@@ -7,23 +7,23 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from gen_helpers import small_config
+from llm_helpers import small_config
 
 from evolve.errors import ConfigError
-from evolve.simulator.generate import (
+from evolve.simulator.synthesis import (
     catalog_personas,
-    generation_config_from_dict,
-    load_generation_config,
     load_nemotron_personas,
+    load_synthesis_config,
+    synthesis_config_from_dict,
 )
-from evolve.simulator.generate.personas import nemotron_record
-from evolve.simulator.generator import PRESETS, generate_user
+from evolve.simulator.synthesis.offline import PRESETS, synthesize_user
+from evolve.simulator.synthesis.personas import nemotron_record
 
 REPO = Path(__file__).parents[3]
 
 
 def test_example_config_loads_with_the_papers_shape() -> None:
-    config = load_generation_config(REPO / "experiments" / "generate_llm.toml")
+    config = load_synthesis_config(REPO / "experiments" / "generate_llm.toml")
     assert config.num_periods == 10 and config.num_questions == 10
     assert config.total_months == 30
     assert config.prices.input_per_million == 2.0 and config.prices.output_per_million == 8.0
@@ -31,31 +31,31 @@ def test_example_config_loads_with_the_papers_shape() -> None:
 
 
 def test_preset_with_overrides_and_errors(tmp_path: Path) -> None:
-    config = generation_config_from_dict({"preset": "tiny", "lang": "zh", "workers": 2})
+    config = synthesis_config_from_dict({"preset": "tiny", "lang": "zh", "workers": 2})
     assert config.num_periods == PRESETS["tiny"].num_periods and config.language_name == "Chinese"
     with pytest.raises(ConfigError, match="unknown preset"):
-        generation_config_from_dict({"preset": "huge"})
+        synthesis_config_from_dict({"preset": "huge"})
     with pytest.raises(ConfigError, match="retries.stage_attempts"):
-        generation_config_from_dict({"preset": "tiny", "retries": {"stage_attempts": 0}})
+        synthesis_config_from_dict({"preset": "tiny", "retries": {"stage_attempts": 0}})
     with pytest.raises(ConfigError, match="min_state_variants"):
-        generation_config_from_dict({"preset": "tiny", "min_state_variants": 9})
+        synthesis_config_from_dict({"preset": "tiny", "min_state_variants": 9})
     bad = tmp_path / "bad.toml"
     bad.write_text("preset = \n")
     with pytest.raises(ConfigError, match="cannot read"):
-        load_generation_config(bad)
+        load_synthesis_config(bad)
     with pytest.raises(ConfigError, match="does not exist"):
-        load_generation_config(tmp_path / "missing.toml")
+        load_synthesis_config(tmp_path / "missing.toml")
 
 
 def test_work_key_tracks_content_settings_only() -> None:
     base = small_config()
-    key = base.generation_key(7, "gpt-4.1")
-    assert small_config(num_users=50, workers=8).generation_key(7, "gpt-4.1") == key
-    assert small_config(prices={"input_per_million": 1}).generation_key(7, "gpt-4.1") == key
-    assert base.generation_key(8, "gpt-4.1") != key
-    assert base.generation_key(7, "gpt-4.1-mini") != key
-    assert small_config(lang="fr").generation_key(7, "gpt-4.1") != key
-    assert small_config(retries={"query_refinements": 5}).generation_key(7, "gpt-4.1") != key
+    key = base.synthesis_key(7, "gpt-4.1")
+    assert small_config(num_users=50, workers=8).synthesis_key(7, "gpt-4.1") == key
+    assert small_config(prices={"input_per_million": 1}).synthesis_key(7, "gpt-4.1") == key
+    assert base.synthesis_key(8, "gpt-4.1") != key
+    assert base.synthesis_key(7, "gpt-4.1-mini") != key
+    assert small_config(lang="fr").synthesis_key(7, "gpt-4.1") != key
+    assert small_config(retries={"query_refinements": 5}).synthesis_key(7, "gpt-4.1") != key
 
 
 def write_personas(path: Path, rows: int) -> None:
@@ -115,10 +115,10 @@ def test_nemotron_file_problems_are_explained(tmp_path: Path) -> None:
         nemotron_record({"uuid": None, "persona": "x"})
 
 
-def test_catalog_personas_match_the_offline_generators_users() -> None:
+def test_catalog_personas_match_the_offline_synthesis_users() -> None:
     records = catalog_personas(3, seed=5)
     for index, record in enumerate(records):
-        offline = generate_user(PRESETS["tiny"], 5, index)
+        offline = synthesize_user(PRESETS["tiny"], 5, index)
         assert record.user_id == offline.id
         assert record.known_name == offline.user_profile["name"]
         assert record.texts["persona"].startswith(record.known_name)

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from gen_helpers import QUESTIONS, small_config
+from llm_helpers import QUESTIONS, small_config
 
-from evolve.simulator.generate.signatures import (
+from evolve.simulator.synthesis.signatures import (
     ChangeDraft,
     EventDraft,
     QuestionDraft,
     VariableGroup,
     VariableOptions,
 )
-from evolve.simulator.generate.validate import (
+from evolve.simulator.synthesis.validate import (
     QuestionSpec,
     check_changes,
     check_events,

@@ -1,4 +1,4 @@
-"""A scripted simulator that plays every stage of the LLM generation pipeline correctly,
+"""A scripted simulator that plays every stage of the LLM synthesis pipeline correctly,
 with knobs that make chosen stages misbehave (to drive retry, refinement and exclusion)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 from scripted_lm import ScriptedCall
 
-from evolve.simulator.generate import LLMGenerationConfig, generation_config_from_dict
+from evolve.simulator.synthesis import LLMSynthesisConfig, synthesis_config_from_dict
 
 # Stage of each signature, keyed by its (unique) first output field.
 SIGNATURE_OF_OUTPUT = {
@@ -56,7 +56,7 @@ GROUPS = [
 UNIFIED = [{"name": "work_setup", "options": ["office", "hybrid", "remote"]}]
 
 
-def small_config(**overrides: Any) -> LLMGenerationConfig:
+def small_config(**overrides: Any) -> LLMSynthesisConfig:
     data: dict[str, Any] = {
         "name": "test",
         "num_periods": 2,
@@ -72,7 +72,7 @@ def small_config(**overrides: Any) -> LLMGenerationConfig:
         "retries": {"stage_attempts": 2, "answer_refinements": 1, "query_refinements": 1},
     }
     data.update(overrides)
-    return generation_config_from_dict(data)
+    return synthesis_config_from_dict(data)
 
 
 def output_fields(call: ScriptedCall) -> list[str]:

@@ -1,8 +1,8 @@
-"""Configuration of the LLM generation pipeline: the environment's shape plus the LLM knobs.
+"""Configuration of the LLM synthesis pipeline: the environment's shape plus the LLM knobs.
 
-The shape fields (periods, questions, changes per period, ...) are the offline generator's
-`GeneratorConfig`, with its consistency checks, so one TOML file describes an environment for
-both generators. The rest bounds the LLM work (attempts, refinements, temperatures), sets
+The shape fields (periods, questions, changes per period, ...) are offline synthesis's
+`OfflineSynthesisConfig`, with its consistency checks, so one TOML file describes an environment for
+both kinds of synthesis. The rest bounds the LLM work (attempts, refinements, temperatures), sets
 the language of the generated text and prices the tokens.
 """
 
@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from evolve.errors import ConfigError
 from evolve.files import read_toml_file
-from evolve.simulator.generator import PRESETS, GeneratorConfig
+from evolve.simulator.synthesis.offline import PRESETS, OfflineSynthesisConfig
 
 # Bumped whenever prompts or stage semantics change, so work dirs of older runs are not reused.
 PIPELINE_VERSION = "1"
@@ -62,7 +62,7 @@ class RetryBudget(BaseModel):
     stage_attempts: int = Field(
         default=3,
         ge=1,
-        description="Calls per generation step; each retry is told why the last output failed.",
+        description="Calls per synthesis step; each retry is told why the last output failed.",
     )
     answer_refinements: int = Field(
         default=3, ge=0, description="Rewrites of an answer its classifier did not map back."
@@ -72,8 +72,8 @@ class RetryBudget(BaseModel):
     )
 
 
-class LLMGenerationConfig(GeneratorConfig):
-    """An environment shape (see `GeneratorConfig`) plus the LLM pipeline's settings."""
+class LLMSynthesisConfig(OfflineSynthesisConfig):
+    """An environment shape (see `OfflineSynthesisConfig`) plus the LLM pipeline's settings."""
 
     lang: str = Field(
         default="en",
@@ -101,7 +101,7 @@ class LLMGenerationConfig(GeneratorConfig):
         months = self.num_periods * self.period_length
         return months if self.period_unit == "months" else max(1, round(months / 30))
 
-    def generation_payload(self, seed: int, simulator_model: str) -> dict[str, Any]:
+    def synthesis_payload(self, seed: int, simulator_model: str) -> dict[str, Any]:
         """Everything that changes generated content (the work directory's key is its hash).
 
         Excluded: the user count (user i never depends on how many users there are), worker
@@ -118,15 +118,13 @@ class LLMGenerationConfig(GeneratorConfig):
             "simulator_model": simulator_model,
         }
 
-    def generation_key(self, seed: int, simulator_model: str) -> str:
-        payload = self.generation_payload(seed, simulator_model)
+    def synthesis_key(self, seed: int, simulator_model: str) -> str:
+        payload = self.synthesis_payload(seed, simulator_model)
         text = json.dumps(payload, sort_keys=True, ensure_ascii=True)
         return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
-def generation_config_from_dict(
-    data: dict[str, Any], source: str = "config"
-) -> LLMGenerationConfig:
+def synthesis_config_from_dict(data: dict[str, Any], source: str = "config") -> LLMSynthesisConfig:
     """Build a config; an optional `preset` key names the offline preset the fields override."""
     data = dict(data)
     preset = data.pop("preset", None)
@@ -139,22 +137,22 @@ def generation_config_from_dict(
             )
         base = PRESETS[preset].model_dump()
     try:
-        return LLMGenerationConfig.model_validate({**base, **data})
+        return LLMSynthesisConfig.model_validate({**base, **data})
     except ValidationError as error:
         details = "; ".join(
             f"{'.'.join(str(part) for part in detail['loc']) or '(config)'}: {detail['msg']}"
             for detail in error.errors()[:5]
         )
         raise ConfigError(
-            f"{source}: invalid LLM generation config: {details} "
+            f"{source}: invalid LLM synthesis config: {details} "
             "(see experiments/generate_llm.toml for an annotated example)"
         ) from None
 
 
-def load_generation_config(path: str | Path) -> LLMGenerationConfig:
-    """Read a TOML generation config (format: experiments/generate_llm.toml)."""
+def load_synthesis_config(path: str | Path) -> LLMSynthesisConfig:
+    """Read a TOML synthesis config (format: experiments/generate_llm.toml)."""
     path = Path(path)
     data = read_toml_file(
-        path, "generation config", missing_hint="start from experiments/generate_llm.toml"
+        path, "synthesis config", missing_hint="start from experiments/generate_llm.toml"
     )
-    return generation_config_from_dict(data, source=str(path))
+    return synthesis_config_from_dict(data, source=str(path))

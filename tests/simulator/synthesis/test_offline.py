@@ -1,4 +1,4 @@
-"""Offline generator: catalog sanity, the paper's sampling constraints over many seeds,
+"""Offline synthesis: catalog sanity, the paper's sampling constraints over many seeds,
 determinism and per-user reproducibility."""
 
 from __future__ import annotations
@@ -21,14 +21,13 @@ from evolve.simulator.environment import (
     EnvironmentItem,
     dumps_environment,
 )
-from evolve.simulator.generator import (
+from evolve.simulator.synthesis.catalogs import Catalog, load_catalog
+from evolve.simulator.synthesis.offline import (
     PRESETS,
-    Catalog,
-    GeneratorConfig,
-    generate_environment,
-    generate_user,
+    OfflineSynthesisConfig,
     get_preset,
-    load_catalog,
+    synthesize_environment,
+    synthesize_user,
 )
 
 
@@ -151,12 +150,12 @@ def test_catalog_format_errors_name_the_file(tmp_path: Path) -> None:
         load_catalog([tmp_path])
 
 
-# --- generator invariants -----------------------------------------------------------------------
+# --- synthesis invariants -----------------------------------------------------------------------
 
 SESSION_TIME = re.compile(r"^\d{4}-\d{2}-\d{2} (19|20|21):\d{2}:\d{2}$")
 
 
-def check_item(item: EnvironmentItem, config: GeneratorConfig, catalog: Catalog) -> None:
+def check_item(item: EnvironmentItem, config: OfflineSynthesisConfig, catalog: Catalog) -> None:
     assert item.problems() == []
     schema = item.state_schema
     # The schema is exactly the variables the questions require, in first-use order.
@@ -250,7 +249,7 @@ def check_query(
 @pytest.mark.parametrize("seed", range(40))
 def test_tiny_invariants_over_seeds(seed: int, catalog: Catalog) -> None:
     config = PRESETS["tiny"]
-    env = generate_environment(config, seed, catalog=catalog)
+    env = synthesize_environment(config, seed, catalog=catalog)
     assert len(env.items) == config.num_users == 4
     for item in env.items:
         check_item(item, config, catalog)
@@ -262,20 +261,20 @@ def test_tiny_invariants_over_seeds(seed: int, catalog: Catalog) -> None:
 def test_v1_invariants_over_seeds(preset: str, seeds: range, catalog: Catalog) -> None:
     config = PRESETS[preset]
     for seed in seeds:
-        for item in generate_environment(config, seed, 5, catalog=catalog).items:
+        for item in synthesize_environment(config, seed, 5, catalog=catalog).items:
             check_item(item, config, catalog)
 
 
 def test_random_padding_appears_when_the_trajectory_has_few_variants(catalog: Catalog) -> None:
     config = PRESETS["tiny"]
-    env = generate_environment(config, 0, 20, catalog=catalog)
+    env = synthesize_environment(config, 0, 20, catalog=catalog)
     types = [c.type for item in env.items for qa in item.qas for c in qa.answer_choices]
     assert CHOICE_RANDOM in types and CHOICE_EXPERIENCED in types
 
 
 def test_choice_positions_are_shuffled(catalog: Catalog) -> None:
     """The gold choice must not sit at a fixed position (e.g. random padding always last)."""
-    env = generate_environment(PRESETS["v1.base"], 3, 10, catalog=catalog)
+    env = synthesize_environment(PRESETS["v1.base"], 3, 10, catalog=catalog)
     last_is_random = [
         qa.answer_choices[-1].type == CHOICE_RANDOM
         for item in env.items
@@ -303,33 +302,35 @@ def test_presets_match_the_paper_settings() -> None:
 
 def test_same_seed_gives_byte_identical_json(catalog: Catalog) -> None:
     config = PRESETS["v1.base"]
-    first = dumps_environment(generate_environment(config, 7, 3, catalog=catalog))
-    second = dumps_environment(generate_environment(config, 7, 3, catalog=load_catalog()))
+    first = dumps_environment(synthesize_environment(config, 7, 3, catalog=catalog))
+    second = dumps_environment(synthesize_environment(config, 7, 3, catalog=load_catalog()))
     assert first == second
 
 
 def test_different_seeds_differ(catalog: Catalog) -> None:
     config = PRESETS["tiny"]
-    texts = {dumps_environment(generate_environment(config, s, catalog=catalog)) for s in range(5)}
+    texts = {
+        dumps_environment(synthesize_environment(config, s, catalog=catalog)) for s in range(5)
+    }
     assert len(texts) == 5
 
 
 def test_users_are_reproducible_individually(catalog: Catalog) -> None:
     config = PRESETS["v1.base"]
-    env = generate_environment(config, 11, 6, catalog=catalog)
-    alone = generate_user(config, 11, 4, catalog=catalog)
+    env = synthesize_environment(config, 11, 6, catalog=catalog)
+    alone = synthesize_user(config, 11, 4, catalog=catalog)
     assert alone.to_original() == env.items[4].to_original()
-    fewer = generate_environment(config, 11, 2, catalog=catalog)
+    fewer = synthesize_environment(config, 11, 2, catalog=catalog)
     assert fewer.to_original() == env.to_original()[:2]
     assert len({item.id for item in env.items}) == 6
     # The first len(personas) users all get different personas.
-    many = generate_environment(PRESETS["tiny"], 0, len(catalog.personas), catalog=catalog)
+    many = synthesize_environment(PRESETS["tiny"], 0, len(catalog.personas), catalog=catalog)
     names = {item.user_profile["name"] for item in many.items}
     assert len(names) == len(catalog.personas)
 
 
 def test_generated_file_round_trips(catalog: Catalog) -> None:
-    env = generate_environment(PRESETS["tiny"], 5, catalog=catalog)
+    env = synthesize_environment(PRESETS["tiny"], 5, catalog=catalog)
     text = dumps_environment(env)
     again = Environment.from_original(json.loads(text))
     assert dumps_environment(again) == text
@@ -341,7 +342,7 @@ def test_generated_file_round_trips(catalog: Catalog) -> None:
 
 def test_v1_base_twenty_users_generate_quickly(catalog: Catalog) -> None:
     started = time.perf_counter()
-    env = generate_environment(PRESETS["v1.base"], 0, catalog=catalog)
+    env = synthesize_environment(PRESETS["v1.base"], 0, catalog=catalog)
     assert len(env.items) == 20
     assert time.perf_counter() - started < 5.0
 
@@ -352,18 +353,18 @@ def test_v1_base_twenty_users_generate_quickly(catalog: Catalog) -> None:
 def test_config_rejects_impossible_shapes() -> None:
     base = PRESETS["tiny"].model_dump()
     with pytest.raises(ValidationError, match="min_state_variants"):
-        GeneratorConfig(**{**base, "choices_per_state": 2, "min_state_variants": 5})
+        OfflineSynthesisConfig(**{**base, "choices_per_state": 2, "min_state_variants": 5})
     with pytest.raises(ValidationError, match="minimum above its maximum"):
-        GeneratorConfig(**{**base, "changes_per_period": (3, 1)})
+        OfflineSynthesisConfig(**{**base, "changes_per_period": (3, 1)})
     with pytest.raises(ValidationError, match="evenings"):
-        GeneratorConfig(**{**base, "period_unit": "days", "period_length": 1})
-    days = GeneratorConfig(**{**base, "period_unit": "days", "period_length": 7})
-    item = generate_user(days, 0, 0)
+        OfflineSynthesisConfig(**{**base, "period_unit": "days", "period_length": 1})
+    days = OfflineSynthesisConfig(**{**base, "period_unit": "days", "period_length": 7})
+    item = synthesize_user(days, 0, 0)
     assert item.periods[2].period_end == "2020-10-15"
 
 
 def test_infeasible_change_budget_is_a_config_error(catalog: Catalog) -> None:
-    config = GeneratorConfig(
+    config = OfflineSynthesisConfig(
         num_periods=20,
         num_questions=1,
         states_per_question=2,
@@ -373,7 +374,7 @@ def test_infeasible_change_budget_is_a_config_error(catalog: Catalog) -> None:
         min_state_variants=2,
     )
     with pytest.raises(ConfigError, match="max_changes_per_state"):
-        generate_user(config, 0, 0, catalog=catalog)
+        synthesize_user(config, 0, 0, catalog=catalog)
 
 
 def test_unknown_preset_and_too_many_questions(catalog: Catalog) -> None:
@@ -381,4 +382,4 @@ def test_unknown_preset_and_too_many_questions(catalog: Catalog) -> None:
         get_preset("v2")
     config = PRESETS["tiny"].model_copy(update={"num_questions": len(catalog.questions) + 1})
     with pytest.raises(ConfigError, match="questions"):
-        generate_environment(config, 0, 1, catalog=catalog)
+        synthesize_environment(config, 0, 1, catalog=catalog)

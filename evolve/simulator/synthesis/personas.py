@@ -1,4 +1,4 @@
-"""Personas for LLM generation: rows of a Nemotron-Personas parquet file, or the catalog's.
+"""Personas for LLM synthesis: rows of a Nemotron-Personas parquet file, or the catalog's.
 
 A `PersonaRecord` keeps the structured facts (age, occupation, ...) apart from the free text
 the profile stage summarizes. Users are drawn through one seeded permutation, so user i is
@@ -15,7 +15,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from evolve.errors import ConfigError
-from evolve.simulator.generator import Catalog, derive_rng, load_catalog
+from evolve.seeds import derive_rng
+from evolve.simulator.synthesis.catalogs import Catalog, load_catalog
 
 # Free-text columns summarized by the profile stage (as the original does).
 NEMOTRON_TEXT_COLUMNS = (
@@ -150,10 +151,10 @@ def load_nemotron_personas(path: str | Path, count: int, seed: int) -> list[Pers
 
 
 def catalog_personas(count: int, seed: int, catalog: Catalog | None = None) -> list[PersonaRecord]:
-    """`count` personas of the offline catalog, in the offline generator's order and ids."""
+    """`count` personas of the offline catalog, in offline synthesis's order and ids."""
     catalog = catalog or load_catalog()
     order = list(catalog.personas)
-    # Same permutation as the offline generator: user i has the same persona in both.
+    # Same permutation as offline synthesis: user i has the same persona in both.
     derive_rng("personas", seed).shuffle(order)
     records = []
     for index in range(count):

@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 
 from pydantic import BaseModel
 
-from evolve.simulator.generate.config import LLMGenerationConfig
-from evolve.simulator.generate.signatures import (
+from evolve.simulator.synthesis.config import LLMSynthesisConfig
+from evolve.simulator.synthesis.signatures import (
     ChangeDraft,
     EventDraft,
     QuestionDraft,
@@ -83,7 +83,7 @@ def check_profile(
 
 
 def check_questions(
-    drafts: Sequence[QuestionDraft], config: LLMGenerationConfig
+    drafts: Sequence[QuestionDraft], config: LLMSynthesisConfig
 ) -> tuple[list[QuestionSpec], list[str]]:
     """Exactly `num_questions` (extras are dropped), each with `states_per_question` facts."""
     problems: list[str] = []
@@ -141,7 +141,7 @@ def info_type_occurrences(
     return occurrences
 
 
-def min_variables(config: LLMGenerationConfig) -> int:
+def min_variables(config: LLMSynthesisConfig) -> int:
     """Variables needed so that every period can make its minimum number of changes."""
     low = config.changes_per_period[0]
     return max(low, math.ceil(config.num_periods * low / config.max_changes_per_state))
@@ -150,7 +150,7 @@ def min_variables(config: LLMGenerationConfig) -> int:
 def check_groups(
     groups: Sequence[VariableGroup],
     questions: Sequence[QuestionSpec],
-    config: LLMGenerationConfig,
+    config: LLMSynthesisConfig,
 ) -> tuple[dict[str, str], list[str]]:
     """Mapping info type -> variable: a partition that keeps each question's facts apart."""
     problems: list[str] = []
@@ -201,7 +201,7 @@ def check_groups(
 
 
 def check_unified(
-    unified: Sequence[VariableOptions], needed: Sequence[str], config: LLMGenerationConfig
+    unified: Sequence[VariableOptions], needed: Sequence[str], config: LLMSynthesisConfig
 ) -> tuple[dict[str, list[str]], list[str]]:
     problems: list[str] = []
     low, high = config.choices_per_state
@@ -230,7 +230,7 @@ def check_unified(
     return result, problems
 
 
-def budget_left(counts: Mapping[str, int], config: LLMGenerationConfig) -> dict[str, int]:
+def budget_left(counts: Mapping[str, int], config: LLMSynthesisConfig) -> dict[str, int]:
     return {var: config.max_changes_per_state - count for var, count in counts.items()}
 
 
@@ -239,7 +239,7 @@ def check_changes(
     schema: Mapping[str, list[str]],
     state: Mapping[str, str],
     counts: Mapping[str, int],
-    config: LLMGenerationConfig,
+    config: LLMSynthesisConfig,
     period_index: int,
 ) -> tuple[dict[str, str], list[str]]:
     """Valid keys and values, real changes, the count range and every variable's budget.

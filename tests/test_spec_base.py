@@ -1,0 +1,48 @@
+"""The spec building blocks shared by experiment and tuning specs (`evolve.spec_base`)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from pydantic import ValidationError
+
+from evolve.config import OptimizerSpec, spec_from_dict
+from evolve.errors import ConfigError
+from evolve.optimize.parameters import RandomStepProposer
+from evolve.spec_base import IntRange, format_validation_error
+from evolve.tuning.spec import TuningSpec
+
+
+def test_one_range_type_serves_the_optimizer_bounds_and_the_tuning_space():
+    bounds = OptimizerSpec.model_fields["parameters"].annotation.__args__[1]
+    assert bounds is IntRange
+    assert IntRange in TuningSpec.model_fields["parameters"].annotation.__args__[1].__args__
+
+
+def test_range_values_and_membership_follow_the_step():
+    span = IntRange(low=2, high=8, step=3)
+    assert span.values() == [2, 5, 8]
+    assert span.contains(5) and not span.contains(4) and not span.contains(11)
+    with pytest.raises(ValidationError, match="multiple of step"):
+        IntRange(low=1, high=8, step=3)
+
+
+def test_random_step_proposals_stay_on_the_range_grid():
+    bounds = {"update_every": IntRange(low=2, high=10, step=2)}
+    proposer = RandomStepProposer(max_step=2)
+    rng = random.Random(0)
+    seen = {proposer.propose({"update_every": 6}, bounds, rng)["update_every"] for _ in range(50)}
+    assert seen == {2, 4, 8, 10}
+
+
+def test_the_formatter_names_the_key_and_the_valid_keys_of_its_root():
+    with pytest.raises(ConfigError, match=r"optimizer\.bogus: unknown key in \[optimizer\]"):
+        spec_from_dict({"optimizer": {"bogus": 1}})
+    try:
+        IntRange.model_validate({"low": 1, "hgh": 2})
+    except ValidationError as error:
+        text = format_validation_error("range", error, IntRange)
+    assert text.startswith("range: ")
+    assert "hgh: unknown key in the top level; valid keys: low, high, step" in text
+    assert "high: required key is missing" in text
