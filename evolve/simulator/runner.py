@@ -1062,3 +1062,8 @@ def _item_result(
         variables=checks,
         diagnosis=diagnose(correct, checks),
     )
+
+
+def load_report(run_dir: Path) -> dict[str, Any]:
+    """The stored report of a run (metrics only) as a dict (`evolve compare` reads it)."""
+    return read_json(RunLayout(Path(run_dir)).report_file)

@@ -9,7 +9,7 @@ import pytest
 from scripted_lm import ScriptedLM, scripted_role_lms
 from simulator.eval_helpers import agent_responder, make_environment, sections
 
-from evolve.simulator.runner import EpisodeConfig, load_report, run_evaluation
+from evolve.simulator.runner import EpisodeConfig, run_evaluation
 from evolve.simulator.storage import RunLayout
 from memory_policies import NativePolicy
 
@@ -30,7 +30,6 @@ def test_report_records_the_protocol(tmp_path, protocol):
     assert report.protocol == protocol
     stored = json.loads(RunLayout(tmp_path / protocol).report_file.read_text())
     assert stored["protocol"] == protocol
-    assert load_report(tmp_path / protocol)["protocol"] == protocol
 
 
 def test_paper_run_plays_the_state_blind_user_in_later_periods_only(tmp_path):
