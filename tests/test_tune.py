@@ -202,6 +202,10 @@ def test_trials_are_tracked_in_mlflow_under_the_study_parent_run(tmp_path):
     assert parent.data.metrics["best_value"] == 1.0
     assert parent.data.metrics["heldout_score"] == 1.0
     assert parent.data.params["tuning.sampler"] == "grid"
+    # Described and sourced as the fluent API would (issue 14): the UI shows who ran what.
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+    assert "update_every" in parent.data.tags["mlflow.note.content"]
+    assert parent.data.tags["mlflow.user"] and parent.data.tags["mlflow.source.type"]
     children = client.search_runs(
         [experiment.experiment_id],
         filter_string=f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'",
@@ -214,6 +218,7 @@ def test_trials_are_tracked_in_mlflow_under_the_study_parent_run(tmp_path):
         record = result.trial(int(child.data.tags["evolve.trial"]))
         assert child.info.status == "FINISHED"
         assert child.data.params["param.update_every"] == str(record.parameters["update_every"])
+        assert child.data.tags["mlflow.note.content"].startswith(f"Trial {record.number} of")
         history = client.get_metric_history(child.info.run_id, "reported_value")
         assert [m.step for m in history] == sorted(record.periods)
         assert [m.value for m in history] == [record.periods[p] for p in sorted(record.periods)]

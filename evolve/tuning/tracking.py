@@ -24,16 +24,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evolve.tracking import (
+    NOTE_TAG,
     PARENT_RUN_TAG,
     TAG_CONFIG_HASH,
     TAG_EXPERIMENT,
     TAG_KIND,
     TAG_RUN_DIR,
     TrackingContext,
+    describe_experiment,
     experiment_params,
     get_or_create_experiment,
     mlflow_client,
     normalize_tracking_uri,
+    run_context_tags,
 )
 
 if TYPE_CHECKING:
@@ -111,6 +114,7 @@ class MLflowStudyTracker(StudyTracker):
         self.experiment_id = get_or_create_experiment(
             self.client, self.experiment_name, self.tracking_uri
         )
+        describe_experiment(self.client, self.experiment_id, context.spec.description)
         existing = self._parents()
         if existing:
             self.parent_run_id = existing[0].info.run_id
@@ -139,6 +143,8 @@ class MLflowStudyTracker(StudyTracker):
 
     def _parent_tags(self, context: StudyContext) -> dict[str, str]:
         return {
+            **run_context_tags(),
+            NOTE_TAG: study_description(context),
             TAG_KIND: KIND_TUNING,
             TAG_EXPERIMENT: context.name,
             TAG_STUDY: context.study_name,
@@ -168,6 +174,8 @@ class MLflowStudyTracker(StudyTracker):
             self.experiment_id,
             run_name=f"trial {number}",
             tags={
+                **run_context_tags(),
+                NOTE_TAG: trial_description(number, parameters, context),
                 PARENT_RUN_TAG: self.parent_run_id,
                 TAG_KIND: KIND_TRIAL,
                 TAG_EXPERIMENT: context.name,
@@ -314,6 +322,25 @@ class MLflowStudyTracker(StudyTracker):
                 self.client.set_terminated(run_id, "KILLED")
             if self.parent_run_id is not None:
                 self.client.set_terminated(self.parent_run_id, "KILLED")
+
+
+def study_description(context: StudyContext) -> str:
+    spec = context.spec
+    names = ", ".join(spec.tuning.parameters) or "-"
+    summary = (
+        f"amemgym-evolve tuning study {context.study_name} of {context.name}: "
+        f"{spec.policy.kind or 'bundle'} policy, parameters {names}, objectives "
+        f"{', '.join(spec.tuning.objectives)}, protocol {spec.protocol}."
+    )
+    description = spec.description.strip()
+    return f"{description}\n\n{summary}" if description else summary
+
+
+def trial_description(number: int, parameters: dict[str, int], context: StudyContext) -> str:
+    settings = ", ".join(f"{k}={v}" for k, v in sorted(parameters.items())) or "defaults"
+    text = f"Trial {number} of study {context.study_name}: {settings}."
+    description = context.spec.description.strip()
+    return f"{text}\n\n{description}" if description else text
 
 
 def study_params(context: StudyContext) -> dict[str, str]:
