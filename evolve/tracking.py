@@ -126,10 +126,16 @@ class ExperimentTracker:
         """A generation finished."""
 
     def evaluation_sink(
-        self, record: CandidateRecord, split: str, inner: ProgressSink | None
+        self,
+        split: str,
+        inner: ProgressSink | None,
+        *,
+        record: CandidateRecord | None = None,
+        fingerprint: str | None = None,
     ) -> ProgressSink | None:
-        """The runner's progress sink for evaluating `record` on `split`: `inner` (the CLI's
-        progress), possibly wrapped by one that also records traces."""
+        """The runner's progress sink for an evaluation on `split` ("train" or "heldout") of
+        `record` (or of a policy known by `fingerprint` only, e.g. inside GEPA): `inner` (the
+        CLI's progress), or a sink that forwards to it and records traces."""
         return inner
 
     def finish(self, result: ExperimentResult, *, report: str = "") -> None:
@@ -291,6 +297,7 @@ class MLflowTracker(ExperimentTracker):
         self.context: TrackingContext | None = None
         self._state: dict[str, Any] = {}
         self._state_file: Path | None = None
+        self._tracers: list[Any] = []  # EpisodeTracers not yet closed
 
     # ----- lifecycle -----------------------------------------------------------------------
 
@@ -404,6 +411,7 @@ class MLflowTracker(ExperimentTracker):
         )
         self._state["final_metrics"] = {k: [last_step, float(v)] for k, v in metrics.items()}
         self._save_state()
+        self._close_tracers()
         if report:
             self.client.log_text(run_id, report, "compare.txt")
         self.client.set_terminated(run_id, "FINISHED")
@@ -412,7 +420,79 @@ class MLflowTracker(ExperimentTracker):
         if self.client is not None and self.parent_run_id is not None:
             # Never hide the original error behind a tracking failure.
             with contextlib.suppress(Exception):
+                self._close_tracers()
+            with contextlib.suppress(Exception):
                 self.client.set_terminated(self.parent_run_id, "KILLED")
+
+    # ----- traces -------------------------------------------------------------------------------
+
+    def evaluation_sink(
+        self,
+        split: str,
+        inner: ProgressSink | None,
+        *,
+        record: CandidateRecord | None = None,
+        fingerprint: str | None = None,
+    ) -> ProgressSink | None:
+        from evolve.tracing import traces_wanted
+
+        assert self.context is not None
+        if not traces_wanted(self.context.spec.tracking.traces, split):
+            return inner
+        from evolve.tracing import EpisodeTracer
+
+        tags = {TAG_EXPERIMENT: self.context.name, "evolve.split": split}
+        source_run_id = None
+        if record is not None:
+            tags[TAG_CANDIDATE] = record.id
+            # The candidate's run exists from its first traced evaluation on: the trace
+            # links to it (and the run's duration covers the evaluation).
+            source_run_id = self.candidate_run(record)
+        elif fingerprint is not None:
+            tags["evolve.fingerprint"] = fingerprint
+            # GEPA's held-out evaluations come after the train one was logged: link those.
+            for candidate_id, entry in self._state["candidates"].items():
+                if entry.get("fingerprint") == fingerprint and entry.get("run_id"):
+                    tags[TAG_CANDIDATE] = candidate_id
+                    source_run_id = entry["run_id"]
+                    break
+        tracer = EpisodeTracer(
+            inner,
+            tracking_uri=self.tracking_uri,
+            experiment_id=self._state["experiment_id"],
+            tags=tags,
+            source_run_id=source_run_id,
+        )
+        self._tracers.append(tracer)
+        return tracer
+
+    def _adopt_traces(self, record: CandidateRecord, run_id: str) -> None:
+        """Traces GEPA recorded by fingerprint before `record` existed: closed, tagged with
+        the candidate and linked to its run."""
+        adopted = [
+            t for t in self._tracers if t.tags.get("evolve.fingerprint") == record.fingerprint
+        ]
+        if not adopted:
+            return
+        self._tracers = [t for t in self._tracers if t not in adopted]
+        trace_ids = []
+        for tracer in adopted:
+            tracer.close()
+            trace_ids += tracer.trace_ids
+        for trace_id in trace_ids:
+            self.client.set_trace_tag(trace_id, TAG_CANDIDATE, record.id)
+        if trace_ids:
+            self.client.link_traces_to_run(trace_ids, run_id)
+
+    def _close_tracers(self, candidate_id: str | None = None) -> None:
+        """Close the tracers of `candidate_id` (all when None): their traces are written."""
+        keep = []
+        for tracer in self._tracers:
+            if candidate_id is None or tracer.tags.get(TAG_CANDIDATE) == candidate_id:
+                tracer.close()
+            else:
+                keep.append(tracer)
+        self._tracers = keep
 
     # ----- candidates and generations ---------------------------------------------------------
 
@@ -452,6 +532,8 @@ class MLflowTracker(ExperimentTracker):
         self.client.log_batch(run_id, metrics=metrics)
         if split == "heldout":
             self._state["heldout_scores"][record.id] = scores.score
+        self._close_tracers(record.id)
+        self._adopt_traces(record, run_id)
         self._tag_prompt_versions(record, entry, split, scores.score)
         self.client.log_text(run_id, per_period_table(scores), f"scores/{split}_per_period.csv")
         self.client.set_tag(run_id, TAG_STATUS, str(record.status))
@@ -471,6 +553,7 @@ class MLflowTracker(ExperimentTracker):
         entry = self._candidate_entry(record)
         if entry["run_id"] is None or not self._run_exists(entry["run_id"]):
             entry.update(run_id=self._create_candidate_run(record), logged=[], artifacts=False)
+            entry["fingerprint"] = record.fingerprint  # GEPA evaluates by fingerprint
             params = [Param(k, v) for k, v in self._candidate_params(record).items()]
             self.client.log_batch(entry["run_id"], params=params)
             self._save_state()

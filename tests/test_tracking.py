@@ -291,3 +291,10 @@ def test_every_component_text_is_a_prompt_version_with_lineage(tracked):
     assert len(seen) < sum(
         len(result.candidate(c.data.tags["evolve.candidate_id"]).components) for c in children
     )
+
+
+def test_no_traces_unless_asked(tracked):
+    _, uri, _, _, _ = tracked
+    client = mlflow_client(uri)
+    experiment = client.get_experiment_by_name("amemgym-evolve/exp")
+    assert list(client.search_traces(locations=[experiment.experiment_id])) == []
