@@ -38,6 +38,14 @@ TRACE_MODES = ("none", "heldout", "all")
 SOURCE_RUN_METADATA = "mlflow.sourceRun"
 
 
+def flush_traces() -> None:
+    """Wait until every ended trace is in the store. It costs about a second (MLflow's
+    writer polls its queue once a second), so it is called once per invocation."""
+    import mlflow
+
+    mlflow.flush_trace_async_logging()
+
+
 def traces_wanted(mode: str, split: str) -> bool:
     """Whether an evaluation on `split` ("train" or "heldout") is traced under `mode`."""
     return mode == "all" or (mode == "heldout" and split == "heldout")
@@ -175,15 +183,12 @@ class EpisodeTracer(ProgressSink):
             self._end_episode(result.user_id)
 
     def close(self) -> None:
-        """End the episodes still open (a user with fewer periods, or a failed evaluation)
-        and wait for the traces to be written."""
-        import mlflow
-
+        """End the episodes still open (a user with fewer periods, or a failed evaluation).
+        MLflow writes ended traces in the background: `flush_traces` waits for them."""
         with self._lock:
             users = list(self._episodes)
         for user_id in users:
             self._end_episode(user_id)
-        mlflow.flush_trace_async_logging()
 
     # ----- spans ----------------------------------------------------------------------------
 

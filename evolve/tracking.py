@@ -298,6 +298,9 @@ class MLflowTracker(ExperimentTracker):
         self._state: dict[str, Any] = {}
         self._state_file: Path | None = None
         self._tracers: list[Any] = []  # EpisodeTracers not yet closed
+        # (trace ids, candidate id, run id) of GEPA's traces, tagged once they are written.
+        self._adopted: list[tuple[list[str], str, str]] = []
+        self._traced = False  # a tracer was handed out in this invocation
 
     # ----- lifecycle -----------------------------------------------------------------------
 
@@ -411,7 +414,7 @@ class MLflowTracker(ExperimentTracker):
         )
         self._state["final_metrics"] = {k: [last_step, float(v)] for k, v in metrics.items()}
         self._save_state()
-        self._close_tracers()
+        self._write_traces()
         if report:
             self.client.log_text(run_id, report, "compare.txt")
         self.client.set_terminated(run_id, "FINISHED")
@@ -420,7 +423,7 @@ class MLflowTracker(ExperimentTracker):
         if self.client is not None and self.parent_run_id is not None:
             # Never hide the original error behind a tracking failure.
             with contextlib.suppress(Exception):
-                self._close_tracers()
+                self._write_traces()
             with contextlib.suppress(Exception):
                 self.client.set_terminated(self.parent_run_id, "KILLED")
 
@@ -464,6 +467,7 @@ class MLflowTracker(ExperimentTracker):
             source_run_id=source_run_id,
         )
         self._tracers.append(tracer)
+        self._traced = True
         return tracer
 
     def _adopt_traces(self, record: CandidateRecord, run_id: str) -> None:
@@ -472,17 +476,28 @@ class MLflowTracker(ExperimentTracker):
         adopted = [
             t for t in self._tracers if t.tags.get("evolve.fingerprint") == record.fingerprint
         ]
-        if not adopted:
-            return
         self._tracers = [t for t in self._tracers if t not in adopted]
         trace_ids = []
         for tracer in adopted:
             tracer.close()
             trace_ids += tracer.trace_ids
-        for trace_id in trace_ids:
-            self.client.set_trace_tag(trace_id, TAG_CANDIDATE, record.id)
         if trace_ids:
+            self._adopted.append((trace_ids, record.id, run_id))
+
+    def _write_traces(self) -> None:
+        """Close every tracer, wait for the traces to be written (once: it costs a second),
+        then tag and link the adopted ones."""
+        if not self._traced:
+            return
+        from evolve.tracing import flush_traces
+
+        self._close_tracers()
+        flush_traces()
+        for trace_ids, candidate_id, run_id in self._adopted:
+            for trace_id in trace_ids:
+                self.client.set_trace_tag(trace_id, TAG_CANDIDATE, candidate_id)
             self.client.link_traces_to_run(trace_ids, run_id)
+        self._adopted = []
 
     def _close_tracers(self, candidate_id: str | None = None) -> None:
         """Close the tracers of `candidate_id` (all when None): their traces are written."""
