@@ -117,7 +117,14 @@ def test_candidate_artifacts(tracked):
 
 
 def test_resume_continues_the_same_parent_run_without_duplicates(tracked):
-    tmp_path, uri, spec_path, _, _ = tracked
+    tmp_path, uri, spec_path, result, _ = tracked
+    client = mlflow_client(uri)
+    names = [f"exp.{component}" for component in result.candidates[0].components]
+
+    def versions() -> dict[str, int]:
+        return {name: len(client.search_prompt_versions(name)) for name in names}
+
+    before = versions()
     world = World()
     tracked_run(tmp_path, world, spec_path, uri)
     assert world.calls()["agent"] == 0
@@ -125,6 +132,7 @@ def test_resume_continues_the_same_parent_run_without_duplicates(tracked):
     assert len(parents) == 1
     ids = [c.data.tags["evolve.candidate_id"] for c in children]
     assert len(ids) == len(set(ids))
+    assert versions() == before and all(before.values())  # no prompt registered twice
 
 
 def test_instruction_diff_is_a_unified_diff():
