@@ -182,7 +182,7 @@ def test_trials_are_tracked_in_mlflow_under_the_study_parent_run(tmp_path):
     spec_path = write_tune_spec(
         tmp_path,
         f'pruner = "median"\n{GRID}',
-        tracking=f'tracking_uri = "{uri}"\nexperiment_name = "tune-test"',
+        tracking=f'tracking_uri = "{uri}"\nexperiment_name = "tune-test"\ntraces = "heldout"',
     )
     from evolve.tracking import mlflow_client
     from evolve.tune import study_tracker_for
@@ -222,6 +222,11 @@ def test_trials_are_tracked_in_mlflow_under_the_study_parent_run(tmp_path):
         history = client.get_metric_history(child.info.run_id, "reported_value")
         assert [m.step for m in history] == sorted(record.periods)
         assert [m.value for m in history] == [record.periods[p] for p in sorted(record.periods)]
+    # traces = "heldout": the held-out checks only, one trace per user episode.
+    traces = client.search_traces(locations=[experiment.experiment_id], max_results=100)
+    assert traces and {t.info.tags["evolve.split"] for t in traces} == {"heldout"}
+    assert {t.info.tags["evolve.study"] for t in traces} == {parent.data.tags["evolve.study"]}
+    assert all(t.info.trace_metadata["mlflow.sourceRun"] == parent.info.run_id for t in traces)
     text = render_tuning_experiment(uri, "tune-test")
     assert "pruned" in text and "best: trial" in text and "short_term_len=0" in text
     # A resumed invocation (nothing left to do) reuses the same parent run.

@@ -41,6 +41,7 @@ from evolve.tracking import (
 
 if TYPE_CHECKING:
     from evolve.simulator.metrics import MetricSummary
+    from evolve.simulator.runner import ProgressSink
     from evolve.tuning.records import TrialRecord, TuningResult
     from evolve.tuning.spec import TuneSpec
 
@@ -91,6 +92,18 @@ class StudyTracker:
     def fail(self) -> None:
         """The worker was interrupted by an error or Ctrl-C."""
 
+    def evaluation_sink(
+        self,
+        split: str,
+        inner: ProgressSink | None,
+        *,
+        trial: int | None = None,
+        label: str | None = None,
+    ) -> ProgressSink | None:
+        """The runner's progress sink for a trial's evaluation ("train") or a held-out check
+        (`label`): `inner`, or a sink that forwards to it and records traces."""
+        return inner
+
 
 class NullStudyTracker(StudyTracker):
     """Tracking disabled."""
@@ -105,6 +118,51 @@ class MLflowStudyTracker(StudyTracker):
         self.parent_run_id: str | None = None
         self.context: StudyContext | None = None
         self._trial_runs: dict[int, str] = {}
+        self._tracers: list[Any] = []
+
+    def evaluation_sink(
+        self,
+        split: str,
+        inner: ProgressSink | None,
+        *,
+        trial: int | None = None,
+        label: str | None = None,
+    ) -> ProgressSink | None:
+        from evolve.tracing import EpisodeTracer, traces_wanted
+
+        assert self.context is not None
+        if not traces_wanted(self.context.spec.tracking.traces, split):
+            return inner
+        tags = {
+            TAG_EXPERIMENT: self.context.name,
+            TAG_STUDY: self.context.study_name,
+            "evolve.split": split,
+        }
+        if trial is not None:
+            tags[TAG_TRIAL] = str(trial)
+        if label is not None:
+            tags["evolve.evaluation"] = label
+        run_id = self._trial_runs.get(trial) if trial is not None else self.parent_run_id
+        tracer = EpisodeTracer(
+            inner,
+            tracking_uri=self.tracking_uri,
+            experiment_id=str(self.experiment_id),
+            tags=tags,
+            source_run_id=run_id,
+        )
+        self._tracers.append(tracer)
+        return tracer
+
+    def _write_traces(self) -> None:
+        """End open episodes and wait once for the traces to be written."""
+        if not self._tracers:
+            return
+        from evolve.tracing import flush_traces
+
+        for tracer in self._tracers:
+            tracer.close()
+        self._tracers = []
+        flush_traces()
 
     def start(self, context: StudyContext) -> None:
         from mlflow.entities import Param, RunTag
@@ -251,6 +309,7 @@ class MLflowStudyTracker(StudyTracker):
         run_id = self.parent_run_id
         if run_id is None:
             return
+        self._write_traces()
         self._close_failed_children(result)
         timestamp = _now_ms()
         finished = result.finished_trials
@@ -318,6 +377,8 @@ class MLflowStudyTracker(StudyTracker):
         if self.client is None:
             return
         with contextlib.suppress(Exception):  # never hide the original error
+            self._write_traces()
+        with contextlib.suppress(Exception):
             for run_id in self._trial_runs.values():
                 self.client.set_terminated(run_id, "KILLED")
             if self.parent_run_id is not None:
