@@ -425,6 +425,11 @@ class MLflowTracker(ExperimentTracker):
             with contextlib.suppress(Exception):
                 self._write_traces()
             with contextlib.suppress(Exception):
+                # Runs opened for a traced evaluation that never finished.
+                for entry in self._state.get("candidates", {}).values():
+                    if entry.get("run_id") and not entry.get("logged"):
+                        self.client.set_terminated(entry["run_id"], "KILLED")
+            with contextlib.suppress(Exception):
                 self.client.set_terminated(self.parent_run_id, "KILLED")
 
     # ----- traces -------------------------------------------------------------------------------
