@@ -23,8 +23,11 @@ Overhead: measured in the README's tracking section.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import threading
 import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from evolve.simulator.runner import ProgressSink
@@ -33,9 +36,19 @@ if TYPE_CHECKING:
     from evolve.simulator.metrics import MetricSummary
     from evolve.simulator.records import PeriodResult
 
+logger = logging.getLogger(__name__)
 TRACE_MODES = ("none", "heldout", "all")
 # MLflow's trace metadata key that links a trace to a run (the run page lists its traces).
 SOURCE_RUN_METADATA = "mlflow.sourceRun"
+
+
+@contextlib.contextmanager
+def _never_fails(what: str) -> Iterator[None]:
+    """A trace is a record of the evaluation, never a reason for it to fail."""
+    try:
+        yield
+    except Exception as error:  # noqa: BLE001 - logged; the evaluation goes on
+        logger.warning("could not %s (the evaluation goes on): %s", what, error)
 
 
 def flush_traces() -> None:
@@ -100,13 +113,21 @@ class EpisodeTracer(ProgressSink):
 
     def unit_started(self, user_id: str, period_index: int) -> None:
         now = time.time_ns()
-        with self._lock:
+        with self._lock, _never_fails("start an episode trace"):
             self._unit_started_ns[(user_id, period_index)] = now
             if user_id not in self._episodes:
                 self._episodes[user_id] = self._start_episode(user_id, now)
         self.inner.unit_started(user_id, period_index)
 
     def unit_result(self, result: PeriodResult) -> None:
+        with _never_fails("record a period in its trace"):
+            self._record_period(result)
+        self.inner.unit_result(result)
+        if result.period_index >= self.periods - 1:
+            with _never_fails("end an episode trace"):
+                self._end_episode(result.user_id)
+
+    def _record_period(self, result: PeriodResult) -> None:
         import mlflow
 
         with self._lock:
@@ -178,9 +199,6 @@ class EpisodeTracer(ProgressSink):
                 outputs={"accuracy": correct / len(result.items) if result.items else None},
                 end_time_ns=end,
             )
-        self.inner.unit_result(result)
-        if result.period_index >= self.periods - 1:
-            self._end_episode(result.user_id)
 
     def close(self) -> None:
         """End the episodes still open (a user with fewer periods, or a failed evaluation).
@@ -188,7 +206,8 @@ class EpisodeTracer(ProgressSink):
         with self._lock:
             users = list(self._episodes)
         for user_id in users:
-            self._end_episode(user_id)
+            with _never_fails("end an episode trace"):
+                self._end_episode(user_id)
 
     # ----- spans ----------------------------------------------------------------------------
 

@@ -171,3 +171,36 @@ def test_scripted_lm_keeps_kwargs():
     lm = ScriptedLM(lambda call: {})
     lm.kwargs["api_base"] = CREDENTIALED_URL
     assert lm.kwargs["api_base"] == CREDENTIALED_URL
+
+
+def test_a_tracing_failure_never_fails_the_evaluation(tmp_path, monkeypatch, caplog):
+    import mlflow
+
+    from evolve.simulator.records import PeriodResult
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = mlflow_client(uri)
+    finished = []
+
+    class Recorder(ProgressSink):
+        def unit_result(self, result):
+            finished.append(result.period_index)
+
+    tracer = EpisodeTracer(
+        Recorder(), tracking_uri=uri, experiment_id=client.create_experiment("f"), tags={}
+    )
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("trace store unreachable")
+
+    tracer.run_started(users=1, periods=1, finished_units=0)
+    tracer.unit_started("u", 0)
+    monkeypatch.setattr(mlflow, "start_span_no_context", broken)
+    result = PeriodResult.model_construct(
+        user_id="u", period_index=0, period_start="", period_end="", state={}, state_updates={}
+    )
+    tracer.unit_result(result)
+    tracer.close()
+    assert finished == [0]
+    assert "could not record a period in its trace" in caplog.text
+    assert "trace store unreachable" in caplog.text
