@@ -534,7 +534,8 @@ class MLflowTracker(ExperimentTracker):
         if split in entry["logged"]:
             return
         run_id = self.candidate_run(record)
-        if not entry.get("artifacts"):
+        # State written before the "artifacts" flag existed: a logged split had them.
+        if not entry.get("artifacts", bool(entry["logged"])):
             self._log_candidate_artifacts(run_id, record, parent, policy_dir, feedback)
             self._register_prompts(run_id, record, entry)
             entry["artifacts"] = True
