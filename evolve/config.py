@@ -282,6 +282,11 @@ class TrackingSpec(_Strict):
     registered_model: str | None = Field(
         default=None, description="Model-registry name for `evolve export`; default '<name>'."
     )
+    traces: Literal["none", "heldout", "all"] = Field(
+        default="none",
+        description="MLflow traces of evaluations (one per user episode: its periods, sessions, "
+        "memory at each checkpoint, questions): none, held-out evaluations only, or all.",
+    )
 
 
 class RunSpec(_Strict):

@@ -13,7 +13,8 @@ mlflow, dspy and numpy are installed; its LM endpoint is read at load time from
 `model_config` or environment variables, never stored. It is an MLflow 3 LoggedModel whose
 source is the candidate's run (linked by id; the run is not reopened), and the registered
 version carries a description, the candidate id, its held-out and train scores, and the
-alias `champion`.
+alias `champion`. The champion's instructions in the Prompt Registry (the versions its
+candidate run names in its `evolve.prompt.<component>` tags) get the alias `champion` too.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import contextlib
 import logging
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ from evolve.tracking import (
     STATE_FILE,
     TAG_CANDIDATE,
     TAG_KIND,
+    TAG_PROMPT_PREFIX,
     TAG_RUN_DIR,
     get_or_create_experiment,
     mlflow_client,
@@ -67,6 +69,8 @@ class ExportResult:
     registered_name: str | None = None
     registered_version: str | None = None
     model_uri: str | None = None
+    # component -> `prompts:/<name>@champion` (empty: not registered, or an untracked run)
+    prompts: dict[str, str] = field(default_factory=dict)
 
 
 def best_candidate(result: ExperimentResult) -> CandidateRecord:
@@ -131,12 +135,14 @@ def export_policy(
     version, model_uri = register_model_version(
         exported, name, tracking_uri=tracking_uri, run_id=run_id, candidate=best
     )
+    prompts = alias_champion_prompts(tracking_uri, run_id) if run_id is not None else {}
     return ExportResult(
         **{
             **export.__dict__,
             "registered_name": name,
             "registered_version": version,
             "model_uri": model_uri,
+            "prompts": prompts,
         }
     )
 
@@ -321,6 +327,23 @@ def register_model_version(
     client.update_model_version(name, version.version, description=_description(candidate))
     client.set_registered_model_alias(name, CHAMPION_ALIAS, version.version)
     return str(version.version), f"models:/{name}@{CHAMPION_ALIAS}"
+
+
+def alias_champion_prompts(tracking_uri: str, run_id: str) -> dict[str, str]:
+    """Point the `champion` alias of each prompt at the version the candidate run names
+    (`evolve.prompt.<component>` = `<prompt name>/<version>`); reads the run, never writes it.
+
+    Returns component -> `prompts:/<name>@champion`."""
+    client = mlflow_client(tracking_uri)
+    tags = client.get_run(run_id).data.tags
+    aliased: dict[str, str] = {}
+    for key, reference in sorted(tags.items()):
+        if not key.startswith(TAG_PROMPT_PREFIX):
+            continue
+        name, _, version = reference.rpartition("/")
+        client.set_prompt_alias(name, CHAMPION_ALIAS, int(version))
+        aliased[key.removeprefix(TAG_PROMPT_PREFIX)] = f"prompts:/{name}@{CHAMPION_ALIAS}"
+    return aliased
 
 
 def model_requirements(bundle: dict[str, Any]) -> list[str]:

@@ -4,15 +4,28 @@ Called by the optimizer loop and the commands only (never by the simulator or a 
 tracking URI defaults to `sqlite:///mlruns/mlflow.db` relative to the current directory, with
 artifacts under `mlruns/artifacts/`.
 
+- the experiment: the spec's `description` as its description (`mlflow.note.content`) and the
+  kind "custom model development", so the MLflow UI opens on the runs table.
 - parent run: params (experiment, seeds, environment, optimizer, budget, models per role);
-  metrics per generation (`step` = generation): best/mean train score, held-out score of the
-  best, calls and tokens spent; at the end the compare table and lineage as text.
+  metrics per generation (`step` = generation): best and mean train and held-out scores,
+  calls and tokens spent, candidates evaluated so far (a running count: never re-logged at
+  step 0); at the end the totals (at the last generation's step), the compare table and
+  lineage as text.
 - child run per candidate (tags: generation, candidate id, parent ids, mutation kind; tag
   `mlflow.parentRunId`): params (policy kind, numeric parameters, models, seeds, mutation),
-  metrics with `step` = generation for the train and held-out evaluations (memory score,
-  accuracy, write/read/utilization rates, parse failures, tokens, LLM calls, wall time) and
-  artifacts: each component's instruction, the unified diff of a mutated component against
-  its parent, the policy bundle, the per-period score tables, the reflector's feedback.
+  summary metrics with `step` = generation for the train and held-out evaluations (memory
+  score, accuracy, write/read/utilization rates, parse failures, tokens, LLM calls, wall
+  time), per-period curves with `step` = period (`train_period/memory_score`, ...), and
+  artifacts: each component's instruction, the diff of a mutated component against its
+  parent (unified `.diff` and a side-by-side `.html` the UI previews), the policy bundle,
+  the per-period score tables, the reflector's feedback.
+- every run: a description (`mlflow.note.content`) and the source, user and git tags the
+  fluent API sets (`mlflow.tracking.context`; MLflow strips credentials from repo URLs).
+- Prompt Registry: each distinct component text is a prompt version named
+  `<experiment>.<component>` with lineage tags (candidate, parents, operator, generation,
+  scores); the candidate run links its versions and names them in `evolve.prompt.<component>`
+  tags (`evolve export` gives the champion's versions the `champion` alias).
+- traces (`[tracking] traces`): see `evolve.tracing`.
 
 Nothing logged comes from an endpoint description: models are logged by name, never a URL,
 and never a key. Logging is idempotent (state in `<run dir>/mlflow.json`), so a resumed
@@ -23,9 +36,12 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import functools
+import hashlib
 import json
 import logging
 import os
+import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +61,7 @@ if TYPE_CHECKING:
         ExperimentResult,
         GenerationRecord,
     )
+    from evolve.simulator.runner import ProgressSink
 
 STATE_FILE = "mlflow.json"
 TAG_KIND = "evolve.kind"
@@ -56,7 +73,21 @@ TAG_GENERATION = "evolve.generation"
 TAG_PARENTS = "evolve.parent_ids"
 TAG_MUTATION = "evolve.mutation"
 TAG_STATUS = "evolve.status"
+TAG_PROMPT_PREFIX = "evolve.prompt."
 PARENT_RUN_TAG = "mlflow.parentRunId"
+# MLflow's description of a run or an experiment (what the UI shows as "Description").
+NOTE_TAG = "mlflow.note.content"
+# Without it MLflow 3's UI guesses "GenAI" for an experiment and opens an empty traces page.
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
+# Per-period curves of a candidate (`<split>_period/<name>`, step = period).
+PER_PERIOD_METRICS = (
+    "memory_score",
+    "accuracy",
+    "write_failure_rate",
+    "read_failure_rate",
+    "utilization_failure_rate",
+)
 
 
 @dataclass(frozen=True)
@@ -93,6 +124,19 @@ class ExperimentTracker:
 
     def log_generation(self, record: GenerationRecord, *, spent: Spend) -> None:
         """A generation finished."""
+
+    def evaluation_sink(
+        self,
+        split: str,
+        inner: ProgressSink | None,
+        *,
+        record: CandidateRecord | None = None,
+        fingerprint: str | None = None,
+    ) -> ProgressSink | None:
+        """The runner's progress sink for an evaluation on `split` ("train" or "heldout") of
+        `record` (or of a policy known by `fingerprint` only, e.g. inside GEPA): `inner` (the
+        CLI's progress), or a sink that forwards to it and records traces."""
+        return inner
 
     def finish(self, result: ExperimentResult, *, report: str = "") -> None:
         """The invocation ended (complete, or stopped on the budget).
@@ -175,6 +219,45 @@ def store_creation_lock(tracking_uri: str) -> contextlib.AbstractContextManager[
     return exclusive_file_lock(_store_lock_path(Path(tracking_uri.removeprefix("sqlite:///"))))
 
 
+@functools.cache
+def run_context_tags() -> dict[str, str]:
+    """The tags MLflow's fluent `start_run` sets: user, source name and type, and the git
+    commit, branch and repo URL of the entry point; when the entry point is no git checkout
+    (an installed `evolve` command), those of the current directory (where the specs are).
+    MLflow strips credentials from repo URLs; this strips any left, to be sure."""
+    from mlflow.tracking.context.registry import resolve_tags
+    from mlflow.utils.git_utils import get_git_branch, get_git_commit, get_git_repo_url
+    from mlflow.utils.mlflow_tags import MLFLOW_GIT_BRANCH, MLFLOW_GIT_COMMIT, MLFLOW_GIT_REPO_URL
+
+    tags = {k: str(v) for k, v in resolve_tags().items() if v is not None}
+    if MLFLOW_GIT_COMMIT not in tags:
+        cwd = os.getcwd()
+        git = {
+            MLFLOW_GIT_COMMIT: get_git_commit(cwd),
+            MLFLOW_GIT_BRANCH: get_git_branch(cwd),
+            MLFLOW_GIT_REPO_URL: get_git_repo_url(cwd),
+        }
+        tags.update({k: v for k, v in git.items() if v})
+    return {k: strip_url_credentials(v) for k, v in tags.items()}
+
+
+def strip_url_credentials(text: str) -> str:
+    """`scheme://user:secret@host/...` -> `scheme://host/...` (anything else unchanged)."""
+    return re.sub(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/@\s]+@", r"\1", text)
+
+
+def describe_experiment(client: Any, experiment_id: str, description: str) -> None:
+    """The experiment's description and kind (set again on every start: the spec may change)."""
+    client.set_experiment_tag(experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+    if description.strip():
+        client.set_experiment_tag(experiment_id, NOTE_TAG, description.strip())
+
+
+def prompt_name(experiment: str, component: str) -> str:
+    """`<experiment>.<component>` in the characters the Prompt Registry accepts."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", f"{experiment}.{component}").strip("-.") or "prompt"
+
+
 def mlflow_client(tracking_uri: str):
     quiet_mlflow()
     from mlflow.tracking import MlflowClient
@@ -214,6 +297,10 @@ class MLflowTracker(ExperimentTracker):
         self.context: TrackingContext | None = None
         self._state: dict[str, Any] = {}
         self._state_file: Path | None = None
+        self._tracers: list[Any] = []  # EpisodeTracers not yet closed
+        # (trace ids, candidate id, run id) of GEPA's traces, tagged once they are written.
+        self._adopted: list[tuple[list[str], str, str]] = []
+        self._traced = False  # a tracer was handed out in this invocation
 
     # ----- lifecycle -----------------------------------------------------------------------
 
@@ -225,6 +312,7 @@ class MLflowTracker(ExperimentTracker):
         experiment_id = get_or_create_experiment(
             self.client, self.experiment_name, self.tracking_uri
         )
+        describe_experiment(self.client, experiment_id, context.spec.description)
         self._state_file = context.run_dir / STATE_FILE
         state = read_json(self._state_file) if self._state_file.exists() else {}
         same_store = (
@@ -242,11 +330,17 @@ class MLflowTracker(ExperimentTracker):
                 "candidates": {},
                 "generations": {},
             }
+        # Added after the first release of this file: states written before lack them.
+        state.setdefault("evaluated_per_generation", {})
+        state.setdefault("heldout_scores", {})
+        state.setdefault("prompt_versions", {})
         if state["parent_run_id"] is None:
             run = self.client.create_run(
                 experiment_id,
                 run_name=context.name,
                 tags={
+                    **run_context_tags(),
+                    NOTE_TAG: experiment_description(context),
                     TAG_KIND: "experiment",
                     TAG_EXPERIMENT: context.name,
                     TAG_CONFIG_HASH: context.config_hash,
@@ -285,12 +379,15 @@ class MLflowTracker(ExperimentTracker):
         run_id = self.parent_run_id
         assert run_id is not None
         timestamp = _now_ms()
+        # Totals sit at the last generation's step: at step 0 they would draw every curve
+        # back to the start (the per-generation `candidates_evaluated` is a running count).
+        last_step = max((g.generation for g in result.generations), default=0)
         metrics = {
             "total_llm_calls": result.llm_calls,
             "total_tokens": result.tokens,
             "total_wall_time_s": result.wall_time_s,
             "reflection_parse_failures": result.reflection_parse_failures,
-            "candidates_evaluated": sum(r.train is not None for r in result.candidates),
+            "total_candidates_evaluated": sum(r.train is not None for r in result.candidates),
         }
         if result.best_id is not None:
             best = result.candidate(result.best_id)
@@ -305,11 +402,19 @@ class MLflowTracker(ExperimentTracker):
             tags.append(RunTag("evolve.best_candidate", result.best_id))
         if result.stopped:
             tags.append(RunTag("evolve.stopped", result.stopped[:500]))
+        # A resumed run logs only the totals that changed (no second point of the same one).
+        before = self._state.get("final_metrics") or {}
+        changed = {
+            k: float(v) for k, v in metrics.items() if before.get(k) != [last_step, float(v)]
+        }
         self.client.log_batch(
             run_id,
-            metrics=[Metric(k, float(v), timestamp, 0) for k, v in metrics.items()],
+            metrics=[Metric(k, v, timestamp, last_step) for k, v in changed.items()],
             tags=tags,
         )
+        self._state["final_metrics"] = {k: [last_step, float(v)] for k, v in metrics.items()}
+        self._save_state()
+        self._write_traces()
         if report:
             self.client.log_text(run_id, report, "compare.txt")
         self.client.set_terminated(run_id, "FINISHED")
@@ -318,7 +423,96 @@ class MLflowTracker(ExperimentTracker):
         if self.client is not None and self.parent_run_id is not None:
             # Never hide the original error behind a tracking failure.
             with contextlib.suppress(Exception):
+                self._write_traces()
+            with contextlib.suppress(Exception):
+                # Runs opened for a traced evaluation that never finished.
+                for entry in self._state.get("candidates", {}).values():
+                    if entry.get("run_id") and not entry.get("logged"):
+                        self.client.set_terminated(entry["run_id"], "KILLED")
+            with contextlib.suppress(Exception):
                 self.client.set_terminated(self.parent_run_id, "KILLED")
+
+    # ----- traces -------------------------------------------------------------------------------
+
+    def evaluation_sink(
+        self,
+        split: str,
+        inner: ProgressSink | None,
+        *,
+        record: CandidateRecord | None = None,
+        fingerprint: str | None = None,
+    ) -> ProgressSink | None:
+        from evolve.tracing import traces_wanted
+
+        assert self.context is not None
+        if not traces_wanted(self.context.spec.tracking.traces, split):
+            return inner
+        from evolve.tracing import EpisodeTracer
+
+        tags = {TAG_EXPERIMENT: self.context.name, "evolve.split": split}
+        source_run_id = None
+        if record is not None:
+            tags[TAG_CANDIDATE] = record.id
+            # The candidate's run exists from its first traced evaluation on: the trace
+            # links to it (and the run's duration covers the evaluation).
+            source_run_id = self.candidate_run(record)
+        elif fingerprint is not None:
+            tags["evolve.fingerprint"] = fingerprint
+            # GEPA's held-out evaluations come after the train one was logged: link those.
+            for candidate_id, entry in self._state["candidates"].items():
+                if entry.get("fingerprint") == fingerprint and entry.get("run_id"):
+                    tags[TAG_CANDIDATE] = candidate_id
+                    source_run_id = entry["run_id"]
+                    break
+        tracer = EpisodeTracer(
+            inner,
+            tracking_uri=self.tracking_uri,
+            experiment_id=self._state["experiment_id"],
+            tags=tags,
+            source_run_id=source_run_id,
+        )
+        self._tracers.append(tracer)
+        self._traced = True
+        return tracer
+
+    def _adopt_traces(self, record: CandidateRecord, run_id: str) -> None:
+        """Traces GEPA recorded by fingerprint before `record` existed: closed, tagged with
+        the candidate and linked to its run."""
+        adopted = [
+            t for t in self._tracers if t.tags.get("evolve.fingerprint") == record.fingerprint
+        ]
+        self._tracers = [t for t in self._tracers if t not in adopted]
+        trace_ids = []
+        for tracer in adopted:
+            tracer.close()
+            trace_ids += tracer.trace_ids
+        if trace_ids:
+            self._adopted.append((trace_ids, record.id, run_id))
+
+    def _write_traces(self) -> None:
+        """Close every tracer, wait for the traces to be written (once: it costs a second),
+        then tag and link the adopted ones."""
+        if not self._traced:
+            return
+        from evolve.tracing import flush_traces
+
+        self._close_tracers()
+        flush_traces()
+        for trace_ids, candidate_id, run_id in self._adopted:
+            for trace_id in trace_ids:
+                self.client.set_trace_tag(trace_id, TAG_CANDIDATE, candidate_id)
+            self.client.link_traces_to_run(trace_ids, run_id)
+        self._adopted = []
+
+    def _close_tracers(self, candidate_id: str | None = None) -> None:
+        """Close the tracers of `candidate_id` (all when None): their traces are written."""
+        keep = []
+        for tracer in self._tracers:
+            if candidate_id is None or tracer.tags.get(TAG_CANDIDATE) == candidate_id:
+                tracer.close()
+            else:
+                keep.append(tracer)
+        self._tracers = keep
 
     # ----- candidates and generations ---------------------------------------------------------
 
@@ -331,21 +525,21 @@ class MLflowTracker(ExperimentTracker):
         policy_dir: Path,
         feedback: str | None,
     ) -> None:
-        from mlflow.entities import Metric, Param
+        from mlflow.entities import Metric
 
         scores: EvaluationScores | None = getattr(record, split)
         if scores is None:
             return
-        entry = self._state["candidates"].setdefault(record.id, {"run_id": None, "logged": []})
+        entry = self._candidate_entry(record)
         if split in entry["logged"]:
             return
-        if entry["run_id"] is None or not self._run_exists(entry["run_id"]):
-            entry["run_id"] = self._create_candidate_run(record)
-            entry["logged"] = []
-            params = [Param(k, v) for k, v in self._candidate_params(record).items()]
-            self.client.log_batch(entry["run_id"], params=params)
-            self._log_candidate_artifacts(entry["run_id"], record, parent, policy_dir, feedback)
-        run_id = entry["run_id"]
+        run_id = self.candidate_run(record)
+        # State written before the "artifacts" flag existed: a logged split had them.
+        if not entry.get("artifacts", bool(entry["logged"])):
+            self._log_candidate_artifacts(run_id, record, parent, policy_dir, feedback)
+            self._register_prompts(run_id, record, entry)
+            entry["artifacts"] = True
+            self._save_state()
         timestamp = _now_ms()
         values = scores.summary.flat_metrics(f"{split}_")
         values[f"{split}_score"] = scores.score
@@ -355,7 +549,13 @@ class MLflowTracker(ExperimentTracker):
             values["reflection_tokens"] = record.reflection_tokens
             values["reflection_parse_failures"] = record.reflection_parse_failures
         metrics = [Metric(k, float(v), timestamp, record.generation) for k, v in values.items()]
+        metrics += per_period_metrics(scores, split, timestamp)
         self.client.log_batch(run_id, metrics=metrics)
+        if split == "heldout":
+            self._state["heldout_scores"][record.id] = scores.score
+        self._close_tracers(record.id)
+        self._adopt_traces(record, run_id)
+        self._tag_prompt_versions(record, entry, split, scores.score)
         self.client.log_text(run_id, per_period_table(scores), f"scores/{split}_per_period.csv")
         self.client.set_tag(run_id, TAG_STATUS, str(record.status))
         if scores.objective_used:  # e.g. pooled_memory_score: what `score` is
@@ -364,9 +564,27 @@ class MLflowTracker(ExperimentTracker):
         entry["logged"].append(split)
         self._save_state()
 
+    def _candidate_entry(self, record: CandidateRecord) -> dict[str, Any]:
+        return self._state["candidates"].setdefault(record.id, {"run_id": None, "logged": []})
+
+    def candidate_run(self, record: CandidateRecord) -> str:
+        """The id of `record`'s run, created (with its params) on first use."""
+        from mlflow.entities import Param
+
+        entry = self._candidate_entry(record)
+        if entry["run_id"] is None or not self._run_exists(entry["run_id"]):
+            entry.update(run_id=self._create_candidate_run(record), logged=[], artifacts=False)
+            entry["fingerprint"] = record.fingerprint  # GEPA evaluates by fingerprint
+            params = [Param(k, v) for k, v in self._candidate_params(record).items()]
+            self.client.log_batch(entry["run_id"], params=params)
+            self._save_state()
+        return entry["run_id"]
+
     def _create_candidate_run(self, record: CandidateRecord) -> str:
         assert self.context is not None
         tags = {
+            **run_context_tags(),
+            NOTE_TAG: candidate_description(record, self.context),
             PARENT_RUN_TAG: self.parent_run_id,
             TAG_KIND: "candidate",
             TAG_EXPERIMENT: self.context.name,
@@ -424,10 +642,69 @@ class MLflowTracker(ExperimentTracker):
                 old = parent.components.get(name, "")
                 diff = instruction_diff(old, text, name, parent.id, record.id)
                 self.client.log_text(run_id, diff, f"diffs/{name}.diff")
+                page = instruction_diff_html(old, text, name, parent.id, record.id)
+                self.client.log_text(run_id, page, f"diffs/{name}.html")
         if Path(policy_dir).is_dir():
             self.client.log_artifacts(run_id, str(policy_dir), "policy")
         if feedback:
             self.client.log_text(run_id, feedback + "\n", "feedback.txt")
+
+    # ----- prompt registry ------------------------------------------------------------------
+
+    def _register_prompts(self, run_id: str, record: CandidateRecord, entry: dict) -> None:
+        """Each distinct text of a component becomes one prompt version; a candidate that
+        inherits a text unchanged points at the version its ancestor registered."""
+        from mlflow.entities import RunTag
+
+        assert self.context is not None
+        known = self._state["prompt_versions"]
+        entry.setdefault("prompts", {})
+        entry.setdefault("registered", [])
+        tags = []
+        for component, text in sorted(record.components.items()):
+            name = prompt_name(self.context.name, component)
+            digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+            versions = known.setdefault(name, {})
+            if digest not in versions:
+                version = self.client.register_prompt(
+                    name=name,
+                    template=text,
+                    commit_message=f"{record.id}: {record.mutation.describe()}"[:500],
+                    tags=self._prompt_tags(record),
+                )
+                versions[digest] = int(version.version)
+                entry["registered"].append(component)
+            version_number = versions[digest]
+            entry["prompts"][component] = version_number
+            tags.append(RunTag(f"{TAG_PROMPT_PREFIX}{component}", f"{name}/{version_number}"))
+            with contextlib.suppress(Exception):  # a link is a convenience of the UI
+                self.client.link_prompt_version_to_run(run_id, f"prompts:/{name}/{version_number}")
+        if tags:
+            self.client.log_batch(run_id, tags=tags)
+
+    def _prompt_tags(self, record: CandidateRecord) -> dict[str, str]:
+        assert self.context is not None
+        tags = {
+            TAG_CANDIDATE: record.id,
+            TAG_PARENTS: ",".join(record.parent_ids) or "-",
+            TAG_MUTATION: record.mutation.kind,
+            TAG_GENERATION: str(record.generation),
+            TAG_EXPERIMENT: self.context.name,
+            TAG_CONFIG_HASH: self.context.config_hash,
+        }
+        if record.mutation.component:
+            tags["evolve.component"] = record.mutation.component
+        return tags
+
+    def _tag_prompt_versions(
+        self, record: CandidateRecord, entry: dict, split: str, score: float
+    ) -> None:
+        """The versions this candidate registered carry its scores."""
+        assert self.context is not None
+        for component in entry.get("registered", []):
+            name = prompt_name(self.context.name, component)
+            version = entry["prompts"][component]
+            self.client.set_prompt_version_tag(name, version, f"{split}_score", f"{score:.6g}")
 
     def log_generation(self, record: GenerationRecord, *, spent: Spend) -> None:
         from mlflow.entities import Metric
@@ -437,11 +714,17 @@ class MLflowTracker(ExperimentTracker):
         if self._state["generations"].get(key) == digest:
             return
         timestamp = _now_ms()
+        evaluated = self._state["evaluated_per_generation"]
+        evaluated[key] = len(record.evaluated_ids)
         values: dict[str, float] = {
             "generation_llm_calls": record.llm_calls,
             "generation_tokens": record.tokens,
             "population_size": len(record.population),
-            "candidates_evaluated": len(record.evaluated_ids),
+            "generation_candidates_evaluated": len(record.evaluated_ids),
+            # A running count: it only grows with the step, so its chart never zig-zags.
+            "candidates_evaluated": sum(
+                count for g, count in evaluated.items() if int(g) <= record.generation
+            ),
             "spent_llm_calls": spent.llm_calls,
             "spent_tokens": spent.tokens,
             "spent_wall_time_s": spent.wall_time_s,
@@ -450,6 +733,12 @@ class MLflowTracker(ExperimentTracker):
             value = getattr(record, name)
             if value is not None:
                 values[name] = value
+        # Held-out evaluations are reported to the tracker as they finish (the loop scores
+        # only promising candidates there): the mean over the kept population's scored ones.
+        heldout = self._state["heldout_scores"]
+        scored = [heldout[c] for c in record.population if c in heldout]
+        if scored:
+            values["mean_heldout_score"] = sum(scored) / len(scored)
         metrics = [Metric(k, float(v), timestamp, record.generation) for k, v in values.items()]
         self.client.log_batch(self.parent_run_id, metrics=metrics)
         self._state["generations"][key] = digest
@@ -479,6 +768,59 @@ def experiment_params(context: TrackingContext) -> dict[str, str]:
     params["config_hash"] = context.config_hash
     params["protocol"] = spec.protocol  # always present, even when left at its default
     return params
+
+
+def experiment_description(context: TrackingContext) -> str:
+    spec = context.spec
+    description = spec.description.strip()
+    summary = (
+        f"amemgym-evolve experiment {context.name}: {spec.policy.kind or 'bundle'} policy, "
+        f"{spec.optimizer.schedule} schedule, protocol {spec.protocol}, environment "
+        f"{context.environment}."
+    )
+    return f"{description}\n\n{summary}" if description else summary
+
+
+def candidate_description(record: CandidateRecord, context: TrackingContext) -> str:
+    parents = ", ".join(record.parent_ids) or "none"
+    text = (
+        f"Candidate {record.id} of {context.name}: generation {record.generation}, "
+        f"{record.mutation.describe()}; parents {parents}."
+    )
+    description = context.spec.description.strip()
+    return f"{text}\n\n{description}" if description else text
+
+
+def per_period_metrics(scores: EvaluationScores, split: str, timestamp: int) -> list[Any]:
+    """`<split>_period/<name>` with step = period: the curves a researcher compares."""
+    from mlflow.entities import Metric
+
+    periods = scores.periods if scores.periods is not None else range(len(scores.per_period))
+    metrics = []
+    for period, summary in zip(periods, scores.per_period, strict=False):
+        for name in PER_PERIOD_METRICS:
+            value = getattr(summary, name)
+            if value is not None:
+                metrics.append(Metric(f"{split}_period/{name}", float(value), timestamp, period))
+        metrics.append(
+            Metric(
+                f"{split}_period/parse_failures",
+                float(summary.parse_failures_total),
+                timestamp,
+                period,
+            )
+        )
+    return metrics
+
+
+def instruction_diff_html(old: str, new: str, name: str, old_id: str, new_id: str) -> str:
+    """A side-by-side diff as a standalone page: the MLflow UI previews `.html` artifacts."""
+    return difflib.HtmlDiff().make_file(
+        old.splitlines(),
+        new.splitlines(),
+        fromdesc=f"{old_id}/{name}",
+        todesc=f"{new_id}/{name}",
+    )
 
 
 def instruction_diff(old: str, new: str, name: str, old_id: str, new_id: str) -> str:

@@ -85,6 +85,12 @@ def test_registered_as_champion_and_loadable_as_pyfunc(experiment):
     before = runs_before[result.best_id].info
     assert (run.info.status, run.info.end_time) == (before.status, before.end_time)
     assert [o.model_id for o in run.outputs.model_outputs] == [logged.model_id]
+    # The champion's instructions carry the alias in the Prompt Registry too.
+    assert set(exported.prompts) == set(best.components)
+    for component, text in best.components.items():
+        prompt = client.get_prompt_version_by_alias(f"exp.{component}", CHAMPION_ALIAS)
+        assert prompt.template == text
+        assert exported.prompts[component] == f"prompts:/exp.{component}@{CHAMPION_ALIAS}"
 
     mlflow.set_tracking_uri(uri)
     model = mlflow.pyfunc.load_model(f"models:/exp-policy@{CHAMPION_ALIAS}")

@@ -3,6 +3,7 @@ tags, metrics per generation, artifacts, idempotent resume, and no API key anywh
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from evolve.optimize import run_experiment
 from evolve.tracking import MLflowTracker, instruction_diff, mlflow_client
 
 SECRET = "sk-test-VERYSECRET-0123456789abcdef"
+DESCRIPTION = "Does a sharper use instruction help the in-context policy?"
 
 
 def tracked_run(tmp_path: Path, world: World, spec_path: Path, uri: str):
@@ -34,7 +36,7 @@ def tracked_run(tmp_path: Path, world: World, spec_path: Path, uri: str):
 def tracked(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("tracking")
     uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
-    spec_path = write_spec(tmp_path)
+    spec_path = write_spec(tmp_path, body=f'description = "{DESCRIPTION}"')
     result, tracker = tracked_run(tmp_path, World(), spec_path, uri)
     return tmp_path, uri, spec_path, result, tracker
 
@@ -115,7 +117,14 @@ def test_candidate_artifacts(tracked):
 
 
 def test_resume_continues_the_same_parent_run_without_duplicates(tracked):
-    tmp_path, uri, spec_path, _, _ = tracked
+    tmp_path, uri, spec_path, result, _ = tracked
+    client = mlflow_client(uri)
+    names = [f"exp.{component}" for component in result.candidates[0].components]
+
+    def versions() -> dict[str, int]:
+        return {name: len(client.search_prompt_versions(name)) for name in names}
+
+    before = versions()
     world = World()
     tracked_run(tmp_path, world, spec_path, uri)
     assert world.calls()["agent"] == 0
@@ -123,6 +132,7 @@ def test_resume_continues_the_same_parent_run_without_duplicates(tracked):
     assert len(parents) == 1
     ids = [c.data.tags["evolve.candidate_id"] for c in children]
     assert len(ids) == len(set(ids))
+    assert versions() == before and all(before.values())  # no prompt registered twice
 
 
 def test_instruction_diff_is_a_unified_diff():
@@ -192,3 +202,107 @@ def test_scripted_lm_is_a_real_lm_double():
     lm = ScriptedLM(lambda call: {})
     lm.kwargs["api_key"] = "x"
     assert lm.kwargs["api_key"] == "x"
+
+
+def test_candidates_log_per_period_curves_with_step_period(tracked):
+    _, uri, _, result, _ = tracked
+    client, _, children = runs_by_kind(uri, "amemgym-evolve/exp")
+    for child in children:
+        record = result.candidate(child.data.tags["evolve.candidate_id"])
+        for split in ("train", "heldout"):
+            scores = getattr(record, split)
+            if scores is None:
+                continue
+            history = client.get_metric_history(child.info.run_id, f"{split}_period/accuracy")
+            assert [m.step for m in history] == list(range(len(scores.per_period)))
+            assert [m.value for m in history] == pytest.approx(
+                [p.accuracy for p in scores.per_period]
+            )
+            failures = client.get_metric_history(
+                child.info.run_id, f"{split}_period/write_failure_rate"
+            )
+            assert len(failures) == len(scores.per_period) > 1
+
+
+def test_parent_logs_best_and_mean_scores_per_generation_and_counts_only_grow(tracked):
+    _, uri, _, result, _ = tracked
+    client, parents, _ = runs_by_kind(uri, "amemgym-evolve/exp")
+    run_id = parents[0].info.run_id
+    generations = [g.generation for g in result.generations]
+    for name in ("best_train_score", "mean_train_score", "best_heldout_score"):
+        assert [m.step for m in client.get_metric_history(run_id, name)] == generations
+    assert client.get_metric_history(run_id, "mean_heldout_score")
+    counts = client.get_metric_history(run_id, "candidates_evaluated")
+    assert [m.step for m in counts] == generations
+    values = [m.value for m in counts]
+    assert values == sorted(values)  # a running count: no zig-zag back at step 0
+    assert values[-1] == sum(r.train is not None for r in result.candidates)
+    # Totals are logged once, at the last generation's step, never at step 0.
+    for name in ("total_llm_calls", "total_candidates_evaluated"):
+        assert [m.step for m in client.get_metric_history(run_id, name)] == [generations[-1]]
+
+
+def test_descriptions_and_source_tags_as_the_fluent_api_sets_them(tracked):
+    _, uri, _, _, _ = tracked
+    client, parents, children = runs_by_kind(uri, "amemgym-evolve/exp")
+    experiment = client.get_experiment_by_name("amemgym-evolve/exp")
+    assert experiment.tags["mlflow.note.content"] == DESCRIPTION
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+    assert parents[0].data.tags["mlflow.note.content"].startswith(DESCRIPTION)
+    for run in [*parents, *children]:
+        tags = run.data.tags
+        assert tags["mlflow.user"] and tags["mlflow.source.type"] == "LOCAL"
+        assert tags["mlflow.source.name"]
+        assert DESCRIPTION in tags["mlflow.note.content"]
+    child = children[0]
+    assert child.data.tags["mlflow.note.content"].startswith(
+        f"Candidate {child.data.tags['evolve.candidate_id']} of exp"
+    )
+
+
+def test_diffs_are_also_logged_as_previewable_html(tracked):
+    tmp_path, uri, _, result, _ = tracked
+    client, _, children = runs_by_kind(uri, "amemgym-evolve/exp")
+    mutated = next(c for c in children if c.data.tags["evolve.candidate_id"] == result.best_id)
+    root = Path(client.download_artifacts(mutated.info.run_id, "diffs", str(tmp_path / "html")))
+    page = (root / "use.html").read_text()
+    assert page.lstrip().startswith("<!DOCTYPE html") and 'class="diff_add"' in page
+    assert MARKER in re.sub(r"<[^>]+>", "", page)  # the added text, between highlight tags
+
+
+def test_every_component_text_is_a_prompt_version_with_lineage(tracked):
+    _, uri, _, result, _ = tracked
+    client, _, children = runs_by_kind(uri, "amemgym-evolve/exp")
+    seen: dict[tuple[str, str], str] = {}
+    for child in children:
+        record = result.candidate(child.data.tags["evolve.candidate_id"])
+        for component, text in record.components.items():
+            reference = child.data.tags[f"evolve.prompt.{component}"]
+            name, version = reference.rsplit("/", 1)
+            assert name == f"exp.{component}"
+            prompt = client.get_prompt_version(name, version)
+            assert prompt.template == text
+            seen[(name, version)] = record.id
+            if prompt.tags["evolve.candidate_id"] == record.id:  # it registered this text
+                assert prompt.tags["evolve.parent_ids"] == (",".join(record.parent_ids) or "-")
+                assert prompt.tags["evolve.mutation"] == record.mutation.kind
+                assert float(prompt.tags["train_score"]) == pytest.approx(record.train.score)
+                if record.heldout is not None:
+                    assert float(prompt.tags["heldout_score"]) == pytest.approx(
+                        record.heldout.score
+                    )
+    best = result.candidate(result.best_id)
+    assert best.mutation.component is not None
+    # A mutated component got its own version; unchanged texts share one.
+    versions = {v for (n, v) in seen if n == f"exp.{best.mutation.component}"}
+    assert len(versions) >= 2
+    assert len(seen) < sum(
+        len(result.candidate(c.data.tags["evolve.candidate_id"]).components) for c in children
+    )
+
+
+def test_no_traces_unless_asked(tracked):
+    _, uri, _, _, _ = tracked
+    client = mlflow_client(uri)
+    experiment = client.get_experiment_by_name("amemgym-evolve/exp")
+    assert list(client.search_traces(locations=[experiment.experiment_id])) == []

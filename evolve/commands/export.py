@@ -72,4 +72,6 @@ def run_export(args: argparse.Namespace) -> int:
             f"registered {result.registered_name} version {result.registered_version} "
             f"as {result.model_uri}"
         )
+    for component, uri in sorted(result.prompts.items()):
+        print(f"prompt {component}: {uri}")
     return 0

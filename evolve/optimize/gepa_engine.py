@@ -102,6 +102,8 @@ class AMemGymAdapter:
         self.max_feedback_failures = max_feedback_failures
         self.max_feedback_chars = max_feedback_chars
         self.seed, self.stop = seed, stop
+        # (split, policy fingerprint) -> the runner's progress sink (the tracker's traces).
+        self.progress_for: Callable[[str, str], Any] | None = None
         self.iteration = 0
         self.parent_idx: int | None = None  # GEPA's parent choice of the current iteration
         # user -> "memory_score" | "accuracy": fixed at the user's first (base) evaluation.
@@ -161,11 +163,13 @@ class AMemGymAdapter:
     def run_user(
         self, candidate: Mapping[str, str], user_id: str, split: str = "train"
     ) -> UserResult:
-        run_dir = self.work_dir / split / self.fingerprint(candidate)[:16] / user_id
+        policy_fingerprint = self.fingerprint(candidate)
+        run_dir = self.work_dir / split / policy_fingerprint[:16] / user_id
         env = Environment(items=[self.items[user_id]])
+        progress = self.progress_for(split, policy_fingerprint) if self.progress_for else None
         report = run_evaluation(
             env, self.policy(candidate), self.lms, run_dir, self.episode,
-            upper_bound=self.upper_bound, stop=self.stop,
+            upper_bound=self.upper_bound, stop=self.stop, progress=progress,
         )  # fmt: skip
         return report.users[0]
 

@@ -292,7 +292,9 @@ class _Evolution(PopulationSchedule, ChainSchedule):
         self.budget.check()
         env = self.resolved.train if split == "train" else self.resolved.heldout
         run_dir = self.store.candidate_dir(record.id) / split
-        sink = self.progress.evaluation_started(record, split)
+        sink = self.tracker.evaluation_sink(
+            split, self.progress.evaluation_started(record, split), record=record
+        )
         last_period = max(len(item.periods) for item in env.items) - 1
         report = run_evaluation(
             env,

@@ -149,6 +149,10 @@ class PopulationSchedule:
             seed=self.spec.seed,
             stop=self.stop,
         )
+        # Traces of GEPA's own evaluations (before a candidate has a record: by fingerprint).
+        self.adapter.progress_for = lambda split, fingerprint: self.tracker.evaluation_sink(
+            split, None, fingerprint=fingerprint
+        )
         # feedback = "none": no reflective mutation (the unevolved-instructions control).
         texts = optimizer.mutate_components if optimizer.reflective_enabled() else []
         start = seed_candidate(base_policy, texts, optimizer.tunable_parameters())

@@ -149,6 +149,13 @@ class ProgressSink:
     def unit_finished(self, user_id: str, period_index: int, *, resumed: bool) -> None:
         """A user-period is done (`resumed`: loaded from disk, no LLM call)."""
 
+    def unit_started(self, user_id: str, period_index: int) -> None:
+        """A user-period starts playing (never called for one loaded from disk)."""
+
+    def unit_result(self, result: PeriodResult) -> None:
+        """A user-period played and stored: its sessions, the memory at its checkpoint, the
+        answers and probes (called just before `unit_finished`; e.g. to record traces)."""
+
     def llm_calls(self, total: int) -> None:
         """Running total of LM calls made through the run's RoleLMs (all roles)."""
 
@@ -535,9 +542,11 @@ def _unit_pool(run: _Run, users: int) -> Iterator[ThreadPoolExecutor]:
 
 def _finish_unit(run: _Run, user: _User, period_index: int) -> None:
     run.check_stop()
+    run.progress.unit_started(user.item.id, period_index)
     result = run_unit(run, user, period_index)
     run.layout.save_period_result(user.dir_name, result)
     user.results.append(result)
+    run.progress.unit_result(result)
     run.progress.unit_finished(user.item.id, period_index, resumed=False)
 
 

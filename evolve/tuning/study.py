@@ -733,7 +733,9 @@ class _Worker:
                 run_dir,
                 self.job.episode,
                 on_period_end=on_period_end,
-                progress=self.progress.evaluation_started(f"trial {number}"),
+                progress=self.tracker.evaluation_sink(
+                    "train", self.progress.evaluation_started(f"trial {number}"), trial=number
+                ),
                 upper_bound=self.upper_bound,
             )
             summary = report.summary
@@ -823,7 +825,9 @@ class _Worker:
                 self.lms,
                 run_dir,
                 self.job.episode,
-                progress=self.progress.evaluation_started(title),
+                progress=self.tracker.evaluation_sink(
+                    "heldout", self.progress.evaluation_started(title), label=title
+                ),
                 upper_bound=self.upper_bound,
             )
             summary = report.summary

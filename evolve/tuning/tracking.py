@@ -24,20 +24,24 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evolve.tracking import (
+    NOTE_TAG,
     PARENT_RUN_TAG,
     TAG_CONFIG_HASH,
     TAG_EXPERIMENT,
     TAG_KIND,
     TAG_RUN_DIR,
     TrackingContext,
+    describe_experiment,
     experiment_params,
     get_or_create_experiment,
     mlflow_client,
     normalize_tracking_uri,
+    run_context_tags,
 )
 
 if TYPE_CHECKING:
     from evolve.simulator.metrics import MetricSummary
+    from evolve.simulator.runner import ProgressSink
     from evolve.tuning.records import TrialRecord, TuningResult
     from evolve.tuning.spec import TuneSpec
 
@@ -88,6 +92,18 @@ class StudyTracker:
     def fail(self) -> None:
         """The worker was interrupted by an error or Ctrl-C."""
 
+    def evaluation_sink(
+        self,
+        split: str,
+        inner: ProgressSink | None,
+        *,
+        trial: int | None = None,
+        label: str | None = None,
+    ) -> ProgressSink | None:
+        """The runner's progress sink for a trial's evaluation ("train") or a held-out check
+        (`label`): `inner`, or a sink that forwards to it and records traces."""
+        return inner
+
 
 class NullStudyTracker(StudyTracker):
     """Tracking disabled."""
@@ -102,6 +118,51 @@ class MLflowStudyTracker(StudyTracker):
         self.parent_run_id: str | None = None
         self.context: StudyContext | None = None
         self._trial_runs: dict[int, str] = {}
+        self._tracers: list[Any] = []
+
+    def evaluation_sink(
+        self,
+        split: str,
+        inner: ProgressSink | None,
+        *,
+        trial: int | None = None,
+        label: str | None = None,
+    ) -> ProgressSink | None:
+        from evolve.tracing import EpisodeTracer, traces_wanted
+
+        assert self.context is not None
+        if not traces_wanted(self.context.spec.tracking.traces, split):
+            return inner
+        tags = {
+            TAG_EXPERIMENT: self.context.name,
+            TAG_STUDY: self.context.study_name,
+            "evolve.split": split,
+        }
+        if trial is not None:
+            tags[TAG_TRIAL] = str(trial)
+        if label is not None:
+            tags["evolve.evaluation"] = label
+        run_id = self._trial_runs.get(trial) if trial is not None else self.parent_run_id
+        tracer = EpisodeTracer(
+            inner,
+            tracking_uri=self.tracking_uri,
+            experiment_id=str(self.experiment_id),
+            tags=tags,
+            source_run_id=run_id,
+        )
+        self._tracers.append(tracer)
+        return tracer
+
+    def _write_traces(self) -> None:
+        """End open episodes and wait once for the traces to be written."""
+        if not self._tracers:
+            return
+        from evolve.tracing import flush_traces
+
+        for tracer in self._tracers:
+            tracer.close()
+        self._tracers = []
+        flush_traces()
 
     def start(self, context: StudyContext) -> None:
         from mlflow.entities import Param, RunTag
@@ -111,6 +172,7 @@ class MLflowStudyTracker(StudyTracker):
         self.experiment_id = get_or_create_experiment(
             self.client, self.experiment_name, self.tracking_uri
         )
+        describe_experiment(self.client, self.experiment_id, context.spec.description)
         existing = self._parents()
         if existing:
             self.parent_run_id = existing[0].info.run_id
@@ -139,6 +201,8 @@ class MLflowStudyTracker(StudyTracker):
 
     def _parent_tags(self, context: StudyContext) -> dict[str, str]:
         return {
+            **run_context_tags(),
+            NOTE_TAG: study_description(context),
             TAG_KIND: KIND_TUNING,
             TAG_EXPERIMENT: context.name,
             TAG_STUDY: context.study_name,
@@ -168,6 +232,8 @@ class MLflowStudyTracker(StudyTracker):
             self.experiment_id,
             run_name=f"trial {number}",
             tags={
+                **run_context_tags(),
+                NOTE_TAG: trial_description(number, parameters, context),
                 PARENT_RUN_TAG: self.parent_run_id,
                 TAG_KIND: KIND_TRIAL,
                 TAG_EXPERIMENT: context.name,
@@ -244,6 +310,7 @@ class MLflowStudyTracker(StudyTracker):
         run_id = self.parent_run_id
         if run_id is None:
             return
+        self._write_traces()
         self._close_failed_children(result)
         timestamp = _now_ms()
         finished = result.finished_trials
@@ -311,10 +378,31 @@ class MLflowStudyTracker(StudyTracker):
         if self.client is None:
             return
         with contextlib.suppress(Exception):  # never hide the original error
+            self._write_traces()
+        with contextlib.suppress(Exception):
             for run_id in self._trial_runs.values():
                 self.client.set_terminated(run_id, "KILLED")
             if self.parent_run_id is not None:
                 self.client.set_terminated(self.parent_run_id, "KILLED")
+
+
+def study_description(context: StudyContext) -> str:
+    spec = context.spec
+    names = ", ".join(spec.tuning.parameters) or "-"
+    summary = (
+        f"amemgym-evolve tuning study {context.study_name} of {context.name}: "
+        f"{spec.policy.kind or 'bundle'} policy, parameters {names}, objectives "
+        f"{', '.join(spec.tuning.objectives)}, protocol {spec.protocol}."
+    )
+    description = spec.description.strip()
+    return f"{description}\n\n{summary}" if description else summary
+
+
+def trial_description(number: int, parameters: dict[str, int], context: StudyContext) -> str:
+    settings = ", ".join(f"{k}={v}" for k, v in sorted(parameters.items())) or "defaults"
+    text = f"Trial {number} of study {context.study_name}: {settings}."
+    description = context.spec.description.strip()
+    return f"{text}\n\n{description}" if description else text
 
 
 def study_params(context: StudyContext) -> dict[str, str]:

@@ -175,7 +175,7 @@ def test_trials_are_tracked_in_mlflow_under_the_study_parent_run(tmp_path):
     spec_path = write_tune_spec(
         tmp_path,
         f'pruner = "median"\n{GRID}',
-        tracking=f'tracking_uri = "{uri}"\nexperiment_name = "tune-test"',
+        tracking=f'tracking_uri = "{uri}"\nexperiment_name = "tune-test"\ntraces = "heldout"',
     )
     from evolve.tracking import mlflow_client
     from evolve.tune import study_tracker_for
@@ -195,6 +195,10 @@ def test_trials_are_tracked_in_mlflow_under_the_study_parent_run(tmp_path):
     assert parent.data.metrics["best_value"] == 1.0
     assert parent.data.metrics["heldout_score"] == 1.0
     assert parent.data.params["tuning.sampler"] == "grid"
+    # Described and sourced as the fluent API would (issue 14): the UI shows who ran what.
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+    assert "update_every" in parent.data.tags["mlflow.note.content"]
+    assert parent.data.tags["mlflow.user"] and parent.data.tags["mlflow.source.type"]
     children = client.search_runs(
         [experiment.experiment_id],
         filter_string=f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'",
@@ -207,9 +211,15 @@ def test_trials_are_tracked_in_mlflow_under_the_study_parent_run(tmp_path):
         record = result.trial(int(child.data.tags["evolve.trial"]))
         assert child.info.status == "FINISHED"
         assert child.data.params["param.update_every"] == str(record.parameters["update_every"])
+        assert child.data.tags["mlflow.note.content"].startswith(f"Trial {record.number} of")
         history = client.get_metric_history(child.info.run_id, "reported_value")
         assert [m.step for m in history] == sorted(record.periods)
         assert [m.value for m in history] == [record.periods[p] for p in sorted(record.periods)]
+    # traces = "heldout": the held-out checks only, one trace per user episode.
+    traces = client.search_traces(locations=[experiment.experiment_id], max_results=100)
+    assert traces and {t.info.tags["evolve.split"] for t in traces} == {"heldout"}
+    assert {t.info.tags["evolve.study"] for t in traces} == {parent.data.tags["evolve.study"]}
+    assert all(t.info.trace_metadata["mlflow.sourceRun"] == parent.info.run_id for t in traces)
     text = render_tuning_experiment(uri, "tune-test")
     assert "pruned" in text and "best: trial" in text and "short_term_len=0" in text
     # A resumed invocation (nothing left to do) reuses the same parent run.

@@ -1,0 +1,243 @@
+"""MLflow traces of evaluations: one trace per user episode, so a researcher can open one
+simulated conversation, the memory at each checkpoint and every answer in the Traces tab.
+
+Opt-in with `[tracking] traces = "heldout"` (held-out evaluations only) or `"all"`. The
+simulator never imports MLflow: `EpisodeTracer` is a `ProgressSink` (the runner's progress
+callbacks), which the tracker hands the runner instead of the CLI's sink and which forwards
+every event to that sink.
+
+A trace: `episode <user>` (root; tags: experiment, candidate, split, user; linked to the
+candidate's run) > `period <p>` (from the unit's start to its end; the gold state as input,
+accuracy and failures as output) > `session <s>` (the opening query and the messages),
+`memory checkpoint` (the policy's description of its memory after the sessions),
+`question <q>` (question and options in; raw answer, choice, gold, diagnosis out) and
+`probe <variable>` (the diagnosis probes). The runner reports a user-period once it is done,
+so the spans inside a period carry content and sit at its end; the period span has its time.
+
+What goes into a trace is only what the runner stores in the unit's `result.json`: texts of
+the conversation and the answers, never an LM, an endpoint or a key (no DSPy autologging,
+whose spans would hold the LM's kwargs, `api_base` and `api_key` included).
+
+Overhead: measured in the README's tracking section.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from evolve.simulator.runner import ProgressSink
+
+if TYPE_CHECKING:
+    from evolve.simulator.metrics import MetricSummary
+    from evolve.simulator.records import PeriodResult
+
+logger = logging.getLogger(__name__)
+TRACE_MODES = ("none", "heldout", "all")
+# MLflow's trace metadata key that links a trace to a run (the run page lists its traces).
+SOURCE_RUN_METADATA = "mlflow.sourceRun"
+
+
+@contextlib.contextmanager
+def _never_fails(what: str) -> Iterator[None]:
+    """A trace is a record of the evaluation, never a reason for it to fail."""
+    try:
+        yield
+    except Exception as error:  # noqa: BLE001 - logged; the evaluation goes on
+        logger.warning("could not %s (the evaluation goes on): %s", what, error)
+
+
+def flush_traces() -> None:
+    """Wait until every ended trace is in the store. It costs about a second (MLflow's
+    writer polls its queue once a second), so it is called once per invocation."""
+    import mlflow
+
+    mlflow.flush_trace_async_logging()
+
+
+def traces_wanted(mode: str, split: str) -> bool:
+    """Whether an evaluation on `split` ("train" or "heldout") is traced under `mode`."""
+    return mode == "all" or (mode == "heldout" and split == "heldout")
+
+
+class EpisodeTracer(ProgressSink):
+    """Forwards the runner's events to `inner` and records each user episode as a trace.
+
+    Hooks are called from the runner's worker threads: the spans of one user are only ever
+    touched by the thread playing that user, the table of open episodes is under a lock.
+    """
+
+    def __init__(
+        self,
+        inner: ProgressSink | None,
+        *,
+        tracking_uri: str,
+        experiment_id: str,
+        tags: dict[str, str],
+        source_run_id: str | None = None,
+    ) -> None:
+        import mlflow
+
+        # Traces go to the process-wide tracking URI (MLflow's tracing has no client form).
+        mlflow.set_tracking_uri(tracking_uri)
+        self.inner = inner or ProgressSink()
+        self.experiment_id = experiment_id
+        self.tags = dict(tags)
+        self.source_run_id = source_run_id
+        self.periods = 0
+        self._lock = threading.Lock()
+        self._episodes: dict[str, Any] = {}  # user id -> open root span
+        self._unit_started_ns: dict[tuple[str, int], int] = {}
+        self.trace_ids: list[str] = []
+
+    # ----- forwarded ------------------------------------------------------------------------
+
+    def run_started(self, *, users: int, periods: int, finished_units: int) -> None:
+        self.periods = periods
+        self.inner.run_started(users=users, periods=periods, finished_units=finished_units)
+
+    def unit_finished(self, user_id: str, period_index: int, *, resumed: bool) -> None:
+        self.inner.unit_finished(user_id, period_index, resumed=resumed)
+
+    def llm_calls(self, total: int) -> None:
+        self.inner.llm_calls(total)
+
+    def period_finished(self, period_index: int, summary: MetricSummary) -> None:
+        self.inner.period_finished(period_index, summary)
+
+    # ----- traced ---------------------------------------------------------------------------
+
+    def unit_started(self, user_id: str, period_index: int) -> None:
+        now = time.time_ns()
+        with self._lock, _never_fails("start an episode trace"):
+            self._unit_started_ns[(user_id, period_index)] = now
+            if user_id not in self._episodes:
+                self._episodes[user_id] = self._start_episode(user_id, now)
+        self.inner.unit_started(user_id, period_index)
+
+    def unit_result(self, result: PeriodResult) -> None:
+        with _never_fails("record a period in its trace"):
+            self._record_period(result)
+        self.inner.unit_result(result)
+        if result.period_index >= self.periods - 1:
+            with _never_fails("end an episode trace"):
+                self._end_episode(result.user_id)
+
+    def _record_period(self, result: PeriodResult) -> None:
+        import mlflow
+
+        with self._lock:
+            root = self._episodes.get(result.user_id)
+            started = self._unit_started_ns.pop((result.user_id, result.period_index), None)
+        if root is not None:
+            end = time.time_ns()
+            period = mlflow.start_span_no_context(
+                f"period {result.period_index}",
+                span_type="CHAIN",
+                parent_span=root,
+                inputs={
+                    "period_start": result.period_start,
+                    "period_end": result.period_end,
+                    "state": result.state,
+                    "state_updates": result.state_updates,
+                },
+                start_time_ns=started or end,
+            )
+            for session in result.sessions:
+                self._leaf(
+                    period,
+                    f"session {session.session_index}",
+                    "AGENT",
+                    {"session_time": session.session_time, "query": session.query},
+                    {
+                        "messages": [m.model_dump(mode="json") for m in session.messages],
+                        "rounds_completed": session.rounds_completed,
+                        "ended_early": session.ended_early,
+                    },
+                    end,
+                )
+            self._leaf(
+                period,
+                "memory checkpoint",
+                "MEMORY",
+                {"period": result.period_index},
+                {"memory": result.memory_description},
+                end,
+            )
+            for item in result.items:
+                self._leaf(
+                    period,
+                    f"question {item.question_index}",
+                    "TASK",
+                    {"question": item.question, "options": item.options},
+                    {
+                        "raw_answer": item.raw_answer,
+                        "chosen": item.chosen,
+                        "gold": item.gold,
+                        "correct": item.correct,
+                        "parse_error": item.parse_error,
+                        "retrieved": item.retrieved,
+                        "diagnosis": str(item.diagnosis),
+                    },
+                    end,
+                )
+            for probe in result.probes:
+                self._leaf(
+                    period,
+                    f"probe {probe.variable}",
+                    "TASK",
+                    {"question": probe.question, "options": probe.options},
+                    {"value": probe.value, "gold": probe.gold, "correct": probe.correct},
+                    end,
+                )
+            correct = sum(item.correct for item in result.items)
+            period.end(
+                outputs={"accuracy": correct / len(result.items) if result.items else None},
+                end_time_ns=end,
+            )
+
+    def close(self) -> None:
+        """End the episodes still open (a user with fewer periods, or a failed evaluation).
+        MLflow writes ended traces in the background: `flush_traces` waits for them."""
+        with self._lock:
+            users = list(self._episodes)
+        for user_id in users:
+            with _never_fails("end an episode trace"):
+                self._end_episode(user_id)
+
+    # ----- spans ----------------------------------------------------------------------------
+
+    def _start_episode(self, user_id: str, now: int) -> Any:
+        import mlflow
+
+        metadata = {SOURCE_RUN_METADATA: self.source_run_id} if self.source_run_id else None
+        root = mlflow.start_span_no_context(
+            f"episode {user_id}",
+            span_type="CHAIN",
+            inputs={"user": user_id, **self.tags},
+            tags={**self.tags, "evolve.user": user_id},
+            metadata=metadata,
+            experiment_id=self.experiment_id,
+            start_time_ns=now,
+        )
+        self.trace_ids.append(root.trace_id)
+        return root
+
+    def _end_episode(self, user_id: str) -> None:
+        with self._lock:
+            root = self._episodes.pop(user_id, None)
+        if root is not None:
+            root.end(outputs={"user": user_id})
+
+    @staticmethod
+    def _leaf(parent: Any, name: str, kind: str, inputs: Any, outputs: Any, at_ns: int) -> None:
+        import mlflow
+
+        span = mlflow.start_span_no_context(
+            name, span_type=kind, parent_span=parent, inputs=inputs, start_time_ns=at_ns
+        )
+        span.end(outputs=outputs, end_time_ns=at_ns)
