@@ -38,7 +38,7 @@ def token(name: str) -> str:
     return f"SIGNED_{name.upper()}"
 
 
-def write_world(directory: Path, feedback: str = "complete") -> Path:
+def write_world(directory: Path, feedback: str = "complete", concurrency: int = 2) -> Path:
     items = []
     for user_id, name in SIGNATURES.items():
         item = make_item(user_id)
@@ -53,7 +53,7 @@ def write_world(directory: Path, feedback: str = "complete") -> Path:
             f"""
             name = "chains"
             seed = 3
-            concurrency = 2
+            concurrency = {concurrency}
             protocol = "paper"
 
             [environment]
@@ -235,13 +235,14 @@ def test_killed_chain_resumes_without_replaying(tmp_path, kill_at, steps_before_
     reference_dir = tmp_path / "reference"
     reference_dir.mkdir()
     reference = World()
-    expected = run(reference_dir, reference, write_world(reference_dir))
-    full = len(reference.agent.calls)
-    assert kill_at < full
+    # One call at a time: the kill lands at the same point of the run every time.
+    expected = run(reference_dir, reference, write_world(reference_dir, concurrency=1))
+    full = len(reference.agent.calls) + len(reference.simulator.calls)
+    assert kill_at < len(reference.agent.calls)
 
     work = tmp_path / "killed"
     work.mkdir()
-    spec = write_world(work)
+    spec = write_world(work, concurrency=1)
     log = work / "calls.log"
     child = subprocess.run(
         [
@@ -270,7 +271,8 @@ def test_killed_chain_resumes_without_replaying(tmp_path, kill_at, steps_before_
     resumed = run(work, resumed_world, spec)
     # Nothing stored is replayed: the resumed run makes exactly the calls that were not
     # persisted (a unit killed while its questions were asked asks them again).
-    assert len(resumed_world.agent.calls) == full - persisted
+    resumed_calls = len(resumed_world.agent.calls) + len(resumed_world.simulator.calls)
+    assert resumed_calls == full - persisted
     assert [(r.id, r.status, r.train_score) for r in resumed.candidates] == [
         (r.id, r.status, r.train_score) for r in expected.candidates
     ]
@@ -282,8 +284,8 @@ def test_killed_chain_resumes_without_replaying(tmp_path, kill_at, steps_before_
 
 
 def persisted_calls(experiment: Path) -> int:
-    """Agent calls whose results were on disk: finished user-periods, played sessions whose
-    questions were cut off, and proposed steps."""
+    """LM calls (agent and simulated user) whose results were on disk: finished
+    user-periods, played sessions whose questions were cut off, and proposed steps."""
     calls = 0
     for period_dir in (experiment / "chain" / "train" / "users").glob("*/period_*"):
         if (period_dir / "result.json").exists():
