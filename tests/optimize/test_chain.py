@@ -307,3 +307,62 @@ def test_steps_are_candidates_with_statuses(tmp_path):
     assert [r.id for r in result.candidates] == ["g00-c0"]
     assert result.candidate("g00-c0").status == CandidateStatus.EVALUATED
     assert result.candidate("g00-c0").train.users == ["user-0", "user-1"]
+
+
+@pytest.mark.parametrize("feedback", ["complete", "question_only", "diagnostic"])
+def test_what_the_reflector_is_shown_per_kind(tmp_path, feedback):
+    spec = write_world(tmp_path, feedback=feedback)
+    world = World()
+    run(tmp_path, world, spec)
+    shown = [sections(c.user)["feedback"] for c in reflections(world)]
+    assert len(shown) == 4
+    for text in shown:
+        assert "Can you suggest a dinner recipe for me?" in text
+        if feedback == "diagnostic":  # ours: failures with the truth
+            assert "correct" in text and "cause:" in text and "memory held:" in text
+            continue
+        # The paper's: the memory, and no ground truth at all.
+        assert "Memory the assistant had:" in text and "signature:" in text
+        assert "correct" not in text and "cause" not in text
+        if feedback == "complete":
+            assert "(C) A keto salmon plate" in text and "The assistant chose: (A)" in text
+        else:
+            assert "keto salmon" not in text and "chose" not in text
+
+
+def test_the_runner_guards_the_declared_schedule(tmp_path):
+    from evolve.errors import ResumeMismatchError
+    from evolve.simulator.environment import load_environment
+    from evolve.simulator.runner import EpisodeConfig, run_evaluation
+
+    write_world(tmp_path)
+    env = load_environment(tmp_path / "env.json")
+    base = memory_policies.create_policy("in_context", {"update_every": 1, "short_term_len": 0})
+    other = base.with_components({"write.types_to_remember": "1. SIGNED_BOB"})
+
+    class Schedule:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def policy_for(self, user_id: str, period_index: int):
+            return other if user_id == "user-1" and period_index > 0 else base
+
+        def identity(self) -> dict[str, Any]:
+            return {"schedule": self.name}
+
+    world = World()
+    config = EpisodeConfig(concurrency=2)
+    run_evaluation(env, base, world.lms, tmp_path / "run", config, policy_schedule=Schedule("a"))
+    writes = [c for c in world.agent.calls if "updates" in output_fields(c.system)]
+    scheduled = [c for c in writes if "SIGNED_BOB" in c.system]
+    assert scheduled
+    for call in writes:
+        messages = sections(call.user)["messages"]
+        if "-- Alice" in messages or "2024-01-" in messages:  # user-0, or period 0
+            assert "SIGNED_BOB" not in call.system
+        elif "-- Bob" in messages:
+            assert "SIGNED_BOB" in call.system
+    with pytest.raises(ResumeMismatchError, match="policy_schedule"):
+        run_evaluation(
+            env, base, world.lms, tmp_path / "run", config, policy_schedule=Schedule("b")
+        )
