@@ -197,7 +197,8 @@ class _Evolution(PopulationSchedule, ChainSchedule):
                 config_hash=digest,
                 spec=self.spec,
                 run_dir=self.store.root.resolve(),
-                model_names=model_names,
+                # The model that actually reflects (the agent's, under the paper's protocol).
+                model_names={**model_names, "reflector": model_names[self.reflector_role]},
                 environment=self.resolved.environment_description,
                 train_users=[item.id for item in self.resolved.train.items],
                 heldout_users=[item.id for item in self.resolved.heldout.items],
