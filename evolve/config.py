@@ -35,7 +35,9 @@ DEFAULT_TRACKING_URI = "sqlite:///mlruns/mlflow.db"
 _NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 Schedule = Literal["population", "per_period"]
-FeedbackKind = Literal["complete", "question_only", "none"]
+# complete / question_only: the paper's (no ground truth); diagnostic: ours (failures with the
+# gold option, diagnosis and true values); none: no evolution. See evolve.optimize.feedback.
+FeedbackKind = Literal["complete", "question_only", "diagnostic", "none"]
 
 
 class EnvironmentSpec(_Strict):
@@ -51,7 +53,9 @@ class EnvironmentSpec(_Strict):
         default=2, description="The first N users, or a list of user ids."
     )
     heldout_users: int | list[str] = Field(
-        default=1, description="The next N users after the train users, or a list of user ids."
+        default=1,
+        description="The next N users after the train users, or a list of user ids; 0 only "
+        'for schedule = "per_period" (the paper\'s per-user chains need no held-out users).',
     )
 
     @model_validator(mode="after")
@@ -65,8 +69,9 @@ class EnvironmentSpec(_Strict):
             raise ValueError("'seed' and 'users' only apply to a generator 'preset', not 'file'")
         for name in ("train_users", "heldout_users"):
             value = getattr(self, name)
-            if isinstance(value, int) and value < 1:
-                raise ValueError(f"'{name}' must be at least 1, got {value}")
+            minimum = 0 if name == "heldout_users" else 1
+            if isinstance(value, int) and value < minimum:
+                raise ValueError(f"'{name}' must be at least {minimum}, got {value}")
             if isinstance(value, list) and not value:
                 raise ValueError(f"'{name}' must list at least one user id")
             if isinstance(value, list) and len(set(value)) != len(value):
@@ -154,7 +159,11 @@ class OptimizerSpec(_Strict):
         description="GEPA's budget of user evaluations; None: enough for `generations`.",
     )
     objective: Objective = "memory_score"
-    feedback: FeedbackKind = "complete"
+    feedback: FeedbackKind = Field(
+        default="diagnostic",
+        description="What the reflector is shown: complete / question_only (the paper's, no "
+        "ground truth), diagnostic (ours: failures with the truth), none (no evolution).",
+    )
     mutate_components: list[str] = Field(
         default_factory=lambda: ["write.types_to_remember"],
         description="Policy components the reflector may rewrite.",
@@ -165,7 +174,12 @@ class OptimizerSpec(_Strict):
     max_feedback_failures: int = Field(default=4, ge=1, description="Failures shown per proposal.")
     max_feedback_chars: int = Field(default=1600, ge=200)
     max_instruction_chars: int = Field(default=1200, ge=50)
-    reflector_temperature: float = Field(default=0.7, ge=0.0, le=2.0)
+    reflector_temperature: float = Field(
+        default=0.7,
+        ge=0.0,
+        le=2.0,
+        description='Unset under protocol = "paper": 0, as the paper (the agent\'s own model).',
+    )
     proposal_attempts: int = Field(
         default=2,
         ge=1,
@@ -482,6 +496,11 @@ def resolve(spec: ExperimentSpec) -> ResolvedExperiment:
         from evolve.simulator.environment import load_environment
 
         path = env_spec.file if env_spec.file.is_absolute() else spec.base_dir / env_spec.file
+        if spec.protocol == "paper" and not path.exists():
+            raise EnvironmentDataError(
+                f"{label}: environment.file: {path} does not exist; download the published "
+                "AMemGym data.json there (README, 'Published data') or name another data.json"
+            )
         try:
             environment = load_environment(path)
         except EnvironmentDataError as error:
@@ -489,6 +508,17 @@ def resolve(spec: ExperimentSpec) -> ResolvedExperiment:
         description = f"file {path} ({len(environment.items)} users)"
 
     train_items, heldout_items = _split_users(label, environment, env_spec)
+    if not heldout_items and spec.optimizer.schedule != "per_period":
+        raise ConfigError(
+            f"{label}: environment.heldout_users = 0: the population schedule checks each new "
+            'best on held-out users; give at least 1, or use schedule = "per_period"'
+        )
+    if spec.protocol == "evolve" and spec.optimizer.feedback == "complete":
+        raise ConfigError(
+            f'{label}: optimizer.feedback = "complete" was renamed: write feedback = '
+            '"diagnostic" for the failure feedback with ground truth, or set protocol = '
+            '"paper" for the paper\'s complete feedback (no ground truth)'
+        )
     episode = EpisodeConfig(
         rounds_initial=spec.episode.rounds_initial or rounds_initial,
         rounds_update=spec.episode.rounds_update or rounds_update,

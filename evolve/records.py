@@ -33,7 +33,9 @@ class Mutation(_Frozen):
 
     kind: MutationKind
     component: str | None = Field(default=None, description="Rewritten component (reflective).")
-    feedback: str | None = Field(default=None, description="complete, question_only or none.")
+    feedback: str | None = Field(
+        default=None, description="complete, question_only, diagnostic or none."
+    )
     feedback_failures: int = Field(default=0, description="Failures shown to the reflector.")
     rollout_id: int | None = None
     temperature: float | None = None
@@ -94,6 +96,9 @@ class CandidateRecord(_Frozen):
     status: CandidateStatus
     duplicate_of: str | None = None
     invalid_reason: str | None = None
+    user_id: str | None = Field(
+        default=None, description="per_period schedule: the train user whose chain proposed it."
+    )
     reflection_calls: int = Field(default=0, description="Reflector calls made to propose it.")
     reflection_tokens: int = 0
     reflection_parse_failures: int = Field(

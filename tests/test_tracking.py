@@ -56,7 +56,7 @@ def test_parent_and_child_runs_carry_lineage(tracked):
     assert len(parents) == 1
     parent = parents[0]
     assert parent.info.status == "FINISHED"
-    assert parent.data.params["optimizer.feedback"] == "complete"
+    assert parent.data.params["optimizer.feedback"] == "diagnostic"
     assert parent.data.params["model.agent"] == "agent-model"
     assert parent.data.tags["evolve.best_candidate"] == result.best_id
     evaluated = [r for r in result.candidates if r.train is not None]

@@ -1,16 +1,33 @@
-"""The paper's per-period chain (AMemGym Table 3, `schedule = "per_period"`): one on-policy
-train run in which, after each period, the reflector rewrites the mutable component(s) from
-that period's feedback and the episode continues with the new instructions and the same
-memory. Each step is a candidate (generation = the period from which it is in effect); the
-base and the final policy (or every step) are also evaluated on held-out users from scratch.
+"""The paper's per-period schedule (AMemGym Table 3, `schedule = "per_period"`): one evolving
+chain per train user.
+
+One on-policy train run over all train users. After each period p (a barrier: every user
+has finished p), each user's reflector step rewrites one mutable component of the policy in
+effect for that user, from that user's period-p feedback only; the user's episode continues
+in period p+1 with the new instructions and the same memory. The runner plays each
+user-period with the policy its chain has in effect (`PerUserChains`, a
+`runner.PolicySchedule`), so no proxy policy stands in for the chains.
+
+Records: the base is `g00-c0`, shared by every chain; the step of train user number i in
+effect from period p+1 on is `g{p+1}-c{i}` (its `user_id` names the chain). A step is scored on
+the user-periods during which it was in effect. The paper's number is the memory score of
+the evolving run over all users and periods (`chain_summary`). Each user's final policy is
+saved as a bundle under `chain/final/<user>/` (index: `chain/final_policies.json`). With
+held-out users, the base and the final policies (or every step) are also evaluated on them
+from scratch; the paper has none (`heldout_users = 0`).
+
+Resumption: steps are stored when proposed and user-periods when played, so a rerun after
+a kill replays neither; the chains are rebuilt from the stored steps at each barrier.
+
+Hand-written on purpose: GEPA has no notion of a policy that changes inside an episode.
 A mixin of the loop's `_Evolution` (it shares the store, records and evaluation helpers).
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
-from pathlib import Path
+import shutil
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from evolve.objective import load_period_results, objective_value
@@ -23,155 +40,133 @@ from evolve.records import (
     candidate_id,
     fingerprint,
 )
-from evolve.simulator.metrics import MetricSummary
+from evolve.simulator.metrics import MetricSummary, summarize_periods
+from evolve.simulator.records import PeriodResult, UserResult
 from evolve.simulator.runner import EvaluationReport, run_evaluation
+from evolve.simulator.storage import atomic_write_json, safe_name
 from evolve.simulator.user import derive_seed
 
 
-class _ChainPolicy:
-    """What the runner evaluates in the per_period schedule: the step policy in effect.
+class PerUserChains:
+    """Which candidate each user's chain has in effect in each period (a PolicySchedule).
 
-    The runner hashes `components()` once, at the start, to guard its directory; they are the
-    base policy's here, constant across resumptions, while every call is delegated to the
-    current step's policy (switched only at period barriers, when no worker runs).
+    `assign` runs on the loop's thread at period barriers and loads the policy there, so
+    `policy_for` (called from the runner's workers) only reads.
     """
 
-    def __init__(self, base: Any) -> None:
-        self._base_components = base.components()
-        self.current = base
+    def __init__(self, identity: Mapping[str, Any], load: Callable[[str], Any]) -> None:
+        self._identity = dict(identity)
+        self._load = load
+        self._policies: dict[str, Any] = {}
+        self.in_effect: dict[str, dict[int, str]] = {}
 
-    def switch(self, policy: Any) -> None:
-        self.current = policy
+    def assign(self, user_id: str, period_index: int, candidate: str) -> None:
+        if candidate not in self._policies:
+            self._policies[candidate] = self._load(candidate)
+        self.in_effect.setdefault(user_id, {})[period_index] = candidate
 
-    def components(self) -> dict[str, str]:
-        return dict(self._base_components)
+    def policy_for(self, user_id: str, period_index: int) -> Any:
+        return self._policies[self.in_effect[user_id][period_index]]
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.current, name)
+    def identity(self) -> dict[str, Any]:
+        return dict(self._identity)
+
+    def final(self, user_id: str) -> str:
+        periods = self.in_effect[user_id]
+        return periods[max(periods)]
 
 
 class ChainSchedule:
-    """The per-period chain and the reflective proposals it makes. Mixed into the loop's
+    """The per-user chains and the reflective proposals they make. Mixed into the loop's
     `_Evolution`, which provides the store, records, budget, tracker and evaluation helpers."""
-
-    def _reflective_mutation(
-        self,
-        results: Any,
-        component: str,
-        seed: int,
-        attempt: int,
-        periods: list[int] | None = None,
-    ) -> tuple[Any, Mutation]:
-        """The reflector's feedback on a parent's period results, and the mutation record of
-        a proposal made from it (both schedules propose this way)."""
-        optimizer = self.optimizer
-        feedback = build_feedback(
-            results,
-            optimizer.feedback,
-            component=component,
-            max_failures=optimizer.max_feedback_failures,
-            max_chars=optimizer.max_feedback_chars,
-            rng=random.Random(seed),
-            periods=periods,
-        )
-        mutation = Mutation(
-            kind="reflective",
-            component=component,
-            feedback=optimizer.feedback,
-            feedback_failures=feedback.failures_shown,
-            rollout_id=seed,
-            temperature=optimizer.reflector_temperature,
-            attempts=attempt + 1,
-        )
-        return feedback, mutation
-
-    def _reflect(
-        self, parent_policy: Any, parent: CandidateRecord, component: str, feedback: str, seed: int
-    ) -> dict[str, Any]:
-        """One reflector call turned into a policy, or the reason it cannot be one."""
-        from memory_policies.errors import PolicyError
-
-        proposal = self.reflector.propose(
-            component,
-            parent.components[component],
-            feedback,
-            rollout_id=seed,
-            seed=seed,
-        )
-        if proposal.text is None:
-            return {
-                "invalid": proposal.error,
-                "parse_failed": int(proposal.parse_failed),
-                "seed": seed,
-            }
-        try:
-            policy = parent_policy.with_components({component: proposal.text})
-        except PolicyError as error:
-            return {"invalid": f"the proposed text was refused: {error}", "seed": seed}
-        return {"policy": policy, "seed": seed}
-
-    # ----- per_period schedule (the paper's chain) -------------------------------------------
 
     def _run_chain(self) -> None:
         base = self._base()
-        train = self.resolved.train
-        periods = max(len(item.periods) for item in train.items)
+        items = list(self.resolved.train.items)
+        periods = max(len(item.periods) for item in items)
         run_dir = self.store.root / "chain" / "train"
-        chain = _ChainPolicy(self._policy(base))
-        in_effect: dict[int, str] = {0: base.id}
+        chains = PerUserChains(
+            {
+                "schedule": "per_user_chains",
+                "base": base.fingerprint,
+                "feedback": self.optimizer.feedback,
+                "mutate_components": list(self.optimizer.mutate_components),
+            },
+            lambda cid: self._policy(self.records[cid]),
+        )
+        for item in items:
+            chains.assign(item.id, 0, base.id)
         self.progress.generation_started(0, periods - 1)
 
         def on_period_end(period: int, _summary: MetricSummary) -> None:
-            if period >= periods - 1:
-                return
-            current = self.records[in_effect[period]]
-            step = self.records.get(candidate_id(period + 1, 0))
-            if step is None and self.optimizer.reflective_enabled():
-                self.budget.check()
-                self.progress.generation_started(period + 1, periods - 1)
-                step = self._propose_step(period, current, run_dir)
-            successor = current
-            if step is not None and step.status in (
-                CandidateStatus.PROPOSED,
-                CandidateStatus.EVALUATED,
-            ):
-                successor = step
-            elif step is not None and step.status == CandidateStatus.DUPLICATE:
-                successor = self.records[step.duplicate_of or current.id]
-            in_effect[period + 1] = successor.id
-            if successor.id != current.id:
-                chain.switch(self._policy(successor))
+            announced = False
+            results: list[PeriodResult] | None = None
+            for index, item in enumerate(items):
+                if len(item.periods) <= period + 1:
+                    continue  # this user's chain has ended
+                current = self.records[chains.in_effect[item.id][period]]
+                step = self.records.get(candidate_id(period + 1, index))
+                if step is None and self.optimizer.reflective_enabled():
+                    self.budget.check()
+                    if not announced:
+                        self.progress.generation_started(period + 1, periods - 1)
+                        announced = True
+                    if results is None:
+                        results = load_period_results(run_dir, periods=[period])
+                    own = [r for r in results if r.user_id == item.id]
+                    step = self._propose_step(period, index, item.id, current, own)
+                chains.assign(item.id, period + 1, self._successor(current, step).id)
 
         sink = self.progress.evaluation_started(base, "train")
         report = run_evaluation(
-            train,
-            chain,
+            self.resolved.train,
+            self._policy(base),
             self.lms,
             run_dir,
             self.resolved.episode,
             on_period_end=on_period_end,
             progress=sink,
             upper_bound=self.upper_bound,
+            policy_schedule=chains,
         )
         self.chain_summary = report.summary
-        self._score_chain(report, run_dir, in_effect, periods)
-        finalists = list(dict.fromkeys(in_effect.values()))
-        if self.optimizer.heldout == "final":
-            finalists = list(dict.fromkeys([base.id, in_effect[periods - 1]]))
-        for cid in finalists:
-            self._evaluate(self.records[cid], "heldout")
+        self._score_chain(report, run_dir, chains)
+        self._save_final_policies(items, chains)
+        if self.resolved.heldout.items:
+            finals = [chains.final(item.id) for item in items]
+            if self.optimizer.heldout == "final":
+                finalists = [base.id, *finals]
+            else:
+                finalists = [cid for item in items for cid in chains.in_effect[item.id].values()]
+            for cid in dict.fromkeys(finalists):
+                self._evaluate(self.records[cid], "heldout")
         for generation in range(periods):
-            self._store_chain_generation(generation, in_effect)
+            self._store_chain_generation(generation, items, chains, report)
+
+    def _successor(self, current: CandidateRecord, step: CandidateRecord | None) -> CandidateRecord:
+        """The candidate in effect after a step: the step if usable, else the current one."""
+        if step is None:
+            return current
+        if step.status in (CandidateStatus.PROPOSED, CandidateStatus.EVALUATED):
+            return step
+        if step.status == CandidateStatus.DUPLICATE:
+            return self.records[step.duplicate_of or current.id]
+        return current
 
     def _propose_step(
-        self, period: int, current: CandidateRecord, run_dir: Path
+        self,
+        period: int,
+        index: int,
+        user_id: str,
+        current: CandidateRecord,
+        results: list[PeriodResult],
     ) -> CandidateRecord:
+        """One user's reflector step after `period`, from that user's period feedback."""
         optimizer = self.optimizer
         generation = period + 1
-        cid = candidate_id(generation, 0)
+        cid = candidate_id(generation, index)
         components = optimizer.mutate_components
         component = components[period % len(components)]
-        results = load_period_results(run_dir, periods=range(period + 1))
         usage_before = self.lms.usage.snapshot()
         current_policy = self._policy(current)
         parse_failures = 0
@@ -179,11 +174,26 @@ class ChainSchedule:
         feedback_text = ""
         mutation = Mutation(kind="reflective", component=component, feedback=optimizer.feedback)
         for attempt in range(optimizer.proposal_attempts):
-            seed = derive_seed(self.spec.seed, "candidate", generation, 0, attempt)
-            feedback, mutation = self._reflective_mutation(
-                results, component, seed, attempt, periods=[period]
+            seed = derive_seed(self.spec.seed, "candidate", generation, index, attempt)
+            feedback = build_feedback(
+                results,
+                optimizer.feedback,
+                component=component,
+                max_failures=optimizer.max_feedback_failures,
+                max_chars=optimizer.max_feedback_chars,
+                rng=random.Random(seed),
+                periods=[period],
             )
             feedback_text = feedback.text
+            mutation = Mutation(
+                kind="reflective",
+                component=component,
+                feedback=optimizer.feedback,
+                feedback_failures=feedback.failures_shown,
+                rollout_id=seed,
+                temperature=self.reflector.temperature,
+                attempts=attempt + 1,
+            )
             outcome = self._reflect(current_policy, current, component, feedback.text, seed)
             parse_failures += outcome.pop("parse_failed", 0)
             if not outcome.get("invalid"):
@@ -215,6 +225,7 @@ class ChainSchedule:
             reflection_calls=usage.total_calls - usage.cache_hits,
             reflection_tokens=usage.total_tokens,
             reflection_parse_failures=parse_failures,
+            user_id=user_id,
         )
         self.store.save_feedback(cid, feedback_text)
         if status == CandidateStatus.PROPOSED:
@@ -222,20 +233,49 @@ class ChainSchedule:
         self.progress.candidate_proposed(record)
         return self._save(record)
 
-    def _score_chain(
-        self,
-        report: EvaluationReport,
-        run_dir: Path,
-        in_effect: Mapping[int, str],
-        periods: int,
-    ) -> None:
-        """Each step's train score: the periods during which it was the policy in effect."""
-        by_record: dict[str, list[int]] = {}
-        for period in range(periods):
-            by_record.setdefault(in_effect[period], []).append(period)
-        for cid, record_periods in by_record.items():
+    def _reflect(
+        self, parent_policy: Any, parent: CandidateRecord, component: str, feedback: str, seed: int
+    ) -> dict[str, Any]:
+        """One reflector call turned into a policy, or the reason it cannot be one."""
+        from memory_policies.errors import PolicyError
+
+        proposal = self.reflector.propose(
+            component,
+            parent.components[component],
+            feedback,
+            rollout_id=seed,
+            seed=seed,
+        )
+        if proposal.text is None:
+            return {
+                "invalid": proposal.error,
+                "parse_failed": int(proposal.parse_failed),
+                "seed": seed,
+            }
+        try:
+            policy = parent_policy.with_components({component: proposal.text})
+        except PolicyError as error:
+            return {"invalid": f"the proposed text was refused: {error}", "seed": seed}
+        return {"policy": policy, "seed": seed}
+
+    def _score_chain(self, report: EvaluationReport, run_dir: Any, chains: PerUserChains) -> None:
+        """Each step's train score: the user-periods during which it was in effect."""
+        in_effect: dict[str, dict[str, set[int]]] = {}
+        for user_id, periods in chains.in_effect.items():
+            for period, cid in periods.items():
+                in_effect.setdefault(cid, {}).setdefault(user_id, set()).add(period)
+        for cid, by_user in in_effect.items():
             record = self.records[cid]
-            scores = self._scores(report.users, run_dir, report.wall_time_s, record_periods)
+            users = [
+                UserResult(
+                    user_id=user.user_id,
+                    periods=[p for p in user.periods if p.period_index in by_user[user.user_id]],
+                )
+                for user in report.users
+                if user.user_id in by_user
+            ]
+            periods = sorted(set().union(*by_user.values()))
+            scores = self._scores(users, run_dir, report.wall_time_s, periods)
             if record.train is not None and record.train == scores.model_copy(
                 update={"wall_time_s": record.train.wall_time_s}
             ):
@@ -251,31 +291,73 @@ class ChainSchedule:
                 feedback=self.store.load_feedback(record.id),
             )
 
-    def _store_chain_generation(self, generation: int, in_effect: Mapping[int, str]) -> None:
-        active = self.records[in_effect[generation]]
-        proposed = [candidate_id(generation, 0)] if generation > 0 else [active.id]
-        proposed = [cid for cid in proposed if cid in self.records]
-        score = None
-        if active.train is not None and active.train.periods is not None:
-            index = active.train.periods.index(generation)
-            score = objective_value(active.train.per_period[index], self.optimizer.objective)
-        calls = sum(self.records[cid].reflection_calls for cid in proposed)
-        tokens = sum(self.records[cid].reflection_tokens for cid in proposed)
-        if active.train is not None and active.train.periods is not None:
-            index = active.train.periods.index(generation)
-            calls += active.train.per_period[index].llm_calls
-            tokens += active.train.per_period[index].tokens
+    def _save_final_policies(self, items: list[Any], chains: PerUserChains) -> None:
+        """Each user's final policy as a bundle (a copy of its candidate's bundle)."""
+        root = self.store.root / "chain" / "final"
+        index: dict[str, dict[str, str]] = {}
+        for item in items:
+            cid = chains.final(item.id)
+            target = root / safe_name(str(item.id))
+            if target.exists():
+                shutil.rmtree(target)  # a rerun may extend the chain (more periods on disk)
+            shutil.copytree(self.store.policy_dir(cid), target)
+            index[item.id] = {
+                "candidate": cid,
+                "bundle": str(target.relative_to(self.store.root)),
+            }
+        atomic_write_json(self.store.root / "chain" / "final_policies.json", index)
+
+    def _store_chain_generation(
+        self,
+        generation: int,
+        items: list[Any],
+        chains: PerUserChains,
+        report: EvaluationReport,
+    ) -> None:
+        """Generation g: period g of every chain (the steps proposed after period g-1)."""
+        objective = self.optimizer.objective
+        periods = {
+            user.user_id: next((p for p in user.periods if p.period_index == generation), None)
+            for user in report.users
+        }
+        played = [item for item in items if periods.get(item.id) is not None]
+        active = list(dict.fromkeys(chains.in_effect[item.id][generation] for item in played))
+        if generation == 0:
+            proposed = [active[0]] if active else []
+        else:
+            proposed = [
+                candidate_id(generation, index)
+                for index in range(len(items))
+                if candidate_id(generation, index) in self.records
+            ]
+        per_user = {
+            item.id: objective_value(
+                summarize_periods([periods[item.id]], self.upper_bound), objective
+            )
+            for item in played
+        }
+        summary = summarize_periods([periods[item.id] for item in played], self.upper_bound)
+        scored = {user: score for user, score in per_user.items() if score is not None}
+        best_user = max(scored, key=lambda user: scored[user]) if scored else None
+        best_id = chains.in_effect[best_user][generation] if best_user is not None else None
+        heldout = [
+            self.records[cid].heldout.score
+            for cid in active
+            if self.records[cid].heldout is not None
+        ]
         record = GenerationRecord(
             generation=generation,
             candidate_ids=proposed,
-            evaluated_ids=[active.id],
-            population=[active.id],
-            best_id=active.id,
-            best_train_score=score,
-            mean_train_score=score,
-            best_heldout_score=active.heldout.score if active.heldout is not None else None,
-            llm_calls=calls,
-            tokens=tokens,
+            evaluated_ids=active,
+            population=active,
+            best_id=best_id,
+            best_train_score=scored[best_user] if best_user is not None else None,
+            mean_train_score=objective_value(summary, objective),
+            best_heldout_score=max(heldout) if heldout else None,
+            llm_calls=sum(self.records[cid].reflection_calls for cid in proposed if generation)
+            + summary.llm_calls,
+            tokens=sum(self.records[cid].reflection_tokens for cid in proposed if generation)
+            + summary.tokens,
         )
         if self.store.load_generation(generation) == record:
             return

@@ -1,25 +1,31 @@
-"""Diagnostic feedback for the reflector, built from stored evaluation records (no LLM).
+"""Feedback for the reflector, built from stored evaluation records (no LLM).
 
-Three kinds, as in the paper's ablation (AMemGym Table 3):
+Four kinds. The first two are the paper's (AMemGym Table 3, the reference code's "vanilla"
+and "vanilla question-only" feedback), with no ground truth:
 
-- ``complete``: per failure, the question, the chosen vs correct option, the diagnosis (write,
-  read or utilization) with the variables that failed (recalled vs true value, and whether
-  the value changed in that period), the user's message that revealed it, and the memory the
-  policy held. Plus one line of totals.
-- ``question_only``: the evaluation questions, nothing about answers or truth.
+- ``complete``: every question of the scored period(s) with its lettered options, the
+  option the assistant chose and the memory it answered from. No gold option, no
+  correctness, no diagnosis. (The reference code labels the chosen option one letter too
+  far; here the letter is the chosen option's own.)
+- ``question_only``: the questions (without options) plus the memory.
+- ``diagnostic`` (ours, `protocol = "evolve"`): per failure, the question, the chosen vs
+  correct option, the diagnosis (write, read or utilization) with the variables that failed
+  (recalled vs true value, and whether the value changed in that period), the user's message
+  that revealed it, and the memory the policy held. Plus one line of totals.
 - ``none``: no feedback (no evolution).
 
 The reflector may run on a 0.5B model with an 8k context that prefills ~150 tokens/s, so the
-text is capped: at most `max_failures` failures and `max_chars` characters. Failures are
-ranked by how much they can teach the component being rewritten (write failures first for
-`write`-side components, utilization first for `use`), spread over distinct variables, and the
-order within a rank is drawn from the caller's RNG, so candidates from the same parent see
-different subsets (one source of proposal diversity).
+text is capped at `max_chars` characters (and `diagnostic` at `max_failures` failures).
+Diagnostic failures are ranked by how much they can teach the component being rewritten
+(write failures first for `write`-side components, utilization first for `use`), spread
+over distinct variables, and the order within a rank is drawn from the caller's RNG, so
+candidates from the same parent see different subsets (one source of proposal diversity).
 """
 
 from __future__ import annotations
 
 import random
+import string
 from collections.abc import Iterable, Sequence
 
 from pydantic import BaseModel, ConfigDict
@@ -36,7 +42,9 @@ _PRIORITY_WRITE = (Diagnosis.WRITE, Diagnosis.READ, Diagnosis.UTILIZATION)
 _PRIORITY_USE = (Diagnosis.UTILIZATION, Diagnosis.READ, Diagnosis.WRITE)
 
 
-__all__ = ["Feedback", "build_feedback", "load_period_results"]
+FEEDBACK_KINDS = ("complete", "question_only", "diagnostic", "none")
+
+__all__ = ["FEEDBACK_KINDS", "Feedback", "build_feedback", "load_period_results"]
 
 
 class Feedback(BaseModel):
@@ -69,10 +77,12 @@ def build_feedback(
     items = [(result, item) for result in scored for item in result.items]
     if kind == "none":
         return Feedback(kind=kind, text="", items_total=len(items))
-    if kind == "question_only":
-        return _question_only(items, max_chars)
-    if kind != "complete":
-        raise ValueError(f"unknown feedback kind {kind!r}; expected complete, question_only, none")
+    if kind in ("complete", "question_only"):
+        return _answers_and_memory(items, kind, max_chars)
+    if kind != "diagnostic":
+        raise ValueError(
+            f"unknown feedback kind {kind!r}; expected one of {', '.join(FEEDBACK_KINDS)}"
+        )
 
     history = {(r.user_id, r.period_index): r for r in results}
     failures = [(result, item) for result, item in items if not item.correct]
@@ -122,22 +132,63 @@ def build_feedback(
     )
 
 
-def _question_only(items: Sequence[tuple[PeriodResult, ItemResult]], max_chars: int) -> Feedback:
-    header = "Questions the assistant had to answer about the user:"
-    lines = [header]
-    length = len(header)
-    seen: set[str] = set()
-    for _, item in items:
-        question = " ".join(item.question.split())
-        if question in seen:
-            continue
-        line = f"- {question}"
-        if length + len(line) + 1 > max_chars:
-            break
-        seen.add(question)
-        lines.append(line)
-        length += len(line) + 1
-    return Feedback(kind="question_only", text="\n".join(lines), items_total=len(items))
+def _answers_and_memory(
+    items: Sequence[tuple[PeriodResult, ItemResult]], kind: str, max_chars: int
+) -> Feedback:
+    """The paper's feedback: per question, the question (with lettered options and the
+    option chosen under `complete`) and the memory the answer was given from.
+
+    The memory is shown once per user-period when every question of it saw the same memory
+    (a policy that keeps all memory in its prompt), else with each question (retrieval).
+    """
+    with_choices = kind == "complete"
+    blocks: list[str] = []
+    for result, group in _by_user_period(items):
+        memories = [_answer_memory(result, item) for item in group]
+        shared = len(set(memories)) == 1
+        lines = [f"Period {result.period_index}:"]
+        if shared:
+            lines.append(f"Memory the assistant had: {memories[0]}")
+        for number, (item, memory) in enumerate(zip(group, memories, strict=True), start=1):
+            lines.append(f"Question {number}: {' '.join(item.question.split())}")
+            if with_choices:
+                lines.extend(
+                    f"  ({_letter(index)}) {' '.join(option.split())}"
+                    for index, option in enumerate(item.options)
+                )
+                chosen = (
+                    f"({_letter(item.chosen - 1)})"
+                    if item.chosen is not None
+                    else "no valid option (unparseable answer)"
+                )
+                lines.append(f"  The assistant chose: {chosen}")
+            if not shared:
+                lines.append(f"  Memory it had for this question: {memory}")
+        blocks.append("\n".join(lines))
+    text = "\n\n".join(blocks)
+    if len(text) > max_chars:
+        text = text[: max(0, max_chars - 3)] + "..."
+    return Feedback(kind=kind, text=text, items_total=len(items))
+
+
+def _by_user_period(
+    items: Sequence[tuple[PeriodResult, ItemResult]],
+) -> list[tuple[PeriodResult, list[ItemResult]]]:
+    groups: dict[tuple[str, int], tuple[PeriodResult, list[ItemResult]]] = {}
+    for result, item in items:
+        groups.setdefault((result.user_id, result.period_index), (result, []))[1].append(item)
+    return list(groups.values())
+
+
+def _answer_memory(result: PeriodResult, item: ItemResult) -> str:
+    """What the policy answered from: its retrieved memories, else its whole memory."""
+    if item.retrieved:
+        return " | ".join(" ".join(str(entry).split()) for entry in item.retrieved)
+    return " ".join((result.memory_description or "(empty)").split())
+
+
+def _letter(index: int) -> str:
+    return string.ascii_uppercase[index] if index < 26 else str(index + 1)
 
 
 def _rank_failures(

@@ -86,7 +86,7 @@ class AMemGymAdapter:
         work_dir: Path,
         operators: Sequence[MutationOperator],
         objective: str = "memory_score",
-        feedback: str = "complete",
+        feedback: str = "diagnostic",
         max_feedback_failures: int = 6,
         max_feedback_chars: int = 4000,
         upper_bound: Any = None,

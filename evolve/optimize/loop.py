@@ -12,11 +12,17 @@ modules, `population` (GEPA) and `chain` (the paper's per-period chain). Two sch
   (`acceptance`), then scores it on all train users. Each new best is evaluated on the
   held-out users (never shown to GEPA). Our frozen records (candidates with lineage, one
   generation record per iteration) are built from GEPA's state at each iteration's end.
-- ``per_period`` (the paper's setup, AMemGym Table 3): one on-policy train run in which, after
-  each period, the reflector rewrites the mutable component(s) from that period's feedback
-  and the episode continues with the new instructions and the same memory. Each step is a
-  candidate (generation = the period from which it is in effect); the base and the final
-  policy (or every step) are also evaluated on held-out users from scratch.
+- ``per_period`` (the paper's setup, AMemGym Table 3): one on-policy train run with one
+  evolving chain per user: after each period, the reflector rewrites a mutable component of
+  each user's policy from that user's feedback of the period, and the user's episode
+  continues with the new instructions and the same memory (see `chain`). Each step is a
+  candidate (generation = the period from which it is in effect); with held-out users, the
+  base and the final policies (or every step) are also evaluated on them from scratch.
+
+The reflector: the `reflector` role at `reflector_temperature`; under `protocol = "paper"`,
+as in the paper, the agent's own model at temperature 0 unless `[llm.reflector]` names
+another model (or `reflector_temperature` is set). Which one answered is in the run's
+identity (`reflector`).
 
 Optuna in the population schedule: `parameter_proposer = "optuna"` makes the parameter
 operator ask an Optuna TPE sampler told every candidate's train score; `tune_every = N` makes
@@ -121,6 +127,17 @@ def run_experiment(
     return evolution.run()
 
 
+def reflector_setup(spec: ExperimentSpec) -> tuple[str, float]:
+    """(LM role, temperature) of the reflector: under the paper's protocol the agent's own
+    model at temperature 0, unless the spec names a reflector model or temperature."""
+    temperature = spec.optimizer.reflector_temperature
+    if spec.protocol != "paper":
+        return "reflector", temperature
+    if "reflector_temperature" not in spec.optimizer.model_fields_set:
+        temperature = 0.0
+    return ("reflector" if spec.llm.reflector is not None else "agent"), temperature
+
+
 class _Evolution(PopulationSchedule, ChainSchedule):
     def __init__(
         self,
@@ -146,10 +163,12 @@ class _Evolution(PopulationSchedule, ChainSchedule):
         self.final_heldout: set[int] = set()
         self.stop: threading.Event | None = None
         self.upper_bound_cache = upper_bound_cache
+        self.reflector_role, temperature = reflector_setup(resolved.spec)
         self.reflector = Reflector(
             lms,
-            temperature=self.optimizer.reflector_temperature,
+            temperature=temperature,
             max_chars=self.optimizer.max_instruction_chars,
+            role=self.reflector_role,
         )
         self.records: dict[str, CandidateRecord] = {}
         self.upper_bound: Any = None
@@ -161,6 +180,12 @@ class _Evolution(PopulationSchedule, ChainSchedule):
     def run(self) -> ExperimentResult:
         model_names = self.lms.model_names()
         identity = self.resolved.identity(model_names)
+        if self.spec.protocol == "paper":  # recorded (added only here: older runs keep hashes)
+            identity["reflector"] = {
+                "role": self.reflector_role,
+                "model": model_names.get(self.reflector_role),
+                "temperature": self.reflector.temperature,
+            }
         digest = self.store.open(identity)
         for record in self.store.load_candidates():
             self.records[record.id] = record
@@ -172,7 +197,8 @@ class _Evolution(PopulationSchedule, ChainSchedule):
                 config_hash=digest,
                 spec=self.spec,
                 run_dir=self.store.root.resolve(),
-                model_names=model_names,
+                # The model that actually reflects (the agent's, under the paper's protocol).
+                model_names={**model_names, "reflector": model_names[self.reflector_role]},
                 environment=self.resolved.environment_description,
                 train_users=[item.id for item in self.resolved.train.items],
                 heldout_users=[item.id for item in self.resolved.heldout.items],

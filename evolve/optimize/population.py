@@ -323,7 +323,7 @@ class PopulationSchedule:
                 kind=kind,
                 component=texts[0] if texts else None,
                 feedback=self.optimizer.feedback if kind == "reflective" else None,
-                temperature=self.optimizer.reflector_temperature if kind == "reflective" else None,
+                temperature=self.reflector.temperature if kind == "reflective" else None,
                 parameter_changes=changes,
                 rollout_id=proposals[0]["seed"] if proposals else None,
             )

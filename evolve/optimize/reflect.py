@@ -56,8 +56,13 @@ class Proposal:
 class Reflector:
     """Proposes a new text for one component; stateless apart from the fixed predictor."""
 
-    def __init__(self, lms: RoleLMs, *, temperature: float, max_chars: int) -> None:
+    def __init__(
+        self, lms: RoleLMs, *, temperature: float, max_chars: int, role: str = "reflector"
+    ) -> None:
+        """`role` is the LM role that answers: "reflector", or "agent" under the paper's
+        protocol (its reflector is the agent's own model)."""
         self.lms = lms
+        self.role = role
         self.temperature = temperature
         self.max_chars = max_chars
         self.predictor = dspy.Predict(ProposeInstruction.with_instructions(REFLECT_INSTRUCTIONS))
@@ -68,7 +73,7 @@ class Reflector:
         part = COMPONENT_ROLES.get(component, f"the '{component}' instruction")
         config = {"rollout_id": rollout_id, "temperature": self.temperature, "seed": seed}
         try:
-            with self.lms.context("reflector"):
+            with self.lms.context(self.role):
                 prediction = self.predictor(
                     part=part,
                     current_text=current_text,

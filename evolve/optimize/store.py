@@ -10,7 +10,9 @@ Layout::
     candidates/<id>/feedback.txt    what the reflector was shown (reflective mutations)
     candidates/<id>/train/          runner directory of its train evaluation (resumable)
     candidates/<id>/heldout/        runner directory of its held-out evaluation
-    chain/train/                    per_period schedule: the one evolving train run
+    chain/train/                    per_period schedule: the evolving train run (all chains)
+    chain/final/<user>/             per_period schedule: each user's final policy bundle
+    chain/final_policies.json       per_period schedule: user -> final candidate and bundle
     generations/gen_NN.json         GenerationRecord: written when the generation is finished
     result.json                     ExperimentResult of the latest invocation
 

@@ -16,6 +16,11 @@ period p+1 starts, so a tuner can prune there (the callback may raise; everythin
 far stays on disk). Without one, each user runs all its periods back to back (no waiting for
 the slowest user of each period); results are identical either way.
 
+Per-user policies: with a `policy_schedule` (see `PolicySchedule`) each user-period is played
+and questioned with the policy the schedule returns for it; the policy may change only at
+period barriers (the schedule's identity is part of the run's, so a resumed run must declare
+the same schedule). The paper's per-user evolution chains use it.
+
 Resumption: a user-period whose `result.json` exists is loaded, not recomputed; one whose
 transcript and checkpoint exist but whose questions were interrupted skips its sessions.
 A hash of the resolved configuration guards the directory (see `storage.RunLayout.open_run`).
@@ -24,6 +29,7 @@ A hash of the resolved configuration guards the directory (see `storage.RunLayou
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import hashlib
 import json
@@ -34,7 +40,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, runtime_checkable
+from typing import Protocol as TypingProtocol
 
 import dspy
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -137,6 +144,22 @@ class EpisodeConfig(BaseModel):
         return self.model_dump(exclude={"concurrency"})
 
 
+@runtime_checkable
+class PolicySchedule(TypingProtocol):
+    """Which policy plays a user in a period (e.g. one evolving chain per user).
+
+    `policy_for` is called once per unit, before the unit starts; it must return the same
+    policy for a (user, period) on every call, including after a resume, and it may depend
+    on what `on_period_end` saw for earlier periods (periods are barriers). `identity()`
+    declares the schedule in the run's identity: a JSON-ready description that does not
+    change while the schedule evolves (e.g. its kind, the base policy, the feedback kind).
+    """
+
+    def policy_for(self, user_id: str, period_index: int) -> MemoryPolicy: ...
+
+    def identity(self) -> dict[str, Any]: ...
+
+
 class ProgressSink:
     """Progress events from the runner; every hook is optional (the CLI draws tqdm bars).
 
@@ -206,9 +229,11 @@ class _Run:
         progress: ProgressSink,
         upper_bound: UpperBoundTable | None,
         stop: threading.Event | None = None,
+        policy_schedule: PolicySchedule | None = None,
     ):
         self.env_hash = env_hash
         self.policy = policy
+        self.policy_schedule = policy_schedule
         self.lms = lms
         self.layout = layout
         self.config = config
@@ -231,6 +256,15 @@ class _Run:
             raise Interrupted(
                 "evaluation stopped on request; finished user-periods are saved and a rerun resumes"
             )
+
+    def for_unit(self, user_id: str, period_index: int) -> _Run:
+        """This run as seen by one unit: the scheduled policy in place of the base one (the
+        copy shares the lock, the slots, the pools and the cancellation event)."""
+        if self.policy_schedule is None:
+            return self
+        unit = copy.copy(self)
+        unit.policy = self.policy_schedule.policy_for(user_id, period_index)
+        return unit
 
     def tick(self) -> None:
         total = self.lms.usage.snapshot().total_calls
@@ -265,8 +299,13 @@ def run_evaluation(
     progress: ProgressSink | None = None,
     upper_bound: UpperBoundTable | None = None,
     stop: threading.Event | None = None,
+    policy_schedule: PolicySchedule | None = None,
 ) -> EvaluationReport:
     """Evaluate `policy` on `env`, storing everything under `run_dir`; resumes by default.
+
+    With `policy_schedule`, `policy` is the base (its kind and memory format) and each
+    user-period runs with `policy_schedule.policy_for(user, period)`; pass `on_period_end`
+    to change the schedule between periods.
 
     Without `upper_bound` the memory score is None (see `metrics`); pass the table from
     `baselines.compute_upper_bound`, which is cached per environment and agent model.
@@ -285,6 +324,8 @@ def run_evaluation(
     off_dir = Path(off_policy_dir) if off_policy_dir is not None else None
     env_hash = env.content_hash()
     resolved = _resolved_for(policy, env_hash, users, config, lms, off_dir)
+    if policy_schedule is not None:
+        resolved["policy_schedule"] = policy_schedule.identity()
     digest = layout.open_run(resolved)
     if not layout.environment_file.exists():
         atomic_write_json(layout.environment_file, [item.to_original() for item in items])
@@ -309,7 +350,9 @@ def run_evaluation(
             finished += 1
     period_count = max((len(user.item.periods) for user in users), default=0)
     progress.run_started(users=len(users), periods=period_count, finished_units=finished)
-    run = _Run(env_hash, policy, lms, layout, config, off_dir, progress, upper_bound, stop)
+    run = _Run(
+        env_hash, policy, lms, layout, config, off_dir, progress, upper_bound, stop, policy_schedule
+    )
 
     def report(complete: bool) -> EvaluationReport:
         user_results = [UserResult(user_id=u.item.id, periods=list(u.results)) for u in users]
@@ -386,6 +429,7 @@ def check_resumable(
     config: EpisodeConfig,
     *,
     off_policy_dir: Path | None = None,
+    policy_schedule: PolicySchedule | None = None,
 ) -> None:
     """Refuse now, before any LLM call (the upper bound included), to resume a run directory
     made with another environment, policy, episode settings or model.
@@ -399,7 +443,10 @@ def check_resumable(
     items = list(env.items[: config.max_users] if config.max_users else env.items)
     users = _assign_dir_names(items)
     off_dir = Path(off_policy_dir) if off_policy_dir is not None else None
-    layout.open_run(_resolved_for(policy, env.content_hash(), users, config, lms, off_dir))
+    resolved = _resolved_for(policy, env.content_hash(), users, config, lms, off_dir)
+    if policy_schedule is not None:
+        resolved["policy_schedule"] = policy_schedule.identity()
+    layout.open_run(resolved)
 
 
 def _resolved_for(
@@ -543,7 +590,7 @@ def _unit_pool(run: _Run, users: int) -> Iterator[ThreadPoolExecutor]:
 def _finish_unit(run: _Run, user: _User, period_index: int) -> None:
     run.check_stop()
     run.progress.unit_started(user.item.id, period_index)
-    result = run_unit(run, user, period_index)
+    result = run_unit(run.for_unit(user.item.id, period_index), user, period_index)
     run.layout.save_period_result(user.dir_name, result)
     user.results.append(result)
     run.progress.unit_result(result)

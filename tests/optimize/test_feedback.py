@@ -1,4 +1,8 @@
-"""Feedback for the reflector: content per kind, caps, ranking per component, diversity."""
+"""Feedback for the reflector: content per kind, caps, ranking per component, diversity.
+
+`complete` and `question_only` are the paper's (no ground truth: changing the gold option,
+the correctness and the diagnosis of every item leaves their text unchanged); `diagnostic`
+is ours (failures with the truth)."""
 
 from __future__ import annotations
 
@@ -23,7 +27,7 @@ def results(tmp_path_factory):
     return load_period_results(directory / "run")
 
 
-def make(results, kind="complete", component="write.types_to_remember", seed=0, **kwargs):
+def make(results, kind="diagnostic", component="write.types_to_remember", seed=0, **kwargs):
     options = {"max_failures": 4, "max_chars": 4000, **kwargs}
     return build_feedback(results, kind, component=component, rng=random.Random(seed), **options)
 
@@ -35,7 +39,7 @@ def test_loads_every_user_period(results):
     }
 
 
-def test_complete_feedback_names_answers_diagnosis_and_memory(results):
+def test_diagnostic_feedback_names_answers_diagnosis_and_memory(results):
     feedback = make(results)
     text = feedback.text
     wrong = sum(not item.correct for r in results for item in r.items)
@@ -73,13 +77,76 @@ def test_different_rngs_show_different_subsets(results):
     assert make(results, seed=3).text == make(results, seed=3).text  # reproducible
 
 
-def test_question_only_and_none(results):
-    questions = make(results, kind="question_only")
-    assert "Can you suggest a dinner recipe for me?" in questions.text
-    assert "Plan a weekend activity with my pet near home." in questions.text
-    assert questions.text.count("dinner recipe") == 1  # each question once
-    assert "answered" not in questions.text and "memory" not in questions.text
+def _without_truth(results):
+    """The same results with every piece of ground truth changed."""
+    changed = []
+    for result in results:
+        items = [
+            item.model_copy(
+                update={
+                    "gold": len(item.options) + 1 - item.gold,
+                    "gold_state": ["?"],
+                    "correct": not item.correct,
+                    "diagnosis": Diagnosis.UTILIZATION,
+                    "variables": [],
+                }
+            )
+            for item in result.items
+        ]
+        changed.append(result.model_copy(update={"items": items, "state": {}}))
+    return changed
+
+
+def one_user_period(results, user="user-0", period=1):
+    return [r for r in results if r.user_id == user and r.period_index == period]
+
+
+def test_complete_is_the_papers_vanilla_feedback(results):
+    scored = one_user_period(results)
+    feedback = make(scored, kind="complete", periods=[1])
+    text = feedback.text
+    result = scored[0]
+    assert feedback.items_total == len(result.items) == 2
+    # Every question of the period with its lettered options and the option chosen.
+    for item in result.items:
+        assert item.question in text
+        for letter, option in zip("ABC", item.options, strict=False):
+            assert f"({letter}) {option}" in text
+    chosen = [item.chosen for item in result.items]
+    expected = [f"The assistant chose: ({'ABC'[c - 1]})" for c in chosen if c is not None]
+    assert [line.strip() for line in text.splitlines() if "chose" in line] == expected
+    # The memory it answered from (what the policy retrieved: all of it, for in_context).
+    memory = " | ".join(result.items[0].retrieved)
+    assert memory and f"Memory the assistant had: {memory}" in text
+    # No gold option, correctness or diagnosis: the text ignores all of them.
+    assert make(_without_truth(scored), kind="complete", periods=[1]).text == text
+    for word in ("correct", "cause", "gold", "wrong", "diagnos"):
+        assert word not in text.lower()
+
+
+def test_question_only_is_questions_plus_memory(results):
+    scored = one_user_period(results)
+    feedback = make(scored, kind="question_only", periods=[1])
+    text = feedback.text
+    assert "Can you suggest a dinner recipe for me?" in text
+    assert "Plan a weekend activity with my pet near home." in text
+    memory = " | ".join(scored[0].items[0].retrieved)
+    assert memory and f"Memory the assistant had: {memory}" in text
+    assert "(A)" not in text and "chose" not in text
+    for option in scored[0].items[0].options:
+        assert option not in text
+    assert make(_without_truth(scored), kind="question_only", periods=[1]).text == text
+
+
+def test_none_is_empty_and_unknown_kinds_are_refused(results):
     assert make(results, kind="none").text == ""
+    with pytest.raises(ValueError, match="diagnostic"):
+        make(results, kind="vanilla")
+
+
+def test_paper_feedback_is_capped(results):
+    short = make(results, kind="complete", max_chars=300)
+    assert len(short.text) <= 300 and short.text.endswith("...")
 
 
 def test_restricting_to_one_period(results):

@@ -267,16 +267,22 @@ def test_per_period_chain_mutates_after_each_period(tmp_path):
     )
     result = run(tmp_path, world, spec)
     assert result.schedule == "per_period" and result.complete
-    # Three periods: the base is in effect in period 0, one mutation after period 0; after
-    # period 1 the reflector keeps the marker (a duplicate), so the step stays in effect.
+    # One chain per train user, three periods: the base is in effect in period 0; after
+    # period 0 user-0's step introduces the marker and user-1's (same story, same text) is
+    # its duplicate, so both chains continue on g01-c0; after period 1 the reflector keeps
+    # the marker (duplicates), so g01-c0 stays in effect.
     ids = [r.id for r in result.candidates]
-    assert ids == ["g00-c0", "g01-c0", "g02-c0"]
+    assert ids == ["g00-c0", "g01-c0", "g01-c1", "g02-c0", "g02-c1"]
     step = result.candidate("g01-c0")
     assert MARKER in step.components["write.types_to_remember"]
+    assert step.user_id == "user-0" and result.candidate("g01-c1").user_id == "user-1"
+    assert result.candidate("g01-c1").duplicate_of == "g01-c0"
     assert step.parent_ids == ("g00-c0",) and step.train.periods == [1, 2]
+    assert step.train.users == ["user-0", "user-1"]
     assert result.candidate("g02-c0").status == CandidateStatus.DUPLICATE
     assert result.candidate("g00-c0").train.periods == [0]
     assert [g.best_id for g in result.generations] == ["g00-c0", "g01-c0", "g01-c0"]
+    assert world.calls()["reflector"] == 4  # 2 users x 2 barriers
     # The reflector saw period 0's feedback only, before period 1 started.
     assert "Period 0" in world.reflector.calls[0].user
     assert "Period 1" not in world.reflector.calls[0].user

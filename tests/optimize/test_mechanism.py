@@ -4,15 +4,18 @@ path carry the signal.
 Scripted world: the agent stores a variable only if its category token appears in the
 write instruction (`write.types_to_remember`); it answers from memory only. The scripted
 reflector adds the category of every variable its feedback names. The base policy omits two
-of the three categories; the oracle is the same policy with all three. With diagnostic
-feedback (the current `complete` kind: failures with their variables) evolution must close
->= 90% of the held-out accuracy gap; with `feedback = "none"` <= 10%. `question_only` is
-reported without a threshold. 6 train and 4 held-out users, 3 seeds, <= 10 generations and
-a fixed metric-call budget.
+of the three categories. The oracle is the paper's `in_context_oracle` ("awi-hack"): AWI whose
+types list is the user's own state-schema variables (`oracle_types`, built here the way that
+policy builds it, in this world's category tokens). With `feedback = "diagnostic"` (ours:
+failures with their variables) evolution must close >= 90% of the held-out accuracy gap; with
+`feedback = "none"` <= 10%. The paper's `complete` feedback (no ground truth) and
+`question_only` are reported without a threshold. 6 train and 4 held-out users, 3 seeds,
+<= 10 generations and a fixed metric-call budget.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -29,7 +32,6 @@ from evolve.simulator.runner import EpisodeConfig
 
 CATEGORY = {variable: f"TYPE_{variable.upper()}" for variable in SCHEMA}
 BASE_TYPES = f"1. {CATEGORY['diet']}: what the user eats."
-ORACLE_TYPES = "\n".join(f"{i}. {token}" for i, token in enumerate(CATEGORY.values(), start=1))
 TRAIN = [f"user-{i}" for i in range(6)]
 HELDOUT = [f"user-{i}" for i in range(6, 10)]
 SEEDS = (0, 1, 2)
@@ -90,6 +92,15 @@ def world(tmp_path: Path):
     return env, lms, base.with_components({"write.types_to_remember": BASE_TYPES})
 
 
+def oracle_types(env: Environment, users: list[str]) -> str:
+    """The in_context_oracle's types list: the users' own state-schema variables (the users
+    share one schema here, so one oracle policy serves them all)."""
+    schemas = {tuple(item.state_schema) for item in env.items if item.id in users}
+    assert len(schemas) == 1, schemas
+    variables = schemas.pop()
+    return "\n".join(f"{i}. {CATEGORY[v]}" for i, v in enumerate(variables, start=1))
+
+
 def heldout_accuracy(adapter: AMemGymAdapter, candidate: dict[str, str]) -> float:
     users = adapter.run_users(candidate, HELDOUT, split="heldout")
     return sum(adapter.user_scores(u)["accuracy"] for u in users) / len(users)
@@ -123,7 +134,7 @@ def evolve_once(tmp_path: Path, feedback: str, seed: int) -> dict[str, float]:
         seed=seed,
     )
     best = outcome.candidates[outcome.best_idx]
-    oracle = {"write.types_to_remember": ORACLE_TYPES}
+    oracle = {"write.types_to_remember": oracle_types(env, HELDOUT)}
     return {
         "base": heldout_accuracy(adapter, start),
         "oracle": heldout_accuracy(adapter, oracle),
@@ -145,12 +156,17 @@ def gap_closed(tmp_path: Path, feedback: str) -> float:
 
 
 def test_diagnostic_feedback_closes_the_gap(tmp_path):
-    assert gap_closed(tmp_path, "complete") >= 0.9
+    assert gap_closed(tmp_path, "diagnostic") >= 0.9
 
 
 def test_no_feedback_closes_almost_nothing(tmp_path):
     assert gap_closed(tmp_path, "none") <= 0.1
 
 
-def test_question_only_feedback_is_reported(tmp_path):
-    print("question_only:", gap_closed(tmp_path, "question_only"))
+@pytest.mark.parametrize("feedback", ["complete", "question_only"])
+def test_the_papers_feedback_is_reported(tmp_path, feedback):
+    """No threshold: without ground truth the reflector sees which facts the memory holds,
+    not which it misses; the number is printed for the closing notes."""
+    closed = gap_closed(tmp_path, feedback)
+    assert math.isfinite(closed)  # gap_closed also checks oracle > base and the held-out path
+    print(f"{feedback}: gap closed {closed:.2f}")
