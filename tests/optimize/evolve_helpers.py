@@ -122,7 +122,7 @@ def output_fields(system: str) -> list[str]:
 
 def _latest_option(text: str, options_text: str) -> int:
     lowered = text.lower()
-    options = [re.sub(r"^\d+\.\s*", "", line) for line in options_text.strip().splitlines()]
+    options = [re.sub(r"^\d+[.:]\s*", "", line) for line in options_text.strip().splitlines()]
     best, best_position = 1, -2
     for index, option in enumerate(options, start=1):
         words = [w for w in re.findall(r"[a-z]+", option.lower()) if len(w) >= 3]
@@ -136,8 +136,10 @@ def make_agent(write_needs_marker: bool = False):
     def agent(call) -> dict[str, Any] | str:
         fields = output_fields(call.system)
         inputs = sections(call.user)
-        if "choice" in fields and "known_state" in inputs:  # the upper bound: state given
-            return {"choice": _latest_option(inputs["known_state"], inputs["options"])}
+        # The upper bound: the state is given (`known_state`; `current_state` under paper).
+        state = inputs.get("known_state", inputs.get("current_state"))
+        if "choice" in fields and state is not None:
+            return {"choice": _latest_option(state, inputs["options"])}
         if "choice" in fields:
             if MARKER in call.system:
                 context = inputs.get("memory", "") + "\n" + inputs.get("conversation", "")
