@@ -116,6 +116,11 @@ class AMemGymAdapter:
         self.discovered: dict[int, int] = {}
         # One entry per finished iteration, written by the caller's callbacks (e.g. spend).
         self.iterations: list[dict[str, Any]] = []
+        # ONE limit of LM calls in flight for every evaluation this adapter runs, however
+        # many (candidate, user) pairs run at once: a server sized for `concurrency`
+        # requests is never sent more.
+        self.concurrency = max(1, int(getattr(episode, "concurrency", 1)))
+        self.call_slots = threading.BoundedSemaphore(self.concurrency)
 
     # ----- GEPA state persistence (gepa_state.bin in run_dir) ----------------------------------
     def get_adapter_state(self) -> dict[str, Any]:
@@ -162,7 +167,7 @@ class AMemGymAdapter:
         env = Environment(items=[self.items[user_id]])
         report = run_evaluation(
             env, self.policy(candidate), self.lms, run_dir, self.episode,
-            upper_bound=self.upper_bound, stop=self.stop,
+            upper_bound=self.upper_bound, stop=self.stop, call_slots=self.call_slots,
         )  # fmt: skip
         return report.users[0]
 
@@ -180,30 +185,60 @@ class AMemGymAdapter:
     def run_users(
         self, candidate: Mapping[str, str], users: Sequence[str], split: str = "train"
     ) -> list[UserResult]:
-        # Each distinct user once: two threads must never play one runner directory.
-        distinct = list(dict.fromkeys(users))
-        workers = max(1, min(len(distinct), getattr(self.episode, "concurrency", 1)))
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            played = dict(
-                zip(
-                    distinct,
-                    pool.map(lambda u: self.run_user(candidate, u, split), distinct),
-                    strict=True,
-                )
-            )
-        return [played[user] for user in users]
+        return self.run_pairs([(candidate, user) for user in users], split)
 
-    def evaluate(
-        self, batch: list[str], candidate: dict[str, str], capture_traces: bool = False
+    def run_pairs(
+        self, pairs: Sequence[tuple[Mapping[str, str], str]], split: str = "train"
+    ) -> list[UserResult]:
+        """Play (candidate, user) pairs concurrently, under the adapter's one call limit;
+        results in the order given. Each evaluation is a function of its (candidate, user)
+        alone, so the results are those of playing the pairs one after another."""
+        keys = [(self.fingerprint(candidate), user) for candidate, user in pairs]
+        # Each distinct pair once: two threads must never play one runner directory.
+        distinct = dict(zip(keys, pairs, strict=True))
+        # As many pairs in progress as calls may be in flight: a pair between calls (its
+        # sessions are sequential) leaves its slot to another pair's call.
+        workers = max(1, min(len(distinct), self.concurrency))
+        if workers == 1:
+            played = {key: self.run_user(*pair, split) for key, pair in distinct.items()}
+        else:
+            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="evolve-pairs") as pool:
+                futures = {
+                    key: pool.submit(self.run_user, *pair, split) for key, pair in distinct.items()
+                }
+                played = {key: future.result() for key, future in futures.items()}
+        return [played[key] for key in keys]
+
+    def _evaluation_batch(
+        self, users: Sequence[UserResult], capture_traces: bool
     ) -> EvaluationBatch:
-        users = self.run_users(candidate, batch)
+        # Scored in the order GEPA gave: which unit a user is scored in is fixed at its
+        # first scoring, so the order must not depend on which evaluation finished first.
         objective_scores = [self.user_scores(user) for user in users]
         return EvaluationBatch(
             outputs=[{"user_id": u.user_id} for u in users],
             scores=[s["score"] for s in objective_scores],
-            trajectories=users if capture_traces else None,
+            trajectories=list(users) if capture_traces else None,
             objective_scores=objective_scores,
         )
+
+    def evaluate(
+        self, batch: list[str], candidate: dict[str, str], capture_traces: bool = False
+    ) -> EvaluationBatch:
+        return self._evaluation_batch(self.run_users(candidate, batch), capture_traces)
+
+    def batch_evaluate(
+        self, items: list[tuple[dict[str, str], list[str]]]
+    ) -> list[EvaluationBatch]:
+        """GEPA's hook for the evaluations of one step that do not depend on each other
+        (parents on their minibatches, children on theirs, programs on the valset): every
+        (candidate, user) pair of every item runs at once under the one call limit."""
+        pairs = [(candidate, user) for candidate, batch in items for user in batch]
+        played = iter(self.run_pairs(pairs))
+        return [
+            self._evaluation_batch([next(played) for _ in batch], capture_traces=True)
+            for _, batch in items
+        ]
 
     # ----- reflection -----------------------------------------------------------------------
     def make_reflective_dataset(
