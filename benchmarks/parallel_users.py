@@ -11,7 +11,9 @@ directories. For each run it prints
 
 first for one user at concurrency 1 (the sequential overhead), then for K = 8, 32, 64, and
 the largest number of requests the stub server saw in flight at once (so a run that never
-reached K concurrent calls shows up). One run prints every figure:
+reached K concurrent calls shows up), and the CPU time the measured process spent per call
+(on a shared machine wall-time overhead includes waiting for a core; CPU time does not).
+One run prints every figure:
 
     .venv/bin/python benchmarks/parallel_users.py [--latency 0.5] [--users 8,32,64]
         [--policy in_context] [--profile FILE]
@@ -114,14 +116,14 @@ def main() -> int:
         for users, concurrency in runs:
             env = v1_base_users(users)
             profile = cProfile.Profile() if args.profile and users == max(sizes) else None
-            wall, calls, peak = measure(env, args, base_url, concurrency, profile)
+            wall, calls, peak, cpu = measure(env, args, base_url, concurrency, profile)
             parallelism, overhead_ms = figures(wall, calls, args.latency, concurrency)
             label = "sequential" if concurrency == 1 else f"K = {users:>2}"
             line = (
                 f"{label:<10}: {users:>2} users, concurrency {concurrency:>2}, {calls:>5} calls, "
                 f"wall {wall:7.2f}s, peak in flight {peak:>2}, effective parallelism "
                 f"{parallelism:6.2f} ({parallelism / concurrency:.2f} x K), overhead "
-                f"{overhead_ms:5.2f} ms/call"
+                f"{overhead_ms:5.2f} ms/call, client CPU {1000 * cpu / calls:4.2f} ms/call"
             )
             print(line, flush=True)
             rows.append(line)
