@@ -8,6 +8,7 @@ sequential run, with the scripted LM and against the stub server.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -134,3 +135,57 @@ def test_scripted_evolution_is_that_of_a_sequential_run(tmp_path):
     assert concurrent.model_dump() == sequential.model_dump()
     assert concurrent_usage.total_calls == sequential_usage.total_calls
     assert concurrent_usage.total_tokens == sequential_usage.total_tokens
+
+
+def test_seed_train_and_heldout_evaluations_run_at_once(tmp_path):
+    """On a fresh start the seed's valset and held-out evaluations (both certain) overlap;
+    GEPA then reads them back: no user is played twice."""
+    env, lms, base = world(tmp_path)
+    adapter = AMemGymAdapter(
+        base_policy=base,
+        environment=env,
+        lms=lms,
+        episode=EpisodeConfig(concurrency=4, seed=0),
+        work_dir=tmp_path / "evals",
+        operators=[],
+        objective="accuracy",
+    )
+    intervals: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    play = adapter.run_user
+
+    def timed(candidate, user, split="train"):
+        started = time.perf_counter()
+        result = play(candidate, user, split)
+        intervals.setdefault((user, split), []).append((started, time.perf_counter()))
+        return result
+
+    adapter.run_user = timed
+    calls_before = lms.usage.snapshot().total_calls
+    run_gepa(
+        adapter,
+        train_users=TRAIN[:1],
+        heldout_users=HELDOUT[:1],
+        seed_candidate=seed_candidate(base, ["write.types_to_remember"], []),
+        settings=GepaSettings(max_generations=0),
+        run_dir=tmp_path / "gepa",
+        seed=0,
+    )
+    (train_start, train_end), *again = intervals[(TRAIN[0], "train")]
+    (heldout_start, heldout_end), *_ = intervals[(HELDOUT[0], "heldout")]
+    assert train_start < heldout_end and heldout_start < train_end, "they ran one after another"
+    assert len(adapter.heldout) == 1 and adapter.heldout[0]["candidate_idx"] == 0
+    # Read back by GEPA and the held-out callback: the LLM calls are those of two users.
+    sequential_lms = world(tmp_path / "sequential")[1]
+    per_user = []
+    for user, split in ((TRAIN[0], "train"), (HELDOUT[0], "heldout")):
+        solo = AMemGymAdapter(
+            base_policy=base,
+            environment=env,
+            lms=sequential_lms,
+            episode=EpisodeConfig(concurrency=1, seed=0),
+            work_dir=tmp_path / "solo",
+            operators=[],
+        )
+        solo.run_users(seed_candidate(base, ["write.types_to_remember"], []), [user], split)
+        per_user.append(sequential_lms.usage.snapshot().total_calls - sum(per_user))
+    assert lms.usage.snapshot().total_calls - calls_before == sum(per_user)
