@@ -190,22 +190,24 @@ class AMemGymAdapter:
     def run_pairs(
         self, pairs: Sequence[tuple[Mapping[str, str], str]], split: str = "train"
     ) -> list[UserResult]:
-        """Play (candidate, user) pairs concurrently, under the adapter's one call limit;
-        results in the order given. Each evaluation is a function of its (candidate, user)
-        alone, so the results are those of playing the pairs one after another."""
-        keys = [(self.fingerprint(candidate), user) for candidate, user in pairs]
-        # Each distinct pair once: two threads must never play one runner directory.
-        distinct = dict(zip(keys, pairs, strict=True))
-        # As many pairs in progress as calls may be in flight: a pair between calls (its
-        # sessions are sequential) leaves its slot to another pair's call.
+        """Play (candidate, user) pairs of one split concurrently; results in order."""
+        return self.run_jobs([(candidate, user, split) for candidate, user in pairs])
+
+    def run_jobs(self, jobs: Sequence[tuple[Mapping[str, str], str, str]]) -> list[UserResult]:
+        """Play (candidate, user, split) evaluations concurrently, under the adapter's one
+        call limit; results in the order given. Each evaluation is a function of its
+        (candidate, user) alone, so the results are those of playing them one by one."""
+        keys = [(self.fingerprint(candidate), user, split) for candidate, user, split in jobs]
+        # Each distinct job once: two threads must never play one runner directory.
+        distinct = dict(zip(keys, jobs, strict=True))
+        # As many evaluations in progress as calls may be in flight: one between calls (its
+        # sessions are sequential) leaves its slot to another's call.
         workers = max(1, min(len(distinct), self.concurrency))
         if workers == 1:
-            played = {key: self.run_user(*pair, split) for key, pair in distinct.items()}
+            played = {key: self.run_user(*job) for key, job in distinct.items()}
         else:
             with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="evolve-pairs") as pool:
-                futures = {
-                    key: pool.submit(self.run_user, *pair, split) for key, pair in distinct.items()
-                }
+                futures = {key: pool.submit(self.run_user, *job) for key, job in distinct.items()}
                 played = {key: future.result() for key, future in futures.items()}
         return [played[key] for key in keys]
 
@@ -455,6 +457,16 @@ def run_gepa(
                 score=sum(s["score"] for s in scores) / len(scores),
                 accuracy=sum(s["accuracy"] for s in scores) / len(scores),
             ).model_dump()
+        )
+
+    if heldout_users and 0 not in adapter.discovered:
+        # A fresh start: GEPA first evaluates the seed on every train user, and the seed is
+        # always the first new best, so its held-out check follows for certain. Both run at
+        # once here; GEPA and the held-out callback then read them back from their runner
+        # directories (no LLM call), with the same results and in the same order.
+        adapter.run_jobs(
+            [(seed_candidate, user, "train") for user in train_users]
+            + [(seed_candidate, user, "heldout") for user in heldout_users]
         )
 
     def should_stop(state: Any) -> bool:
