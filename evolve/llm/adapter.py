@@ -92,8 +92,42 @@ def _response_format(signature: type[dspy.Signature], dialect: StructuredOutput)
     }
 
 
+def _fields_key(signature: type[dspy.Signature]) -> Hashable | None:
+    """(kind, name, annotation) of every field; None when an annotation is unhashable."""
+    key = tuple(
+        (kind, name, field.annotation)
+        for kind, fields in (("in", signature.input_fields), ("out", signature.output_fields))
+        for name, field in fields.items()
+    )
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+_STRUCTURES: dict[Hashable, str] = {}
+
+
 class StructuredJSONAdapter(dspy.JSONAdapter):
     """JSONAdapter that honours the structured-output dialect declared on the LM."""
+
+    def format_field_structure(self, signature: type[dspy.Signature]) -> str:
+        # The system message's field layout (names and type notes, some with a JSON schema)
+        # is rebuilt by DSPy on every call, ~1 ms; it depends on the fields only, and
+        # policies derive a new signature class per call, hence a key by content.
+        key = _fields_key(signature)
+        if key is None:
+            return super().format_field_structure(signature)
+        with _FORMATS_LOCK:
+            cached = _STRUCTURES.get(key)
+        if cached is None:
+            cached = super().format_field_structure(signature)
+            with _FORMATS_LOCK:
+                if len(_STRUCTURES) >= _FORMATS_MAX:
+                    _STRUCTURES.clear()
+                _STRUCTURES[key] = cached
+        return cached
 
     def _prepare_response_format(self, lm, lm_kwargs, signature):
         dialect = getattr(lm, STRUCTURED_OUTPUT_ATTRIBUTE, None)

@@ -50,3 +50,23 @@ def test_different_output_fields_or_dialects_get_their_own_schema():
     llama = response_format_for(Label, "llama_cpp")
     assert llama == {"type": "json_object", "schema": label["json_schema"]["schema"]}
     assert response_format_for(Label, "none") is None
+
+
+def test_field_structure_is_dspy_own_and_built_once_per_field_set(monkeypatch):
+    monkeypatch.setattr(adapter, "_STRUCTURES", {})
+    built = []
+    original = dspy.JSONAdapter.format_field_structure
+
+    def counting(self, signature):
+        built.append(signature)
+        return original(self, signature)
+
+    monkeypatch.setattr(dspy.JSONAdapter, "format_field_structure", counting)
+    structured = adapter.StructuredJSONAdapter()
+    one = structured.format_field_structure(Choose.with_instructions("one"))
+    two = structured.format_field_structure(Choose.with_instructions("two"))
+    assert one == two == original(dspy.JSONAdapter(), Choose)
+    assert len(built) == 1
+    label = structured.format_field_structure(Label)
+    assert label == original(dspy.JSONAdapter(), Label) != one
+    assert len(built) == 2
