@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from optimize.evolve_helpers import make_item
@@ -189,3 +190,51 @@ def test_seed_train_and_heldout_evaluations_run_at_once(tmp_path):
         solo.run_users(seed_candidate(base, ["write.types_to_remember"], []), [user], split)
         per_user.append(sequential_lms.usage.snapshot().total_calls - sum(per_user))
     assert lms.usage.snapshot().total_calls - calls_before == sum(per_user)
+
+
+def run_final_heldout(tmp_path: Path, concurrency: int, monkeypatch) -> tuple[Any, list]:
+    from optimize.evolve_helpers import World, write_spec
+
+    from evolve.config import load_spec
+    from evolve.optimize import run_experiment
+
+    batches: list[list[tuple[str, str]]] = []
+    run_jobs = AMemGymAdapter.run_jobs
+
+    def spy(self, jobs):
+        batches.append([(self.fingerprint(candidate), split) for candidate, _, split in jobs])
+        return run_jobs(self, jobs)
+
+    monkeypatch.setattr(AMemGymAdapter, "run_jobs", spy)
+    spec = write_spec(
+        tmp_path,
+        optimizer="""
+            generations = 2
+            reflection_minibatch_size = 2
+            mutate_components = ["use"]
+            heldout = "final"
+        """,
+    )
+    text = spec.read_text().replace("concurrency = 1", f"concurrency = {concurrency}")
+    spec.write_text(text)
+    result = run_experiment(
+        load_spec(spec), World().lms, runs_dir=tmp_path / "runs", upper_bound_cache=tmp_path / "ub"
+    )
+    return result, batches
+
+
+def test_final_heldout_checks_of_base_and_best_run_together(tmp_path, monkeypatch):
+    result, batches = run_final_heldout(tmp_path / "c4", 4, monkeypatch)
+    assert result.best_id != "g00-c0"  # the base and the best are two candidates
+    heldout_candidates = [{fp for fp, split in batch if split == "heldout"} for batch in batches]
+    assert max(len(c) for c in heldout_candidates) == 2, batches
+    sequential, _ = run_final_heldout(tmp_path / "c1", 1, monkeypatch)
+
+    def scores(experiment):
+        return {
+            c.id: [s.score if s is not None else None for s in (c.train, c.heldout)]
+            for c in experiment.candidates
+        }
+
+    assert scores(result) == scores(sequential)
+    assert result.best_id == sequential.best_id and result.llm_calls == sequential.llm_calls
