@@ -56,6 +56,8 @@ from evolve.simulator.records import UserResult
 from evolve.simulator.runner import run_evaluation
 from evolve.simulator.user import derive_seed
 
+# GEPA's checkpoint in its run_dir (gepa.core.state): present once a run has started.
+GEPA_STATE_FILE = "gepa_state.bin"
 CANDIDATE_SELECTIONS = ("pareto", "current_best", "epsilon_greedy", "top_k_pareto")
 
 
@@ -459,11 +461,13 @@ def run_gepa(
             ).model_dump()
         )
 
-    if heldout_users and 0 not in adapter.discovered:
+    fresh = not (Path(run_dir) / GEPA_STATE_FILE).exists()
+    if heldout_users and fresh:
         # A fresh start: GEPA first evaluates the seed on every train user, and the seed is
         # always the first new best, so its held-out check follows for certain. Both run at
         # once here; GEPA and the held-out callback then read them back from their runner
-        # directories (no LLM call), with the same results and in the same order.
+        # directories (no LLM call), with the same results and in the same order. (A resumed
+        # run has done both before GEPA first saved its state.)
         adapter.run_jobs(
             [(seed_candidate, user, "train") for user in train_users]
             + [(seed_candidate, user, "heldout") for user in heldout_users]
