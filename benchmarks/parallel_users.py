@@ -7,7 +7,9 @@ with `concurrency = K` on the toolkit's thin `openai` client, DSPy cache off, fr
 directories. For each run it prints
 
     effective parallelism = (LLM calls x latency) / wall          target >= 0.8 x K
-    toolkit overhead/call = (wall - calls x latency / concurrency) / calls    target <= 5 ms
+    toolkit overhead/call = (wall - calls x latency / concurrency) / calls
+    net of the stub       = overhead/call - (stub's own time beyond latency) / calls / concurrency
+                                                                            target <= 5 ms
 
 first for one user at concurrency 1 (the sequential overhead), then for K = 8, 32, 64, and
 the largest number of requests the stub server saw in flight at once (so a run that never
@@ -18,8 +20,8 @@ One run prints every figure:
     .venv/bin/python benchmarks/parallel_users.py [--latency 0.5] [--users 8,32,64]
         [--policy in_context] [--profile FILE]
 
-`--profile FILE` writes a cProfile of the largest K to FILE (the stub's latency is idle
-time, so what remains near the top is the toolkit's own work).
+`--profile FILE` writes a cProfile of the sequential run to FILE (it runs in the main thread,
+the only one cProfile sees; the stub's latency shows up as `recv`, the rest is the toolkit's).
 """
 
 from __future__ import annotations
@@ -85,7 +87,7 @@ def measure(env, args: argparse.Namespace, base_url: str, concurrency: int, prof
     server = stub_stats(base_url)
     if server["chat_requests"] != calls:
         print(f"warning: the stub served {server['chat_requests']} calls, the ledger has {calls}")
-    return wall, calls, server["peak_in_flight"], cpu
+    return wall, calls, server["peak_in_flight"], cpu, server["excess_s"]
 
 
 def figures(wall: float, calls: int, latency: float, concurrency: int) -> tuple[float, float]:
@@ -102,7 +104,7 @@ def main() -> int:
     parser.add_argument("--users", default="8,32,64", help="K values, comma-separated")
     parser.add_argument("--policy", default="in_context", help="policy spec")
     parser.add_argument("--no-sequential", action="store_true", help="skip the 1-user run")
-    parser.add_argument("--profile", type=Path, help="cProfile output for the largest K")
+    parser.add_argument("--profile", type=Path, help="cProfile output of the sequential run")
     args = parser.parse_args()
     sizes = [int(k) for k in args.users.split(",")]
 
@@ -115,22 +117,27 @@ def main() -> int:
         runs = ([] if args.no_sequential else [(1, 1)]) + [(k, k) for k in sizes]
         for users, concurrency in runs:
             env = v1_base_users(users)
-            profile = cProfile.Profile() if args.profile and users == max(sizes) else None
-            wall, calls, peak, cpu = measure(env, args, base_url, concurrency, profile)
+            profile = cProfile.Profile() if args.profile and concurrency == 1 else None
+            wall, calls, peak, cpu, excess = measure(env, args, base_url, concurrency, profile)
             parallelism, overhead_ms = figures(wall, calls, args.latency, concurrency)
+            # The stub's own time beyond its latency (request parsing, answer building, late
+            # wake-ups under load) is the server's, not the toolkit's: `net` leaves it out.
+            server_ms = 1000 * excess / calls
+            net_ms = overhead_ms - server_ms / concurrency
             label = "sequential" if concurrency == 1 else f"K = {users:>2}"
             line = (
                 f"{label:<10}: {users:>2} users, concurrency {concurrency:>2}, {calls:>5} calls, "
                 f"wall {wall:7.2f}s, peak in flight {peak:>2}, effective parallelism "
                 f"{parallelism:6.2f} ({parallelism / concurrency:.2f} x K), overhead "
-                f"{overhead_ms:5.2f} ms/call, client CPU {1000 * cpu / calls:4.2f} ms/call"
+                f"{overhead_ms:5.2f} ms/call (stub's own {server_ms:4.2f}, net {net_ms:5.2f}), "
+                f"client CPU {1000 * cpu / calls:4.2f} ms/call"
             )
             print(line, flush=True)
             rows.append(line)
             if concurrency > 1 and parallelism < PARALLELISM_TARGET * concurrency:
                 failures.append(f"K={users}: parallelism {parallelism:.1f} < {0.8 * users:.1f}")
-            if overhead_ms > OVERHEAD_TARGET_MS and (concurrency == 1 or users == max(sizes)):
-                failures.append(f"{label.strip()}: overhead {overhead_ms:.2f} ms > 5 ms")
+            if net_ms > OVERHEAD_TARGET_MS and (concurrency == 1 or users == max(sizes)):
+                failures.append(f"{label.strip()}: net overhead {net_ms:.2f} ms > 5 ms")
             if profile is not None:
                 profile.dump_stats(args.profile)
     finally:
@@ -142,7 +149,10 @@ def main() -> int:
         f"{1000 * args.latency:.0f} ms, thin openai client, cache off; load average "
         f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} cores"
     )
-    print("targets: effective parallelism >= 0.8 x K; overhead <= 5 ms/call (sequential, max K)")
+    print(
+        "targets: effective parallelism >= 0.8 x K; overhead net of the stub <= 5 ms/call "
+        "(sequential and max K)"
+    )
     print("result: " + ("all targets met" if not failures else "MISSED: " + "; ".join(failures)))
     return 0 if not failures else 1
 

@@ -12,7 +12,8 @@ Fault and accounting tests drive it through two extra routes:
 
 - `GET /stats` -> `{"requests": N, "chat_requests": N, "in_flight": N, "peak_in_flight": N,
   "fault": {...}}`: a server-side request counter to compare with the toolkit's ledger, and
-  the most chat requests served at once (`POST /stats/reset` zeroes the counters);
+  the most chat requests served at once, and `excess_s`: the seconds spent serving chat
+  requests beyond the latency, summed (`POST /stats/reset` zeroes the counters);
 - `POST /fault` with `{"mode": M, "count": N}` sets a fault for the next N chat requests
   (`count` omitted or null: until changed). Modes: `none`, `http500` (an HTTP 500 error),
   `non_json` (200 with content that is not JSON), `truncated` (a body cut short before its
@@ -47,6 +48,9 @@ class ServerState:
         self.chat_requests = 0
         self.in_flight = 0
         self.peak_in_flight = 0  # most chat requests served at once since start or reset
+        # Seconds the handler spent on chat requests beyond the configured latency (parsing,
+        # building and writing the answer, sleeping late): the server's cost, not the client's.
+        self.excess_s = 0.0
         self.fault = fault
         self.fault_remaining = fault_count
 
@@ -71,6 +75,7 @@ class ServerState:
         with self.lock:
             self.requests = self.chat_requests = 0
             self.peak_in_flight = self.in_flight
+            self.excess_s = 0.0
 
     def stats(self) -> dict[str, Any]:
         with self.lock:
@@ -79,6 +84,7 @@ class ServerState:
                 "chat_requests": self.chat_requests,
                 "in_flight": self.in_flight,
                 "peak_in_flight": self.peak_in_flight,
+                "excess_s": self.excess_s,
                 "fault": {"mode": self.fault, "remaining": self.fault_remaining},
             }
 
@@ -164,6 +170,7 @@ def make_handler(latency: float, state: ServerState | None = None) -> type[BaseH
                 self._send(404, {"error": {"message": f"no route {self.path}"}})
 
         def do_POST(self) -> None:  # noqa: N802
+            received = time.perf_counter()
             length = int(self.headers.get("Content-Length", "0"))
             request = json.loads(self.rfile.read(length) or b"{}")
             if self.path.rstrip("/").endswith("/stats/reset"):
@@ -190,6 +197,7 @@ def make_handler(latency: float, state: ServerState | None = None) -> type[BaseH
             finally:
                 with state.lock:
                     state.in_flight -= 1
+                    state.excess_s += time.perf_counter() - received - latency
 
         def _complete(self, request: dict[str, Any]) -> None:
             fault = state.next_fault()
