@@ -145,7 +145,18 @@ def make_handler(latency: float, state: ServerState | None = None) -> type[BaseH
         # client's delayed ACK (~40 ms), which would be charged to the toolkit's overhead.
         disable_nagle_algorithm = True
 
+        def _finish_chat(self) -> None:
+            """A chat request stops counting as in flight once its answer is being written:
+            the client may send its next request before this thread runs again."""
+            if getattr(self, "_chat_started", None) is None:
+                return
+            with state.lock:
+                state.in_flight -= 1
+                state.excess_s += time.perf_counter() - self._chat_started - latency
+            self._chat_started = None
+
         def _send(self, status: int, payload: dict[str, Any], truncate: bool = False) -> None:
+            self._finish_chat()
             body = json.dumps(payload).encode("utf-8")
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
@@ -192,12 +203,11 @@ def make_handler(latency: float, state: ServerState | None = None) -> type[BaseH
                 state.requests += 1
                 state.in_flight += 1
                 state.peak_in_flight = max(state.peak_in_flight, state.in_flight)
+            self._chat_started = received
             try:
                 self._complete(request)
             finally:
-                with state.lock:
-                    state.in_flight -= 1
-                    state.excess_s += time.perf_counter() - received - latency
+                self._finish_chat()
 
         def _complete(self, request: dict[str, Any]) -> None:
             fault = state.next_fault()
