@@ -10,8 +10,10 @@ process so that its work never competes with the measured client for the GIL:
 
 Fault and accounting tests drive it through two extra routes:
 
-- `GET /stats` -> `{"requests": N, "chat_requests": N, "in_flight": N, "fault": {...}}`:
-  a server-side request counter to compare with the toolkit's ledger;
+- `GET /stats` -> `{"requests": N, "chat_requests": N, "in_flight": N, "peak_in_flight": N,
+  "fault": {...}}`: a server-side request counter to compare with the toolkit's ledger, and
+  the most chat requests served at once, and `excess_s`: the seconds spent serving chat
+  requests beyond the latency, summed (`POST /stats/reset` zeroes the counters);
 - `POST /fault` with `{"mode": M, "count": N}` sets a fault for the next N chat requests
   (`count` omitted or null: until changed). Modes: `none`, `http500` (an HTTP 500 error),
   `non_json` (200 with content that is not JSON), `truncated` (a body cut short before its
@@ -45,6 +47,10 @@ class ServerState:
         self.requests = 0
         self.chat_requests = 0
         self.in_flight = 0
+        self.peak_in_flight = 0  # most chat requests served at once since start or reset
+        # Seconds the handler spent on chat requests beyond the configured latency (parsing,
+        # building and writing the answer, sleeping late): the server's cost, not the client's.
+        self.excess_s = 0.0
         self.fault = fault
         self.fault_remaining = fault_count
 
@@ -65,12 +71,20 @@ class ServerState:
                     self.fault, self.fault_remaining = "none", None
             return mode
 
+    def reset_counters(self) -> None:
+        with self.lock:
+            self.requests = self.chat_requests = 0
+            self.peak_in_flight = self.in_flight
+            self.excess_s = 0.0
+
     def stats(self) -> dict[str, Any]:
         with self.lock:
             return {
                 "requests": self.requests,
                 "chat_requests": self.chat_requests,
                 "in_flight": self.in_flight,
+                "peak_in_flight": self.peak_in_flight,
+                "excess_s": self.excess_s,
                 "fault": {"mode": self.fault, "remaining": self.fault_remaining},
             }
 
@@ -131,7 +145,18 @@ def make_handler(latency: float, state: ServerState | None = None) -> type[BaseH
         # client's delayed ACK (~40 ms), which would be charged to the toolkit's overhead.
         disable_nagle_algorithm = True
 
+        def _finish_chat(self) -> None:
+            """A chat request stops counting as in flight once its answer is being written:
+            the client may send its next request before this thread runs again."""
+            if getattr(self, "_chat_started", None) is None:
+                return
+            with state.lock:
+                state.in_flight -= 1
+                state.excess_s += time.perf_counter() - self._chat_started - latency
+            self._chat_started = None
+
         def _send(self, status: int, payload: dict[str, Any], truncate: bool = False) -> None:
+            self._finish_chat()
             body = json.dumps(payload).encode("utf-8")
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
@@ -156,8 +181,13 @@ def make_handler(latency: float, state: ServerState | None = None) -> type[BaseH
                 self._send(404, {"error": {"message": f"no route {self.path}"}})
 
         def do_POST(self) -> None:  # noqa: N802
+            received = time.perf_counter()
             length = int(self.headers.get("Content-Length", "0"))
             request = json.loads(self.rfile.read(length) or b"{}")
+            if self.path.rstrip("/").endswith("/stats/reset"):
+                state.reset_counters()
+                self._send(200, state.stats())
+                return
             if self.path.rstrip("/").endswith("/fault"):
                 try:
                     state.set_fault(str(request.get("mode", "none")), request.get("count"))
@@ -172,11 +202,12 @@ def make_handler(latency: float, state: ServerState | None = None) -> type[BaseH
             with state.lock:
                 state.requests += 1
                 state.in_flight += 1
+                state.peak_in_flight = max(state.peak_in_flight, state.in_flight)
+            self._chat_started = received
             try:
                 self._complete(request)
             finally:
-                with state.lock:
-                    state.in_flight -= 1
+                self._finish_chat()
 
         def _complete(self, request: dict[str, Any]) -> None:
             fault = state.next_fault()
@@ -222,9 +253,16 @@ def make_handler(latency: float, state: ServerState | None = None) -> type[BaseH
     return Handler
 
 
+class _Server(ThreadingHTTPServer):
+    # The default backlog (5) drops connection attempts when dozens of clients connect at
+    # once; the kernel then retries them after a second, which a benchmark would charge to
+    # the toolkit. One thread per connection serves any number of concurrent requests.
+    request_queue_size = 256
+
+
 def serve(port: int, latency: float, fault: str = "none") -> None:
     state = ServerState(fault)
-    server = ThreadingHTTPServer(("127.0.0.1", port), make_handler(latency, state))
+    server = _Server(("127.0.0.1", port), make_handler(latency, state))
     server.daemon_threads = True
     print(f"stub server on http://127.0.0.1:{server.server_address[1]}/v1", flush=True)
     try:

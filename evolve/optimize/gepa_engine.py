@@ -59,6 +59,8 @@ from evolve.simulator.metrics import summarize_periods
 from evolve.simulator.records import UserResult
 from evolve.simulator.runner import run_evaluation
 
+# GEPA's checkpoint in its run_dir (gepa.core.state): present once a run has started.
+GEPA_STATE_FILE = "gepa_state.bin"
 CANDIDATE_SELECTIONS = ("pareto", "current_best", "epsilon_greedy", "top_k_pareto")
 
 
@@ -121,6 +123,11 @@ class AMemGymAdapter:
         self.discovered: dict[int, int] = {}
         # One entry per finished iteration, written by the caller's callbacks (e.g. spend).
         self.iterations: list[dict[str, Any]] = []
+        # ONE limit of LM calls in flight for every evaluation this adapter runs, however
+        # many (candidate, user) pairs run at once: a server sized for `concurrency`
+        # requests is never sent more.
+        self.concurrency = max(1, int(getattr(episode, "concurrency", 1)))
+        self.call_slots = threading.BoundedSemaphore(self.concurrency)
 
     # ----- GEPA state persistence (gepa_state.bin in run_dir) ----------------------------------
     def get_adapter_state(self) -> dict[str, Any]:
@@ -170,6 +177,7 @@ class AMemGymAdapter:
         report = run_evaluation(
             env, self.policy(candidate), self.lms, run_dir, self.episode,
             upper_bound=self.upper_bound, stop=self.stop, progress=progress,
+            call_slots=self.call_slots,
         )  # fmt: skip
         return report.users[0]
 
@@ -187,30 +195,62 @@ class AMemGymAdapter:
     def run_users(
         self, candidate: Mapping[str, str], users: Sequence[str], split: str = "train"
     ) -> list[UserResult]:
-        # Each distinct user once: two threads must never play one runner directory.
-        distinct = list(dict.fromkeys(users))
-        workers = max(1, min(len(distinct), getattr(self.episode, "concurrency", 1)))
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            played = dict(
-                zip(
-                    distinct,
-                    pool.map(lambda u: self.run_user(candidate, u, split), distinct),
-                    strict=True,
-                )
-            )
-        return [played[user] for user in users]
+        return self.run_pairs([(candidate, user) for user in users], split)
 
-    def evaluate(
-        self, batch: list[str], candidate: dict[str, str], capture_traces: bool = False
+    def run_pairs(
+        self, pairs: Sequence[tuple[Mapping[str, str], str]], split: str = "train"
+    ) -> list[UserResult]:
+        """Play (candidate, user) pairs of one split concurrently; results in order."""
+        return self.run_jobs([(candidate, user, split) for candidate, user in pairs])
+
+    def run_jobs(self, jobs: Sequence[tuple[Mapping[str, str], str, str]]) -> list[UserResult]:
+        """Play (candidate, user, split) evaluations concurrently, under the adapter's one
+        call limit; results in the order given. Each evaluation is a function of its
+        (candidate, user) alone, so the results are those of playing them one by one."""
+        keys = [(self.fingerprint(candidate), user, split) for candidate, user, split in jobs]
+        # Each distinct job once: two threads must never play one runner directory.
+        distinct = dict(zip(keys, jobs, strict=True))
+        # As many evaluations in progress as calls may be in flight: one between calls (its
+        # sessions are sequential) leaves its slot to another's call.
+        workers = max(1, min(len(distinct), self.concurrency))
+        if workers == 1:
+            played = {key: self.run_user(*job) for key, job in distinct.items()}
+        else:
+            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="evolve-pairs") as pool:
+                futures = {key: pool.submit(self.run_user, *job) for key, job in distinct.items()}
+                played = {key: future.result() for key, future in futures.items()}
+        return [played[key] for key in keys]
+
+    def _evaluation_batch(
+        self, users: Sequence[UserResult], capture_traces: bool
     ) -> EvaluationBatch:
-        users = self.run_users(candidate, batch)
+        # Scored in the order GEPA gave: which unit a user is scored in is fixed at its
+        # first scoring, so the order must not depend on which evaluation finished first.
         objective_scores = [self.user_scores(user) for user in users]
         return EvaluationBatch(
             outputs=[{"user_id": u.user_id} for u in users],
             scores=[s["score"] for s in objective_scores],
-            trajectories=users if capture_traces else None,
+            trajectories=list(users) if capture_traces else None,
             objective_scores=objective_scores,
         )
+
+    def evaluate(
+        self, batch: list[str], candidate: dict[str, str], capture_traces: bool = False
+    ) -> EvaluationBatch:
+        return self._evaluation_batch(self.run_users(candidate, batch), capture_traces)
+
+    def batch_evaluate(
+        self, items: list[tuple[dict[str, str], list[str]]]
+    ) -> list[EvaluationBatch]:
+        """GEPA's hook for the evaluations of one step that do not depend on each other
+        (parents on their minibatches, children on theirs, programs on the valset): every
+        (candidate, user) pair of every item runs at once under the one call limit."""
+        pairs = [(candidate, user) for candidate, batch in items for user in batch]
+        played = iter(self.run_pairs(pairs))
+        return [
+            self._evaluation_batch([next(played) for _ in batch], capture_traces=True)
+            for _, batch in items
+        ]
 
     # ----- reflection -----------------------------------------------------------------------
     def make_reflective_dataset(
@@ -427,6 +467,18 @@ def run_gepa(
                 score=sum(s["score"] for s in scores) / len(scores),
                 accuracy=sum(s["accuracy"] for s in scores) / len(scores),
             ).model_dump()
+        )
+
+    fresh = not (Path(run_dir) / GEPA_STATE_FILE).exists()
+    if heldout_users and fresh:
+        # A fresh start: GEPA first evaluates the seed on every train user, and the seed is
+        # always the first new best, so its held-out check follows for certain. Both run at
+        # once here; GEPA and the held-out callback then read them back from their runner
+        # directories (no LLM call), with the same results and in the same order. (A resumed
+        # run has done both before GEPA first saved its state.)
+        adapter.run_jobs(
+            [(seed_candidate, user, "train") for user in train_users]
+            + [(seed_candidate, user, "heldout") for user in heldout_users]
         )
 
     def should_stop(state: Any) -> bool:

@@ -235,20 +235,40 @@ class PopulationSchedule:
         train = [item.id for item in self.resolved.train.items]
         heldout_users = [item.id for item in self.resolved.heldout.items]
         heldout_idx = {entry["candidate_idx"] for entry in adapter.heldout} | self.final_heldout
+        # Every evaluation the records below still need, played at once under the one call
+        # limit (e.g. the final held-out checks of the base and the best).
+        needed: list[tuple[int, str, list[str]]] = []
+        for index in range(len(state.program_candidates)):
+            record = self.records.get(self._gepa_id(index))
+            if record is None or record.train is None:
+                needed.append((index, "train", train))
+            missing_heldout = record is None or record.heldout is None
+            if missing_heldout and index in heldout_idx and heldout_users:
+                needed.append((index, "heldout", heldout_users))
+        results = iter(
+            adapter.run_jobs(
+                [
+                    (state.program_candidates[index], user, split)
+                    for index, split, users in needed
+                    for user in users
+                ]
+            )
+        )
+        played = {(i, split): [next(results) for _ in users] for i, split, users in needed}
         for index, candidate in enumerate(state.program_candidates):
             cid = self._gepa_id(index)
             record = self.records.get(cid)
             if record is None:
                 record = self._gepa_candidate(index, candidate, state)
             if record.train is None:
-                users = adapter.run_users(candidate, train)
+                users = played[(index, "train")]
                 scores = self._scores(users, self._gepa_dir("train", candidate), 0.0)
                 record = self._save(
                     record.model_copy(update={"train": scores, "status": CandidateStatus.EVALUATED})
                 )
                 self._log(record, "train")
             if record.heldout is None and index in heldout_idx and heldout_users:
-                users = adapter.run_users(candidate, heldout_users, split="heldout")
+                users = played[(index, "heldout")]
                 scores = self._scores(users, self._gepa_dir("heldout", candidate), 0.0)
                 record = self._save(record.model_copy(update={"heldout": scores}))
                 self._log(record, "heldout")

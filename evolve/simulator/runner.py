@@ -230,6 +230,7 @@ class _Run:
         upper_bound: UpperBoundTable | None,
         stop: threading.Event | None = None,
         policy_schedule: PolicySchedule | None = None,
+        call_slots: threading.Semaphore | None = None,
     ):
         self.env_hash = env_hash
         self.policy = policy
@@ -243,8 +244,10 @@ class _Run:
         self.simulated_user = SimulatedUser()
         self._lock = threading.Lock()
         # `concurrency` bounds the LM calls in flight, whoever makes them: sessions of
-        # different users, and the read-only questions of one unit, which fan out.
-        self._slots = threading.BoundedSemaphore(config.concurrency)
+        # different users, and the read-only questions of one unit, which fan out. A caller
+        # running several evaluations at once passes one semaphore to all of them, so the
+        # limit holds across them (a server is never sent more than it was sized for).
+        self._slots = call_slots or threading.BoundedSemaphore(config.concurrency)
         self.question_pool: ThreadPoolExecutor | None = None
         # Set when the evaluation fails or is interrupted: no unit or LLM call starts after.
         self.cancelled = threading.Event()
@@ -300,12 +303,16 @@ def run_evaluation(
     upper_bound: UpperBoundTable | None = None,
     stop: threading.Event | None = None,
     policy_schedule: PolicySchedule | None = None,
+    call_slots: threading.Semaphore | None = None,
 ) -> EvaluationReport:
     """Evaluate `policy` on `env`, storing everything under `run_dir`; resumes by default.
 
     With `policy_schedule`, `policy` is the base (its kind and memory format) and each
     user-period runs with `policy_schedule.policy_for(user, period)`; pass `on_period_end`
     to change the schedule between periods.
+
+    `call_slots` bounds the LM calls in flight instead of a semaphore of `concurrency`
+    slots of this evaluation's own: pass one to evaluations that run at the same time.
 
     Without `upper_bound` the memory score is None (see `metrics`); pass the table from
     `baselines.compute_upper_bound`, which is cached per environment and agent model.
@@ -351,7 +358,17 @@ def run_evaluation(
     period_count = max((len(user.item.periods) for user in users), default=0)
     progress.run_started(users=len(users), periods=period_count, finished_units=finished)
     run = _Run(
-        env_hash, policy, lms, layout, config, off_dir, progress, upper_bound, stop, policy_schedule
+        env_hash,
+        policy,
+        lms,
+        layout,
+        config,
+        off_dir,
+        progress,
+        upper_bound,
+        stop,
+        policy_schedule,
+        call_slots,
     )
 
     def report(complete: bool) -> EvaluationReport:
