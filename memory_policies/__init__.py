@@ -17,6 +17,7 @@ from memory_policies.embed import (
     LocalMiniLMEmbedder,
     OpenAIEmbedder,
     default_embedder,
+    embedder_from_config,
 )
 from memory_policies.errors import PolicyError
 from memory_policies.external import ExternalPolicy, ExternalState
@@ -74,6 +75,7 @@ __all__ = [
     "build_policy",
     "create_policy",
     "default_embedder",
+    "embedder_from_config",
     "load",
     "parse_spec",
     "read_bundle",

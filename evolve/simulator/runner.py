@@ -272,7 +272,11 @@ def run_evaluation(
         result = EvaluationReport(
             run_dir=layout.root,
             config_hash=digest,
-            policy={"kind": policy.kind, "parameters": policy.parameters()},
+            policy={
+                "kind": policy.kind,
+                "preset": policy.preset,
+                "parameters": policy.parameters(),
+            },
             users=user_results,
             summary=summarize(user_results, upper_bound),
             per_user=summarize_by_user(user_results, upper_bound),
@@ -396,11 +400,8 @@ def resolved_config(
     """
     models = lms.model_names()
     return {
-        "policy": {
-            "kind": policy.kind,
-            "parameters": policy.parameters(),
-            "components": policy.components(),
-        },
+        # kind, preset, parameters, instructions and embedder name
+        "policy": policy.identity(),
         "environment": env_hash,
         "users": [user.item.id for user in users],
         "episode": config.identity(),
@@ -509,7 +510,8 @@ def run_unit(run: _Run, user: _User, period_index: int) -> PeriodResult:
     item, layout, policy = user.item, run.layout, run.policy
     period = item.periods[period_index]
     if period_index == 0:
-        state_in = policy.initial_state()
+        # The schema is for policies that remember the user's own variables (the oracle).
+        state_in = policy.initial_state(state_schema=item.state_schema)
     else:
         previous = layout.load_checkpoint(user.dir_name, period_index - 1)
         if previous is None:
