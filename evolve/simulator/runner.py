@@ -814,7 +814,10 @@ def _answer_question(
 ) -> tuple[Any, bool, CallUsage]:
     qa = item.qas[question_index]
     options = [choice.answer for choice in qa.answer_choices]
-    return _read_only_answer(run, checkpoint, f"{qa.query}\n{QUESTION_HINT}", options)
+    # A paper-preset policy's own prompt already asks for the option fitting the current
+    # situation (as the reference's does); the hint would say it twice.
+    question = qa.query if run.policy.preset == "paper" else f"{qa.query}\n{QUESTION_HINT}"
+    return _read_only_answer(run, checkpoint, question, options)
 
 
 def _checked_choice(answer: Any, option_count: int) -> tuple[int | None, str | None]:

@@ -15,7 +15,12 @@ from simulator.eval_helpers import SCHEMA, make_environment, simulator_responder
 from evolve.commands.eval import build_eval_policies
 from evolve.config import resolve, spec_from_dict
 from evolve.errors import ConfigError
-from evolve.simulator.runner import EpisodeConfig, resolved_config, run_evaluation
+from evolve.simulator.runner import (
+    QUESTION_HINT,
+    EpisodeConfig,
+    resolved_config,
+    run_evaluation,
+)
 from memory_policies import (
     LocalMiniLMEmbedder,
     OpenAIEmbedder,
@@ -116,6 +121,8 @@ def test_oracle_runs_in_an_evaluation_with_each_users_own_variables(tmp_path):
     for call in writes:
         types = call.user.split("Types of Information to Remember:\n", 1)[1].split("\n\n")[0]
         assert types == "1. diet\n2. city\n3. pet"
+    questions = [c for c in agent.calls if '"answer": <option number>' in c.user]
+    assert questions and all(QUESTION_HINT not in c.user for c in questions)  # said once
     # The ceiling: told the variables, this agent remembers them; with the generic 7 types
     # (whose lines name none of the variables) the same agent writes nothing.
     plain_agent = ScriptedLM(oracle_agent, model="agent-model")
