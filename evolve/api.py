@@ -113,15 +113,20 @@ def evaluate_policies(
 
     use_toolkit_caches()
     env = environment if isinstance(environment, Environment) else load_environment(environment)
+    config = episode or EpisodeConfig()
+    # Under the paper protocol a spec naming no preset gets the paper preset.
+    preset = "paper" if config.protocol == "paper" else None
     if isinstance(policies, Mapping):
         named = {
-            name: policy if isinstance(policy, MemoryPolicy) else build_policy(policy)
+            name: policy
+            if isinstance(policy, MemoryPolicy)
+            else build_policy(policy, default_preset=preset)
             for name, policy in policies.items()
         }
     else:
         specs = list(policies)
-        named = dict(zip(run_dir_names(specs), (build_policy(s) for s in specs), strict=True))
-    config = episode or EpisodeConfig()
+        built = (build_policy(s, default_preset=preset) for s in specs)
+        named = dict(zip(run_dir_names(specs), built, strict=True))
     out = Path(out_dir)
     reports: dict[str, EvaluationReport] = {}
     with run_lock(out, "eval"), open_role_lms(llm or LLMConfig()) as lms:

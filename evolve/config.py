@@ -98,6 +98,8 @@ class PolicySpec(_Strict):
 
     kind: str | None = None
     path: Path | None = None
+    # The policy's information flow; unset follows the spec's protocol (a bundle keeps its own).
+    preset: Protocol | None = None
     parameters: dict[str, int] = Field(default_factory=dict)
     components: dict[str, str] = Field(default_factory=dict)
 
@@ -107,8 +109,11 @@ class PolicySpec(_Strict):
             raise ValueError(
                 "give exactly one of 'kind' (e.g. kind = \"in_context\") or 'path' (a bundle)"
             )
-        if self.path is not None and (self.parameters or self.components):
-            raise ValueError("a bundle 'path' takes no 'parameters' or 'components'")
+        if self.path is not None and (self.parameters or self.components or self.preset):
+            raise ValueError(
+                "a bundle 'path' takes no 'parameters', 'components' or 'preset' (the bundle "
+                "records its own)"
+            )
         return self
 
 
@@ -445,11 +450,7 @@ class ResolvedExperiment:
             "train_users": [item.id for item in self.train.items],
             "heldout_users": [item.id for item in self.heldout.items],
             "episode": self.episode.identity(),
-            "base_policy": {
-                "kind": self.base_policy.kind,
-                "parameters": self.base_policy.parameters(),
-                "components": self.base_policy.components(),
-            },
+            "base_policy": self.base_policy.identity(),
             "models": dict(sorted(model_names.items())),
         }
 
@@ -537,9 +538,12 @@ def resolve(spec: ExperimentSpec) -> ResolvedExperiment:
             base_policy = build_policy(
                 {
                     "kind": spec.policy.kind,
+                    "preset": spec.policy.preset,
                     "parameters": dict(spec.policy.parameters),
                     "components": dict(spec.policy.components) or None,
-                }
+                },
+                # Under the paper protocol a policy naming no preset gets the paper preset.
+                default_preset="paper" if spec.protocol == "paper" else None,
             )
     except PolicyError as error:
         raise ConfigError(f"{label}: policy: {error}") from None

@@ -17,13 +17,20 @@ from memory_policies.embed import (
     LocalMiniLMEmbedder,
     OpenAIEmbedder,
     default_embedder,
+    embedder_from_config,
 )
 from memory_policies.errors import PolicyError
 from memory_policies.external import ExternalPolicy, ExternalState
 from memory_policies.external_system import ExternalSystemPolicy, ExternalSystemState, MemorySystem
-from memory_policies.in_context import InContextPolicy, InContextState
+from memory_policies.in_context import (
+    InContextOraclePolicy,
+    InContextOracleState,
+    InContextPolicy,
+    InContextState,
+)
 from memory_policies.mem0_system import Mem0Policy
 from memory_policies.native import NativePolicy, NativeState
+from memory_policies.presets import DEFAULT_PRESET, PRESETS, Preset
 from memory_policies.raw_rag import RawRagPolicy, RawRagState
 from memory_policies.registry import (
     POLICY_KINDS,
@@ -38,13 +45,17 @@ from memory_policies.registry import (
 __all__ = [
     "BUNDLE_FILE",
     "BUNDLE_FORMAT_VERSION",
+    "DEFAULT_PRESET",
     "POLICY_KINDS",
+    "PRESETS",
     "Embedder",
     "ExternalPolicy",
     "ExternalState",
     "ExternalSystemPolicy",
     "ExternalSystemState",
     "HashingEmbedder",
+    "InContextOraclePolicy",
+    "InContextOracleState",
     "InContextPolicy",
     "InContextState",
     "LocalMiniLMEmbedder",
@@ -58,11 +69,13 @@ __all__ = [
     "OpenAIEmbedder",
     "PolicyAnswer",
     "PolicyError",
+    "Preset",
     "RawRagPolicy",
     "RawRagState",
     "build_policy",
     "create_policy",
     "default_embedder",
+    "embedder_from_config",
     "load",
     "parse_spec",
     "read_bundle",

@@ -21,6 +21,8 @@ from dspy.utils.exceptions import AdapterParseError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from memory_policies.errors import PolicyError
+from memory_policies.paper import chat_turns, paper_chat, paper_question_prompt
+from memory_policies.presets import DEFAULT_PRESET, Preset, check_preset
 
 logger = logging.getLogger(__name__)
 
@@ -148,20 +150,27 @@ class MemoryPolicy(dspy.Module):
     kind: ClassVar[str]
     parameter_names: ClassVar[tuple[str, ...]] = ("update_every", "short_term_len")
     default_parameters: ClassVar[dict[str, int]] = {"update_every": 2, "short_term_len": 4}
+    # Defaults that differ under preset=paper (the reference configs' values).
+    paper_parameters: ClassVar[dict[str, int]] = {}
     state_type: ClassVar[type[MemoryState]] = MemoryState
     uses_embedder: ClassVar[bool] = False
     # Multiple-choice variant of the `use` signature; shares the `use` instruction text.
     choose_signature: ClassVar[type[dspy.Signature]]
+    # The same under preset=paper (a raw-chat signature, see memory_policies.paper).
+    paper_choose_signature: ClassVar[type[dspy.Signature]]
 
     write: dspy.Module
     read: dspy.Module
     use: dspy.Predict
 
-    def __init__(self, **parameters: int) -> None:
+    def __init__(self, preset: str = DEFAULT_PRESET, **parameters: int) -> None:
         super().__init__()
-        values = validate_parameters(
-            self.kind, self.parameter_names, {**self.default_parameters, **parameters}
-        )
+        # Set before the modules are built: the preset decides their signatures and texts.
+        self.preset: Preset = check_preset(self.kind, preset)
+        defaults = {**self.default_parameters}
+        if self.preset == "paper":
+            defaults.update(self.paper_parameters)
+        values = validate_parameters(self.kind, self.parameter_names, {**defaults, **parameters})
         for name, value in values.items():
             setattr(self, name, value)
         self._build_modules()
@@ -193,7 +202,14 @@ class MemoryPolicy(dspy.Module):
 
     # ----- state ----------------------------------------------------------------------------
 
-    def initial_state(self) -> MemoryState:
+    def initial_state(
+        self, *, state_schema: Mapping[str, Sequence[str]] | None = None
+    ) -> MemoryState:
+        """A fresh state for one user.
+
+        `state_schema` (the user's tracked variables: name -> possible values) is read only by
+        policies that need it (`in_context_oracle`); callers that have it should always pass it.
+        """
         return self.state_type(kind=self.kind)
 
     def state_from_json(self, data: dict[str, Any] | str) -> MemoryState:
@@ -229,14 +245,25 @@ class MemoryPolicy(dspy.Module):
         if time is not None:
             state.current_time = time
         extra, _ = self._use_inputs(state, user_msg)
-        prediction = self._predict(
-            state,
-            "use",
-            self.use,
-            **extra,
-            conversation=render_conversation(state.short_term),
-            user_message=user_msg,
-        )
+        if self.preset == "paper":
+            with paper_chat():
+                prediction = self._predict(
+                    state,
+                    "use",
+                    self.use,
+                    **extra,
+                    history=chat_turns(state.short_term),
+                    user_message=user_msg,
+                )
+        else:
+            prediction = self._predict(
+                state,
+                "use",
+                self.use,
+                **extra,
+                conversation=render_conversation(state.short_term),
+                user_message=user_msg,
+            )
         reply = str(prediction.reply).strip() if prediction is not None else ""
         self._ingest(
             state,
@@ -262,6 +289,8 @@ class MemoryPolicy(dspy.Module):
     ) -> PolicyAnswer:
         """Answer an evaluation question; read-only (the caller's state is never touched)."""
         scratch = self._own_copy(state)
+        if self.preset == "paper":
+            return self._paper_answer(scratch, question, options)
         extra, retrieved = self._use_inputs(scratch, question)
         conversation = render_conversation(scratch.short_term)
         if not options:
@@ -284,18 +313,33 @@ class MemoryPolicy(dspy.Module):
         except AdapterParseError as exc:
             text = str(exc.lm_response or "")
             return PolicyAnswer(text=text, parse_error=_short_error(exc), retrieved=retrieved)
-        choice = prediction.choice
-        if (
-            not isinstance(choice, int)
-            or isinstance(choice, bool)
-            or not 1 <= choice <= len(options)
-        ):
-            return PolicyAnswer(
-                text=str(choice),
-                parse_error=f"choice {choice!r} is not an option number in 1..{len(options)}",
-                retrieved=retrieved,
-            )
-        return PolicyAnswer(text=str(choice), choice=choice, retrieved=retrieved)
+        return _checked_choice(prediction.choice, str(prediction.choice), options, retrieved)
+
+    def _paper_answer(
+        self, state: MemoryState, question: str, options: Sequence[str] | None
+    ) -> PolicyAnswer:
+        """The reference code's answer path: with options, one user message holding the question,
+        the numbered options and the JSON request; it is also the retrieval query."""
+        prompt = paper_question_prompt(question, options) if options else question
+        extra, retrieved = self._use_inputs(state, prompt)
+        signature = self.use.signature
+        if options:
+            signature = self.paper_choose_signature.with_instructions(signature.instructions)
+        try:
+            with paper_chat():
+                prediction = self.use(
+                    signature=signature,
+                    demos=[],
+                    **extra,
+                    history=chat_turns(state.short_term),
+                    user_message=prompt,
+                )
+        except AdapterParseError as exc:
+            text = str(exc.lm_response or "")
+            return PolicyAnswer(text=text, parse_error=_short_error(exc), retrieved=retrieved)
+        if not options:
+            return PolicyAnswer(text=str(prediction.reply).strip(), retrieved=retrieved)
+        return _checked_choice(prediction.choice, str(prediction.choice), options, retrieved)
 
     def forward(self, state: MemoryState, user_msg: str) -> dspy.Prediction:
         """DSPy entry point (so `policy(state, msg)` works in DSPy tooling): one on-policy turn."""
@@ -393,6 +437,17 @@ class MemoryPolicy(dspy.Module):
     def embedder_name(self) -> str | None:
         return None
 
+    def identity(self) -> dict[str, Any]:
+        """What the policy's behaviour depends on, for run hashes and records (no LM, no key):
+        kind, preset, parameters, instructions and the embedder's name."""
+        return {
+            "kind": self.kind,
+            "preset": self.preset,
+            "parameters": self.parameters(),
+            "components": self.components(),
+            "embedder": self.embedder_name(),
+        }
+
     def to_bundle(self, provenance: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """The self-describing, JSON-ready bundle (no LM, endpoint, key or pickle inside)."""
         state = self.dump_state(json_mode=True)
@@ -403,6 +458,7 @@ class MemoryPolicy(dspy.Module):
             "format": BUNDLE_FORMAT,
             "format_version": BUNDLE_FORMAT_VERSION,
             "kind": self.kind,
+            "preset": self.preset,
             "parameters": self.parameters(),
             "components": self.components(),
             "embedder": self.embedder_name(),
@@ -454,6 +510,18 @@ def _checked_provenance(provenance: Mapping[str, Any] | None) -> dict[str, Any]:
 
     walk(data, "")
     return data
+
+
+def _checked_choice(
+    choice: Any, text: str, options: Sequence[str], retrieved: list[str]
+) -> PolicyAnswer:
+    if not isinstance(choice, int) or isinstance(choice, bool) or not 1 <= choice <= len(options):
+        return PolicyAnswer(
+            text=text,
+            parse_error=f"choice {choice!r} is not an option number in 1..{len(options)}",
+            retrieved=retrieved,
+        )
+    return PolicyAnswer(text=text, choice=choice, retrieved=retrieved)
 
 
 def _short_error(exc: Exception) -> str:

@@ -198,14 +198,49 @@ class HashingEmbedder:
         return out
 
 
+# Configuration of the default embedder by environment, so every entry point (the `evolve`
+# CLI, tuning, an app loading a bundle) picks the same one without code changes.
+EMBEDDER_ENV = "MEMORY_POLICIES_EMBEDDER"  # "minilm" (default) or "openai:<model>"
+EMBEDDING_BASE_URL_ENV = "MEMORY_POLICIES_EMBEDDING_BASE_URL"  # OpenAI-compatible /v1 URL
+EMBEDDING_KEY_ENV_ENV = "MEMORY_POLICIES_EMBEDDING_API_KEY_ENV"  # NAME of the key's variable
+
 _DEFAULT_LOCK = threading.Lock()
-_DEFAULT: LocalMiniLMEmbedder | None = None
+_DEFAULTS: dict[tuple[str, str | None, str | None], Embedder] = {}
+
+
+def embedder_from_config(
+    model: str | None = None, base_url: str | None = None, api_key_env: str | None = None
+) -> Embedder:
+    """`None` or "minilm": the local MiniLM; "openai:<model>" (or any other name): that model
+    on an OpenAI-compatible endpoint (`base_url`, default OpenAI's; key read from the variable
+    named `api_key_env`, default OPENAI_API_KEY). The paper used text-embedding-3-small."""
+    if model is None or model.strip().lower() in ("", "minilm", LocalMiniLMEmbedder.name.lower()):
+        return _shared(("minilm", None, None), LocalMiniLMEmbedder)
+    name = model.strip().removeprefix("openai:")
+    if not name:
+        raise PolicyError(
+            f"embedding model {model!r} names no model; expected 'minilm' or "
+            "'openai:<model>', e.g. 'openai:text-embedding-3-small'"
+        )
+    key_env = api_key_env or "OPENAI_API_KEY"
+    return _shared(
+        (name, base_url, key_env),
+        lambda: OpenAIEmbedder(name, base_url=base_url, api_key_env=key_env),
+    )
+
+
+def _shared(key: tuple[str, str | None, str | None], make: Any) -> Embedder:
+    with _DEFAULT_LOCK:
+        if key not in _DEFAULTS:
+            _DEFAULTS[key] = make()
+        return _DEFAULTS[key]
 
 
 def default_embedder() -> Embedder:
-    """The process-wide local MiniLM embedder (cheap to create: the model loads on first use)."""
-    global _DEFAULT
-    with _DEFAULT_LOCK:
-        if _DEFAULT is None:
-            _DEFAULT = LocalMiniLMEmbedder()
-        return _DEFAULT
+    """The process-wide default embedder: local MiniLM unless $MEMORY_POLICIES_EMBEDDER names
+    an OpenAI-compatible model (cheap to create: models load and clients connect on first use)."""
+    return embedder_from_config(
+        os.environ.get(EMBEDDER_ENV),
+        os.environ.get(EMBEDDING_BASE_URL_ENV) or None,
+        os.environ.get(EMBEDDING_KEY_ENV_ENV) or None,
+    )

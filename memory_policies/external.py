@@ -9,7 +9,16 @@ from pydantic import BaseModel, Field
 
 from memory_policies.base import MemoryState, Message, render_conversation
 from memory_policies.common import DEFAULT_MEMORY_USE, MemoryReply, latest_time
-from memory_policies.store import EmbeddingRead, EmbeddingStorePolicy, StoreState
+from memory_policies.paper import (
+    PAPER_FACT_EXTRACTION,
+    PAPER_MEMORY_UPDATE,
+    RELATED_PER_FACT,
+    ROLE_PREFIXES,
+    FactExtraction,
+    MemoryUpdate,
+    paper_chat,
+)
+from memory_policies.store import EmbeddingRead, EmbeddingStorePolicy, StoredMemory, StoreState
 
 DEFAULT_WRITE = (
     "You curate the long-term memory of a personal assistant about its user. From the new "
@@ -52,15 +61,26 @@ class ExternalPolicy(EmbeddingStorePolicy):
     state_type: ClassVar[type[MemoryState]] = ExternalState
 
     def _build_modules(self) -> None:
-        self.write = dspy.Predict(ExternalWrite.with_instructions(DEFAULT_WRITE))
         self.read = EmbeddingRead()
+        if self.preset == "paper":
+            # mem0 v1.1's two steps: fact extraction, then events against related memories.
+            self.write = dspy.Predict(FactExtraction.with_instructions(PAPER_FACT_EXTRACTION))
+            self.write_update = dspy.Predict(MemoryUpdate.with_instructions(PAPER_MEMORY_UPDATE))
+            self.use = self._paper_use()
+            return
+        self.write = dspy.Predict(ExternalWrite.with_instructions(DEFAULT_WRITE))
         self.use = dspy.Predict(MemoryReply.with_instructions(DEFAULT_MEMORY_USE))
 
     def _instruction_predictors(self) -> dict[str, dspy.Predict]:
+        if self.preset == "paper":
+            return {"write": self.write, "write.update": self.write_update, "use": self.use}
         return {"write": self.write, "use": self.use}
 
     def _write(self, state: MemoryState, messages: list[Message], times: list[str | None]) -> None:
         assert isinstance(state, ExternalState)
+        if self.preset == "paper":
+            self._paper_write(state, messages, latest_time(times) or state.current_time)
+            return
         transcript = render_conversation(messages)
         related = self._search(state, transcript, self.top_k)
         prediction = self._predict(
@@ -99,3 +119,52 @@ class ExternalPolicy(EmbeddingStorePolicy):
         # Duplicate facts in one batch would only crowd out other memories at read time.
         unique = list(dict.fromkeys(additions))
         self._store(state, unique, time)
+
+    def _paper_write(self, state: ExternalState, messages: list[Message], time: str | None) -> None:
+        """Extract facts from the flushed messages (role-prefixed, as the reference passes them
+        to mem0); look up the memories related to each fact; one call decides the events."""
+        transcript = "\n".join(f"{m.role}: {ROLE_PREFIXES[m.role]}{m.content}" for m in messages)
+        with paper_chat():
+            extracted = self._predict(state, "write", self.write, messages=transcript)
+        if extracted is None:
+            return  # counted in parse_failures; memory unchanged
+        facts = list(dict.fromkeys(str(fact).strip() for fact in extracted.facts))
+        facts = [fact for fact in facts if fact]
+        if not facts:
+            return  # mem0 makes no update call without new facts
+        related: dict[int, StoredMemory] = {}
+        for fact in facts:
+            for memory in self._search(state, fact, RELATED_PER_FACT):
+                related.setdefault(memory.id, memory)
+        with paper_chat():
+            decided = self._predict(
+                state,
+                "write.update",
+                self.write_update,
+                existing="\n".join(f"[{m.id}] {m.text}" for m in related.values()) or "(none)",
+                new_facts="\n".join(facts),
+            )
+        if decided is None:
+            return
+        removed: set[int] = set()
+        additions: list[str] = []
+        invalid = 0
+        for event in decided.events:
+            action, text = event.event.strip().upper(), event.text.strip()
+            if action == "NONE":
+                continue
+            if action == "ADD" and text:
+                additions.append(text)
+            elif action == "UPDATE" and text and event.id in related:
+                removed.add(event.id)  # re-stored below with a fresh vector and time
+                additions.append(text)
+            elif action == "DELETE" and event.id in related:
+                removed.add(event.id)
+            else:
+                invalid += 1  # an unknown event or id, or no text: mem0 skips it too
+        if invalid:
+            state.parse_failures["write.invalid"] = (
+                state.parse_failures.get("write.invalid", 0) + invalid
+            )
+        state.memories = [m for m in state.memories if m.id not in removed]
+        self._store(state, list(dict.fromkeys(additions)), time)

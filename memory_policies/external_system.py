@@ -43,6 +43,8 @@ from memory_policies.base import (
 )
 from memory_policies.common import DEFAULT_MEMORY_USE, MemoryChoose, MemoryReply, latest_time
 from memory_policies.errors import PolicyError
+from memory_policies.paper import PAPER_STORE_USE, StoreChatChoose, StoreChatReply
+from memory_policies.presets import DEFAULT_PRESET
 
 Snapshot = dict[str, Any]
 OptionValue = bool | int | str
@@ -218,11 +220,14 @@ class ExternalSystemPolicy(MemoryPolicy):
         "short_term_len": 4,
         "top_k": 5,
     }
+    paper_parameters: ClassVar[dict[str, int]] = {"top_k": 30}
     option_defaults: ClassVar[dict[str, OptionValue]] = {}
     state_type: ClassVar[type[MemoryState]] = ExternalSystemState
     choose_signature: ClassVar[type[dspy.Signature]] = MemoryChoose
+    paper_choose_signature: ClassVar[type[dspy.Signature]] = StoreChatChoose
 
     def __init__(self, **settings: Any) -> None:
+        preset = settings.pop("preset", DEFAULT_PRESET)
         options = {
             name: settings.pop(name) for name in list(settings) if name in self.option_defaults
         }
@@ -230,7 +235,7 @@ class ExternalSystemPolicy(MemoryPolicy):
         self.options: dict[str, OptionValue] = self._checked_options(
             {**self.option_defaults, **options}
         )
-        super().__init__(**settings)
+        super().__init__(preset=preset, **settings)
         self._systems = LiveSystems(self.open_system)
 
     # ----- the one hook ----------------------------------------------------------------------
@@ -289,7 +294,10 @@ class ExternalSystemPolicy(MemoryPolicy):
     def _build_modules(self) -> None:
         self.write = SystemAdd()
         self.read = SystemSearch()
-        self.use = dspy.Predict(MemoryReply.with_instructions(DEFAULT_MEMORY_USE))
+        if self.preset == "paper":
+            self.use = dspy.Predict(StoreChatReply.with_instructions(PAPER_STORE_USE))
+        else:
+            self.use = dspy.Predict(MemoryReply.with_instructions(DEFAULT_MEMORY_USE))
 
     def _instruction_predictors(self) -> dict[str, dspy.Predict]:
         return {}  # nothing to evolve: the system is the baseline as its authors ship it
@@ -311,13 +319,15 @@ class ExternalSystemPolicy(MemoryPolicy):
 
     def _use_inputs(self, state: MemoryState, query: str) -> tuple[dict[str, str], list[str]]:
         assert isinstance(state, ExternalSystemState)
+        paper = self.preset == "paper"
         if state.snapshot is None:
-            return {"memory": "(nothing relevant)"}, []
+            return {"memory": "" if paper else "(nothing relevant)"}, []
         with self._systems.holding(state.snapshot, read_only=True) as lease:
-            query_text = strip_time_header(query)
+            # preset=paper searches with the message as sent (time header, options included).
+            query_text = query if paper else strip_time_header(query)
             found = self.read(system=lease.system, query=query_text, k=self.top_k).memories
-        memory = "\n".join(f"- {text}" for text in found) or "(nothing relevant)"
-        return {"memory": memory}, list(found)
+        memory = "\n".join(f"- {text}" for text in found)
+        return {"memory": memory or ("" if paper else "(nothing relevant)")}, list(found)
 
     def describe_memory(self, state: MemoryState) -> str:
         assert isinstance(state, ExternalSystemState)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Literal
 
 import dspy
 from pydantic import BaseModel, Field
@@ -16,6 +18,15 @@ from memory_policies.common import (
     timed_line,
 )
 from memory_policies.errors import PolicyError
+from memory_policies.paper import (
+    PAPER_IN_CONTEXT_USE,
+    PAPER_IN_CONTEXT_WRITE,
+    PAPER_TYPES_TO_REMEMBER,
+    InContextChatChoose,
+    InContextChatReply,
+    InContextJSONWrite,
+    paper_chat,
+)
 
 TYPES_HEADER = "Types of Information to Remember:"
 # The composed write instruction is "<write>\n\n<TYPES_HEADER>\n<types_to_remember>"; the
@@ -79,6 +90,16 @@ def render_entries(entries: list[MemoryEntry]) -> str:
     return "\n".join(timed_line(e.time, f"{e.label}: {e.value}") for e in entries)
 
 
+def render_paper_entries(entries: list[MemoryEntry]) -> str:
+    """The reference's memory lines: ``- label: value``, oldest write first, no times."""
+    return "\n".join(f"- {e.label}: {e.value}" for e in entries)
+
+
+def _as_text(value: Any) -> str:
+    # The reference stores whatever JSON value the LM gave; we keep text, JSON for the rest.
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
 def compose_write_instruction(write: str, types_to_remember: str) -> str:
     return f"{write.strip()}{_SEAM}{types_to_remember.strip()}"
 
@@ -89,31 +110,70 @@ def split_write_instruction(instruction: str) -> tuple[str, str]:
 
 
 class InContextPolicy(MemoryPolicy):
+    """Under preset=paper: the reference's 7 types, a write that sees the memory as a JSON
+    object and the flushed messages as a JSON list and answers one JSON object of
+    label -> complete value (exact-label overwrite), and replies from a system message with
+    ``- label: value`` lines followed by the recent messages as chat turns."""
+
     kind: ClassVar[str] = "in_context"
     state_type: ClassVar[type[MemoryState]] = InContextState
     choose_signature: ClassVar[type[dspy.Signature]] = MemoryChoose
+    paper_choose_signature: ClassVar[type[dspy.Signature]] = InContextChatChoose
 
     def _build_modules(self) -> None:
-        self.write = dspy.Predict(
-            InContextWrite.with_instructions(
-                compose_write_instruction(DEFAULT_WRITE, DEFAULT_TYPES_TO_REMEMBER)
-            )
-        )
+        paper = self.preset == "paper"
+        write_signature = InContextJSONWrite if paper else InContextWrite
+        self.write = dspy.Predict(write_signature.with_instructions(self._initial_write()))
         self.read = InContextRead()
-        self.use = dspy.Predict(MemoryReply.with_instructions(DEFAULT_MEMORY_USE))
+        if paper:
+            self.use = dspy.Predict(InContextChatReply.with_instructions(PAPER_IN_CONTEXT_USE))
+        else:
+            self.use = dspy.Predict(MemoryReply.with_instructions(DEFAULT_MEMORY_USE))
+
+    def _initial_write(self) -> str:
+        if self.preset == "paper":
+            return compose_write_instruction(PAPER_IN_CONTEXT_WRITE, PAPER_TYPES_TO_REMEMBER)
+        return compose_write_instruction(DEFAULT_WRITE, DEFAULT_TYPES_TO_REMEMBER)
+
+    def _write_signature(self, state: InContextState) -> type[dspy.Signature]:
+        """The write signature for this state (the oracle adds the user's own types)."""
+        return self.write.signature
 
     def _write(self, state: MemoryState, messages: list[Message], times: list[str | None]) -> None:
         assert isinstance(state, InContextState)
+        time = latest_time(times) or state.current_time
+        signature = self._write_signature(state)
+        if self.preset == "paper":
+            with paper_chat():
+                prediction = self._predict(
+                    state,
+                    "write",
+                    self.write,
+                    signature=signature,
+                    current_memories=json.dumps(
+                        {e.label: e.value for e in state.memory}, indent=2, ensure_ascii=False
+                    ),
+                    conversation=json.dumps(
+                        [m.model_dump() for m in messages], indent=2, ensure_ascii=False
+                    ),
+                )
+            if prediction is None:
+                return  # counted in parse_failures; memory unchanged
+            for label, value in prediction.memory_updates.items():
+                # Exact label match, as the reference; overwrite = drop and append (time order).
+                state.memory = [e for e in state.memory if e.label != label]
+                state.memory.append(MemoryEntry(label=label, value=_as_text(value), time=time))
+            return
         prediction = self._predict(
             state,
             "write",
             self.write,
+            signature=signature,
             memory=render_entries(state.memory),
             messages=render_conversation(messages),
         )
         if prediction is None:
             return  # counted in parse_failures; memory unchanged
-        time = latest_time(times) or state.current_time
         for update in prediction.updates:
             label, value = update.label.strip(), update.value.strip()
             if not label or not value:
@@ -125,7 +185,10 @@ class InContextPolicy(MemoryPolicy):
 
     def _use_inputs(self, state: MemoryState, query: str) -> tuple[dict[str, str], list[str]]:
         assert isinstance(state, InContextState)
-        memory = self.read(entries=state.memory).memory
+        if self.preset == "paper":
+            memory = render_paper_entries(state.memory)
+        else:
+            memory = self.read(entries=state.memory).memory
         retrieved = [f"{e.label}: {e.value}" for e in state.memory]
         return {"memory": memory}, retrieved
 
@@ -157,3 +220,67 @@ class InContextPolicy(MemoryPolicy):
     def describe_memory(self, state: MemoryState) -> str:
         assert isinstance(state, InContextState)
         return render_entries(state.memory)
+
+
+class InContextOracleState(InContextState):
+    kind: Literal["in_context_oracle"] = "in_context_oracle"  # type: ignore[assignment]
+    # The user's own state-schema variable names: this user's types to remember.
+    types_to_remember: list[str] = Field(default_factory=list)
+
+
+def render_schema_types(variables: Sequence[str]) -> str:
+    return "\n".join(f"{i}. {name}" for i, name in enumerate(variables, start=1))
+
+
+class InContextOraclePolicy(InContextPolicy):
+    """`in_context` told exactly what to remember: the types list is the user's own state-schema
+    variable names (the reference's "awi-hack"), the ceiling for evolving the types list.
+
+    The names are per user, so they live in the state: ``initial_state(state_schema=...)``
+    requires the user's schema (the evaluation runner passes it for every user). The mutable
+    parts are `write` and `use`; the types are not a component.
+    """
+
+    kind: ClassVar[str] = "in_context_oracle"
+    state_type: ClassVar[type[MemoryState]] = InContextOracleState
+
+    def _initial_write(self) -> str:
+        return PAPER_IN_CONTEXT_WRITE if self.preset == "paper" else DEFAULT_WRITE
+
+    def initial_state(
+        self, *, state_schema: Mapping[str, Sequence[str]] | None = None
+    ) -> MemoryState:
+        if not state_schema:
+            raise PolicyError(
+                "the in_context_oracle policy remembers the user's own state variables, so it "
+                "needs the user's state schema: call initial_state(state_schema=item's "
+                "state_schema); got none"
+            )
+        return InContextOracleState(types_to_remember=[str(name) for name in state_schema])
+
+    def _write_signature(self, state: InContextState) -> type[dspy.Signature]:
+        assert isinstance(state, InContextOracleState)
+        if not state.types_to_remember:
+            raise PolicyError(
+                "this in_context_oracle state has no types to remember; build it with "
+                "initial_state(state_schema=...)"
+            )
+        instruction = compose_write_instruction(
+            self.write.signature.instructions, render_schema_types(state.types_to_remember)
+        )
+        return self.write.signature.with_instructions(instruction)
+
+    def components(self) -> dict[str, str]:
+        return {"write": self.write.signature.instructions, "use": self.use.signature.instructions}
+
+    def _set_components(self, updates: dict[str, str]) -> None:
+        for name, text in updates.items():
+            if TYPES_HEADER in text:
+                raise PolicyError(
+                    f"component '{name}' must not contain the line '{TYPES_HEADER}': the "
+                    "oracle appends the user's own variables under it"
+                )
+        MemoryPolicy._set_components(self, updates)
+
+    def _instruction_predictors(self) -> dict[str, dspy.Predict]:
+        return {"write": self.write, "use": self.use}

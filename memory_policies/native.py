@@ -15,6 +15,7 @@ from memory_policies.common import (
     USER_MESSAGE_DESC,
     PassThrough,
 )
+from memory_policies.paper import NativeChatChoose, NativeChatReply
 
 DEFAULT_USE = (
     "You are a helpful personal assistant in a long-running conversation with one user. "
@@ -54,11 +55,19 @@ class NativePolicy(MemoryPolicy):
     default_parameters: ClassVar[dict[str, int]] = {}
     state_type: ClassVar[type[MemoryState]] = NativeState
     choose_signature: ClassVar[type[dspy.Signature]] = NativeChoose
+    paper_choose_signature: ClassVar[type[dspy.Signature]] = NativeChatChoose
 
     def _build_modules(self) -> None:
         self.write = PassThrough()
         self.read = PassThrough()
-        self.use = dspy.Predict(NativeReply.with_instructions(DEFAULT_USE))
+        if self.preset == "paper":
+            # The reference sends the history alone, with no system message: nothing to evolve.
+            self.use = dspy.Predict(NativeChatReply)
+        else:
+            self.use = dspy.Predict(NativeReply.with_instructions(DEFAULT_USE))
+
+    def _instruction_predictors(self) -> dict[str, dspy.Predict]:
+        return {} if self.preset == "paper" else {"use": self.use}
 
     def _buffer_limit(self) -> int | None:
         return None

@@ -8,6 +8,7 @@ import dspy
 
 from memory_policies.base import MemoryState, Message, render_conversation
 from memory_policies.common import DEFAULT_MEMORY_USE, MemoryReply, latest_time
+from memory_policies.paper import ROLE_PREFIXES
 from memory_policies.store import EmbeddingRead, EmbeddingStorePolicy, StoreState
 
 
@@ -22,8 +23,17 @@ class ChunkWrite(dspy.Module):
         return dspy.Prediction(chunk=render_conversation(messages))
 
 
+class MessageWrite(dspy.Module):
+    """Not an LLM step (preset=paper): each message becomes its own memory, role-prefixed as
+    the reference agent stores them."""
+
+    def forward(self, messages: list[Message]) -> dspy.Prediction:
+        return dspy.Prediction(memories=[ROLE_PREFIXES[m.role] + m.content for m in messages])
+
+
 class RawRagPolicy(EmbeddingStorePolicy):
-    """Each flush of `update_every` messages is stored as one chunk (2 = one exchange)."""
+    """Each flush of `update_every` messages is stored as one chunk (2 = one exchange);
+    under preset=paper each message is stored as its own memory, and 30 are retrieved."""
 
     kind: ClassVar[str] = "raw_rag"
     state_type: ClassVar[type[MemoryState]] = RawRagState
@@ -35,11 +45,18 @@ class RawRagPolicy(EmbeddingStorePolicy):
     }
 
     def _build_modules(self) -> None:
-        self.write = ChunkWrite()
+        self.write = MessageWrite() if self.preset == "paper" else ChunkWrite()
         self.read = EmbeddingRead()
-        self.use = dspy.Predict(MemoryReply.with_instructions(DEFAULT_MEMORY_USE))
+        if self.preset == "paper":
+            self.use = self._paper_use()
+        else:
+            self.use = dspy.Predict(MemoryReply.with_instructions(DEFAULT_MEMORY_USE))
 
     def _write(self, state: MemoryState, messages: list[Message], times: list[str | None]) -> None:
         assert isinstance(state, RawRagState)
+        time = latest_time(times) or state.current_time
+        if self.preset == "paper":
+            self._store(state, self.write(messages=messages).memories, time)
+            return
         chunk = self.write(messages=messages).chunk
-        self._store(state, [chunk], latest_time(times) or state.current_time)
+        self._store(state, [chunk], time)

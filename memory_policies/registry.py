@@ -19,9 +19,10 @@ from memory_policies.base import (
 from memory_policies.embed import Embedder
 from memory_policies.errors import PolicyError
 from memory_policies.external import ExternalPolicy
-from memory_policies.in_context import InContextPolicy
+from memory_policies.in_context import InContextOraclePolicy, InContextPolicy
 from memory_policies.mem0_system import Mem0Policy
 from memory_policies.native import NativePolicy
+from memory_policies.presets import PRESETS, check_preset
 from memory_policies.raw_rag import RawRagPolicy
 
 logger = logging.getLogger(__name__)
@@ -39,7 +40,14 @@ def register_policy(cls: type[MemoryPolicy]) -> type[MemoryPolicy]:
 
 
 # mem0 is registered without being imported: building a `mem0` policy checks the extra.
-for _cls in (NativePolicy, InContextPolicy, ExternalPolicy, RawRagPolicy, Mem0Policy):
+for _cls in (
+    NativePolicy,
+    InContextPolicy,
+    ExternalPolicy,
+    RawRagPolicy,
+    Mem0Policy,
+    InContextOraclePolicy,
+):
     register_policy(_cls)
 
 
@@ -74,7 +82,8 @@ def _valid_kinds() -> str:
 def _spec_help() -> str:
     return (
         f"expected a policy kind ({_valid_kinds()}) optionally with parameters, e.g. "
-        "'in_context:update_every=2,short_term_len=4', or a bundle directory holding "
+        "'in_context:update_every=2,short_term_len=4' or 'external:preset=paper', or a bundle "
+        "directory holding "
         f"{BUNDLE_FILE}"
     )
 
@@ -85,12 +94,27 @@ def create_policy(
     *,
     components: Mapping[str, str] | None = None,
     embedder: Embedder | None = None,
+    preset: str | None = None,
 ) -> MemoryPolicy:
+    """Build a policy of `kind`; `preset` ('paper' or 'evolve', default the class's 'evolve')
+    may also be given as ``parameters["preset"]`` (what a spec string yields)."""
     load_plugins()
     cls = POLICY_KINDS.get(kind)
     if cls is None:
         raise PolicyError(f"unknown policy kind {kind!r}; valid kinds: {_valid_kinds()}")
     params = dict(parameters or {})
+    if params.get("preset") is None:
+        params.pop("preset", None)
+    else:
+        inline = params.pop("preset")
+        if preset is not None and inline != preset:
+            raise PolicyError(
+                f"policy '{kind}' is given preset {inline!r} in its parameters and {preset!r} "
+                "separately; give it once"
+            )
+        preset = inline
+    if preset is not None:
+        params["preset"] = check_preset(kind, preset)
     policy = cls(**params, embedder=embedder) if cls.uses_embedder else cls(**params)
     if components:
         policy = policy.with_components(components)
@@ -104,14 +128,15 @@ def _looks_like_path(spec: str) -> bool:
 _SWITCH_VALUES = {"true": True, "false": False}
 
 
-def parse_spec(spec: str) -> tuple[str, dict[str, int | bool]]:
-    """'kind:name=value,name=value' -> (kind, parameters): integers, or true/false for
-    switches (e.g. 'mem0:infer=false'); the policy class checks which it takes."""
+def parse_spec(spec: str) -> tuple[str, dict[str, int | bool | str]]:
+    """'kind:name=value,name=value' -> (kind, parameters): integers, true/false for
+    switches (e.g. 'mem0:infer=false'), or the preset name ('in_context:preset=paper');
+    the policy class checks which it takes."""
     kind, _, params_text = spec.strip().partition(":")
     kind = kind.strip()
     if not kind:
         raise PolicyError(f"empty policy spec {spec!r}; {_spec_help()}")
-    parameters: dict[str, int | bool] = {}
+    parameters: dict[str, int | bool | str] = {}
     for item in filter(None, (part.strip() for part in params_text.split(","))):
         name, eq, value = item.partition("=")
         name, value = name.strip(), value.strip()
@@ -122,6 +147,14 @@ def parse_spec(spec: str) -> tuple[str, dict[str, int | bool]]:
             )
         if name in parameters:
             raise PolicyError(f"parameter '{name}' is given twice in policy spec {spec!r}")
+        if name == "preset":
+            if value not in PRESETS:
+                raise PolicyError(
+                    f"preset in policy spec {spec!r} must be one of {', '.join(PRESETS)}, "
+                    f"got {value!r}"
+                )
+            parameters[name] = value
+            continue
         if value.lower() in _SWITCH_VALUES:
             parameters[name] = _SWITCH_VALUES[value.lower()]
             continue
@@ -136,12 +169,17 @@ def parse_spec(spec: str) -> tuple[str, dict[str, int | bool]]:
 
 
 def build_policy(
-    spec: str | os.PathLike[str] | Mapping[str, Any], *, embedder: Embedder | None = None
+    spec: str | os.PathLike[str] | Mapping[str, Any],
+    *,
+    embedder: Embedder | None = None,
+    default_preset: str | None = None,
 ) -> MemoryPolicy:
     """Build a policy from a spec string, a bundle path, or a mapping.
 
     Mappings: ``{"kind": "external", "top_k": 3}`` (parameters inline or under
-    ``"parameters"``, optional ``"components"``), or ``{"path": "<bundle dir>"}``.
+    ``"parameters"``, optional ``"components"`` and ``"preset"``), or
+    ``{"path": "<bundle dir>"}``. `default_preset` applies when a kind spec names no preset
+    (an evaluation protocol's default); a preset in the spec, or a bundle's, always wins.
     """
     if isinstance(spec, os.PathLike):
         return load(spec, embedder=embedder)
@@ -153,6 +191,8 @@ def build_policy(
         kind, parameters = parse_spec(spec)
         if kind not in POLICY_KINDS:
             raise PolicyError(f"unknown policy kind {kind!r} in spec {spec!r}; {_spec_help()}")
+        if parameters.get("preset") is None and default_preset is not None:
+            parameters["preset"] = default_preset
         return create_policy(kind, parameters, embedder=embedder)
     if isinstance(spec, Mapping):
         data = dict(spec)
@@ -170,6 +210,10 @@ def build_policy(
         if overlap:
             raise PolicyError(f"parameter(s) {overlap} given both inline and under 'parameters'")
         parameters.update(data)
+        if parameters.get("preset") is None:
+            parameters.pop("preset", None)
+            if default_preset is not None:
+                parameters["preset"] = default_preset
         return create_policy(kind, parameters, components=components, embedder=embedder)
     raise PolicyError(f"cannot build a policy from {type(spec).__name__}; {_spec_help()}")
 
@@ -212,7 +256,13 @@ def read_bundle(directory: str | os.PathLike[str]) -> dict[str, Any]:
 def load(directory: str | os.PathLike[str], *, embedder: Embedder | None = None) -> MemoryPolicy:
     """Rebuild a saved policy: same kind, parameters, instructions and DSPy state."""
     bundle = read_bundle(directory)
-    policy = create_policy(bundle["kind"], bundle["parameters"], embedder=embedder)
+    # Bundles written before presets existed used the only flow there was: 'evolve'.
+    policy = create_policy(
+        bundle["kind"],
+        bundle["parameters"],
+        embedder=embedder,
+        preset=bundle.get("preset") or "evolve",
+    )
     try:
         policy.load_state(bundle["dspy_state"])
     except (KeyError, TypeError, ValueError) as exc:

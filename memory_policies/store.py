@@ -12,6 +12,7 @@ from memory_policies.base import MemoryPolicy, MemoryState, strip_time_header
 from memory_policies.common import MemoryChoose, timed_line
 from memory_policies.embed import Embedder, default_embedder, embed_texts, top_k_indices
 from memory_policies.errors import PolicyError
+from memory_policies.paper import PAPER_STORE_USE, StoreChatChoose, StoreChatReply
 
 
 class StoredMemory(BaseModel):
@@ -50,8 +51,11 @@ class EmbeddingStorePolicy(MemoryPolicy):
         "short_term_len": 4,
         "top_k": 5,
     }
+    # The reference's AWE and RAG configs retrieve 30 memories.
+    paper_parameters: ClassVar[dict[str, int]] = {"top_k": 30}
     uses_embedder: ClassVar[bool] = True
     choose_signature: ClassVar[type[dspy.Signature]] = MemoryChoose
+    paper_choose_signature: ClassVar[type[dspy.Signature]] = StoreChatChoose
 
     def __init__(self, *, embedder: Embedder | None = None, **parameters: int) -> None:
         # Constructing a policy must never load torch: the default is created on first use.
@@ -112,9 +116,17 @@ class EmbeddingStorePolicy(MemoryPolicy):
 
     def _use_inputs(self, state: MemoryState, query: str) -> tuple[dict[str, str], list[str]]:
         assert isinstance(state, StoreState)
+        if self.preset == "paper":
+            # The reference searches with the message as sent (time header and, for a question,
+            # the options included) and lists the hits as ``- text``, oldest first.
+            found = in_time_order(self._search(state, query, self.top_k))
+            return {"memory": "\n".join(f"- {m.text}" for m in found)}, [m.text for m in found]
         found = in_time_order(self._search(state, strip_time_header(query), self.top_k))
         memory = "\n".join(timed_line(m.time, m.text) for m in found) or "(nothing relevant)"
         return {"memory": memory}, [m.text for m in found]
+
+    def _paper_use(self) -> dspy.Predict:
+        return dspy.Predict(StoreChatReply.with_instructions(PAPER_STORE_USE))
 
     def describe_memory(self, state: MemoryState) -> str:
         assert isinstance(state, StoreState)

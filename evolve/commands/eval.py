@@ -164,6 +164,13 @@ class TqdmProgress(ProgressSink):
             bar.close()
 
 
+def build_eval_policies(specs: list[str], protocol: str) -> list[MemoryPolicy]:
+    """Under the paper protocol a spec naming no preset gets preset=paper; an explicit preset
+    (``in_context:preset=evolve``) or a bundle's recorded one wins."""
+    preset = "paper" if protocol == "paper" else None
+    return [build_policy(spec, default_preset=preset) for spec in specs]
+
+
 def run_dir_names(specs: list[str]) -> list[str]:
     """One distinct, file-system-safe directory name per policy spec."""
     names: list[str] = []
@@ -321,7 +328,7 @@ def journal_spend(out: Path, lms: RoleLMs) -> Iterator[ExperimentStore]:
 def run_eval(args: argparse.Namespace) -> int:
     # Policies and the environment are checked before any server starts or LLM call.
     _check_counts(args)
-    policies: list[MemoryPolicy] = [build_policy(spec) for spec in args.policy]
+    policies = build_eval_policies(args.policy, args.protocol)
     env, rounds_initial, rounds_update = _load_env(args)
     config = EpisodeConfig(
         rounds_initial=args.rounds_init if args.rounds_init is not None else rounds_initial,

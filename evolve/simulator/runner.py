@@ -377,7 +377,11 @@ def run_evaluation(
             run_dir=layout.root,
             config_hash=digest,
             protocol=config.protocol,
-            policy={"kind": policy.kind, "parameters": policy.parameters()},
+            policy={
+                "kind": policy.kind,
+                "preset": policy.preset,
+                "parameters": policy.parameters(),
+            },
             users=user_results,
             summary=summarize(user_results, upper_bound),
             per_user=summarize_by_user(user_results, upper_bound),
@@ -505,11 +509,8 @@ def resolved_config(
     """
     models = lms.model_names()
     return {
-        "policy": {
-            "kind": policy.kind,
-            "parameters": policy.parameters(),
-            "components": policy.components(),
-        },
+        # kind, preset, parameters, instructions and embedder name
+        "policy": policy.identity(),
         "environment": env_hash,
         "users": [user.item.id for user in users],
         "episode": config.identity(),
@@ -620,7 +621,8 @@ def run_unit(run: _Run, user: _User, period_index: int) -> PeriodResult:
     item, layout, policy = user.item, run.layout, run.policy
     period = item.periods[period_index]
     if period_index == 0:
-        state_in = policy.initial_state()
+        # The schema is for policies that remember the user's own variables (the oracle).
+        state_in = policy.initial_state(state_schema=item.state_schema)
     else:
         previous = layout.load_checkpoint(user.dir_name, period_index - 1)
         if previous is None:
@@ -1071,7 +1073,10 @@ def _answer_question(
 ) -> tuple[Any, bool, CallUsage]:
     qa = item.qas[question_index]
     options = [choice.answer for choice in qa.answer_choices]
-    return _read_only_answer(run, checkpoint, f"{qa.query}\n{QUESTION_HINT}", options)
+    # A paper-preset policy's own prompt already asks for the option fitting the current
+    # situation (as the reference's does); the hint would say it twice.
+    question = qa.query if run.policy.preset == "paper" else f"{qa.query}\n{QUESTION_HINT}"
+    return _read_only_answer(run, checkpoint, question, options)
 
 
 def _checked_choice(answer: Any, option_count: int) -> tuple[int | None, str | None]:

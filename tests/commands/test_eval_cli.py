@@ -50,6 +50,9 @@ def test_eval_two_policies_side_by_side_then_resume(tmp_path, scripted, capsys):
         "2",
         "--upper-bound-cache",
         str(tmp_path / "ub"),
+        # The scripted agent reads DSPy's JSON fields: the evolve presets' prompts.
+        "--protocol",
+        "evolve",
     ]
     assert main(argv) == 0
     output = capsys.readouterr().out

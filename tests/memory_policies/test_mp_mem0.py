@@ -205,7 +205,9 @@ def _eval_argv(env_file: Path, stub: StubServer, out: Path, *extra: str) -> list
     return [
         "eval", "--env", str(env_file), "--policy", "mem0:infer=false,short_term_len=2",
         "--out", str(out), "--model", "stub", "--base-url", stub.base_url,
-        "--no-upper-bound", "--concurrency", "1", "--rounds-init", "2", *extra,
+        "--no-upper-bound", "--concurrency", "1", "--rounds-init", "2",
+        "--protocol", "evolve",  # the stub server fills DSPy's JSON fields (evolve prompts)
+        *extra,
     ]  # fmt: skip
 
 
@@ -262,6 +264,7 @@ def test_a_killed_mem0_run_resumes_without_repeating_finished_periods(tmp_path, 
     report = json.loads((run_dir / "report.json").read_text())
     assert report["policy"] == {
         "kind": "mem0",
+        "preset": "evolve",
         "parameters": {"update_every": 2, "short_term_len": 2, "top_k": 8, "infer": False},
     }
 

@@ -10,6 +10,7 @@ import pytest
 from memory_policies import (
     POLICY_KINDS,
     ExternalPolicy,
+    InContextOraclePolicy,
     InContextPolicy,
     Mem0Policy,
     NativePolicy,
@@ -23,6 +24,7 @@ def test_builtin_kinds_are_registered() -> None:
     expected = {
         "native": NativePolicy,
         "in_context": InContextPolicy,
+        "in_context_oracle": InContextOraclePolicy,
         "external": ExternalPolicy,
         "raw_rag": RawRagPolicy,
         "mem0": Mem0Policy,
