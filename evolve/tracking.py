@@ -43,6 +43,7 @@ import logging
 import os
 import re
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -677,7 +678,12 @@ class MLflowTracker(ExperimentTracker):
             version_number = versions[digest]
             entry["prompts"][component] = version_number
             tags.append(RunTag(f"{TAG_PROMPT_PREFIX}{component}", f"{name}/{version_number}"))
-            with contextlib.suppress(Exception):  # a link is a convenience of the UI
+            # MLflow 3.17 resolves the linking store from the process-wide tracking URI, not
+            # the client's: without this it would create ./mlflow.db and link nothing.
+            with (
+                contextlib.suppress(Exception),  # a link is a convenience of the UI
+                _use_tracking_uri(self.tracking_uri),
+            ):
                 self.client.link_prompt_version_to_run(run_id, f"prompts:/{name}/{version_number}")
         if tags:
             self.client.log_batch(run_id, tags=tags)
@@ -865,3 +871,12 @@ def tracker_for(spec: ExperimentSpec, *, tracking_uri: str | None = None, enable
     if not enabled or not spec.tracking.enabled:
         return NullTracker()
     return MLflowTracker(tracking_uri or spec.tracking_uri(), spec.mlflow_experiment_name())
+
+
+@contextlib.contextmanager
+def _use_tracking_uri(uri: str) -> Iterator[None]:
+    """MLflow's process-wide tracking URI set to `uri` for the block, then restored."""
+    from mlflow.tracking._tracking_service.utils import _use_tracking_uri as use_uri
+
+    with use_uri(uri):
+        yield

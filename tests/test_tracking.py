@@ -37,7 +37,12 @@ def tracked(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("tracking")
     uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
     spec_path = write_spec(tmp_path, body=f'description = "{DESCRIPTION}"')
-    result, tracker = tracked_run(tmp_path, World(), spec_path, uri)
+    cwd = tmp_path_factory.mktemp("cwd")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(cwd)
+        result, tracker = tracked_run(tmp_path, World(), spec_path, uri)
+    # Nothing goes to MLflow's default store (./mlflow.db) instead of the configured one.
+    assert not (cwd / "mlflow.db").exists()
     return tmp_path, uri, spec_path, result, tracker
 
 
@@ -283,6 +288,10 @@ def test_every_component_text_is_a_prompt_version_with_lineage(tracked):
             prompt = client.get_prompt_version(name, version)
             assert prompt.template == text
             seen[(name, version)] = record.id
+            # Linked to the run in the configured store (the UI's "Prompts" of a run).
+            assert f'"name": "{name}", "version": "{version}"' in child.data.tags.get(
+                "mlflow.linkedPrompts", ""
+            )
             if prompt.tags["evolve.candidate_id"] == record.id:  # it registered this text
                 assert prompt.tags["evolve.parent_ids"] == (",".join(record.parent_ids) or "-")
                 assert prompt.tags["evolve.mutation"] == record.mutation.kind
