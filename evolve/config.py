@@ -1,5 +1,8 @@
 """Experiment specs: one TOML file under `experiments/` describes a whole self-evolution run.
 
+Why one module: every spec table and the one `resolve()` that checks them before any call
+are read together; the error messages name key paths across tables.
+
 A spec names the environment (a generator preset + seed + user count, or a `data.json` file)
 split into disjoint train and held-out users, the base policy, the LM per role (an `[llm]`
 table parsed into `evolve.llm.LLMConfig`), the optimizer, the budget, the concurrency, the

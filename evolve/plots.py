@@ -1,5 +1,8 @@
 """Paper-readable figures of stored results: a tuning study, an evolution run, an evaluation.
 
+Why one module: the shared axis conventions below are the point; one file keeps every
+figure on them.
+
 `evolve compare --plot FILE` draws one figure per result and saves it as PNG and PDF (the
 suffix of FILE is replaced). Every figure follows the same conventions so that figures can
 sit side by side in a paper:

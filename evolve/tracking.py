@@ -1,5 +1,8 @@
 """MLflow tracking of experiments: one parent run per experiment, one child run per candidate.
 
+Why one module: the run layout below (parent, candidates, prompt versions, artifacts) is
+one contract with `evolve compare`, `evolve export` and the MLflow UI.
+
 Called by the optimizer loop and the commands only (never by the simulator or a policy). The
 tracking URI defaults to `sqlite:///mlruns/mlflow.db` relative to the current directory, with
 artifacts under `mlruns/artifacts/`.

@@ -1,5 +1,9 @@
 """`evolve eval`: evaluate one or more memory policies on an AMemGym environment.
 
+Why one module: the command's flags, its checks before the first call, the two result
+tables and the spend journal are one user-facing flow; split, each part would be read alone
+and misunderstood.
+
 Each policy gets its own run directory under --out (resumed if it exists with the same
 configuration, which is checked before any LLM call); the upper bound is computed once,
 cached per environment and agent endpoint (see `baselines`), and shared by all policies.

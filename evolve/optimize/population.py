@@ -3,6 +3,9 @@ loop turns GEPA's state into our frozen records (candidates with lineage, one ge
 record per GEPA iteration), logs them to MLflow as iterations finish, and evaluates the
 held-out users of each new best (from the adapter's callback) or of the final best.
 
+Why one module: GEPA's state is translated into our records in one place, so that lineage,
+statuses and held-out checks cannot drift between two files.
+
 What GEPA does here: parent selection, component selection, minibatch acceptance, merge,
 the metric-call budget and run_dir checkpoints. What stays ours and why: records and MLflow
 lineage (GEPA keeps no operator, seed or held-out score per candidate), the budget over LLM

@@ -1,5 +1,8 @@
 """Scores and failure diagnosis: pure functions over stored results, never an LLM call.
 
+Why one module: every score definition (ours and the reference's) sits side by side, so a
+reader can check each against the paper in one place.
+
 Definitions (AMemGym, arXiv 2603.01966):
 
 - accuracy: share of items whose chosen option carries the period's gold state tuple.

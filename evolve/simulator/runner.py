@@ -1,5 +1,10 @@
 """The episode runner: sessions, checkpoint, questions and diagnosis probes, per user-period.
 
+Why one module: the per-unit order (sessions, checkpoint, questions, probes) and its resume
+rules are one invariant (the next period starts from the checkpoint on disk); the scheduling
+and the unit are kept together so that the invariant is visible. Next split candidate: the
+probes (both protocols) into their own module.
+
 For each period the runner plays the period's sessions (policy <-> simulated user, or a replay
 of recorded transcripts in off-policy mode), checkpoints the policy's memory, asks every
 question as multiple choice and probes what the memory recalls: under protocol "evolve" the

@@ -1,5 +1,8 @@
 """MLflow tracking of a tuning study: one parent run per study, one child run per trial.
 
+Why one module: the parent/trial run layout below is one contract with `evolve compare` and
+the MLflow UI; split, it would be described twice.
+
 - parent run (tags `evolve.kind = tuning`, `evolve.study`, `evolve.config_hash`): params
   (the spec's settings, models, users), metrics `best_value` / `trials_finished` as trials
   finish, and at the end the best parameters as tags `evolve.best.<name>` (tags, not
