@@ -1,13 +1,15 @@
 """Mechanism test of the GEPA engine (issue 12): the engine, the feedback and the held-out
 path carry the signal.
 
-Scripted world: the agent stores a variable only if its category token appears in the
-write instruction (`write.types_to_remember`); it answers from memory only. The scripted
+Scripted world: the agent stores a variable only if the types list of its write instruction
+(`write.types_to_remember`) names it, by its category token or as an item that is its plain
+variable name (how the oracle lists it); it answers from memory only. The scripted
 reflector adds the category of every variable its feedback names. The base policy omits two
-of the three categories. The oracle is the paper's `in_context_oracle` ("awi-hack"): AWI whose
-types list is the user's own state-schema variables (`oracle_types`, built here the way that
-policy builds it, in this world's category tokens). With `feedback = "diagnostic"` (ours:
-failures with their variables) evolution must close >= 90% of the held-out accuracy gap; with
+of the three categories. The oracle is the real `in_context_oracle` policy ("awi-hack"): its
+types list is each user's own state-schema variable names, which the runner hands to
+`initial_state(state_schema=...)`; it is played on the held-out users through the same
+evaluation path as the evolved candidates. With `feedback = "diagnostic"` (ours: failures
+with their variables) evolution must close >= 90% of the held-out accuracy gap; with
 `feedback = "none"` <= 10%. The paper's `complete` feedback (no ground truth) and
 `question_only` are reported without a threshold. 6 train and 4 held-out users, 3 seeds,
 <= 10 generations and a fixed metric-call budget.
@@ -29,6 +31,7 @@ from evolve.optimize.operators import build_operator
 from evolve.optimize.reflect import Reflector
 from evolve.simulator.environment import Environment
 from evolve.simulator.runner import EpisodeConfig
+from memory_policies.in_context import TYPES_HEADER
 
 CATEGORY = {variable: f"TYPE_{variable.upper()}" for variable in SCHEMA}
 BASE_TYPES = f"1. {CATEGORY['diet']}: what the user eats."
@@ -37,6 +40,21 @@ HELDOUT = [f"user-{i}" for i in range(6, 10)]
 SEEDS = (0, 1, 2)
 GENERATIONS = 10
 METRIC_CALLS = 90
+
+
+def remembered_categories(system: str) -> set[str]:
+    """The variables the write instruction's types list names: by this world's category token
+    (the base list and the reflector's additions) or, as the oracle lists them, as an item
+    that is the variable's plain name ("2. city"). Only the list after the types header
+    counts, so a variable named in passing elsewhere in the prompt stores nothing."""
+    _, header, types = system.partition(TYPES_HEADER)
+    if not header:
+        return set()
+    return {
+        variable
+        for variable, token in CATEGORY.items()
+        if token in types or re.search(rf"^\s*\d+\.\s*{variable}\s*$", types, re.MULTILINE)
+    }
 
 
 def _latest(text: str, options_text: str) -> int:
@@ -59,9 +77,10 @@ def agent(call):
         return {"choice": _latest(inputs.get("memory", ""), inputs["options"])}
     if "updates" in fields:
         text = inputs.get("messages", "").lower()
+        remembered = remembered_categories(call.system)
         updates = []
         for variable, values in SCHEMA.items():
-            if CATEGORY[variable] not in call.system:
+            if variable not in remembered:
                 continue
             found = [(text.rfind(v.lower()), v) for v in values if v.lower() in text]
             if found:
@@ -92,13 +111,30 @@ def world(tmp_path: Path):
     return env, lms, base.with_components({"write.types_to_remember": BASE_TYPES})
 
 
-def oracle_types(env: Environment, users: list[str]) -> str:
-    """The in_context_oracle's types list: the users' own state-schema variables (the users
-    share one schema here, so one oracle policy serves them all)."""
-    schemas = {tuple(item.state_schema) for item in env.items if item.id in users}
-    assert len(schemas) == 1, schemas
-    variables = schemas.pop()
-    return "\n".join(f"{i}. {CATEGORY[v]}" for i, v in enumerate(variables, start=1))
+def oracle_heldout_accuracy(tmp_path: Path, seed: int) -> float:
+    """The ceiling: the `in_context_oracle` policy (same parameters and `write` text as the
+    base, types = each user's own variables, filled in by the runner) played on the held-out
+    users by an adapter of its own, i.e. through `run_evaluation` exactly as the candidates."""
+    env, lms, base = world(tmp_path)
+    oracle = memory_policies.create_policy("in_context_oracle", base.parameters())
+    assert oracle.components()["write"] == base.components()["write"]
+    adapter = AMemGymAdapter(
+        base_policy=oracle,
+        environment=env,
+        lms=lms,
+        episode=EpisodeConfig(concurrency=2, seed=seed),
+        work_dir=tmp_path / "oracle-evals",
+        operators=[],
+        objective="accuracy",
+        seed=seed,
+    )
+    users = adapter.run_users({}, HELDOUT, split="heldout")
+    # The runner gave the oracle each user's schema, and the scripted agent read the plain
+    # names: by the last period the memory holds every variable the user revealed.
+    for user in users:
+        memory = user.periods[-1].memory_description
+        assert all(re.search(rf"\b{v}\b", memory) for v in SCHEMA), (user.user_id, memory)
+    return sum(adapter.user_scores(u)["accuracy"] for u in users) / len(users)
 
 
 def heldout_accuracy(adapter: AMemGymAdapter, candidate: dict[str, str]) -> float:
@@ -134,10 +170,9 @@ def evolve_once(tmp_path: Path, feedback: str, seed: int) -> dict[str, float]:
         seed=seed,
     )
     best = outcome.candidates[outcome.best_idx]
-    oracle = {"write.types_to_remember": oracle_types(env, HELDOUT)}
     return {
         "base": heldout_accuracy(adapter, start),
-        "oracle": heldout_accuracy(adapter, oracle),
+        "oracle": oracle_heldout_accuracy(tmp_path, seed),
         "best": heldout_accuracy(adapter, best),
         "reported_best": outcome.heldout[-1].accuracy if outcome.heldout else float("nan"),
     }
@@ -151,6 +186,7 @@ def gap_closed(tmp_path: Path, feedback: str) -> float:
         # The held-out path of the engine saw the same best as this check.
         assert scores["reported_best"] == pytest.approx(scores["best"])
         closed.append((scores["best"] - scores["base"]) / (scores["oracle"] - scores["base"]))
+        print(f"feedback={feedback} seed={seed}: held-out accuracy {scores}")
     print(f"feedback={feedback}: gap closed per seed {closed}")
     return sum(closed) / len(closed)
 
