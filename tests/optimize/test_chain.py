@@ -63,6 +63,9 @@ def write_world(directory: Path, feedback: str = "complete", concurrency: int = 
 
             [policy]
             kind = "in_context"
+            # The scripted agent reads DSPy fields; the paper preset's chat messages are
+            # pinned in tests/memory_policies/test_mp_paper.py. This file tests the chains.
+            preset = "evolve"
             parameters = {{ update_every = 1, short_term_len = 0 }}
 
             [optimizer]
