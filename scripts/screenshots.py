@@ -14,8 +14,10 @@ What it does, all on this machine:
    experiments/tune_quick.toml` and `evolve export` (the registered model).
 2. `evolve compare --plot` of both into docs/img/ (PNG and PDF).
 3. `mlflow ui` on the demo's mlruns/, and headless Chromium (Debian: `apt-get install
-   chromium`) screenshots of: the runs table, a candidate's metric charts, the prompt registry
-   (when it holds prompts), a trace (when the run recorded any) and the registered model.
+   chromium`), driven over its DevTools protocol (aiohttp, a dependency of LiteLLM), shoots:
+   the runs table (candidates expanded, score columns), a candidate's per-period charts, the
+   prompt registry and one prompt (when it holds prompts), a trace (when the run recorded
+   any; `--traces all`), the registered model and the tuning study's trials.
 
 Every process it starts (stub server, mlflow ui) is stopped at the end, also on errors.
 """
