@@ -3,7 +3,7 @@
 
     .venv/bin/python scripts/screenshots.py                 # demo run (once), figures, shots
     .venv/bin/python scripts/screenshots.py --fresh         # redo the demo run first
-    .venv/bin/python scripts/screenshots.py --traces all    # also record traces, if supported
+    .venv/bin/python scripts/screenshots.py --fresh --traces all   # as in docs/img/: with traces
 
 What it does, all on this machine:
 
@@ -14,8 +14,10 @@ What it does, all on this machine:
    experiments/tune_quick.toml` and `evolve export` (the registered model).
 2. `evolve compare --plot` of both into docs/img/ (PNG and PDF).
 3. `mlflow ui` on the demo's mlruns/, and headless Chromium (Debian: `apt-get install
-   chromium`) screenshots of: the runs table, a candidate's metric charts, the prompt registry
-   (when it holds prompts), a trace (when the run recorded any) and the registered model.
+   chromium`), driven over its DevTools protocol (aiohttp, a dependency of LiteLLM), shoots:
+   the runs table (candidates expanded, score columns), a candidate's per-period charts, the
+   prompt registry and one prompt (when it holds prompts), a trace (when the run recorded
+   any; `--traces all`), the registered model and the tuning study's trials.
 
 Every process it starts (stub server, mlflow ui) is stopped at the end, also on errors.
 """
@@ -23,7 +25,10 @@ Every process it starts (stub server, mlflow ui) is stopped at the end, also on 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import base64
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -38,8 +43,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
 WINDOW = "1680,1000"
-# Chromium runs the single-page app for this long (virtual time) before the screenshot.
-RENDER_BUDGET_MS = 25_000
+# Real seconds the single-page app gets to fetch and draw a page, then to react to the clicks.
+RENDER_WAIT_S = 12.0
+SETTLE_WAIT_S = 3.0
 
 
 def _log(text: str) -> None:
@@ -58,7 +64,7 @@ def _env(demo: Path) -> dict[str, str]:
 @contextlib.contextmanager
 def _process(command: list[str], *, cwd: Path, env: dict[str, str], log: Path) -> Iterator:
     """A background process in its own process group (mlflow ui starts workers), stopped
-    with its whole group: SIGTERM, then SIGKILL after 20 s."""
+    with its whole group: SIGTERM, then SIGKILL to what is left after 20 s."""
     with open(log, "w") as output:
         process = subprocess.Popen(
             command,
@@ -80,6 +86,21 @@ def _process(command: list[str], *, cwd: Path, env: dict[str, str], log: Path) -
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
+            _wait_for_group_exit(process.pid)
+
+
+def _wait_for_group_exit(group: int, timeout_s: float = 20.0) -> None:
+    """mlflow ui's job consumers outlive it by seconds: wait for the whole group to end and
+    kill what is left, so the script never leaves a process behind."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.5)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(group, signal.SIGKILL)
 
 
 def _wait_for_line(log: Path, pattern: str, timeout_s: float) -> re.Match[str]:
@@ -123,10 +144,12 @@ def demo_run(demo: Path, env: dict[str, str], traces: str | None) -> None:
         quickstart = REPO / "experiments" / "quickstart.toml"
         tune = REPO / "experiments" / "tune_quick.toml"
         if traces:
-            # A copy of the quickstart with traces on (the [tracking] traces key, if this
-            # version of the toolkit has it; an older one refuses the key and says so).
+            # A copy of the quickstart with traces on: its `[tracking] traces` key is set
+            # (replaced when the file has one, which TOML forbids repeating, else added).
             text = quickstart.read_text(encoding="utf-8")
-            text = text.replace("[tracking]", f'[tracking]\ntraces = "{traces}"', 1)
+            text, replaced = re.subn(r'(?m)^traces = "[a-z]+"', f'traces = "{traces}"', text)
+            if not replaced:
+                text = text.replace("[tracking]", f'[tracking]\ntraces = "{traces}"', 1)
             text = re.sub(r'(?m)^file = "', f'file = "{quickstart.parent}/', text)
             quickstart = demo / "quickstart.toml"
             quickstart.write_text(text, encoding="utf-8")
@@ -143,50 +166,154 @@ def figures(demo: Path, env: dict[str, str], out: Path) -> None:
     _evolve(demo, env, "compare", str(tune), "--plot", str(out / "tune-quick"))
 
 
-def _pages(tracking_uri: str) -> list[tuple[str, str]]:
-    """(file name, UI route) of every page worth a screenshot in this tracking store."""
+# Pressed on every page: MLflow 3.17 opens its Assistant panel over a third of the page on a
+# browser's first visit.
+CLOSE_ASSISTANT = (
+    "document.querySelector('[data-component-id=\"mlflow.assistant.chat_panel.close\"]')?.click();"
+)
+# The runs table shows the quickstart's parent run collapsed; its candidates are children.
+EXPAND_PARENT_RUN = (
+    "document.querySelectorAll('[data-component-id$=\"runnamecellrenderer.tsx_46\"]')"
+    ".forEach(button => button.click());"
+)
+
+
+def _runs_table_columns(experiment_id: str, columns: list[str]) -> str:
+    """A script that makes the runs table of `experiment_id` show `columns` (e.g.
+    "metrics.`train_score`"): it writes the table's state where the UI keeps it (local
+    storage; the page is reloaded after it) and keeps the Assistant panel closed."""
+    key = f'MLflowLocalStorage-1.1-ExperimentPage-["{experiment_id}"]-ReactComponentState'
+    widths = {column: 170 for column in columns}
+    return (
+        f"const key = {json.dumps(key)};"
+        "const state = JSON.parse(localStorage.getItem(key) || '{}');"
+        f"state.selectedColumns = {json.dumps(columns)};"
+        f"state.columnWidths = {json.dumps(widths)};"
+        "localStorage.setItem(key, JSON.stringify(state));"
+        "localStorage.setItem('mlflow.assistant.panelOpen_v1', 'false');"
+    )
+
+
+# The trace opens on its root span; the later-period session (two rounds: the simulated user
+# follows up) shows a conversation. Its "session 0" label is the second one in the tree.
+SELECT_LATER_SESSION = (
+    "const labels = [...document.querySelectorAll('span, div')].filter("
+    "element => element.children.length === 0 && element.innerText.trim() === 'session 0');"
+    "(labels[1] ?? labels[0])?.click();"
+)
+
+
+Page = tuple[str, str, str, str]
+
+
+# What a reader compares across candidates and trials (the table shows none by default).
+CANDIDATE_COLUMNS = [
+    "metrics.`train_score`",
+    "metrics.`heldout_score`",
+    "params.`generation`",
+    "params.`mutation`",
+    "params.`param.update_every`",
+]
+TRIAL_COLUMNS = [
+    "metrics.`value`",
+    "metrics.`train_accuracy`",
+    "params.`param.update_every`",
+    "params.`param.short_term_len`",
+]
+
+
+def _pages(tracking_uri: str) -> list[Page]:
+    """(file name, UI route, setup script after which the page is reloaded, script run once
+    the page has rendered) of every page worth a screenshot in this tracking store."""
     import mlflow
 
     client = mlflow.MlflowClient(tracking_uri)
-    pages: list[tuple[str, str]] = []
+    pages: list[Page] = []
     experiment = client.get_experiment_by_name("amemgym-evolve/quickstart")
     if experiment is None:
         raise SystemExit("screenshots: the demo store has no amemgym-evolve/quickstart experiment")
     eid = experiment.experiment_id
-    pages.append(("mlflow-runs.png", f"#/experiments/{eid}/runs"))
+    columns = _runs_table_columns(eid, CANDIDATE_COLUMNS)
+    pages.append(("mlflow-runs.png", f"#/experiments/{eid}/runs", columns, EXPAND_PARENT_RUN))
     candidates = client.search_runs(
         [eid], filter_string="tags.`evolve.kind` = 'candidate'", order_by=["start_time ASC"]
     )
     if candidates:
         run = candidates[0].info.run_id
-        pages.append(
-            ("mlflow-candidate-metrics.png", f"#/experiments/{eid}/runs/{run}/model-metrics")
-        )
+        route = f"#/experiments/{eid}/runs/{run}/model-metrics"
+        pages.append(("mlflow-candidate-metrics.png", route, "", ""))
     with contextlib.suppress(Exception):  # a store without the prompt registry
         prompts = client.search_prompts()
         if prompts:
-            pages.append(("mlflow-prompts.png", "#/prompts"))
-            pages.append(("mlflow-prompt.png", f"#/prompts/{prompts[0].name}"))
+            pages.append(("mlflow-prompts.png", "#/prompts", "", ""))
+            pages.append(("mlflow-prompt.png", f"#/prompts/{prompts[0].name}", "", ""))
     with contextlib.suppress(Exception):
         traces = client.search_traces(locations=[eid], max_results=1)
         if traces:
             trace_id = traces[0].info.trace_id
-            pages.append(
-                ("mlflow-trace.png", f"#/experiments/{eid}/traces?selectedEvaluationId={trace_id}")
-            )
+            route = f"#/experiments/{eid}/traces?selectedEvaluationId={trace_id}"
+            pages.append(("mlflow-trace.png", route, "", SELECT_LATER_SESSION))
     for model in client.search_registered_models():
         if model.name.startswith("quickstart"):
             version = max(
                 int(v.version) for v in client.search_model_versions(f"name='{model.name}'")
             )
-            pages.append(
-                ("mlflow-registered-model.png", f"#/models/{model.name}/versions/{version}")
-            )
+            route = f"#/models/{model.name}/versions/{version}"
+            pages.append(("mlflow-registered-model.png", route, "", ""))
             break
     tuning = client.get_experiment_by_name("amemgym-evolve/tune-quick")
     if tuning is not None:
-        pages.append(("mlflow-tuning-runs.png", f"#/experiments/{tuning.experiment_id}/runs"))
+        route = f"#/experiments/{tuning.experiment_id}/runs"
+        columns = _runs_table_columns(tuning.experiment_id, TRIAL_COLUMNS)
+        pages.append(("mlflow-tuning-runs.png", route, columns, EXPAND_PARENT_RUN))
     return pages
+
+
+async def _shoot_pages(devtools: str, base: str, pages: list[Page], out: Path) -> None:
+    """Drive one headless Chromium tab over the DevTools protocol: open each page, give the
+    single-page app real time to fetch and draw (charts load after the page), close the
+    Assistant, run the page's script, then capture. (`chromium --screenshot` cannot click,
+    and its virtual time budget captured the charts still spinning.)"""
+    import aiohttp
+
+    width, height = (int(size) for size in WINDOW.split(","))
+    async with aiohttp.ClientSession() as session:
+        async with session.get(f"http://{devtools}/json/list") as response:
+            targets = await response.json()
+        tab = next(target for target in targets if target["type"] == "page")
+        async with session.ws_connect(tab["webSocketDebuggerUrl"], max_msg_size=0) as socket:
+            message_id = 0
+
+            async def command(method: str, **params: object) -> dict:
+                nonlocal message_id
+                message_id += 1
+                await socket.send_json({"id": message_id, "method": method, "params": params})
+                while True:  # events arrive in between; only our answer matters
+                    message = await socket.receive_json(timeout=120)
+                    if message.get("id") == message_id:
+                        if "error" in message:
+                            raise SystemExit(f"screenshots: {method} failed: {message['error']}")
+                        return message.get("result", {})
+
+            await command(
+                "Emulation.setDeviceMetricsOverride",
+                width=width,
+                height=height,
+                deviceScaleFactor=1,
+                mobile=False,
+            )
+            for name, route, setup, script in pages:
+                _log(f"{name}: {route}")
+                await command("Page.navigate", url=base + route)
+                await asyncio.sleep(RENDER_WAIT_S)
+                if setup:
+                    await command("Runtime.evaluate", expression=setup)
+                    await command("Page.reload")
+                    await asyncio.sleep(RENDER_WAIT_S)
+                await command("Runtime.evaluate", expression=CLOSE_ASSISTANT + script)
+                await asyncio.sleep(SETTLE_WAIT_S)
+                shot = await command("Page.captureScreenshot", format="png")
+                (out / name).write_bytes(base64.b64decode(shot["data"]))
 
 
 def screenshots(demo: Path, env: dict[str, str], out: Path, chromium: str, port: int) -> None:
@@ -194,31 +321,25 @@ def screenshots(demo: Path, env: dict[str, str], out: Path, chromium: str, port:
     pages = _pages(tracking_uri)
     mlflow = [str(Path(PYTHON).parent / "mlflow"), "ui", "--backend-store-uri", tracking_uri]
     mlflow += ["--host", "127.0.0.1", "--port", str(port)]
+    browser = [
+        chromium,
+        "--headless=new",
+        "--no-sandbox",  # CI containers run as root
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--hide-scrollbars",
+        f"--window-size={WINDOW}",
+        "--remote-debugging-port=0",
+        f"--user-data-dir={demo / 'chromium-profile'}",
+        "about:blank",
+    ]
+    chromium_log = demo / "chromium.log"
     with _process(mlflow, cwd=demo, env=env, log=demo / "mlflow-ui.log"):
         base = f"http://127.0.0.1:{port}/"
         _wait_for_http(base, 240)
-        for name, route in pages:
-            target = out / name
-            _log(f"{name}: {route}")
-            done = subprocess.run(
-                [
-                    chromium,
-                    "--headless=new",
-                    "--no-sandbox",  # CI containers run as root
-                    "--disable-gpu",
-                    "--disable-dev-shm-usage",
-                    "--hide-scrollbars",
-                    f"--window-size={WINDOW}",
-                    f"--virtual-time-budget={RENDER_BUDGET_MS}",
-                    f"--screenshot={target}",
-                    base + route,
-                ],
-                capture_output=True,
-                text=True,
-                timeout=180,
-            )
-            if done.returncode != 0 or not target.is_file():
-                raise SystemExit(f"screenshots: chromium failed on {route}:\n{done.stderr[-2000:]}")
+        with _process(browser, cwd=demo, env=env, log=chromium_log):
+            devtools = _wait_for_line(chromium_log, r"DevTools listening on ws://([^/\s]+)/", 60)
+            asyncio.run(_shoot_pages(devtools.group(1), base, pages, out))
 
 
 def main() -> int:
