@@ -53,8 +53,9 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from evolve.errors import ConfigError, StorageError
+from evolve.files import atomic_write_json
 from evolve.locking import exclusive_file_lock
-from evolve.simulator.storage import atomic_write_json, read_json
+from evolve.simulator.storage import read_json
 
 if TYPE_CHECKING:
     from evolve.budget import Spend

@@ -30,6 +30,7 @@ import shutil
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from evolve.files import atomic_write_json
 from evolve.objective import load_period_results, objective_value
 from evolve.optimize.feedback import build_feedback
 from evolve.records import (
@@ -43,7 +44,7 @@ from evolve.records import (
 from evolve.simulator.metrics import MetricSummary, summarize_periods
 from evolve.simulator.records import PeriodResult, UserResult
 from evolve.simulator.runner import EvaluationReport, run_evaluation
-from evolve.simulator.storage import atomic_write_json, safe_name
+from evolve.simulator.storage import safe_name
 from evolve.simulator.user import derive_seed
 
 

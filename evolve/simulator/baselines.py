@@ -40,8 +40,9 @@ import dspy
 from dspy.utils.exceptions import AdapterParseError
 from pydantic import BaseModel, Field
 
+from evolve.files import atomic_write_json
 from evolve.protocol import Protocol
-from evolve.simulator.storage import atomic_write_json, read_json
+from evolve.simulator.storage import read_json
 
 if TYPE_CHECKING:
     from evolve.llm import RoleLMs
