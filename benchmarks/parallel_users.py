@@ -39,7 +39,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from eval_throughput import role_lms, start_stub  # noqa: E402
-from evolve.simulator.generator import PRESETS, generate_environment  # noqa: E402
+from evolve.simulator.synthesis.offline import PRESETS, synthesize_environment  # noqa: E402
 
 from evolve.paths import use_toolkit_caches  # noqa: E402
 from evolve.simulator.runner import EpisodeConfig, run_evaluation  # noqa: E402
@@ -62,7 +62,7 @@ def stub_stats(base_url: str, reset: bool = False) -> dict:
 def v1_base_users(count: int, seed: int = 0):
     """K users of the v1.base shape with 2 periods: period 0 plus one update period."""
     config = PRESETS["v1.base"].model_copy(update={"num_periods": 1})
-    return generate_environment(config, seed=seed, num_users=count)
+    return synthesize_environment(config, seed=seed, num_users=count)
 
 
 def measure(env, args: argparse.Namespace, base_url: str, concurrency: int, profile=None):
