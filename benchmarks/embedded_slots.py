@@ -8,7 +8,10 @@ from their first sentence on, so no request reuses another's prompt cache.
 
 Target (issue 13): tokens/s at 4 slots >= 3x tokens/s at 1 slot, on otherwise idle cores.
 Also printed: completion tokens per CPU-second of the server process, which says how much
-batching saves when the machine is shared (wall-time figures then depend on the load).
+batching saves when the machine is shared (wall-time figures then depend on the load), and the
+server's own per-request timings of the two phases. Slots batch the decode steps of several
+requests; prompt evaluation is already a batch of ~300 tokens with one request, so on a
+compute-bound CPU it gains little from slots and bounds the overall ratio.
 
     .venv/bin/python benchmarks/embedded_slots.py [--slots 1 4] [--model-preset 0.5b]
 """
@@ -46,6 +49,8 @@ class Measurement:
     cpu_seconds: float
     prompt_tokens: int
     completion_tokens: int
+    prompt_ms_per_token: float  # server-side, mean over requests (batched requests overlap)
+    decode_ms_per_token: float
 
     @property
     def tokens_per_second(self) -> float:
@@ -100,7 +105,12 @@ def chat(server: EmbeddedServer, prompt: str, max_tokens: int) -> dict:
         raise RuntimeError(
             f"the server generated {usage['completion_tokens']} tokens, max_tokens {max_tokens}"
         )
-    return usage
+    timings = answer.get("timings", {})  # llama-server's own phase timings
+    return {
+        **usage,
+        "prompt_ms_per_token": timings.get("prompt_per_token_ms", float("nan")),
+        "decode_ms_per_token": timings.get("predicted_per_token_ms", float("nan")),
+    }
 
 
 def measure(
@@ -125,6 +135,8 @@ def measure(
             cpu_seconds=cpu,
             prompt_tokens=sum(usage["prompt_tokens"] for usage in usages),
             completion_tokens=sum(usage["completion_tokens"] for usage in usages),
+            prompt_ms_per_token=sum(u["prompt_ms_per_token"] for u in usages) / len(usages),
+            decode_ms_per_token=sum(u["decode_ms_per_token"] for u in usages) / len(usages),
         ),
         prompt_sizes,
     )
@@ -157,7 +169,9 @@ def main() -> None:
             f"(tokens {min(sizes)}-{max(sizes)}) max_tokens={args.max_tokens}: "
             f"{result.completion_tokens} completion tokens in {result.wall_seconds:.1f}s "
             f"= {result.tokens_per_second:.1f} tokens/s; server CPU {result.cpu_seconds:.1f}s "
-            f"= {result.tokens_per_cpu_second:.1f} tokens/CPU-s (load {os.getloadavg()[0]:.1f})",
+            f"= {result.tokens_per_cpu_second:.1f} tokens/CPU-s (load {os.getloadavg()[0]:.1f}); "
+            f"per request: prompt {result.prompt_ms_per_token:.1f} ms/token, decode "
+            f"{result.decode_ms_per_token:.1f} ms/token",
             flush=True,
         )
     if len(results) >= 2:
@@ -168,6 +182,13 @@ def main() -> None:
         print(
             f"aggregate completion tokens/s, {best.slots} slots vs {base.slots}: {ratio:.2f}x "
             f"(target >= 3x: {verdict}); per server CPU-second: {cpu_ratio:.2f}x"
+        )
+        # Tokens of all slots per unit of time, phase by phase (slots run side by side).
+        prompt_gain = best.slots * base.prompt_ms_per_token / best.prompt_ms_per_token
+        decode_gain = best.slots * base.decode_ms_per_token / best.decode_ms_per_token
+        print(
+            f"by phase, {best.slots} slots vs {base.slots}: prompt evaluation {prompt_gain:.2f}x, "
+            f"decoding {decode_gain:.2f}x"
         )
 
 

@@ -39,10 +39,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from eval_throughput import role_lms, start_stub  # noqa: E402
-from evolve.simulator.synthesis.offline import PRESETS, synthesize_environment  # noqa: E402
 
 from evolve.paths import use_toolkit_caches  # noqa: E402
 from evolve.simulator.runner import EpisodeConfig, run_evaluation  # noqa: E402
+from evolve.simulator.synthesis.offline import PRESETS, synthesize_environment  # noqa: E402
 from memory_policies import build_policy  # noqa: E402
 
 PARALLELISM_TARGET = 0.8  # x K
