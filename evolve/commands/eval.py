@@ -100,6 +100,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--out", type=Path, default=DEFAULT_OUT, help=f"output directory (default {DEFAULT_OUT})"
     )
     parser.add_argument(
+        "--no-progress", action="store_true", help="no progress bars (e.g. in CI logs)"
+    )
+    parser.add_argument(
         "--rounds-init",
         type=int,
         help="rounds per period-0 session (default: the preset's; for a file 1)",
@@ -132,14 +135,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 class TqdmProgress(ProgressSink):
     """Bars for periods, user-periods and LLM calls (on stderr; thread-safe)."""
 
-    def __init__(self, label: str):
+    def __init__(self, label: str, *, enabled: bool = True):
         self.label = label
+        self.enabled = enabled
         self._lock = threading.Lock()
         self._bars: list[tqdm] = []
         self._calls_seen = 0
 
     def run_started(self, *, users: int, periods: int, finished_units: int) -> None:
-        options = {"file": sys.stderr, "leave": False, "dynamic_ncols": True}
+        options = {
+            "file": sys.stderr, "leave": False, "dynamic_ncols": True, "disable": not self.enabled
+        }  # fmt: skip
         self.periods = tqdm(total=periods, desc=f"{self.label} periods", position=0, **options)
         self.units = tqdm(
             total=users * periods, desc=f"{self.label} user-periods", position=1, **options
@@ -359,7 +365,12 @@ def run_eval(args: argparse.Namespace) -> int:
             started = time.perf_counter()
             total = sum(len(qa.answer_choices) for item in env.items for qa in item.qas)
             with tqdm(
-                total=total, desc="upper bound", file=sys.stderr, leave=False, dynamic_ncols=True
+                total=total,
+                desc="upper bound",
+                file=sys.stderr,
+                leave=False,
+                dynamic_ncols=True,
+                disable=args.no_progress,
             ) as bar:
                 upper_bound = compute_upper_bound(
                     env,
@@ -380,7 +391,7 @@ def run_eval(args: argparse.Namespace) -> int:
                 )
             )
         for spec, name, policy in zip(args.policy, names, policies, strict=True):
-            progress = TqdmProgress(name)
+            progress = TqdmProgress(name, enabled=not args.no_progress)
             try:
                 report = run_evaluation(
                     env,

@@ -95,6 +95,16 @@ def test_eval_with_a_preset_and_limited_users(tmp_path, scripted, capsys):
     assert report["summary"]["memory_score"] is None
 
 
+@pytest.mark.parametrize("quiet", [False, True])
+def test_no_progress_silences_the_bars_only(tmp_path, scripted, capsys, quiet):
+    argv = ["eval", "--preset", "tiny", "--users", "1", "--policy", "native", "--no-upper-bound"]
+    argv += ["--out", str(tmp_path / "out")] + (["--no-progress"] if quiet else [])
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert ("native user-periods" in captured.err) is not quiet
+    assert "native" in captured.out  # the table is printed either way
+
+
 def test_eval_bad_policy_spec_fails_before_opening_the_llm(tmp_path, scripted, capsys):
     _, opened = scripted
     code = main(["eval", "--preset", "tiny", "--policy", "nonsense", "--out", str(tmp_path)])
