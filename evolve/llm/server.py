@@ -55,6 +55,33 @@ def llama_server_binary() -> Path:
     return binary
 
 
+def other_llama_servers() -> list[int]:
+    """Pids of llama-server processes already running on this machine (Linux; else none)."""
+    pids = []
+    for comm in Path("/proc").glob("[0-9]*/comm"):
+        try:
+            if comm.read_text().strip() == SERVER_KIND:
+                pids.append(int(comm.parent.name))
+        except OSError:  # the process ended while we looked
+            continue
+    return sorted(pids)
+
+
+def contention_warning(others: list[int], threads: int, cores: int) -> str | None:
+    """Why a second server on a small machine is slow, or None when the cores suffice.
+    llama.cpp's worker threads spin while they wait for each other; two servers that each
+    use every core decoded at seconds per token instead of 25-65 ms on a 2-core machine (seen)."""
+    if not others or threads * (len(others) + 1) <= cores:
+        return None
+    listed = ", ".join(str(pid) for pid in others)
+    return (
+        f"warning: another llama-server is running (pid {listed}); with {threads} threads "
+        f"each on {cores} cores the servers slow each other down many times over. Let the "
+        f"other run finish, point this command at its endpoint (--base-url), or give each "
+        f"fewer threads ([llm.embedded] threads)"
+    )
+
+
 def served_model_name(model_stem: str, slots: int) -> str:
     """The name the server answers to. It carries the server kind and slot count because
     batched decoding can change outputs slightly: runs record the model names in their
@@ -147,6 +174,10 @@ class EmbeddedServer:
                 f"it or leave the port unset so a free one is chosen"
             )
         self.port = self.config.port or free_loopback_port()
+        cores = os.cpu_count() or 1
+        warning = contention_warning(other_llama_servers(), self.config.threads or cores, cores)
+        if warning:
+            print(warning, file=sys.stderr)
         command = self.command(binary)
         # One log per server: a process may start several (e.g. the slots benchmark).
         self.log_path = cache_dir() / "server" / f"llama-server-{os.getpid()}-{self.port}.log"

@@ -4,6 +4,9 @@ concurrency they imply (unit: nothing is started)."""
 from __future__ import annotations
 
 import argparse
+import shutil
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -11,7 +14,13 @@ import pytest
 from evolve.config import spec_from_dict
 from evolve.errors import ServerStartError
 from evolve.llm.config import EmbeddedModelConfig, add_llm_arguments, llm_config_from_args
-from evolve.llm.server import LLAMA_SERVER_ENV, EmbeddedServer, llama_server_binary
+from evolve.llm.server import (
+    LLAMA_SERVER_ENV,
+    EmbeddedServer,
+    contention_warning,
+    llama_server_binary,
+    other_llama_servers,
+)
 
 
 def option(command: list[str], name: str) -> str:
@@ -86,3 +95,28 @@ def test_default_concurrency_is_the_embedded_slot_count():
     assert spec(concurrency=3).concurrency == 3
     hosted = {"default": {"model": "gpt-4.1-mini"}}
     assert spec(llm=hosted).concurrency == 2
+
+
+def test_a_second_server_that_would_oversubscribe_the_cores_is_warned_about():
+    warning = contention_warning([4242], threads=2, cores=2)
+    assert warning is not None
+    assert "pid 4242" in warning and "--base-url" in warning and "threads" in warning
+    assert contention_warning([], threads=2, cores=2) is None  # alone
+    assert contention_warning([4242], threads=1, cores=2) is None  # one core each
+
+
+def test_other_servers_are_found_by_process_name(tmp_path):
+    if not Path("/proc/self/comm").exists():
+        pytest.skip("needs Linux /proc")
+    fake = tmp_path / "llama-server"  # a process whose name is llama-server
+    shutil.copy("/bin/sleep", fake)
+    process = subprocess.Popen([str(fake), "30"])
+    try:
+        deadline = time.monotonic() + 5
+        while process.pid not in other_llama_servers() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert process.pid in other_llama_servers()
+    finally:
+        process.kill()
+        process.wait()
+    assert process.pid not in other_llama_servers()
