@@ -37,6 +37,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from evolve.llm.config import EmbeddedModelConfig
 from evolve.llm.server import EmbeddedServer, free_loopback_port
 from evolve.simulator.environment import Environment, load_environment, save_environment
 from evolve.simulator.metrics import MetricSummary, summarize
@@ -76,7 +77,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--awi-policy", default="in_context", help="our policy spec compared with AWI"
     )
-    parser.add_argument("--max-tokens", type=int, default=256, help="reference max_tokens")
+    parser.add_argument(
+        "--max-tokens", type=int, default=256, help="completion limit of both implementations"
+    )
+    parser.add_argument(
+        "--ctx-per-slot", type=int, default=16384, help="embedded server context per slot"
+    )
     parser.add_argument("--no-upper-bound", action="store_true", help="skip both upper bounds")
     parser.add_argument("--out", type=Path, default=Path("runs") / "cross_check")
     args = parser.parse_args(argv)
@@ -119,7 +125,8 @@ def endpoint(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
             process.terminate()
             process.wait(timeout=10)
         return
-    with EmbeddedServer() as server:
+    # The paper's native agent sends the whole history: 4k tokens per slot were too few.
+    with EmbeddedServer(EmbeddedModelConfig(ctx_per_slot=args.ctx_per_slot)) as server:
         yield server.base_url, server.model_name
 
 
@@ -223,20 +230,28 @@ def last_line(path: Path) -> str:
     return lines[-1][:160] if lines else "(no output)"
 
 
-def reference_summary(
+def reference_results(
     out: Path, env: Environment, agent: str, model: str
-) -> tuple[MetricSummary | None, str]:
-    """Our metric code over the reference's per-item files of one agent."""
+) -> tuple[dict[str, UserResult], dict[str, str]]:
+    """The reference's per-item files of one agent as our records, per user; a user the
+    reference did not finish is left out, with the reason (it crashes on some model outputs,
+    e.g. an unterminated JSON memory update of AWI, and then stops writing)."""
     ub_file = out / "upperbound" / model / "utilization_metrics.json"
     ub = json.loads(ub_file.read_text())["accuracy"] if ub_file.exists() else None
-    users = []
-    notes = []
+    users: dict[str, UserResult] = {}
+    notes: dict[str, str] = {}
     for index, item in enumerate(env.items):
         user_dir = out / agent / item.id
         overall_file = user_dir / "overall_results.json"
         if not overall_file.exists():
-            return None, f"no {overall_file}"
-        overall = parse_overall_results(json.loads(overall_file.read_text()))
+            notes[item.id] = f"no {overall_file.name}"
+            continue
+        raw = json.loads(overall_file.read_text())
+        unfinished = [period for period, row in enumerate(raw) if any(e is None for e in row)]
+        if unfinished:
+            notes[item.id] = f"the reference stopped in period {unfinished[0]}"
+            continue
+        overall = parse_overall_results(raw)
         diagnosis_file = user_dir / "diagnosis_results.json"
         diagnosis = (
             parse_diagnosis_results(json.loads(diagnosis_file.read_text()))
@@ -244,15 +259,15 @@ def reference_summary(
             else None
         )
         if diagnosis is None:
-            notes.append(f"{item.id}: no diagnosis")
+            notes[item.id] = "no diagnosis"
         periods = period_results_from_original(item, overall, diagnosis)
         if ub is not None:
             for period in periods:
                 for entry in period.items:
                     row = ub[index][period.period_index]
                     entry.upper_bound_correct = row[entry.question_index] >= 0.5
-        users.append(UserResult(user_id=item.id, periods=periods))
-    return summarize(users), "; ".join(notes)
+        users[item.id] = UserResult(user_id=item.id, periods=periods)
+    return users, notes
 
 
 # ----- ours --------------------------------------------------------------------------------------
@@ -264,6 +279,7 @@ def run_ours(
     command = [sys.executable, "-m", "evolve.cli", "eval", "--env", str(env_file)]
     command += ["--protocol", "paper", "--base-url", base_url, "--model", model]
     command += ["--out", str(args.out / "ours"), "--concurrency", "1", "--no-llm-cache"]
+    command += ["--max-tokens", str(args.max_tokens)]  # the reference's completion limit
     command += ["--upper-bound-cache", str(args.out / "ours-upper-bound")]
     if args.no_upper_bound:
         command.append("--no-upper-bound")
@@ -279,12 +295,10 @@ def run_ours(
     return code
 
 
-def our_summary(out: Path, spec: str) -> MetricSummary | None:
+def our_report(out: Path, spec: str) -> dict[str, Any] | None:
     name = safe_name(spec.replace(":", "-"))
     report = out / "ours" / name / "report.json"
-    if not report.exists():
-        return None
-    return MetricSummary.model_validate(json.loads(report.read_text())["summary"])
+    return json.loads(report.read_text()) if report.exists() else None
 
 
 # ----- table -------------------------------------------------------------------------------------
@@ -342,10 +356,41 @@ def main(argv: list[str] | None = None) -> int:
         our_code = run_ours(args, base_url, model, env_file, [specs[a] for a in agents])
     rows: list[tuple[str, MetricSummary | None, str]] = []
     for agent in agents:
-        summary, note = reference_summary(args.out / "reference", env, agent, model)
-        rows.append((f"reference {agent}", summary, note))
-        ours = our_summary(args.out, specs[agent])
-        rows.append((f"ours {specs[agent]}", ours, "" if ours else f"evolve eval exit {our_code}"))
+        users, notes = reference_results(args.out / "reference", env, agent, model)
+        report = our_report(args.out, specs[agent])
+        missing = "" if report else f"evolve eval exit {our_code}"
+        finished = f"{len(users)} of {len(env.items)} users"
+        rows.append(
+            (
+                f"reference {agent}",
+                summarize(list(users.values())) if users else None,
+                finished if len(users) < len(env.items) else "",
+            )
+        )
+        rows.append(
+            (
+                f"ours {specs[agent]}",
+                MetricSummary.model_validate(report["summary"]) if report else None,
+                missing,
+            )
+        )
+        for item in env.items:  # per user: like for like where the reference did not finish
+            user = users.get(item.id)
+            rows.append(
+                (
+                    f"  reference {agent} {item.id}",
+                    summarize([user]) if user else None,
+                    notes.get(item.id, ""),
+                )
+            )
+            ours_user = report["per_user"].get(item.id) if report else None
+            rows.append(
+                (
+                    f"  ours {specs[agent]} {item.id}",
+                    MetricSummary.model_validate(ours_user) if ours_user else None,
+                    missing,
+                )
+            )
     print(f"cross-check on {env_file} ({len(env.items)} users), endpoint model {model}")
     print(format_rows(rows))
     print(

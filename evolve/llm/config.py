@@ -278,6 +278,12 @@ def add_llm_arguments(parser: argparse.ArgumentParser) -> None:
         help="context tokens per slot of the embedded server (default 4096; mem0's prompts "
         "need ~10000)",
     )
+    group.add_argument(
+        "--max-tokens",
+        type=_positive_int,
+        help="completion token limit of every role's calls (default: the endpoint's, 512; the "
+        "embedded server's, 256)",
+    )
     group.add_argument("--no-llm-cache", action="store_true", help="disable the response cache")
 
 
@@ -303,7 +309,14 @@ def llm_config_from_args(args: argparse.Namespace, base: LLMConfig | None = None
         role_model = getattr(args, f"{role}_model", None)
         if role_model:
             updates[role] = EndpointConfig(model=role_model, **common)
+    max_tokens = getattr(args, "max_tokens", None)
     embedded_updates: dict[str, object] = {}
+    if max_tokens is not None:  # every endpoint in play, configured or given now
+        for key in ("default", *ROLES):
+            endpoint = updates.get(key) or getattr(config, key)
+            if endpoint is not None:
+                updates[key] = endpoint.model_copy(update={"max_tokens": max_tokens})
+        embedded_updates["max_tokens"] = max_tokens
     if getattr(args, "model_path", None):
         embedded_updates["model_path"] = args.model_path
     if getattr(args, "model_preset", None):

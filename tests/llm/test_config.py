@@ -79,6 +79,21 @@ def test_cli_flags_overlay_config():
     assert llm_config_from_args(parse()).needs_embedded_server()
 
 
+def test_max_tokens_flag_reaches_every_endpoint_in_play_and_the_embedded_server():
+    spec_config = LLMConfig(reflector=EndpointConfig(model="r", base_url="http://127.0.0.1:9/v1"))
+    config = llm_config_from_args(
+        parse("--model", "m1", "--base-url", "http://127.0.0.1:9/v1", "--max-tokens", "200"),
+        base=spec_config,
+    )
+    assert config.default.max_tokens == 200
+    assert config.reflector.max_tokens == 200  # configured in the spec, not on the line
+    assert config.agent is None  # unset roles still fall back to default
+    assert config.embedded.max_tokens == 200
+    assert llm_config_from_args(parse()).embedded.max_tokens == 256  # unchanged without it
+    with pytest.raises(SystemExit):
+        parse("--max-tokens", "0")
+
+
 def test_base_url_without_model_is_a_clear_error():
     with pytest.raises(ConfigError, match="without --model"):
         llm_config_from_args(parse("--base-url", "http://127.0.0.1:9/v1"))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -128,22 +129,34 @@ def test_evolve_eval_off_policy_loads_and_scores_the_reference_interactions(
             assert all(s["replayed"] for s in replayed["sessions"])
 
 
-def test_cross_check_scores_the_reference_layout_with_our_metric_code():
+def test_cross_check_scores_the_reference_layout_with_our_metric_code(tmp_path):
     spec = importlib.util.spec_from_file_location(
         "cross_check", FIXTURE.parents[2] / "benchmarks" / "cross_check.py"
     )
     cross_check = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(cross_check)
     env = load_environment(FIXTURE / "environment.json")
-    summary, note = cross_check.reference_summary(FIXTURE, env, "native-local", "local")
+    users, notes = cross_check.reference_results(FIXTURE, env, "native-local", "local")
+    summary = summarize(list(users.values()))
     stored = [
         load(FIXTURE / "native-local" / u / "overall_metrics.json") for u in RUNS["native-local"]
     ]
     assert summary.accuracy == mean([v for m in stored for v in cells(m["accuracy"])])
     assert summary.memory_success == 0.0 and summary.original_write_failures == 2.0
-    assert summary.parse_failures["probe"] == 2 * 3 * 2 and note == ""
+    assert summary.parse_failures["probe"] == 2 * 3 * 2 and notes == {}
     # No upper bound in the fixture: no memory score on either rule.
     assert summary.memory_score_original is None and summary.memory_score is None
-    # AWI user 1 never finished: reported, not scored.
-    summary, note = cross_check.reference_summary(FIXTURE, env, "awi-local", "local")
-    assert summary is None and "u001-amara-okafor" in note
+    # AWI user 1 never finished: reported, not scored; user 0 is scored alone.
+    users, notes = cross_check.reference_results(FIXTURE, env, "awi-local", "local")
+    assert list(users) == ["u000-samuel-adeyemi"] and "u001-amara-okafor" in notes
+    # A run the reference stopped mid-way leaves null entries for the periods it never
+    # reached: that user is left out with the period named, never parsed as zeros.
+    partial = tmp_path / "native-local"
+    shutil.copytree(FIXTURE / "native-local", partial)
+    results_file = partial / "u001-amara-okafor" / "overall_results.json"
+    results = load(results_file)
+    results[1] = [None for _ in results[1]]
+    results_file.write_text(json.dumps(results))
+    users, notes = cross_check.reference_results(tmp_path, env, "native-local", "local")
+    assert list(users) == ["u000-samuel-adeyemi"]
+    assert notes == {"u001-amara-okafor": "the reference stopped in period 1"}
