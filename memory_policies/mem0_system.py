@@ -35,6 +35,7 @@ import shutil
 import tempfile
 import threading
 import uuid
+import warnings
 from typing import Any, ClassVar
 
 import dspy
@@ -105,10 +106,13 @@ def import_mem0() -> Any:
             mem0_logger = logging.getLogger("mem0")
             if mem0_logger.level == logging.NOTSET:
                 mem0_logger.setLevel(logging.CRITICAL)
-            import mem0
-            import mem0.exceptions
-            import mem0.memory.main
-            import mem0.memory.telemetry
+            # mem0's import turns every DeprecationWarning of the process back on
+            # (`filterwarnings("default", ...)` in mem0.client.main): keep the caller's filters.
+            with warnings.catch_warnings():
+                import mem0
+                import mem0.exceptions
+                import mem0.memory.main
+                import mem0.memory.telemetry
 
             # Imported earlier by someone else with telemetry on: switch it off anyway.
             mem0.memory.telemetry.MEM0_TELEMETRY = False

@@ -340,3 +340,20 @@ def test_an_endpoint_failure_inside_mem0_surfaces_as_the_lm_error(stub):
             )
     finally:
         stub.set_fault("none")
+
+
+@needs_mem0
+def test_importing_mem0_keeps_the_process_warning_filters(tmp_path):
+    # A fresh interpreter: mem0 turns every DeprecationWarning on at its first import.
+    script = (
+        "import warnings\n"
+        "from memory_policies.mem0_system import import_mem0\n"
+        "before = list(warnings.filters)\n"
+        "import_mem0()\n"
+        "assert list(warnings.filters) == before, 'mem0 changed the warning filters'\n"
+    )
+    environ = os.environ | {"MEM0_DIR": str(tmp_path), "PYTHONPATH": str(Path.cwd())}
+    result = subprocess.run(
+        [sys.executable, "-c", script], env=environ, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
