@@ -20,6 +20,7 @@ import dspy
 from dspy.utils.exceptions import AdapterParseError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from memory_policies.common import capped_call_config
 from memory_policies.errors import PolicyError
 from memory_policies.paper import chat_turns, paper_chat, paper_question_prompt
 from memory_policies.presets import DEFAULT_PRESET, Preset, check_preset
@@ -263,6 +264,7 @@ class MemoryPolicy(dspy.Module):
                 **extra,
                 conversation=render_conversation(state.short_term),
                 user_message=user_msg,
+                config=capped_call_config(),
             )
         reply = str(prediction.reply).strip() if prediction is not None else ""
         self._ingest(

@@ -11,6 +11,10 @@ from typing import Any
 import dspy
 
 REPLY_DESC = "your reply to the user: plain text, at most 3 sentences"
+# Generation cap of an on-policy reply under the `evolve` preset: 3 sentences plus the adapter's
+# field markers fit well inside it. Small models sometimes repeat a phrase until max_tokens;
+# the cap bounds what such a loop costs in decoding and in every later prompt that shows it.
+REPLY_MAX_TOKENS = 128
 CHOICE_DESC = "the number of the single best option"
 QUESTION_DESC = "the user's question"
 OPTIONS_DESC = "numbered answer options"
@@ -47,6 +51,15 @@ class MemoryChoose(dspy.Signature):
     question: str = dspy.InputField(desc=QUESTION_DESC)
     options: str = dspy.InputField(desc=OPTIONS_DESC)
     choice: int = dspy.OutputField(desc=CHOICE_DESC)
+
+
+def capped_call_config(max_tokens: int = REPLY_MAX_TOKENS) -> dict[str, int]:
+    """Per-call LM settings that cap generation at `max_tokens`, or at the current endpoint's
+    own max_tokens when that is smaller: a cap never raises the configured limit."""
+    configured = getattr(dspy.settings.lm, "kwargs", {}).get("max_tokens")
+    if isinstance(configured, int) and configured < max_tokens:
+        return {"max_tokens": configured}
+    return {"max_tokens": max_tokens}
 
 
 def latest_time(times: list[str | None]) -> str | None:

@@ -14,6 +14,7 @@ from typing import Any
 
 from dspy.clients.engines.dummy_engine import AsyncDummyEngine, DummyEngine
 from dspy.lm15 import Message, Response, TextPart, Usage
+from dspy.utils.callback import BaseCallback
 from dspy.utils.dummies import DummyLM
 
 
@@ -23,6 +24,8 @@ class ScriptedCall:
     system: str = ""
     user: str = ""
     model: str = "scripted"
+    # The call's LM settings: the LM's own kwargs overridden by the caller's (e.g. max_tokens).
+    settings: dict[str, Any] = field(default_factory=dict)
 
     @property
     def text(self) -> str:
@@ -37,7 +40,10 @@ class _ScriptedEngine(DummyEngine):
         owner: ScriptedLM = self.owner
         system = "\n".join(m["content"] for m in messages if m["role"] == "system")
         user = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
-        call = ScriptedCall(messages=list(messages), system=system, user=user, model=owner.model)
+        settings = dict(getattr(owner.pending, "settings", {}))
+        call = ScriptedCall(
+            messages=list(messages), system=system, user=user, model=owner.model, settings=settings
+        )
         reply = owner.respond(call)
         text = reply if isinstance(reply, str) else json.dumps(reply)
         with owner.lock:
@@ -58,6 +64,14 @@ class _ScriptedEngine(DummyEngine):
         )
 
 
+class _SettingsRecorder(BaseCallback):
+    """Notes a call's settings (the LM's kwargs overridden by the caller's) for the engine,
+    which sees only the messages; the callback runs in the calling thread just before it."""
+
+    def on_lm_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
+        instance.pending.settings = {**instance.kwargs, **inputs.get("kwargs", {})}
+
+
 class ScriptedLM(DummyLM):
     """DSPy LM whose reply is computed by `respond` from the prompt; records every call."""
 
@@ -67,11 +81,14 @@ class ScriptedLM(DummyLM):
         self.respond = respond
         self.calls: list[ScriptedCall] = []
         self.lock = threading.Lock()
+        self.pending = threading.local()  # this thread's call settings, read by the engine
+        self.callbacks = [*self.callbacks, _SettingsRecorder()]
         self._engine_spec = _ScriptedEngine(self)
         self._async_engine_spec = AsyncDummyEngine(self._engine_spec)
 
     def copy(self, **kwargs):
         copied = super().copy(**kwargs)
+        copied.pending = threading.local()
         copied._engine_spec = _ScriptedEngine(copied)
         copied._async_engine_spec = AsyncDummyEngine(copied._engine_spec)
         return copied

@@ -30,6 +30,7 @@ from dspy.utils.exceptions import AdapterParseError
 from evolve.protocol import Protocol
 from evolve.seeds import derive_seed
 from evolve.simulator.records import SessionTranscript, TranscriptMessage
+from memory_policies.common import capped_call_config
 
 if TYPE_CHECKING:
     from evolve.llm import RoleLMs
@@ -163,7 +164,9 @@ class SimulatedUser(dspy.Module):
             private_facts=_facts(private_facts),
             last_exchange=f"User: {last_user}\nAssistant: {reply}",
             # Forwarded to the endpoint: sampled follow-ups are reproducible where supported.
-            config={"seed": seed},
+            # 1-3 short sentences fit the policies' reply cap, which bounds what a small model's
+            # repetition loop costs (under `paper` the endpoint's own max_tokens applies).
+            config={"seed": seed, **capped_call_config()},
         )
         return str(prediction.message).strip()
 

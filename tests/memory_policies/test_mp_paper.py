@@ -24,6 +24,7 @@ from memory_policies import (
     load,
     parse_spec,
 )
+from memory_policies.common import REPLY_MAX_TOKENS
 from memory_policies.paper import PAPER_TYPES_TO_REMEMBER, parse_answer_number
 
 SEVEN_TYPES = [line.split(":")[0] for line in PAPER_TYPES_TO_REMEMBER.splitlines()]
@@ -79,10 +80,29 @@ def test_paper_replies_have_no_length_cap(kind: str) -> None:
     state = run(policy, lm, ["[Current Time: 2025-03-01 09:00]\nHi, plan my week?"])
     assert state.short_term[-1].content == LONG_REPLY  # verbatim, five sentences
     assert not any("sentence" in m["content"] for m in lm.calls[0].messages)
-    # The evolve preset keeps its cap in the prompt: the contrast is the point.
+    assert lm.calls[0].settings["max_tokens"] == lm.kwargs["max_tokens"]  # the endpoint's own
+    # The evolve preset keeps its cap, in the prompt and as a generation limit: the contrast
+    # is the point.
     evolve_lm = agent()
     run(build_policy(kind, embedder=CountingEmbedder()), evolve_lm, ["Hi"])
     assert "at most 3 sentences" in evolve_lm.calls[0].system
+    assert evolve_lm.calls[0].settings["max_tokens"] == REPLY_MAX_TOKENS < lm.kwargs["max_tokens"]
+
+
+def test_evolve_reply_cap_applies_to_replies_only_and_never_raises_the_endpoint_limit() -> None:
+    lm = agent(updates=[{"label": "city", "value": "Oslo"}])
+    policy = build_policy("in_context:update_every=2,short_term_len=2")
+    state = run(policy, lm, ["I moved to Oslo.", "Any tips?"])  # 2 replies, then a write
+    ask(policy, lm, state)
+    limits = [call.settings["max_tokens"] for call in lm.calls]
+    assert len(limits) == 4 and "`updates`" in lm.calls[2].system
+    assert limits[:2] == [REPLY_MAX_TOKENS] * 2
+    # The memory write and the answer are not capped: the endpoint's own limit.
+    assert limits[2:] == [lm.kwargs["max_tokens"]] * 2
+    small = agent()
+    small.kwargs["max_tokens"] = 40
+    run(build_policy("native"), small, ["Hi"])
+    assert small.calls[0].settings["max_tokens"] == 40
 
 
 # ----- native: chat turns -------------------------------------------------------------------------

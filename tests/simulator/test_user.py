@@ -17,6 +17,7 @@ from evolve.simulator.user import (
     play_session,
 )
 from memory_policies import NativePolicy
+from memory_policies.common import REPLY_MAX_TOKENS
 
 
 def play(rounds: int, simulator=simulator_responder, **overrides):
@@ -71,6 +72,15 @@ def test_follow_ups_alternate_and_the_simulator_sees_profile_and_current_state()
     assert "never state or hint" in simulator_lm.calls[0].system
     # The second follow-up reacts to the latest exchange, not the first one.
     assert transcript.messages[2].content in sections(simulator_lm.calls[1].user)["last_exchange"]
+
+
+def test_evolve_follow_ups_are_capped_like_replies_and_paper_ones_are_not():
+    _, _, simulator_lm, _ = play(rounds=2)
+    assert simulator_lm.calls[0].settings["max_tokens"] == REPLY_MAX_TOKENS
+    assert simulator_lm.calls[0].settings["seed"] == derive_seed(7, 0, 0)  # still sent with it
+    _, paper_simulator = paper_play(rounds=2)
+    assert paper_simulator.calls[0].settings["max_tokens"] == paper_simulator.kwargs["max_tokens"]
+    assert paper_simulator.kwargs["max_tokens"] > REPLY_MAX_TOKENS
 
 
 def test_unparseable_follow_up_ends_the_session_and_is_counted():
