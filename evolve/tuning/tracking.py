@@ -14,8 +14,13 @@ the MLflow UI; split, it would be described twice.
   `value_tokens`), and the outcome as tag `evolve.trial_state` (complete / pruned /
   failed); pruned and complete runs end FINISHED, failed ones FAILED.
 
-Several workers of one study share the parent run: each looks it up by its tags and, if two
-created one at the same moment, all keep the earliest and the others delete theirs.
+Several workers of one study share the parent run: each looks it up by its tags and creates
+one when there is none. Workers starting together may each create one; the earliest (start
+time, then run id) is the parent. A run's start time is taken before it is stored, so a
+worker can store its run after another worker already checked and kept its own: every worker
+therefore looks again before each trial, after each trial and at the end, and on finding an
+earlier parent moves its trial runs there and deletes its own. A worker ends after the last
+run was created (creation happens at start, before any trial), so the study ends with one.
 """
 
 from __future__ import annotations
@@ -121,6 +126,8 @@ class MLflowStudyTracker(StudyTracker):
         self.parent_run_id: str | None = None
         self.context: StudyContext | None = None
         self._trial_runs: dict[int, str] = {}
+        self._created_parent: str | None = None  # the parent run this worker created, if any
+        self._children: list[str] = []  # every trial run this worker created
         self._tracers: list[Any] = []
 
     def evaluation_sink(
@@ -168,7 +175,7 @@ class MLflowStudyTracker(StudyTracker):
         flush_traces()
 
     def start(self, context: StudyContext) -> None:
-        from mlflow.entities import Param, RunTag
+        from mlflow.entities import Param
 
         self.context = context
         self.client = mlflow_client(self.tracking_uri)
@@ -187,20 +194,39 @@ class MLflowStudyTracker(StudyTracker):
                 tags=self._parent_tags(context),
             )
             own = run.info.run_id
-            winner = self._parents()[0].info.run_id
-            if winner != own:  # another worker created one at the same moment
-                self.client.delete_run(own)
-            else:
-                params = [Param(k, v) for k, v in study_params(context).items()]
-                self.client.log_batch(own, params=params)
-            self.parent_run_id = winner
+            # Params before the check: whichever run stays the parent has them.
+            params = [Param(k, v) for k, v in study_params(context).items()]
+            self.client.log_batch(own, params=params)
+            self._created_parent = self.parent_run_id = own
+            self._adopt_earliest_parent()
+        self._tag_parent()
+
+    def _tag_parent(self) -> None:
+        from mlflow.entities import RunTag
+
+        assert self.context is not None
         self.client.log_batch(
             self.parent_run_id,
             tags=[
-                RunTag(TAG_RUN_DIR, str(context.run_dir)),
-                RunTag("evolve.trials_requested", str(context.requested_trials)),
+                RunTag(TAG_RUN_DIR, str(self.context.run_dir)),
+                RunTag("evolve.trials_requested", str(self.context.requested_trials)),
             ],
         )
+
+    def _adopt_earliest_parent(self) -> None:
+        """Make the earliest parent run of the study ours; if this worker created a later one
+        (workers starting together), move its trial runs to the earliest and delete it."""
+        parents = self._parents()
+        if not parents or parents[0].info.run_id == self.parent_run_id:
+            return
+        earliest = parents[0].info.run_id
+        for child in self._children:
+            self.client.set_tag(child, PARENT_RUN_TAG, earliest)
+        if self._created_parent == self.parent_run_id:
+            self.client.delete_run(self._created_parent)
+            self._created_parent = None
+        self.parent_run_id = earliest
+        self._tag_parent()
 
     def _parent_tags(self, context: StudyContext) -> dict[str, str]:
         return {
@@ -231,6 +257,7 @@ class MLflowStudyTracker(StudyTracker):
 
         assert self.context is not None
         context = self.context
+        self._adopt_earliest_parent()
         run = self.client.create_run(
             self.experiment_id,
             run_name=f"trial {number}",
@@ -258,6 +285,7 @@ class MLflowStudyTracker(StudyTracker):
         )
         self.client.log_batch(run.info.run_id, params=[Param(k, v) for k, v in params.items()])
         self._trial_runs[number] = run.info.run_id
+        self._children.append(run.info.run_id)
         return run.info.run_id
 
     def trial_period(self, number: int, period: int, summary: MetricSummary, value: float) -> None:
@@ -304,15 +332,17 @@ class MLflowStudyTracker(StudyTracker):
         )
         status = "FINISHED" if record.state in ("complete", "pruned") else "FAILED"
         self.client.set_terminated(run_id, status)
+        self._adopt_earliest_parent()
 
     def finish(self, result: TuningResult) -> None:
         from mlflow.entities import Metric, RunTag
 
         from evolve.tuning.report import format_result
 
-        run_id = self.parent_run_id
-        if run_id is None:
+        if self.parent_run_id is None:
             return
+        self._adopt_earliest_parent()
+        run_id = self.parent_run_id
         self._write_traces()
         self._close_failed_children(result)
         timestamp = _now_ms()
