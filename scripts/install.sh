@@ -4,16 +4,41 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-python3 -m venv .venv
-
-# The embedded LLM server: llama.cpp's llama-server, compiled from the llama.cpp sources of
-# the pinned llama-cpp-python sdist with portable x86-64 flags (about 6 minutes on 2 cores;
-# skipped when .venv/bin/llama-server already matches). A failed build stops the install.
-PYTHON=.venv/bin/python scripts/build_llama_server.sh .venv/bin .evolve_cache/build
-
 target="."
 if [ "${1:-}" = "--test" ]; then
   target=".[test]"
 fi
-.venv/bin/python -m pip install --disable-pip-version-check -q -e "$target"
+
+python3 -m venv .venv
+
+# The embedded LLM server: llama.cpp's llama-server, compiled from the llama.cpp sources of
+# the pinned llama-cpp-python sdist with portable x86-64 flags (6-11 minutes on 2 cores;
+# skipped when .venv/bin/llama-server already matches). A failed build stops the install.
+# It runs while pip installs the Python packages: the compile is CPU-bound, pip mostly waits
+# on downloads and disk, so on a fresh machine the two together take little more than the
+# compile alone. Job control gives the build its own process group, so a failed pip install
+# stops the compiler too.
+set -m
+build_log=".evolve_cache/install-build.out"
+mkdir -p .evolve_cache
+PYTHON=.venv/bin/python scripts/build_llama_server.sh .venv/bin .evolve_cache/build \
+  >"$build_log" 2>&1 &
+build_pid=$!
+set +m
+# Ctrl-C reaches only the foreground process group: stop the build's group on any exit.
+trap 'kill -- "-$build_pid" 2>/dev/null || true' EXIT
+trap 'exit 130' INT TERM
+echo "install.sh: llama-server builds in the background (output: $build_log) while pip installs $target"
+
+if ! .venv/bin/python -m pip install --disable-pip-version-check -q -e "$target"; then
+  echo "install.sh: pip could not install $target into .venv (see above)" >&2
+  exit 1
+fi
+build_status=0
+wait "$build_pid" || build_status=$?
+cat "$build_log"
+if [ "$build_status" -ne 0 ]; then
+  echo "install.sh: building llama-server failed (above); the Python packages are installed: rerun scripts/install.sh once the build problem is fixed" >&2
+  exit "$build_status"
+fi
 echo "install.sh: installed into .venv ($(.venv/bin/python --version)) with .venv/bin/llama-server"

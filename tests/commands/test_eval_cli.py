@@ -131,9 +131,14 @@ def test_run_dir_names_are_distinct_and_safe():
 
 
 @pytest.mark.integration
-def test_the_four_policies_side_by_side_on_the_embedded_model(tmp_path, embedded_server, capsys):
-    """Every policy kind runs the tiny environment on the real model (issue: policies)."""
-    policies = ["native", "in_context", "external", "raw_rag"]
+def test_two_policies_side_by_side_on_the_embedded_model(tmp_path, embedded_server, capsys):
+    """`evolve eval` compares policies on the real model: episodes, questions, diagnosis
+    probes, both tables and the reports. Two retrieval policies (LLM-extracted memories,
+    raw turns), the cheapest on a cold cache; every kind converses, remembers and answers on
+    the real model in tests/memory_policies/test_mp_integration.py, and in_context is
+    evaluated on it by the tuning and evolution integration tests. (All four here took 9 min
+    on 2 cores: native 150 s, in_context 134 s, external 128 s, raw_rag ~90 s.)"""
+    policies = ["external", "raw_rag"]
     argv = ["eval", "--preset", "tiny", "--users", "1", "--out", str(tmp_path / "runs")]
     for policy in policies:
         argv += ["--policy", policy]
