@@ -83,7 +83,7 @@ if [ ! -f "$source_dir/CMakeLists.txt" ]; then
   tar -xzf "$sdist" -C "$work_dir" >>"$log" 2>&1 || fail "could not unpack $sdist"
 fi
 
-echo "build_llama_server.sh: compiling llama-server (about 6 minutes on 2 cores; log: $log)"
+echo "build_llama_server.sh: compiling llama-server (about 10 minutes on 2 cores; log: $log)"
 started=$(date +%s)
 cmake -S "$source_dir" -B "$build_dir" "${cmake_flags[@]}" >>"$log" 2>&1 \
   || fail "cmake could not configure the llama.cpp build"

@@ -12,7 +12,7 @@ fi
 python3 -m venv .venv
 
 # The embedded LLM server: llama.cpp's llama-server, compiled from the llama.cpp sources of
-# the pinned llama-cpp-python sdist with portable x86-64 flags (6-11 minutes on 2 cores;
+# the pinned llama-cpp-python sdist with portable x86-64 flags (about 10 minutes on 2 cores;
 # skipped when .venv/bin/llama-server already matches). A failed build stops the install.
 # It runs while pip installs the Python packages: the compile is CPU-bound, pip mostly waits
 # on downloads and disk, so on a fresh machine the two together take little more than the
