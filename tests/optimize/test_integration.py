@@ -16,6 +16,9 @@ def test_one_reflective_generation_on_the_embedded_model(tmp_path, role_lms_embe
             "concurrency": 1,
             "environment": {"preset": "tiny", "users": 2, "train_users": 1, "heldout_users": 1},
             "policy": {"kind": "in_context"},
+            # Reflection reads the diagnosis of wrong answers only: probing the right ones
+            # too (the default) adds calls to every episode and nothing to the feedback.
+            "episode": {"probes": "wrong_only"},
             "optimizer": {
                 "generations": 1,
                 "mutate_components": ["write.types_to_remember"],
