@@ -446,7 +446,7 @@ def test_tune_errors_are_one_line(tmp_path, capsys):
 def test_tuning_on_the_embedded_model(tmp_path, role_lms_embedded):
     """A trial of the tiny preset on the real model and the held-out check of the best:
     value, per-period reports (the pruner's input), records and the study. Several trials,
-    pruning and resuming are the scripted tests' (a real trial costs ~110 s on 2 cores)."""
+    pruning and resuming are the scripted tests' (this test: 1.5 to 3.5 min on 2 cores)."""
     spec_path = tmp_path / "quick.toml"
     text = (EXPERIMENTS / "tune_quick.toml").read_text()
     spec_path.write_text(text)
