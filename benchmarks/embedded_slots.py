@@ -48,6 +48,7 @@ class Measurement:
     wall_seconds: float
     cpu_seconds: float
     prompt_tokens: int
+    prompt_tokens_evaluated: int  # the rest came from the server's prompt cache
     completion_tokens: int
     prompt_ms_per_token: float  # server-side, mean over requests (batched requests overlap)
     decode_ms_per_token: float
@@ -108,37 +109,82 @@ def chat(server: EmbeddedServer, prompt: str, max_tokens: int) -> dict:
     timings = answer.get("timings", {})  # llama-server's own phase timings
     return {
         **usage,
+        "prompt_evaluated": timings.get("prompt_n", usage["prompt_tokens"]),
         "prompt_ms_per_token": timings.get("prompt_per_token_ms", float("nan")),
         "decode_ms_per_token": timings.get("predicted_per_token_ms", float("nan")),
     }
 
 
+def run_batch(
+    server: EmbeddedServer, prompts: list[str], max_tokens: int, concurrency: int
+) -> Measurement:
+    """Send every prompt from `concurrency` client threads; time the whole batch."""
+    assert server.process is not None
+    cpu_before, started = cpu_seconds(server.process.pid), time.perf_counter()
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        usages = list(pool.map(lambda prompt: chat(server, prompt, max_tokens), prompts))
+    wall = time.perf_counter() - started
+    cpu = cpu_seconds(server.process.pid) - cpu_before
+    return Measurement(
+        slots=server.config.slots,
+        wall_seconds=wall,
+        cpu_seconds=cpu,
+        prompt_tokens=sum(usage["prompt_tokens"] for usage in usages),
+        prompt_tokens_evaluated=sum(usage["prompt_evaluated"] for usage in usages),
+        completion_tokens=sum(usage["completion_tokens"] for usage in usages),
+        prompt_ms_per_token=sum(u["prompt_ms_per_token"] for u in usages) / len(usages),
+        decode_ms_per_token=sum(u["decode_ms_per_token"] for u in usages) / len(usages),
+    )
+
+
+def prompt_sizes(server: EmbeddedServer, prompts: list[str]) -> list[int]:
+    return [
+        len(post_json(f"http://127.0.0.1:{server.port}/tokenize", {"content": p})["tokens"])
+        for p in prompts
+    ]
+
+
 def measure(
     config: EmbeddedModelConfig, prompts: list[str], max_tokens: int
 ) -> tuple[Measurement, list[int]]:
+    """A fresh server with `config.slots` slots, client concurrency = slots."""
     with EmbeddedServer(config) as server:
-        prompt_sizes = [
-            len(post_json(f"http://127.0.0.1:{server.port}/tokenize", {"content": p})["tokens"])
-            for p in prompts
-        ]
+        sizes = prompt_sizes(server, prompts)
         chat(server, "Say hello.", 8)  # untimed: pages the model in
-        assert server.process is not None
-        cpu_before, started = cpu_seconds(server.process.pid), time.perf_counter()
-        with ThreadPoolExecutor(max_workers=config.slots) as pool:
-            usages = list(pool.map(lambda prompt: chat(server, prompt, max_tokens), prompts))
-        wall = time.perf_counter() - started
-        cpu = cpu_seconds(server.process.pid) - cpu_before
+        return run_batch(server, prompts, max_tokens, concurrency=config.slots), sizes
+
+
+def describe(label: str, result: Measurement) -> str:
     return (
-        Measurement(
-            slots=config.slots,
-            wall_seconds=wall,
-            cpu_seconds=cpu,
-            prompt_tokens=sum(usage["prompt_tokens"] for usage in usages),
-            completion_tokens=sum(usage["completion_tokens"] for usage in usages),
-            prompt_ms_per_token=sum(u["prompt_ms_per_token"] for u in usages) / len(usages),
-            decode_ms_per_token=sum(u["decode_ms_per_token"] for u in usages) / len(usages),
-        ),
-        prompt_sizes,
+        f"{label}: {result.completion_tokens} completion tokens in {result.wall_seconds:.1f}s "
+        f"= {result.tokens_per_second:.1f} tokens/s; prompt tokens evaluated "
+        f"{result.prompt_tokens_evaluated} of {result.prompt_tokens}; server CPU "
+        f"{result.cpu_seconds:.1f}s = {result.tokens_per_cpu_second:.1f} tokens/CPU-s "
+        f"(load {os.getloadavg()[0]:.1f}); per request: prompt {result.prompt_ms_per_token:.1f} "
+        f"ms/token, decode {result.decode_ms_per_token:.1f} ms/token"
+    )
+
+
+def issue_protocol(config: EmbeddedModelConfig, prompts: list[str], max_tokens: int) -> None:
+    """The sequence issue 13 describes: one server with N slots, the prompts at client
+    concurrency 1, then the same prompts at concurrency N on the same server. The second
+    batch finds the first batch's prompts in the server's prompt cache, so it measures
+    batched decoding plus cache hits, not slots against one slot."""
+    with EmbeddedServer(config) as server:
+        sizes = prompt_sizes(server, prompts)
+        chat(server, "Say hello.", 8)
+        serial = run_batch(server, prompts, max_tokens, concurrency=1)
+        parallel = run_batch(server, prompts, max_tokens, concurrency=config.slots)
+    print(
+        f"issue protocol, one server with {config.slots} slots, prompts={len(prompts)} "
+        f"(tokens {min(sizes)}-{max(sizes)}) max_tokens={max_tokens}",
+        flush=True,
+    )
+    print(describe("  concurrency 1 (cold prompt cache)", serial))
+    print(describe(f"  concurrency {config.slots} (same prompts again)", parallel))
+    print(
+        f"  ratio {parallel.tokens_per_second / serial.tokens_per_second:.2f}x; prompt tokens "
+        f"evaluated {serial.prompt_tokens_evaluated} then {parallel.prompt_tokens_evaluated}"
     )
 
 
@@ -151,6 +197,12 @@ def main() -> None:
     parser.add_argument("--model-preset", choices=["0.5b", "1.5b"], default="0.5b")
     parser.add_argument("--model-path", type=Path)
     parser.add_argument("--threads", type=int, help="server threads (default: all cores)")
+    parser.add_argument(
+        "--issue-protocol",
+        action="store_true",
+        help="also run issue 13's sequence: one server with the largest slot count, "
+        "concurrency 1 then the same prompts at concurrency = slots",
+    )
     args = parser.parse_args()
 
     prompts = build_prompts(args.prompts, args.prompt_tokens)
@@ -165,13 +217,11 @@ def main() -> None:
         result, sizes = measure(config, prompts, args.max_tokens)
         results.append(result)
         print(
-            f"slots={slots:<2} concurrency={slots:<2} prompts={len(prompts)} "
-            f"(tokens {min(sizes)}-{max(sizes)}) max_tokens={args.max_tokens}: "
-            f"{result.completion_tokens} completion tokens in {result.wall_seconds:.1f}s "
-            f"= {result.tokens_per_second:.1f} tokens/s; server CPU {result.cpu_seconds:.1f}s "
-            f"= {result.tokens_per_cpu_second:.1f} tokens/CPU-s (load {os.getloadavg()[0]:.1f}); "
-            f"per request: prompt {result.prompt_ms_per_token:.1f} ms/token, decode "
-            f"{result.decode_ms_per_token:.1f} ms/token",
+            describe(
+                f"slots={slots:<2} concurrency={slots:<2} prompts={len(prompts)} "
+                f"(tokens {min(sizes)}-{max(sizes)}) max_tokens={args.max_tokens}",
+                result,
+            ),
             flush=True,
         )
     if len(results) >= 2:
@@ -190,6 +240,14 @@ def main() -> None:
             f"by phase, {best.slots} slots vs {base.slots}: prompt evaluation {prompt_gain:.2f}x, "
             f"decoding {decode_gain:.2f}x"
         )
+    if args.issue_protocol:
+        config = EmbeddedModelConfig(
+            slots=max(args.slots),
+            model_preset=args.model_preset,
+            model_path=args.model_path,
+            threads=args.threads,
+        )
+        issue_protocol(config, prompts, args.max_tokens)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import re
 import threading
 import time
@@ -53,6 +54,14 @@ class ServerState:
         self.excess_s = 0.0
         self.fault = fault
         self.fault_remaining = fault_count
+        self.last_prompt = ""  # the previous chat prompt, for the prompt-cache figure
+
+    def reused_prompt_chars(self, prompt: str) -> int:
+        """Characters of `prompt` shared with the previous prompt from the start, as a
+        one-slot llama-server would reuse them from its prompt cache."""
+        with self.lock:
+            previous, self.last_prompt = self.last_prompt, prompt
+        return len(os.path.commonprefix([previous, prompt]))
 
     def set_fault(self, mode: str, count: int | None) -> None:
         if mode not in FAULT_MODES:
@@ -222,8 +231,9 @@ def make_handler(latency: float, state: ServerState | None = None) -> type[BaseH
                 return
             if fault == "non_json":
                 content = "I am not JSON, sorry."
-            prompt_chars = sum(len(str(m.get("content", ""))) for m in request.get("messages", []))
-            prompt_tokens, completion_tokens = prompt_chars // 4, max(1, len(content) // 4)
+            prompt = "".join(str(m.get("content", "")) for m in request.get("messages", []))
+            prompt_tokens, completion_tokens = len(prompt) // 4, max(1, len(content) // 4)
+            reused_tokens = state.reused_prompt_chars(prompt) // 4
             self._send(
                 200,
                 {
@@ -240,6 +250,7 @@ def make_handler(latency: float, state: ServerState | None = None) -> type[BaseH
                     ],
                     "usage": {
                         "prompt_tokens": prompt_tokens,
+                        "prompt_tokens_details": {"cached_tokens": reused_tokens},
                         "completion_tokens": completion_tokens,
                         "total_tokens": prompt_tokens + completion_tokens,
                     },

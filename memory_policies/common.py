@@ -6,15 +6,35 @@ components, so an optimizer rewriting an instruction cannot break parsing or rep
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import dspy
+from pydantic import BeforeValidator, Field
 
 REPLY_DESC = "your reply to the user: plain text, at most 3 sentences"
 # Generation cap of an on-policy reply under the `evolve` preset: 3 sentences plus the adapter's
 # field markers fit well inside it. Small models sometimes repeat a phrase until max_tokens;
 # the cap bounds what such a loop costs in decoding and in every later prompt that shows it.
 REPLY_MAX_TOKENS = 128
+# Longest memory text one write may store under the `evolve` preset (an in_context value, an
+# external fact), in characters. A stored text is in every later prompt that shows the memory;
+# small models sometimes ramble or loop until max_tokens there (1,000+ characters of one
+# repeated clause). The JSON schema's maxLength makes constrained decoding close the string;
+# text from an endpoint without constrained decoding is clipped rather than rejected.
+MEMORY_TEXT_MAX_CHARS = 200
+MEMORY_LABEL_MAX_CHARS = 60
+
+
+def _clipped(limit: int) -> BeforeValidator:
+    return BeforeValidator(lambda value: value[:limit] if isinstance(value, str) else value)
+
+
+MemoryText = Annotated[
+    str, _clipped(MEMORY_TEXT_MAX_CHARS), Field(max_length=MEMORY_TEXT_MAX_CHARS)
+]
+MemoryLabel = Annotated[
+    str, _clipped(MEMORY_LABEL_MAX_CHARS), Field(max_length=MEMORY_LABEL_MAX_CHARS)
+]
 CHOICE_DESC = "the number of the single best option"
 QUESTION_DESC = "the user's question"
 OPTIONS_DESC = "numbered answer options"

@@ -8,7 +8,7 @@ import dspy
 from pydantic import BaseModel, Field
 
 from memory_policies.base import MemoryState, Message, render_conversation
-from memory_policies.common import DEFAULT_MEMORY_USE, MemoryReply, latest_time
+from memory_policies.common import DEFAULT_MEMORY_USE, MemoryReply, MemoryText, latest_time
 from memory_policies.paper import (
     PAPER_FACT_EXTRACTION,
     PAPER_MEMORY_UPDATE,
@@ -37,7 +37,7 @@ class ExternalState(StoreState):
 class MemoryOperation(BaseModel):
     action: Literal["add", "update", "delete"]
     id: int = Field(description="id of the stored memory to update or delete; 0 for add")
-    text: str = Field(description="the fact (for add and update); empty for delete")
+    text: MemoryText = Field(description="the fact (for add and update); empty for delete")
 
 
 class ExternalWrite(dspy.Signature):

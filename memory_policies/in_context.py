@@ -13,7 +13,9 @@ from memory_policies.base import MemoryPolicy, MemoryState, Message, render_conv
 from memory_policies.common import (
     DEFAULT_MEMORY_USE,
     MemoryChoose,
+    MemoryLabel,
     MemoryReply,
+    MemoryText,
     latest_time,
     timed_line,
 )
@@ -62,8 +64,8 @@ class InContextState(MemoryState):
 
 
 class MemoryUpdate(BaseModel):
-    label: str = Field(description="short topic name, e.g. 'diet'")
-    value: str = Field(description="the current information for this topic")
+    label: MemoryLabel = Field(description="short topic name, e.g. 'diet'")
+    value: MemoryText = Field(description="the current information for this topic")
 
 
 class InContextWrite(dspy.Signature):

@@ -84,11 +84,29 @@ def _response_format(signature: type[dspy.Signature], dialect: StructuredOutput)
         return {"type": "json_object"}
     schema = model.model_json_schema()
     if dialect == "llama_cpp":
-        # llama-cpp-python's server reads a schema only from this (Anyscale-style) shape.
+        # llama-cpp-python's server reads a schema only from this (Anyscale-style) shape;
+        # llama.cpp's grammars enforce string lengths (e.g. memory texts' maxLength).
         return {"type": "json_object", "schema": schema}
+    # OpenAI's strict mode rejects string length keywords; the prompt still shows them and
+    # the parsed value is still validated (memory texts are clipped there).
+    schema = _without_string_lengths(schema)
     return {
         "type": "json_schema",
         "json_schema": {"name": "outputs", "schema": schema, "strict": True},
+    }
+
+
+def _without_string_lengths(node: Any) -> Any:
+    """A copy of a JSON schema without minLength/maxLength on string nodes."""
+    if isinstance(node, list):
+        return [_without_string_lengths(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    is_string = node.get("type") == "string"
+    return {
+        key: _without_string_lengths(value)
+        for key, value in node.items()
+        if not (is_string and key in ("minLength", "maxLength"))
     }
 
 

@@ -14,6 +14,9 @@ class RoleUsage(BaseModel):
     cache_hits: int = 0
     failures: int = 0
     prompt_tokens: int = 0
+    # Of prompt_tokens, those the server reused from its prompt cache (llama-server, OpenAI:
+    # usage.prompt_tokens_details.cached_tokens) instead of evaluating them again.
+    prompt_tokens_cached: int = 0
     completion_tokens: int = 0
     latency_s: float = 0.0
 
@@ -71,17 +74,21 @@ class UsageSummary(BaseModel):
         for role, usage in self.roles.items():
             metrics[f"{prefix}{role}_calls"] = usage.calls
             metrics[f"{prefix}{role}_prompt_tokens"] = usage.prompt_tokens
+            metrics[f"{prefix}{role}_prompt_tokens_cached"] = usage.prompt_tokens_cached
             metrics[f"{prefix}{role}_completion_tokens"] = usage.completion_tokens
             metrics[f"{prefix}{role}_latency_s"] = round(usage.latency_s, 3)
         return metrics
 
     def table(self) -> str:
+        # "cached": calls answered from DSPy's response cache; "reused": prompt tokens the
+        # server took from its prompt cache rather than evaluating them.
         lines = [f"{'role':<10} {'calls':>6} {'cached':>6} {'failed':>6} {'prompt':>8} "
-                 f"{'completion':>10} {'latency':>9}"]  # fmt: skip
+                 f"{'reused':>8} {'completion':>10} {'latency':>9}"]  # fmt: skip
         for role, usage in self.roles.items():
             lines.append(
                 f"{role:<10} {usage.calls:>6} {usage.cache_hits:>6} {usage.failures:>6} "
-                f"{usage.prompt_tokens:>8} {usage.completion_tokens:>10} {usage.latency_s:>8.1f}s"
+                f"{usage.prompt_tokens:>8} {usage.prompt_tokens_cached:>8} "
+                f"{usage.completion_tokens:>10} {usage.latency_s:>8.1f}s"
             )
         return "\n".join(lines)
 
@@ -130,6 +137,8 @@ class UsageTracker:
         completion = _as_int(
             (usage or {}).get("completion_tokens", (usage or {}).get("output_tokens"))
         )
+        details = (usage or {}).get("prompt_tokens_details") or {}
+        reused = _as_int(details.get("cached_tokens")) if isinstance(details, Mapping) else 0
         # DSPy reports empty usage exactly for responses served from its cache.
         cache_hit = not failed and not usage
         with self._lock:
@@ -141,6 +150,7 @@ class UsageTracker:
             elif cache_hit:
                 current.cache_hits += 1
             current.prompt_tokens += prompt
+            current.prompt_tokens_cached += reused
             current.completion_tokens += completion
             listeners = self._listeners
         if listeners:

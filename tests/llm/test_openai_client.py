@@ -59,6 +59,18 @@ def test_structured_call_counts_usage_and_is_cached(stub, fresh_cache):
     assert stub.stats()["chat_requests"] == 1
 
 
+def test_prompt_tokens_the_server_reused_are_counted(stub, fresh_cache):
+    # The stub reports the prefix shared with the previous prompt as cached_tokens, as a
+    # one-slot llama-server does: the second question shares the instructions only.
+    lms = _lms(stub)
+    _ask(lms, "Which is a fruit?")
+    first = lms.usage.snapshot().roles["agent"]
+    _ask(lms, "Which is a vegetable?")
+    second = lms.usage.snapshot().roles["agent"].minus(first)
+    assert 0 < second.prompt_tokens_cached < second.prompt_tokens
+    assert "reused" in lms.usage.snapshot().table()
+
+
 def test_server_errors_are_retried_with_backoff_then_reported(stub, fresh_cache):
     lms = _lms(stub, retries=2, cache=False)
     stub.set_fault("http500", count=2)

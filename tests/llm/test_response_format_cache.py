@@ -3,6 +3,7 @@ policies derive a new signature class per call, which must not rebuild the schem
 
 from __future__ import annotations
 
+import json
 from typing import Literal
 
 import dspy
@@ -70,3 +71,13 @@ def test_field_structure_is_dspy_own_and_built_once_per_field_set(monkeypatch):
     label = structured.format_field_structure(Label)
     assert label == original(dspy.JSONAdapter(), Label) != one
     assert len(built) == 2
+
+
+def test_string_lengths_reach_llama_cpp_but_not_strict_json_schema():
+    # llama.cpp's grammar enforces maxLength; OpenAI's strict mode rejects the keyword.
+    from memory_policies.in_context import InContextWrite
+
+    llama = json.dumps(response_format_for(InContextWrite, "llama_cpp"))
+    strict = json.dumps(response_format_for(InContextWrite, "json_schema"))
+    assert '"maxLength": 200' in llama
+    assert "maxLength" not in strict and '"value"' in strict

@@ -8,6 +8,7 @@ import pytest
 from mp_helpers import CountingEmbedder, Raw, agent, agent_context, calls_for, section
 
 from memory_policies import Message, PolicyError, build_policy
+from memory_policies.common import MEMORY_LABEL_MAX_CHARS, MEMORY_TEXT_MAX_CHARS
 
 ALL_KINDS = ["native", "in_context", "external", "raw_rag"]
 
@@ -139,3 +140,27 @@ def test_parse_failures_are_counted_and_memory_kept() -> None:
     assert [e.value for e in state.memory] == ["pasta"]
     # The failed reply still happened in the conversation.
     assert state.short_term[-1] == Message(role="assistant", content="")
+
+
+@pytest.mark.parametrize("kind", ["in_context", "external"])
+def test_long_memory_texts_are_clipped_not_rejected(kind: str) -> None:
+    # A small model looping inside a value, from an endpoint without constrained decoding:
+    # the write still lands, clipped to the schema's maxLength, and is no parse failure.
+    rambling = "It is a great way to relax and unwind. " * 40
+    policy = _policy(kind)
+    lm = agent(
+        updates=[{"label": "relaxation " * 20, "value": rambling}],
+        operations=[{"action": "add", "id": 0, "text": rambling}],
+    )
+    state = policy.initial_state()
+    with agent_context(lm):
+        state = policy.observe(state, [Message(role="user", content="x")] * 4)
+    stored = (
+        [e.value for e in state.memory]
+        if kind == "in_context"
+        else [m.text for m in state.memories]
+    )
+    assert stored == [rambling[:MEMORY_TEXT_MAX_CHARS]]
+    assert state.parse_failures == {}
+    if kind == "in_context":
+        assert len(state.memory[0].label) <= MEMORY_LABEL_MAX_CHARS
