@@ -13,7 +13,13 @@ server's own per-request timings of the two phases. Slots batch the decode steps
 requests; prompt evaluation is already a batch of ~300 tokens with one request, so on a
 compute-bound CPU it gains little from slots and bounds the overall ratio.
 
+`--issue-protocol` also runs the sequence issue 13 measured its 4.3x with: one server with
+4 slots, the 8 prompts at client concurrency 1, then the same 8 at concurrency 4. The second
+batch finds every prompt in the server's prompt cache (the printed "prompt tokens evaluated"
+drops to a handful), so that ratio measures batched decoding without prompt evaluation.
+
     .venv/bin/python benchmarks/embedded_slots.py [--slots 1 4] [--model-preset 0.5b]
+        [--issue-protocol]
 """
 
 from __future__ import annotations
