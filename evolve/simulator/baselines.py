@@ -202,6 +202,15 @@ def _format_options(options: Sequence[str], protocol: Protocol = "evolve") -> st
     return "\n".join(f"{i}{separator} {option}" for i, option in enumerate(options, start=1))
 
 
+def choice_error(choice: object, option_count: int) -> str | None:
+    """Why `choice` is not a 1-based option number, or None when it is one."""
+    if isinstance(choice, bool) or not isinstance(choice, int):
+        return f"choice {choice!r} is not an integer"
+    if not 1 <= choice <= option_count:
+        return f"choice {choice} is not an option number in 1..{option_count}"
+    return None
+
+
 def _predictor(protocol: Protocol) -> dspy.Predict:
     return dspy.Predict(PaperAnswerWithKnownState if protocol == "paper" else AnswerWithKnownState)
 
@@ -234,11 +243,7 @@ def _ask(
                     options=_format_options(option_texts),
                 )
         choice = prediction.choice
-        error = None
-        if isinstance(choice, bool) or not isinstance(choice, int):
-            error = f"choice {choice!r} is not an integer"
-        elif not 1 <= choice <= len(option_texts):
-            error = f"choice {choice} is not an option number in 1..{len(option_texts)}"
+        error = choice_error(choice, len(option_texts))
     except AdapterParseError as exc:
         choice, error = None, " ".join(str(exc).split())[:300]
     if error is not None:

@@ -30,6 +30,11 @@ class CatalogVariable(_CatalogModel):
     domain: str = Field(min_length=1)
     label: str = Field(min_length=1)
     requests: list[str] = Field(min_length=1)
+    recall: str | None = Field(
+        default=None,
+        description="the user asking for this variable's current value, in their own words "
+        "(recall questions; see evolve.simulator.synthesis.recall)",
+    )
     values: dict[str, list[str]] = Field(description="value -> paraphrases revealing it")
 
     @model_validator(mode="after")

@@ -1,6 +1,6 @@
 """Offline AMemGym environment synthesis: seeded sampling over a built-in catalog, no LLM.
 
-Why about 500 lines: one seeded sampling procedure whose steps share private helpers and
+Why about 570 lines: one seeded sampling procedure whose steps share private helpers and
 the RNG order (moving a draw changes every file); the catalog format is in `catalogs.py`.
 
 It follows the original generator's structure and constraints (questions first, the schema
@@ -45,6 +45,11 @@ from evolve.simulator.environment import (
     StateUpdate,
 )
 from evolve.simulator.synthesis.catalogs import Catalog, CatalogQuestion, load_catalog
+from evolve.simulator.synthesis.recall import (
+    balanced_order,
+    recall_question,
+    sample_recall_variables,
+)
 
 DATE_FORMAT = "%Y-%m-%d"
 SESSION_TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
@@ -105,9 +110,19 @@ class OfflineSynthesisConfig(BaseModel):
     rounds_initial: int = Field(default=1, ge=1, description="Episode rounds per period-0 session.")
     rounds_update: int = Field(default=1, ge=1, description="Episode rounds per later session.")
     num_users: int = Field(default=20, ge=1, description="Users generated when not given.")
+    question_kind: Literal["advice", "recall"] = Field(
+        default="advice",
+        description="advice: AMemGym's questions (advice that depends on the state); recall: "
+        "direct questions about one variable's current value (a small-model world).",
+    )
 
     @model_validator(mode="after")
     def _check_consistency(self) -> OfflineSynthesisConfig:
+        if self.question_kind == "recall" and self.states_per_question != 1:
+            raise ValueError(
+                "recall questions ask about one variable each: set states_per_question = 1, "
+                f"got {self.states_per_question}"
+            )
         if self.choices_per_state[0] < 2:
             raise ValueError("choices_per_state must be at least 2 (a variable needs a choice)")
         if self.changes_per_period[0] < 1:
@@ -174,6 +189,24 @@ PRESETS: dict[str, OfflineSynthesisConfig] = {
         rounds_update=1,
         num_users=4,
     ),
+    # Not AMemGym's questions: direct questions about one variable's current value, so that a
+    # 0.5B model's memory is measurable (it answers them well when told the state, at chance
+    # otherwise). 8 variables from 8 domains; about half of them change in each period.
+    "recall": OfflineSynthesisConfig(
+        name="recall",
+        num_periods=2,
+        num_questions=8,
+        states_per_question=1,
+        choices_per_state=3,
+        changes_per_period=(3, 4),
+        max_changes_per_state=2,
+        min_state_variants=3,
+        period_length=1,
+        rounds_initial=1,
+        rounds_update=1,
+        num_users=4,
+        question_kind="recall",
+    ),
 }
 
 
@@ -222,8 +255,9 @@ def synthesize_user(
     user_id = f"u{index:03d}-{persona.id}"
     rng = derive_rng("user", seed, index)
 
+    sample = _sample_recall if config.question_kind == "recall" else _sample_questions
     for _ in range(_MAX_ATTEMPTS):
-        questions, schema = _sample_questions(rng, config, catalog)
+        questions, schema = sample(rng, config, catalog)
         if not _feasible(config, questions, schema):
             continue
         trajectory = _sample_trajectory(rng, config, schema)
@@ -254,8 +288,10 @@ def synthesize_user(
                 counts,
             )
         )
+    # Recall questions spread their gold options over positions across the user's questions.
+    positions: list[int] | None = [] if config.question_kind == "recall" else None
     qas = [
-        _question(rng, config, question, variables, schema, states)
+        _question(rng, config, question, variables, schema, states, positions)
         for question, variables in questions
     ]
     return EnvironmentItem(
@@ -269,6 +305,15 @@ def synthesize_user(
 
 
 def _check_catalog_fits(config: OfflineSynthesisConfig, catalog: Catalog) -> None:
+    if config.question_kind == "recall":
+        recallable = sum(1 for variable in catalog.variables.values() if variable.recall)
+        if recallable < config.num_questions:
+            raise ConfigError(
+                f"{config.name!r} needs {config.num_questions} variables with a recall "
+                f"question, the catalog has {recallable}; lower num_questions or add 'recall' "
+                "to more catalog variables"
+            )
+        return
     eligible = [q for q in catalog.questions if len(q.variables) >= config.states_per_question]
     if len(eligible) < config.num_questions:
         raise ConfigError(
@@ -288,6 +333,25 @@ def _sample_questions(
     for question in rng.sample(eligible, config.num_questions):
         picked = set(rng.sample(question.variables, k))
         questions.append((question, [var for var in question.variables if var in picked]))
+    return questions, _sample_schema(rng, config, catalog, questions)
+
+
+def _sample_recall(
+    rng: random.Random, config: OfflineSynthesisConfig, catalog: Catalog
+) -> tuple[list[tuple[CatalogQuestion, list[str]]], dict[str, list[str]]]:
+    """One recall question per variable, the variables drawn across domains."""
+    variables = sample_recall_variables(rng, catalog, config.num_questions)
+    questions = [(recall_question(catalog, var), [var]) for var in variables]
+    return questions, _sample_schema(rng, config, catalog, questions)
+
+
+def _sample_schema(
+    rng: random.Random,
+    config: OfflineSynthesisConfig,
+    catalog: Catalog,
+    questions: list[tuple[CatalogQuestion, list[str]]],
+) -> dict[str, list[str]]:
+    """Each required variable's values: a random subset of the catalog's, in catalog order."""
     schema: dict[str, list[str]] = {}
     low, high = config.choices_per_state
     for _, variables in questions:
@@ -297,7 +361,7 @@ def _sample_questions(
             values = list(catalog.variables[var].values)
             picked = set(rng.sample(values, min(rng.randint(low, high), len(values))))
             schema[var] = [value for value in values if value in picked]
-    return questions, schema
+    return schema
 
 
 def _feasible(
@@ -479,8 +543,10 @@ def _question(
     variables: list[str],
     schema: dict[str, list[str]],
     states: list[dict[str, str]],
+    positions: list[int] | None = None,
 ) -> QA:
-    """Choices: every variant seen on the trajectory, padded with unseen ones, shuffled."""
+    """Choices: every variant seen on the trajectory, padded with unseen ones, shuffled (or,
+    given `positions`, ordered to spread the gold options; see `recall.balanced_order`)."""
     seen = list(dict.fromkeys(tuple(state[var] for var in variables) for state in states))
     variants = list(seen)
     if len(variants) < config.min_state_variants:
@@ -490,7 +556,11 @@ def _question(
             if combination not in seen
         ]
         variants += rng.sample(unseen, config.min_state_variants - len(variants))
-    rng.shuffle(variants)
+    if positions is None:
+        rng.shuffle(variants)
+    else:
+        gold = [tuple(state[var] for var in variables) for state in states]
+        variants = balanced_order(rng, variants, gold, positions)
     choices = [
         AnswerChoice(
             state=list(variant),
