@@ -172,6 +172,13 @@ class OptimizerSpec(_Strict):
         description="What the reflector is shown: complete / question_only (the paper's, no "
         "ground truth), diagnostic (ours: failures with the truth), none (no evolution).",
     )
+    operators: list[str] | None = Field(
+        default=None,
+        description="Mutation operators in ownership order (the first that owns a component "
+        "mutates it), by registered name: reflective (free-text rewrite), list_edit (the "
+        "reflector names list items to add or remove; for small models), parameter, tuned. "
+        "None: tuned (with tune_every), parameter (with [optimizer.parameters]), reflective.",
+    )
     mutate_components: list[str] = Field(
         default_factory=lambda: ["write.types_to_remember"],
         description="Policy components the reflector may rewrite.",
@@ -244,6 +251,7 @@ class OptimizerSpec(_Strict):
                     "tune_every",
                     "tune_trials",
                     "tune_sampler",
+                    "operators",
                 }
                 & self.model_fields_set
             )
@@ -265,6 +273,17 @@ class OptimizerSpec(_Strict):
                 'parameter_proposer = "optuna" proposes numeric parameters, but '
                 "[optimizer.parameters] has none with low < high; add one (e.g. update_every = "
                 "{ low = 1, high = 8 }) or remove parameter_proposer"
+            )
+        if self.operators is not None and (
+            not self.operators or len(set(self.operators)) != len(self.operators)
+        ):
+            raise ValueError(
+                f"'operators' must name each operator once and at least one, got {self.operators}"
+            )
+        if self.operators is not None and "tuned" in self.operators and self.tune_every is None:
+            raise ValueError(
+                "'operators' lists tuned, which runs every tune_every generations: set "
+                "tune_every (e.g. 2) or remove tuned"
             )
         if len(set(self.mutate_components)) != len(self.mutate_components):
             raise ValueError(

@@ -2,6 +2,7 @@
 
 from evolve.budget import Budget, BudgetExhausted, Spend
 from evolve.objective import objective_value
+from evolve.optimize import list_edit  # noqa: F401  (registers the list_edit operator)
 from evolve.optimize.feedback import Feedback, build_feedback, load_period_results
 from evolve.optimize.loop import LoopProgress, run_experiment
 from evolve.optimize.parameters import ParameterProposer, RandomStepProposer

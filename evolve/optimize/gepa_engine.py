@@ -45,6 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from evolve.budget import Budget
 from evolve.objective import objective_value
+from evolve.optimize.edits import says_less
 from evolve.optimize.feedback import build_feedback
 from evolve.optimize.operators import (
     MutationOperator,
@@ -401,6 +402,24 @@ class _RunLog:
             handle.write(f"{message}\n")
 
 
+class TieKeepsContent:
+    """GEPA acceptance for `improvement_or_equal`: a child better on its minibatch joins; a
+    child that only ties joins only if it says no less than its parent (`edits.says_less`).
+
+    On one user with a few coarse questions, ties are mostly noise: accepting every tied child
+    let a small reflector's damaged texts replace good ones. A tie still lets a child that adds
+    something (a new list item) join, which is the exploration the mode exists for.
+    """
+
+    def should_accept(self, proposal: Any, state: Any) -> bool:
+        before = sum(proposal.subsample_scores_before or [])
+        after = sum(proposal.subsample_scores_after or [])
+        if after != before:
+            return after > before
+        parent = state.program_candidates[proposal.parent_program_ids[0]]
+        return says_less(dict(parent), dict(proposal.candidate)) is None
+
+
 class GepaSettings(BaseModel):
     """The GEPA options a spec exposes (`[optimizer]`)."""
 
@@ -496,7 +515,11 @@ def run_gepa(
         batch_sampler=IterationSeededBatchSampler(settings.reflection_minibatch_size, seed),
         module_selector=settings.module_selector,
         use_merge=settings.use_merge,
-        acceptance_criterion=settings.acceptance,
+        acceptance_criterion=(
+            TieKeepsContent()
+            if settings.acceptance == "improvement_or_equal"
+            else settings.acceptance
+        ),
         max_metric_calls=settings.max_metric_calls,
         stop_callbacks=[should_stop],
         run_dir=str(run_dir),

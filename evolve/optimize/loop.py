@@ -169,6 +169,8 @@ class _Evolution(PopulationSchedule, ChainSchedule):
             temperature=temperature,
             max_chars=self.optimizer.max_instruction_chars,
             role=self.reflector_role,
+            # Proposal checks and structured edits are ours; the paper's reflector is unchecked.
+            check_proposals=resolved.spec.protocol == "evolve",
         )
         self.records: dict[str, CandidateRecord] = {}
         self.upper_bound: Any = None

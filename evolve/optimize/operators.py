@@ -19,6 +19,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from evolve.errors import ConfigError
+from evolve.optimize.reflect import proposal_feedback
+
 PARAMETER_PREFIX = "param."
 
 
@@ -56,6 +59,8 @@ class MutationOperator:
     """Narrow base: `owns` says which components it mutates; `propose` mutates them."""
 
     name: str = ""
+    # Whether proposals come from the reflector (left out when feedback = "none").
+    reflective: bool = False
 
     def owns(self, component: str, generation: int = 0) -> bool:
         """Whether this operator mutates `component` in `generation` (first owner wins)."""
@@ -79,6 +84,7 @@ class ReflectiveOperator(MutationOperator):
     """Our reflector role rewrites a text component from the feedback records of its parent."""
 
     name = "reflective"
+    reflective = True
 
     def __init__(self, reflector: Any) -> None:
         self.reflector = reflector
@@ -89,9 +95,7 @@ class ReflectiveOperator(MutationOperator):
     def propose(self, parent, components, records, *, seed):
         changed: dict[str, str] = {}
         for component in components:
-            feedback = "\n\n".join(
-                str(r.get("Feedback", "")) for r in records.get(component, []) if r.get("Feedback")
-            )
+            feedback = proposal_feedback(records.get(component, []))
             proposal = self.reflector.propose(
                 component, parent[component], feedback, rollout_id=seed, seed=seed
             )
@@ -161,14 +165,17 @@ class TunedOperator(MutationOperator):
         episode: Any,
         work_dir: Any,
         bounds: Mapping[str, Any],
-        every: int,
+        every: int | None,
         trials: int = 4,
         sampler: str = "tpe",
         objective: str = "memory_score",
         upper_bound: Any = None,
     ) -> None:
-        if every < 1:
-            raise ValueError(f"tune_every must be >= 1, got {every}")
+        if every is None or every < 1:
+            raise ValueError(
+                f"the tuned operator runs every tune_every generations: set optimizer.tune_every "
+                f"to 1 or more, got {every}"
+            )
         self.policy_of, self.environment, self.lms = policy_of, environment, lms
         self.episode, self.work_dir, self.bounds = episode, work_dir, dict(bounds)
         self.every, self.trials, self.sampler = every, trials, sampler
@@ -222,8 +229,9 @@ def build_operator(name: str, **context: Any) -> MutationOperator:
     try:
         factory = OPERATORS[name]
     except KeyError:
-        raise ValueError(
-            f"unknown mutation operator {name!r}; registered: {', '.join(sorted(OPERATORS))}"
+        raise ConfigError(
+            f"unknown mutation operator {name!r} in optimizer.operators; registered: "
+            f"{', '.join(sorted(OPERATORS))} (a plugin registers more with register_operator)"
         ) from None
     return factory(**context)
 

@@ -100,33 +100,37 @@ class PopulationSchedule:
     # ----- population schedule: GEPA -------------------------------------------------------
 
     def _operators(self) -> list[MutationOperator]:
-        """Operators in ownership order: tuned (its generations only), parameter, reflective."""
+        """Operators in ownership order (the first that owns a component mutates it):
+        `optimizer.operators` when the spec names them, else tuned (its generations only),
+        parameter, reflective. Operators that call the reflector are left out when
+        `feedback = "none"` (no reflective proposal)."""
         optimizer = self.optimizer
         bounds = {name: optimizer.parameters[name] for name in optimizer.tunable_parameters()}
-        operators: list[MutationOperator] = []
-        if optimizer.tune_every is not None:
-            operators.append(
-                build_operator(
-                    "tuned",
-                    policy_of=lambda candidate: self.adapter.policy(candidate),
-                    environment=self.resolved.train,
-                    lms=self.lms,
-                    episode=self.resolved.episode,
-                    work_dir=self.store.root / "tuning",
-                    bounds=bounds,
-                    every=optimizer.tune_every,
-                    trials=optimizer.tune_trials,
-                    sampler=optimizer.tune_sampler,
-                    objective=optimizer.objective,
-                    upper_bound=self.upper_bound,
-                )
-            )
-        if bounds:
-            operators.append(
-                build_operator("parameter", proposer_factory=self.proposer_factory, bounds=bounds)
-            )
-        if optimizer.reflective_enabled():
-            operators.append(build_operator("reflective", reflector=self.reflector))
+        names = optimizer.operators
+        if names is None:
+            names = [
+                *(["tuned"] if optimizer.tune_every is not None else []),
+                *(["parameter"] if bounds else []),
+                "reflective",
+            ]
+        context = {
+            "reflector": self.reflector,
+            "proposer_factory": self.proposer_factory,
+            "bounds": bounds,
+            "policy_of": lambda candidate: self.adapter.policy(candidate),
+            "environment": self.resolved.train,
+            "lms": self.lms,
+            "episode": self.resolved.episode,
+            "work_dir": self.store.root / "tuning",
+            "every": optimizer.tune_every,
+            "trials": optimizer.tune_trials,
+            "sampler": optimizer.tune_sampler,
+            "objective": optimizer.objective,
+            "upper_bound": self.upper_bound,
+        }
+        operators = [build_operator(name, **context) for name in names]
+        if not optimizer.reflective_enabled():
+            operators = [operator for operator in operators if not operator.reflective]
         return operators
 
     def _run_population(self) -> None:

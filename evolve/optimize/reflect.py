@@ -9,12 +9,15 @@ that honour it sample reproducibly. Callers also vary the component and the feed
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import dspy
 from dspy.utils.exceptions import AdapterParseError
 
 from evolve.llm import RoleLMs
+from evolve.optimize.edits import proposal_problem
 
 REFLECT_INSTRUCTIONS = (
     "You improve the long-term memory of a personal AI assistant. `current_text` is one part "
@@ -53,18 +56,31 @@ class Proposal:
     parse_failed: bool = False
 
 
+def proposal_feedback(records: Sequence[Mapping[str, Any]]) -> str:
+    """The feedback one proposal shows: its records' feedback texts, in order."""
+    return "\n\n".join(str(r.get("Feedback", "")) for r in records if r.get("Feedback"))
+
+
 class Reflector:
     """Proposes a new text for one component; stateless apart from the fixed predictor."""
 
     def __init__(
-        self, lms: RoleLMs, *, temperature: float, max_chars: int, role: str = "reflector"
+        self,
+        lms: RoleLMs,
+        *,
+        temperature: float,
+        max_chars: int,
+        role: str = "reflector",
+        check_proposals: bool = True,
     ) -> None:
         """`role` is the LM role that answers: "reflector", or "agent" under the paper's
-        protocol (its reflector is the agent's own model)."""
+        protocol (its reflector is the agent's own model). `check_proposals` refuses texts
+        that are not valid for their component (`edits.proposal_problem`)."""
         self.lms = lms
         self.role = role
         self.temperature = temperature
         self.max_chars = max_chars
+        self.check_proposals = check_proposals
         self.predictor = dspy.Predict(ProposeInstruction.with_instructions(REFLECT_INSTRUCTIONS))
 
     def propose(
@@ -94,4 +110,13 @@ class Reflector:
                 error=f"the reflector's text has {len(text)} characters, more than "
                 f"max_instruction_chars = {self.max_chars}",
             )
+        problem = self.problem(component, text, feedback)
+        if problem is not None:
+            return Proposal(text=None, error=f"refused proposal: {problem}")
         return Proposal(text=text)
+
+    def problem(self, component: str, text: str, feedback: str) -> str | None:
+        """Why `text` may not replace `component` (None: it may, or checks are off)."""
+        if not self.check_proposals:
+            return None
+        return proposal_problem(component, text, feedback)
