@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from evolve.optimize.report import accuracy_references
 from evolve.records import CandidateRecord, ExperimentResult
 from evolve.simulator.metrics import MetricSummary
 from evolve.tuning.records import TrialRecord, TuningResult
@@ -346,12 +347,29 @@ def _candidate_points(axis: Axes, result: ExperimentResult, metric: str, step: s
                 first = False
             axis.scatter([x], [scores.score], marker=marker, s=30, color=colour, label=label)
             values += [scores.score, *per_user]
+    values += _reference_lines(axis, result, metric)
     style_score_axis(axis, metric, values)
     axis.set_xlabel(step)
     integer_ticks(axis, {record.generation for record in result.candidates})
     axis.set_title("candidates (bar: spread across users)")
     if axis.get_legend_handles_labels()[0]:
         axis.legend(fontsize=8)
+
+
+def reference_levels(result: ExperimentResult, metric: str) -> dict[str, float]:
+    """Chance and the upper bound on `metric`'s scale: 0 and 1 for a memory score (its
+    definition), else the run's mean random and upper-bound accuracy."""
+    if metric != "accuracy":
+        return {"chance": 0.0, "upper bound": 1.0}
+    return accuracy_references(result)
+
+
+def _reference_lines(axis: Axes, result: ExperimentResult, metric: str) -> list[float]:
+    colours = {"chance": "0.45", "upper bound": "#55a868"}
+    levels = reference_levels(result, metric)
+    for name, level in levels.items():
+        axis.axhline(level, color=colours[name], linewidth=0.9, linestyle="--", label=name)
+    return list(levels.values())
 
 
 def _heldout_versus_train(axis: Axes, result: ExperimentResult, metric: str) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -21,7 +21,9 @@ from evolve.simulator.storage import canonical_json
 
 # tuned: the best parameters of a short Optuna study on the parent (optimizer.tune_every).
 # merge: GEPA's merge of two lineages (optimizer.use_merge).
-MutationKind = Literal["base", "reflective", "parameter", "tuned", "merge"]
+# "base", "merge", or the name of the registered operator that proposed the candidate
+# (reflective, list_edit, parameter, tuned, or a plugin's).
+MutationKind = str
 
 
 class _Frozen(BaseModel):
@@ -43,10 +45,14 @@ class Mutation(_Frozen):
         default_factory=dict, description="name -> (old, new)."
     )
     attempts: int = Field(default=1, description="Proposals tried (duplicates are retried).")
+    edits: dict[str, dict[str, list[str]]] = Field(
+        default_factory=dict,
+        description="Structured edits applied per component: {'added': [...], 'removed': [...]}.",
+    )
 
     def describe(self) -> str:
-        if self.kind == "reflective":
-            return f"reflective({self.component})"
+        if self.component is not None and not self.parameter_changes:
+            return f"{self.kind}({self.component})"
         if self.kind in ("parameter", "tuned"):
             changes = ", ".join(f"{n} {a}->{b}" for n, (a, b) in self.parameter_changes.items())
             return f"{self.kind}({changes})"

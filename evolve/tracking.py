@@ -627,7 +627,7 @@ class MLflowTracker(ExperimentTracker):
             params[f"param.{name}"] = str(value)
         for role, model in sorted(self.context.model_names.items()):
             params[f"model.{role}"] = str(model)
-        if record.mutation.kind == "reflective":
+        if record.mutation.feedback is not None:  # proposed by the reflector
             params["feedback"] = str(record.mutation.feedback)
             params["reflector_temperature"] = str(record.mutation.temperature)
             params["rollout_id"] = str(record.mutation.rollout_id)

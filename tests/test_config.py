@@ -32,8 +32,15 @@ def test_shipped_specs_load_and_resolve(name):
 def test_quickstart_is_small_and_embedded():
     spec = load_spec(EXPERIMENTS / "quickstart.toml")
     resolved = resolve(spec)
-    assert spec.environment.preset == "tiny" and spec.policy.kind == "in_context"
+    assert spec.environment.preset == "recall" and spec.policy.kind == "in_context"
     assert spec.optimizer.generations >= 3 and spec.optimizer.reflection_minibatch_size == 1
+    assert spec.optimizer.operators == ["list_edit"]
+    # The held-out user carries at least 24 questions (8 questions x 3 periods).
+    heldout = resolved.heldout.items[0]
+    assert len(heldout.qas) * len(heldout.periods) >= 24
+    # The base's types list omits most of the world's domains.
+    types = spec.policy.components["write.types_to_remember"]
+    assert len(types.splitlines()) <= 2
     assert spec.llm.needs_embedded_server()
     assert len(resolved.train.items) == 1 and len(resolved.heldout.items) == 1
     assert spec.tracking_uri() == DEFAULT_TRACKING_URI

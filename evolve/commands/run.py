@@ -20,6 +20,7 @@ from evolve.config import ExperimentSpec, ResolvedExperiment, load_spec, resolve
 from evolve.llm import LLMConfig, add_llm_arguments, llm_config_from_args, open_role_lms
 from evolve.locking import run_lock
 from evolve.optimize import LoopProgress, format_lineage, format_table, run_experiment
+from evolve.optimize.report import format_outcome
 from evolve.records import CandidateRecord
 from evolve.simulator.runner import ProgressSink
 from evolve.tracking import ExperimentTracker, tracker_for
@@ -102,6 +103,8 @@ def _run_locked(
     print(format_table(result))
     print()
     print(format_lineage(result))
+    print()
+    print(format_outcome(result))
     print(f"\nLLM usage of this invocation (cached responses cost nothing):\n{usage.table()}")
     if result.best_id is not None:
         from evolve.export import write_bundle

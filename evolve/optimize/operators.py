@@ -241,4 +241,20 @@ register_operator(
     "parameter",
     lambda *, proposer_factory, bounds, **_: ParameterOperator(proposer_factory, bounds),
 )
-register_operator("tuned", lambda **context: TunedOperator(**context))
+_TUNED_CONTEXT = (
+    "policy_of",
+    "environment",
+    "lms",
+    "episode",
+    "work_dir",
+    "bounds",
+    "every",
+    "trials",
+    "sampler",
+    "objective",
+    "upper_bound",
+)
+register_operator(
+    "tuned",
+    lambda **context: TunedOperator(**{k: context[k] for k in _TUNED_CONTEXT if k in context}),
+)

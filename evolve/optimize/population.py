@@ -346,13 +346,22 @@ class PopulationSchedule:
             texts = [
                 c for c in (proposals[0]["feedback"] if proposals else {}) if not is_parameter(c)
             ]
+            # Text components are proposed by the reflector (reflective, list_edit, plugins).
+            reflected = bool(texts)
+            edits = {
+                component: dict(applied)
+                for p in proposals
+                for component, applied in p.get("detail", {}).items()
+                if isinstance(applied, dict) and {"added", "removed"} <= set(applied)
+            }
             mutation = Mutation(
                 kind=kind,
                 component=texts[0] if texts else None,
-                feedback=self.optimizer.feedback if kind == "reflective" else None,
-                temperature=self.reflector.temperature if kind == "reflective" else None,
+                feedback=self.optimizer.feedback if reflected else None,
+                temperature=self.reflector.temperature if reflected else None,
                 parameter_changes=changes,
                 rollout_id=proposals[0]["seed"] if proposals else None,
+                edits=edits,
             )
             seed = (
                 proposals[0]["seed"]

@@ -71,6 +71,9 @@ def format_table(result: ExperimentResult) -> str:
         )
     if not result.generations:
         lines.append("  (no finished generation yet)")
+    references = _references(result)
+    if references:
+        lines.append(references)
     skipped = [r for r in result.candidates if r.status in ("duplicate", "invalid")]
     if skipped:
         duplicates = sum(r.status == "duplicate" for r in skipped)
@@ -93,6 +96,30 @@ def format_table(result: ExperimentResult) -> str:
     return "\n".join(lines)
 
 
+def accuracy_references(result: ExperimentResult) -> dict[str, float]:
+    """Mean chance (random) and upper-bound accuracy over every evaluation of the run."""
+    levels: dict[str, list[float]] = {"chance": [], "upper bound": []}
+    for record in result.candidates:
+        for scores in (record.train, record.heldout):
+            if scores is None:
+                continue
+            if scores.summary.random_score is not None:
+                levels["chance"].append(scores.summary.random_score)
+            if scores.summary.upper_bound_score is not None:
+                levels["upper bound"].append(scores.summary.upper_bound_score)
+    return {name: sum(values) / len(values) for name, values in levels.items() if values}
+
+
+def _references(result: ExperimentResult) -> str | None:
+    levels = accuracy_references(result)
+    if "chance" not in levels:
+        return None
+    text = f"accuracy references: chance {levels['chance']:.3f}"
+    if "upper bound" in levels:
+        text += f", upper bound {levels['upper bound']:.3f} (the agent told the true state)"
+    return text
+
+
 def format_lineage(result: ExperimentResult, candidate_id: str | None = None) -> str:
     """The best policy's ancestry, newest first, with each step's mutation and scores."""
     target = candidate_id or result.best_id
@@ -113,3 +140,55 @@ def _describe(record: CandidateRecord) -> str:
         f"{record.id:<7} gen {record.generation:<2} {record.mutation.describe():<36} "
         f"train {_score(train)}  held-out {_score(heldout)}  [{params}]"
     )
+
+
+def format_outcome(result: ExperimentResult) -> str:
+    """In words: what the best policy changed from the base, and whether it beats the base on
+    the held-out users, with how many scored questions that rests on."""
+    if result.best_id is None:
+        return "no evaluated candidate yet"
+    best = result.candidate(result.best_id)
+    lineage = result.lineage(best.id)  # newest first; the base last
+    base = lineage[-1]
+    changes = [_change_in_words(record) for record in reversed(lineage[:-1])]
+    lines = [
+        "what changed: "
+        + ("; ".join(changes) if changes else f"nothing - the best policy is the base ({base.id})")
+    ]
+    if base.heldout is None or best.heldout is None:
+        lines.append("held-out: not evaluated (no held-out users, or the run stopped early)")
+        return "\n".join(lines)
+    questions = best.heldout.summary.n_items
+    users = len(best.heldout.users)
+    objective = best.heldout.objective_used or best.heldout.objective
+    base_accuracy, best_accuracy = base.heldout.summary.accuracy, best.heldout.summary.accuracy
+    if best.id == base.id:
+        verdict = "no candidate beat the base on the train users, so the base is kept"
+    elif best.heldout.score > base.heldout.score:
+        verdict = f"the best ({best.id}) beats the base on the held-out users"
+    else:
+        verdict = f"the best ({best.id}) does NOT beat the base on the held-out users"
+    lines.append(
+        f"held-out ({users} user{'s' if users != 1 else ''}, {questions} questions): {verdict}: "
+        f"{objective} {best.heldout.score:.3f} vs {base.heldout.score:.3f}, accuracy "
+        f"{_score(best_accuracy)} vs {_score(base_accuracy)}"
+    )
+    return "\n".join(lines)
+
+
+def _change_in_words(record: CandidateRecord) -> str:
+    mutation = record.mutation
+    if mutation.edits:
+        parts = []
+        for component, applied in mutation.edits.items():
+            added = ", ".join(repr(item) for item in applied.get("added", []))
+            removed = ", ".join(repr(item) for item in applied.get("removed", []))
+            words = [f"added {added}" if added else "", f"removed {removed}" if removed else ""]
+            parts.append(f"{component} {' and '.join(w for w in words if w)}")
+        return f"{record.id}: " + "; ".join(parts)
+    if mutation.parameter_changes:
+        changed = ", ".join(f"{n} {a}->{b}" for n, (a, b) in mutation.parameter_changes.items())
+        return f"{record.id}: {changed}"
+    if mutation.component is not None:
+        return f"{record.id}: rewrote {mutation.component}"
+    return f"{record.id}: {mutation.kind}"
