@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import functools
 import json
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
 import dspy
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, Field
 
 from memory_policies.base import MemoryPolicy, MemoryState, Message, render_conversation
 from memory_policies.common import (
@@ -38,11 +36,10 @@ TYPES_HEADER = "Types of Information to Remember:"
 _SEAM = f"\n\n{TYPES_HEADER}\n"
 
 DEFAULT_WRITE = (
-    "You maintain the long-term memory of a personal assistant about its user. Read the user's "
-    "new messages and record the information that will help personalise future "
-    "conversations, if it is of a type listed below; give each fact its type, or 'other'. "
-    "Keep each value short and specific. When the user's situation or a preference changed, "
-    "overwrite the old entry by reusing its label with the new value."
+    "You maintain the long-term memory of a personal assistant about its user. Read the new "
+    "conversation messages and record the information that will help personalise future "
+    "conversations. Keep each value short and specific. When the user's situation or a "
+    "preference changed, overwrite the old entry by reusing its label with the new value."
 )
 
 DEFAULT_TYPES_TO_REMEMBER = (
@@ -79,72 +76,6 @@ class InContextWrite(dspy.Signature):
         # a concrete example of one entry per revealed fact keeps them writing.
         desc="one entry per fact the user revealed about themselves, e.g. label 'diet', "
         "value 'vegetarian'; reuse an existing label to replace its value"
-    )
-
-
-# A fact of no listed type: not remembered (the types list decides what memory keeps).
-OTHER_TYPE = "other"
-_TYPE_ITEM = re.compile(r"^\s*(?:\d+[.)]|[-*\u2022])?\s*(?P<text>\S.*)$")
-_TYPE_NAME_CHARS = 60
-
-
-def type_names(types_to_remember: str) -> list[str]:
-    """The short names of a types list: each item's text before its first ':' or '(' (a
-    numbered or bulleted list; one item a line), without duplicates."""
-    names: list[str] = []
-    seen: set[str] = set()
-    for line in types_to_remember.splitlines():
-        match = _TYPE_ITEM.match(line)
-        if not match:
-            continue
-        name = re.split(r"[:(]", match.group("text"), maxsplit=1)[0].strip(" .;,")
-        name = name[:_TYPE_NAME_CHARS].strip()
-        if name and name.casefold() not in seen and name.casefold() != OTHER_TYPE:
-            seen.add(name.casefold())
-            names.append(name)
-    return names
-
-
-def _require_type(schema: dict[str, Any]) -> None:
-    # Optional in Python (a reply without it is kept, as before types existed), required in the
-    # JSON schema so that constrained decoding always states it.
-    schema.setdefault("required", [])
-    if "type" not in schema["required"]:
-        schema["required"].insert(0, "type")
-    field = schema["properties"]["type"]
-    choices = [option for option in field.pop("anyOf", []) if option.get("type") != "null"]
-    if choices:
-        field.update(choices[0])
-    field.pop("default", None)
-
-
-@functools.lru_cache(maxsize=256)
-def _typed_update_model(names: tuple[str, ...]) -> type[BaseModel]:
-    kind = Literal.__getitem__((*names, OTHER_TYPE))  # type: ignore[attr-defined]
-    return create_model(
-        "TypedMemoryUpdate",
-        __config__=ConfigDict(json_schema_extra=_require_type),
-        type=(
-            kind | None,
-            Field(
-                default=None, description=f"which listed type this fact is; '{OTHER_TYPE}' if none"
-            ),
-        ),
-        label=(MemoryLabel, Field(description="short topic name, e.g. 'diet'")),
-        value=(MemoryText, Field(description="the current information for this topic")),
-    )
-
-
-def typed_write_signature(
-    signature: type[dspy.Signature], types_to_remember: str
-) -> type[dspy.Signature]:
-    """`signature` whose updates name one of the listed types (or 'other') for each fact."""
-    names = tuple(type_names(types_to_remember))
-    if not names:
-        return signature
-    return signature.with_updated_fields(
-        "updates",
-        type_=list[_typed_update_model(names)],  # type: ignore[valid-type]
     )
 
 
@@ -235,23 +166,17 @@ class InContextPolicy(MemoryPolicy):
                 state.memory = [e for e in state.memory if e.label != label]
                 state.memory.append(MemoryEntry(label=label, value=_as_text(value), time=time))
             return
-        _, types = split_write_instruction(signature.instructions)
-        # The user's own messages are where facts about the user come from; a small model
-        # otherwise copies the assistant's (sometimes looping) replies into memory.
-        said = [m for m in messages if m.role == "user"] or messages
         prediction = self._predict(
             state,
             "write",
             self.write,
-            signature=typed_write_signature(signature, types),
+            signature=signature,
             memory=render_entries(state.memory),
-            messages=render_conversation(said),
+            messages=render_conversation(messages),
         )
         if prediction is None:
             return  # counted in parse_failures; memory unchanged
         for update in prediction.updates:
-            if getattr(update, "type", None) == OTHER_TYPE:
-                continue  # no listed type: the types list says not to keep it
             label, value = update.label.strip(), update.value.strip()
             if not label or not value:
                 continue

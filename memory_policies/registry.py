@@ -20,6 +20,7 @@ from memory_policies.embed import Embedder
 from memory_policies.errors import PolicyError
 from memory_policies.external import ExternalPolicy
 from memory_policies.in_context import InContextOraclePolicy, InContextPolicy
+from memory_policies.in_context_quotes import InContextQuotesPolicy
 from memory_policies.mem0_system import Mem0Policy
 from memory_policies.native import NativePolicy
 from memory_policies.presets import PRESETS, check_preset
@@ -47,6 +48,7 @@ for _cls in (
     RawRagPolicy,
     Mem0Policy,
     InContextOraclePolicy,
+    InContextQuotesPolicy,
 ):
     register_policy(_cls)
 

@@ -48,6 +48,7 @@ def agent(**handlers: Handler) -> ScriptedLM:
         "choice": 1,
         "updates": [],
         "operations": [],
+        "types": [],
     }
 
     def respond(call: ScriptedCall) -> dict[str, Any] | str:

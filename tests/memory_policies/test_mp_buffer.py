@@ -26,15 +26,6 @@ def _ops(call):
     return [{"action": "add", "id": 0, "text": section(call.user, "messages").replace("\n", " | ")}]
 
 
-def _shown(kind: str, batch: str) -> str:
-    """What the write is shown of a flushed batch: in_context (evolve) reads the user's own
-    messages when the batch has any."""
-    if kind != "in_context":
-        return batch
-    said = [line for line in batch.splitlines() if line.startswith("User: ")]
-    return "\n".join(said) if said else batch
-
-
 def _policy(kind: str, **params):
     spec = {"kind": kind, **params}
     return build_policy(spec, embedder=CountingEmbedder())
@@ -53,7 +44,7 @@ def test_flush_exactly_at_update_every_plus_short_term_len(kind: str) -> None:
 
         state = policy.observe(state, messages(1, start=5))
     batches = _written_batches(kind, lm, state)
-    assert batches == [_shown(kind, "User: m1\nAssistant: m2")]
+    assert batches == ["User: m1\nAssistant: m2"]
     assert [m.content for m in state.short_term] == ["m3", "m4", "m5"]
     assert len(state.short_term_times) == 3
 
@@ -81,7 +72,7 @@ def test_respond_adds_two_messages_and_flushes_in_order(kind: str) -> None:
         _, state = policy.respond(state, "again")
     # 4 messages reached 2 + 2: the first exchange left the buffer.
     assert [m.content for m in state.short_term] == ["again", "re: again"]
-    assert _written_batches(kind, lm, state) == [_shown(kind, "User: hello\nAssistant: re: hello")]
+    assert _written_batches(kind, lm, state) == ["User: hello\nAssistant: re: hello"]
 
 
 def test_native_never_flushes_and_sees_whole_history() -> None:

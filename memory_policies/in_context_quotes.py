@@ -1,0 +1,158 @@
+"""`in_context_quotes`: an `in_context` memory whose entries are the user's own sentences,
+sorted by the types list. A memory policy a 0.5B model can run.
+
+Why: asked to write label -> value entries (`in_context`), the bundled 0.5B model copied its
+own looping replies into memory, filed facts under wrong labels and lost most of them (on the
+recall world its memory did no better than none). Sorting is a task it can do: the write step
+only says, for each of the user's new sentences, which listed type it tells about, or
+'other', as a JSON array constrained to the listed names. The toolkit then keeps each typed
+sentence verbatim under its type, replacing that type's earlier sentences (so the memory stays
+up to date), and drops the 'other' ones.
+
+The types list (`write.types_to_remember`) is therefore the memory's schema: a type that is
+not listed is never remembered, which is what an evolved types list can fix. Reading and use
+are `in_context`'s (every entry in the prompt). Under `preset = "paper"` this kind does not
+exist (the reference has no such policy).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Annotated, ClassVar, Literal
+
+import dspy
+from pydantic import Field
+
+from memory_policies.base import MemoryState, Message
+from memory_policies.common import (
+    DEFAULT_MEMORY_USE,
+    MEMORY_TEXT_MAX_CHARS,
+    MemoryReply,
+    latest_time,
+)
+from memory_policies.errors import PolicyError
+from memory_policies.in_context import (
+    InContextPolicy,
+    InContextRead,
+    InContextState,
+    MemoryEntry,
+    compose_write_instruction,
+    render_entries,
+    split_write_instruction,
+)
+
+QUOTES_WRITE = (
+    "You keep the long-term memory of a personal assistant about its user. For each of the "
+    "user's new sentences, in order, say which type listed below the sentence tells about, or "
+    "'other' when it tells about none of them (for example a request for help)."
+)
+QUOTES_TYPES = "1. Diet and food\n2. Work and career"
+
+# A sentence of no listed type: not remembered.
+OTHER_TYPE = "other"
+_ITEM = re.compile(r"^\s*(?:\d+[.)]|[-*\u2022])?\s*(?P<text>\S.*)$")
+_TIME_HEADER = re.compile(r"^\[Current Time:[^\]]*\]\s*")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+_TYPE_NAME_CHARS = 60
+# The sentences of one write, at most (a longer batch keeps its last ones).
+_MAX_SENTENCES = 12
+
+
+def type_names(types_to_remember: str) -> list[str]:
+    """The short names of a types list: each item's text before its first ':' or '(' (one
+    item a line, numbered or bulleted), without duplicates or 'other'."""
+    names: list[str] = []
+    seen: set[str] = set()
+    for line in types_to_remember.splitlines():
+        match = _ITEM.match(line)
+        if not match:
+            continue
+        name = re.split(r"[:(]", match.group("text"), maxsplit=1)[0].strip(" .;,")
+        name = name[:_TYPE_NAME_CHARS].strip()
+        if name and name.casefold() not in seen and name.casefold() != OTHER_TYPE:
+            seen.add(name.casefold())
+            names.append(name)
+    return names
+
+
+def user_sentences(messages: list[Message]) -> list[str]:
+    """The user's sentences in order (time headers removed), the last `_MAX_SENTENCES`."""
+    sentences: list[str] = []
+    for message in messages:
+        if message.role != "user":
+            continue
+        text = _TIME_HEADER.sub("", message.content.strip())
+        sentences += [s.strip() for s in _SENTENCE_END.split(text) if s.strip()]
+    return sentences[-_MAX_SENTENCES:]
+
+
+class SortSentences(dspy.Signature):
+    memory: str = dspy.InputField(desc="current long-term memory, oldest first")
+    sentences: str = dspy.InputField(desc="the user's new sentences, numbered")
+    types: list[str] = dspy.OutputField(desc="one type per sentence, in order")
+
+
+@functools.lru_cache(maxsize=256)
+def _sort_signature(names: tuple[str, ...], count: int) -> type[dspy.Signature]:
+    choice = Literal.__getitem__((*names, OTHER_TYPE))  # type: ignore[attr-defined]
+    # Exactly one type per sentence: JSON-schema minItems/maxItems, which llama.cpp's grammar
+    # enforces during decoding.
+    one_per_sentence = Annotated[
+        list[choice],  # type: ignore[valid-type]
+        Field(min_length=count, max_length=count),
+    ]
+    return SortSentences.with_updated_fields("types", type_=one_per_sentence)
+
+
+class InContextQuotesState(InContextState):
+    kind: Literal["in_context_quotes"] = "in_context_quotes"  # type: ignore[assignment]
+
+
+class InContextQuotesPolicy(InContextPolicy):
+    """`in_context` whose write sorts the user's sentences by the types list (see module)."""
+
+    kind: ClassVar[str] = "in_context_quotes"
+    state_type: ClassVar[type[MemoryState]] = InContextQuotesState
+
+    def _build_modules(self) -> None:
+        if self.preset == "paper":
+            raise PolicyError(
+                "in_context_quotes has no paper preset (the reference has no such policy); "
+                "use in_context:preset=paper"
+            )
+        self.write = dspy.Predict(SortSentences.with_instructions(self._initial_write()))
+        self.read = InContextRead()
+        self.use = dspy.Predict(MemoryReply.with_instructions(DEFAULT_MEMORY_USE))
+
+    def _initial_write(self) -> str:
+        return compose_write_instruction(QUOTES_WRITE, QUOTES_TYPES)
+
+    def _write(self, state: MemoryState, messages: list[Message], times: list[str | None]) -> None:
+        sentences = user_sentences(messages)
+        instruction = self.write.signature.instructions
+        _, types = split_write_instruction(instruction)
+        names = tuple(type_names(types))
+        if not sentences or not names:
+            return
+        signature = _sort_signature(names, len(sentences)).with_instructions(instruction)
+        prediction = self._predict(
+            state,
+            "write",
+            self.write,
+            signature=signature,
+            memory=render_entries(state.memory),
+            sentences="\n".join(f"{i}. {s}" for i, s in enumerate(sentences, start=1)),
+        )
+        if prediction is None:
+            return  # counted in parse_failures; memory unchanged
+        time = latest_time(times) or state.current_time
+        by_type: dict[str, list[str]] = {}
+        for sentence, kind in zip(sentences, prediction.types, strict=False):
+            if kind != OTHER_TYPE and kind in names:
+                by_type.setdefault(kind, []).append(sentence)
+        for kind, said in by_type.items():
+            value = " ".join(said)[:MEMORY_TEXT_MAX_CHARS]
+            # This type's newest sentences replace its older ones; list order = write time.
+            state.memory = [e for e in state.memory if e.label != kind]
+            state.memory.append(MemoryEntry(label=kind, value=value, time=time))

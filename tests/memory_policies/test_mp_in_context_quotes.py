@@ -1,0 +1,75 @@
+"""`in_context_quotes`: the write sorts the user's sentences by the types list; only typed
+sentences are kept, verbatim, one entry per type, the newest replacing the older."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from mp_helpers import agent, agent_context, calls_for, section
+
+from evolve.llm.adapter import response_format_for
+from memory_policies import Message, PolicyError, build_policy
+from memory_policies.in_context_quotes import _sort_signature, type_names, user_sentences
+
+TYPES = "1. Diet and eating habits\n2. Pets (animals at home)"
+
+
+def _policy():
+    policy = build_policy({"kind": "in_context_quotes", "update_every": 1, "short_term_len": 0})
+    return policy.with_components({"write.types_to_remember": TYPES})
+
+
+def _said(text: str) -> Message:
+    return Message(role="user", content=f"[Current Time: 2020-10-01 20:00:00]\n{text}")
+
+
+def test_type_names_and_sentences():
+    assert type_names(TYPES) == ["Diet and eating habits", "Pets"]
+    assert type_names("- sleep\n* sleep\n3) budget: money\n\nother") == ["sleep", "budget"]
+    assert user_sentences(
+        [_said("We adopted a cat. Any tips?"), Message(role="assistant", content="Sure. Do X.")]
+    ) == ["We adopted a cat.", "Any tips?"]
+
+
+def test_the_schema_offers_the_listed_types_and_other():
+    schema = response_format_for(_sort_signature(("Diet", "Pets"), 2), "llama_cpp")
+    items = schema["schema"]["properties"]["types"]["items"]
+    assert items["enum"] == ["Diet", "Pets", "other"]
+
+
+def test_typed_sentences_are_kept_verbatim_and_replace_older_ones():
+    replies = iter([["Pets", "other", "Diet and eating habits"], ["Pets", "other"]])
+    lm = agent(types=lambda call: next(replies))
+    policy = _policy()
+    state = policy.initial_state()
+    with agent_context(lm):
+        state = policy.observe(state, [_said("We adopted a cat. I sleep badly. I eat no meat.")])
+        state = policy.observe(state, [Message(role="assistant", content="Nice cat!")])
+        state = policy.observe(state, [_said("The cat went to my sister. Dinner ideas?")])
+    first, second = calls_for(lm, "types")
+    assert section(first.user, "sentences") == (
+        "1. We adopted a cat.\n2. I sleep badly.\n3. I eat no meat."
+    )
+    assert [(e.label, e.value) for e in state.memory] == [
+        ("Diet and eating habits", "I eat no meat."),
+        ("Pets", "The cat went to my sister."),
+    ]
+    assert "I sleep badly" not in policy.describe_memory(state)  # 'other' is not kept
+    assert len(calls_for(lm, "types")) == 2  # the assistant's message alone: no write
+
+
+def test_an_unparseable_sort_is_counted_and_memory_unchanged():
+    from mp_helpers import Raw
+
+    lm = agent(types=Raw("not json"))
+    policy = _policy()
+    with agent_context(lm):
+        state = policy.observe(policy.initial_state(), [_said("We adopted a cat.")])
+    assert state.memory == [] and state.parse_failures.get("write") == 1
+    assert json.dumps(state.model_dump())  # still a JSON-serializable state
+
+
+def test_no_paper_preset():
+    with pytest.raises(PolicyError, match="no paper preset"):
+        build_policy("in_context_quotes:preset=paper")
