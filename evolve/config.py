@@ -39,8 +39,9 @@ _NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 Schedule = Literal["population", "per_period"]
 # complete / question_only: the paper's (no ground truth); diagnostic: ours (failures with the
-# gold option, diagnosis and true values); none: no evolution. See evolve.optimize.feedback.
-FeedbackKind = Literal["complete", "question_only", "diagnostic", "none"]
+# gold option, diagnosis and true values); blind: a proposal with no feedback (the control for
+# selection on noise); none: no evolution. See evolve.optimize.feedback.
+FeedbackKind = Literal["complete", "question_only", "diagnostic", "blind", "none"]
 
 
 class EnvironmentSpec(_Strict):
@@ -170,7 +171,9 @@ class OptimizerSpec(_Strict):
     feedback: FeedbackKind = Field(
         default="diagnostic",
         description="What the reflector is shown: complete / question_only (the paper's, no "
-        "ground truth), diagnostic (ours: failures with the truth), none (no evolution).",
+        "ground truth), diagnostic (ours: failures with the truth), blind (the control: the "
+        "same reflective proposals and acceptance with no feedback, so a gain it also makes is "
+        "selection on noise), none (no reflective proposal).",
     )
     mutate_components: list[str] = Field(
         default_factory=lambda: ["write.types_to_remember"],
