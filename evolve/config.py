@@ -38,9 +38,8 @@ DEFAULT_TRACKING_URI = "sqlite:///mlruns/mlflow.db"
 _NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 Schedule = Literal["population", "per_period"]
-# complete / question_only: the paper's (no ground truth); diagnostic: ours (failures with the
-# gold option, diagnosis and true values); blind: a proposal with no feedback (the control for
-# selection on noise); none: no evolution. See evolve.optimize.feedback.
+# complete / question_only: the paper's (no ground truth); diagnostic: ours (with the truth);
+# blind: no feedback (the selection-on-noise control); none: no evolution. evolve.optimize.feedback
 FeedbackKind = Literal["complete", "question_only", "diagnostic", "blind", "none"]
 
 

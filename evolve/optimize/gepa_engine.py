@@ -45,7 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from evolve.budget import Budget
 from evolve.objective import objective_value
-from evolve.optimize.feedback import build_feedback
+from evolve.optimize.feedback import FEEDBACK_KINDS, build_feedback
 from evolve.optimize.operators import (
     MutationOperator,
     OperatorProposal,
@@ -96,6 +96,13 @@ class AMemGymAdapter:
         seed: int = 0,
         stop: threading.Event | None = None,
     ) -> None:
+        if feedback not in FEEDBACK_KINDS:
+            # Checked here: GEPA logs and swallows errors raised while building a reflective
+            # dataset, so an unknown kind would silently skip every proposal.
+            raise ValueError(
+                f"feedback = {feedback!r} is not a feedback kind; expected one of "
+                f"{', '.join(FEEDBACK_KINDS)}"
+            )
         self.base_policy = base_policy
         self.items = {item.id: item for item in environment.items}
         self.lms, self.episode, self.upper_bound = lms, episode, upper_bound

@@ -145,6 +145,14 @@ def test_none_refuses_reflective_proposals_on_the_engine_api(evaluations, tmp_pa
     assert world.reflector.calls == [] and adapter.proposals == []
 
 
+def test_an_unknown_feedback_kind_is_refused_before_any_call():
+    """GEPA swallows errors raised while it builds the reflective dataset: an unknown kind
+    must be refused when the adapter is made, not skip every proposal in silence."""
+    world = NoiseWorld()
+    with pytest.raises(ValueError, match=r"'blnd' is not a feedback kind; expected one of"):
+        adapter_for(world, Path("unused"), feedback="blnd")
+
+
 def test_none_with_numeric_parameters_never_calls_the_reflector(evaluations, tmp_path):
     world = NoiseWorld()
     adapter = adapter_for(world, evaluations, feedback="none")
