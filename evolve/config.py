@@ -38,9 +38,9 @@ DEFAULT_TRACKING_URI = "sqlite:///mlruns/mlflow.db"
 _NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 Schedule = Literal["population", "per_period"]
-# complete / question_only: the paper's (no ground truth); diagnostic: ours (failures with the
-# gold option, diagnosis and true values); none: no evolution. See evolve.optimize.feedback.
-FeedbackKind = Literal["complete", "question_only", "diagnostic", "none"]
+# complete / question_only: the paper's (no ground truth); diagnostic: ours (with the truth);
+# blind: no feedback (the selection-on-noise control); none: no evolution. evolve.optimize.feedback
+FeedbackKind = Literal["complete", "question_only", "diagnostic", "blind", "none"]
 
 
 class EnvironmentSpec(_Strict):
@@ -170,7 +170,9 @@ class OptimizerSpec(_Strict):
     feedback: FeedbackKind = Field(
         default="diagnostic",
         description="What the reflector is shown: complete / question_only (the paper's, no "
-        "ground truth), diagnostic (ours: failures with the truth), none (no evolution).",
+        "ground truth), diagnostic (ours: failures with the truth), blind (the control: the "
+        "same reflective proposals and acceptance with no feedback, so a gain it also makes is "
+        "selection on noise), none (no reflective proposal).",
     )
     operators: list[str] | None = Field(
         default=None,

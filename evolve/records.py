@@ -36,7 +36,7 @@ class Mutation(_Frozen):
     kind: MutationKind
     component: str | None = Field(default=None, description="Rewritten component (reflective).")
     feedback: str | None = Field(
-        default=None, description="complete, question_only, diagnostic or none."
+        default=None, description="complete, question_only, diagnostic, blind or none."
     )
     feedback_failures: int = Field(default=0, description="Failures shown to the reflector.")
     rollout_id: int | None = None

@@ -164,6 +164,14 @@ class ChainSchedule:
     ) -> CandidateRecord:
         """One user's reflector step after `period`, from that user's period feedback."""
         optimizer = self.optimizer
+        if optimizer.feedback == "none":
+            # The caller checks `reflective_enabled()`; this keeps "none" meaning "no
+            # reflective proposal" even if a new caller forgets to.
+            raise ValueError(
+                'feedback = "none" makes no reflective proposal, but a chain step was asked '
+                f"for user {user_id!r} after period {period}; check "
+                'OptimizerSpec.reflective_enabled() before proposing, or use feedback = "blind"'
+            )
         generation = period + 1
         cid = candidate_id(generation, index)
         components = optimizer.mutate_components

@@ -1,6 +1,6 @@
 """Feedback for the reflector, built from stored evaluation records (no LLM).
 
-Four kinds. The first two are the paper's (AMemGym Table 3, the reference code's "vanilla"
+Five kinds. The first two are the paper's (AMemGym Table 3, the reference code's "vanilla"
 and "vanilla question-only" feedback), with no ground truth:
 
 - ``complete``: every question of the scored period(s) with its lettered options, the
@@ -12,14 +12,23 @@ and "vanilla question-only" feedback), with no ground truth:
   correct option, the diagnosis (write, read or utilization) with the variables that failed
   (recalled vs true value, and whether the value changed in that period), the user's message
   that revealed it, and the memory the policy held. Plus one line of totals.
-- ``none``: no feedback (no evolution).
+- ``blind`` (the control): a proposal with no information about how the assistant did;
+  the reflector is only asked to improve the text. It goes through the same operator and
+  the same acceptance as the kinds above, so the gain of `diagnostic` over `blind` is the
+  part of a gain that the feedback made, not selection on noise.
+- ``none``: no reflective proposal at all (the unevolved-instructions control); the engine
+  refuses to run the reflector under it.
 
 The reflector may run on a 0.5B model with an 8k context that prefills ~150 tokens/s, so the
 text is capped at `max_chars` characters (and `diagnostic` at `max_failures` failures).
+The caps apply to what one proposal shows: the caller passes the results of every user the
+proposal learns from in one call, never one call per user.
 Diagnostic failures are ranked by how much they can teach the component being rewritten
 (write failures first for `write`-side components, utilization first for `use`), spread
-over distinct variables, and the order within a rank is drawn from the caller's RNG, so
-candidates from the same parent see different subsets (one source of proposal diversity).
+over distinct variables, and the order within a rank is drawn from the caller's RNG. The
+engine seeds that RNG by the run seed and the proposal (GEPA iteration, or chain step and
+attempt), so children of one parent see different subsets (one source of proposal
+diversity) and a rerun with the same seed shows the same ones.
 """
 
 from __future__ import annotations
@@ -42,9 +51,21 @@ _PRIORITY_WRITE = (Diagnosis.WRITE, Diagnosis.READ, Diagnosis.UTILIZATION)
 _PRIORITY_USE = (Diagnosis.UTILIZATION, Diagnosis.READ, Diagnosis.WRITE)
 
 
-FEEDBACK_KINDS = ("complete", "question_only", "diagnostic", "none")
+FEEDBACK_KINDS = ("complete", "question_only", "diagnostic", "blind", "none")
 
-__all__ = ["FEEDBACK_KINDS", "Feedback", "build_feedback", "load_period_results"]
+# What the reflector is shown under `blind`: a request to improve, with nothing to learn from.
+BLIND_FEEDBACK = (
+    "No feedback is available: nothing is known about how the assistant did. Improve the "
+    "text from its own content."
+)
+
+__all__ = [
+    "BLIND_FEEDBACK",
+    "FEEDBACK_KINDS",
+    "Feedback",
+    "build_feedback",
+    "load_period_results",
+]
 
 
 class Feedback(BaseModel):
@@ -77,6 +98,8 @@ def build_feedback(
     items = [(result, item) for result in scored for item in result.items]
     if kind == "none":
         return Feedback(kind=kind, text="", items_total=len(items))
+    if kind == "blind":
+        return Feedback(kind=kind, text=BLIND_FEEDBACK, items_total=len(items))
     if kind in ("complete", "question_only"):
         return _answers_and_memory(items, kind, max_chars)
     if kind != "diagnostic":
@@ -143,10 +166,15 @@ def _answers_and_memory(
     """
     with_choices = kind == "complete"
     blocks: list[str] = []
-    for result, group in _by_user_period(items):
+    groups = _by_user_period(items)
+    # One proposal may learn from several users: their periods are told apart (a single
+    # user's text, as in the paper's per-user chain, is unchanged).
+    several_users = len({result.user_id for result, _ in groups}) > 1
+    for result, group in groups:
         memories = [_answer_memory(result, item) for item in group]
         shared = len(set(memories)) == 1
-        lines = [f"Period {result.period_index}:"]
+        user = f"User {result.user_id}, period" if several_users else "Period"
+        lines = [f"{user} {result.period_index}:"]
         if shared:
             lines.append(f"Memory the assistant had: {memories[0]}")
         for number, (item, memory) in enumerate(zip(group, memories, strict=True), start=1):

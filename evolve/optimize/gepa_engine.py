@@ -46,15 +46,16 @@ from pydantic import BaseModel, ConfigDict, Field
 from evolve.budget import Budget
 from evolve.objective import objective_value
 from evolve.optimize.edits import says_less
-from evolve.optimize.feedback import build_feedback
+from evolve.optimize.feedback import FEEDBACK_KINDS, build_feedback
 from evolve.optimize.operators import (
     MutationOperator,
     OperatorProposal,
+    is_parameter,
     parameter_component,
     split_candidate,
 )
 from evolve.records import fingerprint
-from evolve.seeds import derive_seed
+from evolve.seeds import derive_rng, derive_seed
 from evolve.simulator.environment import Environment
 from evolve.simulator.metrics import summarize_periods
 from evolve.simulator.records import UserResult
@@ -96,6 +97,13 @@ class AMemGymAdapter:
         seed: int = 0,
         stop: threading.Event | None = None,
     ) -> None:
+        if feedback not in FEEDBACK_KINDS:
+            # Checked here: GEPA logs and swallows errors raised while building a reflective
+            # dataset, so an unknown kind would silently skip every proposal.
+            raise ValueError(
+                f"feedback = {feedback!r} is not a feedback kind; expected one of "
+                f"{', '.join(FEEDBACK_KINDS)}"
+            )
         self.base_policy = base_policy
         self.items = {item.id: item for item in environment.items}
         self.lms, self.episode, self.upper_bound = lms, episode, upper_bound
@@ -260,22 +268,32 @@ class AMemGymAdapter:
         eval_batch: EvaluationBatch,
         components_to_update: list[str],
     ) -> dict[str, list[dict[str, Any]]]:
-        """Per component, one record per user; what it may show follows `feedback`."""
+        """Per component, one record: the feedback on every user of the minibatch, built in
+        one call so that `max_feedback_failures` and `max_feedback_chars` bound what the
+        proposal shows (per-user records joined by the operator would show one limit per
+        user). Its failure subset is drawn from (seed, iteration, component): children of
+        one parent see different subsets, and a rerun with the same seed the same ones."""
         users: list[UserResult] = list(eval_batch.trajectories or [])
+        periods = [period for user in users for period in user.periods]
         dataset: dict[str, list[dict[str, Any]]] = {}
         for component in components_to_update:
-            records = []
-            for user, score in zip(users, eval_batch.scores, strict=True):
-                text = build_feedback(
-                    user.periods,
-                    self.feedback,
-                    component=component,
-                    max_failures=self.max_feedback_failures,
-                    max_chars=self.max_feedback_chars,
-                    rng=random.Random(derive_seed(self.seed, "feedback", user.user_id)),
-                ).text
-                records.append({"user": user.user_id, "score": score, "Feedback": text})
-            dataset[component] = records
+            feedback = build_feedback(
+                periods,
+                self.feedback,
+                component=component,
+                max_failures=self.max_feedback_failures,
+                max_chars=self.max_feedback_chars,
+                rng=derive_rng(self.seed, "feedback", self.iteration, component),
+            )
+            dataset[component] = [
+                {
+                    "users": [user.user_id for user in users],
+                    "scores": list(eval_batch.scores),
+                    "Feedback": feedback.text,
+                    "failures_shown": feedback.failures_shown,
+                    "failures_total": feedback.failures_total,
+                }
+            ]
         return dataset
 
     def propose_new_texts(
@@ -284,7 +302,13 @@ class AMemGymAdapter:
         reflective_dataset: Mapping[str, Sequence[Mapping[str, Any]]],
         components_to_update: list[str],
     ) -> dict[str, str]:
-        """Each component goes to the operator owning it; an invalid proposal keeps the parent."""
+        """Each component goes to the operator owning it; an invalid proposal keeps the parent.
+
+        Under `feedback = "none"` no text component is proposed (no reflective proposal, as
+        `evolve run` means it): `run_gepa` refuses such a seed candidate, and a direct call
+        gets no text back, so GEPA skips the proposal without evaluating anything."""
+        if self.feedback == "none":
+            components_to_update = [c for c in components_to_update if is_parameter(c)]
         new_texts: dict[str, str] = {}
         seed = derive_seed(self.seed, "propose", self.iteration)
         claimed: set[str] = set()
@@ -434,6 +458,19 @@ class GepaSettings(BaseModel):
     max_generations: int | None = Field(default=None, ge=0, description="GEPA iterations.")
 
 
+def refuse_text_without_feedback(feedback: str, candidate: Mapping[str, str]) -> None:
+    """`feedback = "none"` means no reflective proposal on every path: a seed candidate
+    with text components would have GEPA ask for text proposals it must never make."""
+    texts = sorted(c for c in candidate if not is_parameter(c))
+    if feedback == "none" and texts:
+        raise ValueError(
+            f'feedback = "none" makes no reflective proposal, but the seed candidate has the '
+            f"text components {texts}; leave them out of the seed candidate (as `evolve run` "
+            'does: only numeric parameters mutate), or use feedback = "blind" for reflective '
+            "proposals without feedback (the selection-on-noise control)"
+        )
+
+
 def budget_stop(budget: Budget, stop: threading.Event | None = None) -> Callable[[], bool]:
     """GEPA stop callback over our limits (LLM calls, tokens, wall time) and the interrupt
     event; checked between generations (`max_metric_calls` counts user evaluations)."""
@@ -474,6 +511,7 @@ def run_gepa(
     callbacks: Sequence[Any] = (),
 ) -> GepaOutcome:
     """Run (or resume from `run_dir`) GEPA; each new best is evaluated on the held-out users."""
+    refuse_text_without_feedback(adapter.feedback, seed_candidate)
 
     def evaluate_heldout(idx: int, candidate: dict[str, str]) -> None:
         if not heldout_users:

@@ -28,6 +28,7 @@ from scripted_lm import ScriptedLM, scripted_role_lms
 import memory_policies
 from evolve.config import load_spec
 from evolve.optimize import CandidateStatus, run_experiment
+from evolve.optimize.feedback import BLIND_FEEDBACK
 from evolve.simulator.environment import Environment, save_environment
 
 SIGNATURES = {"user-0": "Alice", "user-1": "Bob"}
@@ -335,6 +336,17 @@ def test_what_the_reflector_is_shown_per_kind(tmp_path, feedback):
             assert "(C) A keto salmon plate" in text and "The assistant chose: (A)" in text
         else:
             assert "keto salmon" not in text and "chose" not in text
+
+
+def test_blind_chains_propose_without_feedback(tmp_path):
+    """The blind control in the paper's chains: the same reflector step, shown nothing."""
+    spec = write_world(tmp_path, feedback="blind")
+    world = World()
+    result = run(tmp_path, world, spec)
+    shown = [sections(c.user)["feedback"] for c in reflections(world)]
+    assert shown == [BLIND_FEEDBACK] * 4  # 2 users x 2 period barriers
+    steps = [r for r in result.candidates if r.mutation.kind == "reflective"]
+    assert len(steps) == 4 and {r.mutation.feedback for r in steps} == {"blind"}
 
 
 def test_the_runner_guards_the_declared_schedule(tmp_path):

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from optimize.category_world import HELDOUT, TRAIN, world
 from optimize.evolve_helpers import make_item
-from optimize.test_mechanism import HELDOUT, TRAIN, world
 from stub_server import StubServer
 
 import memory_policies

@@ -11,7 +11,7 @@ import random
 import pytest
 from optimize.evolve_helpers import World, write_environment
 
-from evolve.optimize.feedback import build_feedback, load_period_results
+from evolve.optimize.feedback import BLIND_FEEDBACK, build_feedback, load_period_results
 from evolve.simulator.environment import load_environment
 from evolve.simulator.records import Diagnosis
 from evolve.simulator.runner import EpisodeConfig, run_evaluation
@@ -142,6 +142,22 @@ def test_none_is_empty_and_unknown_kinds_are_refused(results):
     assert make(results, kind="none").text == ""
     with pytest.raises(ValueError, match="diagnostic"):
         make(results, kind="vanilla")
+
+
+def test_blind_asks_for_an_improvement_and_shows_nothing_of_the_results(results):
+    feedback = make(results, kind="blind")
+    assert feedback.text == BLIND_FEEDBACK and feedback.failures_shown == 0
+    # Nothing of what happened: the same text whatever the results were.
+    assert make(_without_truth(results), kind="blind").text == feedback.text
+    assert make(results[:1], kind="blind").text == feedback.text
+
+
+def test_one_proposal_over_several_users_tells_their_periods_apart(results):
+    text = make(results, kind="question_only").text
+    assert "User user-0, period 0:" in text and "User user-1, period 2:" in text
+    # One user (the paper's per-user chain): the text it always had.
+    single = make(one_user_period(results), kind="question_only", periods=[1]).text
+    assert single.startswith("Period 1:")
 
 
 def test_paper_feedback_is_capped(results):
