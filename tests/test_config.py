@@ -22,7 +22,7 @@ def test_shipped_specs_load_and_resolve(name):
     spec = load_spec(EXPERIMENTS / f"{name}.toml")
     resolved = resolve(spec)
     assert spec.name == name
-    assert resolved.base_policy.kind == "in_context"
+    assert resolved.base_policy.kind in ("in_context", "in_context_quotes")
     train = {item.id for item in resolved.train.items}
     heldout = {item.id for item in resolved.heldout.items}
     assert train and heldout and not train & heldout
@@ -32,7 +32,7 @@ def test_shipped_specs_load_and_resolve(name):
 def test_quickstart_is_small_and_embedded():
     spec = load_spec(EXPERIMENTS / "quickstart.toml")
     resolved = resolve(spec)
-    assert spec.environment.preset == "recall" and spec.policy.kind == "in_context"
+    assert spec.environment.preset == "recall" and spec.policy.kind == "in_context_quotes"
     assert spec.optimizer.generations >= 3 and spec.optimizer.reflection_minibatch_size == 1
     assert spec.optimizer.operators == ["list_edit"]
     # The held-out user carries at least 24 questions (8 questions x 3 periods).

@@ -67,6 +67,16 @@ def other_llama_servers() -> list[int]:
     return sorted(pids)
 
 
+def usable_cores() -> int:
+    """Cores this process may run on (its CPU affinity, e.g. under taskset or a cpuset), not
+    the machine's: llama.cpp's threads spin while they wait for each other, so two threads on
+    one allowed core decode many times slower than one."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # no affinity API on this platform
+        return os.cpu_count() or 1
+
+
 def contention_warning(others: list[int], threads: int, cores: int) -> str | None:
     """Why a second server on a small machine is slow, or None when the cores suffice.
     llama.cpp's worker threads spin while they wait for each other; two servers that each
@@ -142,7 +152,7 @@ class EmbeddedServer:
 
     def command(self, binary: Path) -> list[str]:
         """The llama-server command line (model and port must be resolved)."""
-        threads = self.config.threads or os.cpu_count() or 1
+        threads = self.config.threads or usable_cores()
         return [
             str(binary),
             "--model", str(self.model_path),
@@ -174,7 +184,7 @@ class EmbeddedServer:
                 f"it or leave the port unset so a free one is chosen"
             )
         self.port = self.config.port or free_loopback_port()
-        cores = os.cpu_count() or 1
+        cores = usable_cores()
         warning = contention_warning(other_llama_servers(), self.config.threads or cores, cores)
         if warning:
             print(warning, file=sys.stderr)

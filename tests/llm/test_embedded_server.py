@@ -120,3 +120,13 @@ def test_other_servers_are_found_by_process_name(tmp_path):
         process.kill()
         process.wait()
     assert process.pid not in other_llama_servers()
+
+
+def test_threads_default_to_the_cores_this_process_may_use(monkeypatch):
+    """Under taskset or a cpuset, all of the machine's cores would put several spinning
+    llama.cpp threads on one allowed core."""
+    from evolve.llm import server as server_module
+
+    monkeypatch.setattr(server_module.os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    monkeypatch.setattr(server_module.os, "cpu_count", lambda: 8)
+    assert server_module.usable_cores() == 1
