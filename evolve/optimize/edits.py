@@ -90,7 +90,13 @@ def apply_list_edit(text: str, edit: ListEdit) -> tuple[str, dict[str, list[str]
     an added item already present (case-insensitively) is not added twice.
     """
     items = list_items(text)
-    removed = [items[n - 1] for n in sorted(set(edit.remove)) if 1 <= n <= len(items)]
+    readded = {" ".join(item.split()).strip(" .;,").casefold() for item in edit.add}
+    # Removing an item and adding it back (a small model does) leaves it where it was.
+    removed = [
+        items[n - 1]
+        for n in sorted(set(edit.remove))
+        if 1 <= n <= len(items) and items[n - 1].casefold() not in readded
+    ]
     kept = [item for item in items if item not in removed]
     present = {item.casefold() for item in kept}
     added = []

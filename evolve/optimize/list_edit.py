@@ -1,5 +1,5 @@
-"""The `list_edit` mutation operator: the reflector names items to add to (or remove from) a
-list component as JSON under a schema, and the toolkit applies the edit (see `edits`).
+"""The `list_edit` mutation operator: the reflector names items to add to a list component as
+JSON under a schema, and the toolkit applies the edit (see `edits`).
 
 Select it in a spec with `optimizer.operators = ["list_edit", "reflective"]`: it owns the
 list components (`write.types_to_remember`), the reflective operator the rest.
@@ -13,25 +13,41 @@ from typing import Any
 import dspy
 from dspy.utils.exceptions import AdapterParseError
 
-from evolve.optimize.edits import ListEdit, apply_list_edit, is_list_component, list_items
+from evolve.optimize.edits import (
+    MAX_ADDED_ITEMS,
+    AddedItem,
+    ListEdit,
+    apply_list_edit,
+    is_list_component,
+    list_items,
+)
 from evolve.optimize.operators import MutationOperator, OperatorProposal, register_operator
-from evolve.optimize.reflect import COMPONENT_ROLES, Reflector, proposal_feedback
+from evolve.optimize.reflect import Reflector, proposal_feedback
 
 LIST_EDIT_INSTRUCTIONS = (
-    "You maintain a numbered list that tells a personal assistant which types of information "
-    "about its user to store in long-term memory. `feedback` shows questions about the user "
-    "that the assistant answered wrongly and why. When a failure says the memory never held "
-    "something, add a short general type name for it (two or three words, e.g. 'pets' or "
-    "'sleep habits'), not the user's value. Remove an item only if it is wrong. Never copy "
-    "questions, answers or messages."
+    "A personal assistant failed questions about its user because its memory never stored "
+    "some kinds of information. Name those kinds of information as short general type names "
+    "(e.g. 'pets', 'sleep') that are not in the current list."
 )
 
 
-class ProposeListEdit(dspy.Signature):
-    part: str = dspy.InputField(desc="what the list controls")
-    current_list: str = dspy.InputField(desc="the current numbered list")
-    feedback: str = dspy.InputField(desc="how the assistant did")
-    edit: ListEdit = dspy.OutputField(desc="short type names to add; item numbers to remove")
+class ProposeListAdditions(dspy.Signature):
+    failures: str = dspy.InputField(desc="failed questions and their causes")
+    current_list: str = dspy.InputField(desc="types the memory stores now")
+    add: list[AddedItem] = dspy.OutputField(desc="short type names, at most 4")
+
+
+def failure_lines(feedback: str) -> str:
+    """The feedback's question and cause lines: what a small model can act on. Asked with the
+    whole diagnostic (answers, the user's words, the memory held), the 0.5B copied list items
+    and memory lines (4 of 4 tries); with these lines only it named the missing types in 4
+    of 4. Feedback without such lines (other kinds) is shown whole."""
+    lines = [
+        line.strip()
+        for line in feedback.splitlines()
+        if "cause:" in line or "question" in line.casefold()
+    ]
+    return "\n".join(lines) if lines else feedback
 
 
 class ListEditOperator(MutationOperator):
@@ -42,7 +58,9 @@ class ListEditOperator(MutationOperator):
 
     def __init__(self, reflector: Reflector) -> None:
         self.reflector = reflector
-        self.predictor = dspy.Predict(ProposeListEdit.with_instructions(LIST_EDIT_INSTRUCTIONS))
+        self.predictor = dspy.Predict(
+            ProposeListAdditions.with_instructions(LIST_EDIT_INSTRUCTIONS)
+        )
 
     def owns(self, component: str, generation: int = 0) -> bool:
         return is_list_component(component)
@@ -67,9 +85,8 @@ class ListEditOperator(MutationOperator):
             try:
                 with self.reflector.lms.context(self.reflector.role):
                     prediction = self.predictor(
-                        part=COMPONENT_ROLES.get(component, component),
+                        failures=failure_lines(feedback) if feedback else "(no feedback)",
                         current_list=parent[component],
-                        feedback=feedback or "(no feedback)",
                         config=config,
                     )
             except AdapterParseError as error:
@@ -80,9 +97,8 @@ class ListEditOperator(MutationOperator):
                     parse_failed=True,
                     seed=seed,
                 )
-            edit = prediction.edit
-            if not isinstance(edit, ListEdit):
-                edit = ListEdit.model_validate(edit)
+            # Additions only: offered removals, the 0.5B removed items it then re-added.
+            edit = ListEdit(add=list(prediction.add or [])[:MAX_ADDED_ITEMS])
             text, applied = apply_list_edit(parent[component], edit)
             if not applied["added"] and not applied["removed"]:
                 return OperatorProposal(

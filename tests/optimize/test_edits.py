@@ -75,6 +75,9 @@ def test_apply_list_edit_adds_new_items_and_removes_by_number():
     assert list_items(text) == ["Diet", "Pets", "sleep habits", "budget"]
     assert text.splitlines()[0] == "1. Diet" and text.splitlines()[-1] == "4. budget"
     assert applied == {"added": ["sleep habits", "budget"], "removed": ["Work"]}
+    # Removing an item and adding it back leaves it as it was.
+    same, applied = apply_list_edit("1. Diet\n2. Work", ListEdit(add=["work", "pets"], remove=[2]))
+    assert list_items(same) == ["Diet", "Work", "pets"] and applied["removed"] == []
     # Unknown item numbers are ignored; nothing added twice.
     same, applied = apply_list_edit("1. Diet", ListEdit(add=["diet"], remove=[7]))
     assert list_items(same) == ["Diet"] and applied == {"added": [], "removed": []}
@@ -127,7 +130,7 @@ def test_list_edit_operator_applies_the_reflectors_edit():
 
     def reply(call):
         seen.append(call.user)
-        return {"edit": {"add": ["budget", "pets"], "remove": []}}
+        return {"add": ["budget", "pets"]}
 
     operator, _ = _operator(reply)
     records = {LIST: [{"Feedback": FEEDBACK}]}
@@ -135,16 +138,18 @@ def test_list_edit_operator_applies_the_reflectors_edit():
     assert proposal.invalid is None
     assert list_items(proposal.components[LIST]) == ["Diet", "Work", "budget", "pets"]
     assert proposal.detail[LIST]["added"] == ["budget", "pets"]
-    assert "budget_situation is tight budget" in seen[0]  # the feedback reached the reflector
+    # The reflector sees the failures' question and cause lines, not the quoted answers.
+    assert "budget_situation is tight budget" in seen[0]
+    assert "A relaxed monthly review" not in seen[0]
 
 
 def test_list_edit_operator_refuses_an_edit_that_changes_nothing_or_damages():
-    operator, _ = _operator(lambda call: {"edit": {"add": ["diet"], "remove": []}})
+    operator, _ = _operator(lambda call: {"add": ["diet"]})
     proposal = operator.propose({LIST: "1. Diet"}, [LIST], {}, seed=1)
     assert proposal.components == {} and "changes nothing" in proposal.invalid
 
     copied = "What's the best way to track my spending?"
-    operator, _ = _operator(lambda call: {"edit": {"add": [copied[:60]], "remove": []}})
+    operator, _ = _operator(lambda call: {"add": [copied[:40]]})
     proposal = operator.propose({LIST: "1. Diet"}, [LIST], {LIST: [{"Feedback": FEEDBACK}]}, seed=1)
     assert proposal.components == {} and "question" in proposal.invalid
 

@@ -41,6 +41,7 @@ def test_the_bundled_model_adds_a_missing_type(role_lms_embedded):
     outcomes = []
     for attempt in range(3):
         proposal = operator.propose({COMPONENT: TYPES}, [COMPONENT], records, seed=attempt)
+        print(f"try {attempt}: {proposal.model_dump()}")
         outcomes.append(proposal)
         text = proposal.components.get(COMPONENT)
         if text is None:
