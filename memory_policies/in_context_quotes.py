@@ -77,13 +77,19 @@ def type_names(types_to_remember: str) -> list[str]:
 
 
 def user_sentences(messages: list[Message]) -> list[str]:
-    """The user's sentences in order (time headers removed), the last `_MAX_SENTENCES`."""
+    """The user's statements in order (time headers and questions removed), the last
+    `_MAX_SENTENCES`. A question asks for help and states nothing to remember; sorted as a
+    type, it replaced that type's real sentence (the 0.5B filed most requests under a type)."""
     sentences: list[str] = []
     for message in messages:
         if message.role != "user":
             continue
         text = _TIME_HEADER.sub("", message.content.strip())
-        sentences += [s.strip() for s in _SENTENCE_END.split(text) if s.strip()]
+        sentences += [
+            s.strip()
+            for s in _SENTENCE_END.split(text)
+            if s.strip() and not s.strip().endswith("?")
+        ]
     return sentences[-_MAX_SENTENCES:]
 
 

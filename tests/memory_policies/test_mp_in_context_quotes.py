@@ -29,7 +29,7 @@ def test_type_names_and_sentences():
     assert type_names("- sleep\n* sleep\n3) budget: money\n\nother") == ["sleep", "budget"]
     assert user_sentences(
         [_said("We adopted a cat. Any tips?"), Message(role="assistant", content="Sure. Do X.")]
-    ) == ["We adopted a cat.", "Any tips?"]
+    ) == ["We adopted a cat."]
 
 
 def test_the_schema_offers_the_listed_types_and_other():
@@ -39,7 +39,7 @@ def test_the_schema_offers_the_listed_types_and_other():
 
 
 def test_typed_sentences_are_kept_verbatim_and_replace_older_ones():
-    replies = iter([["Pets", "other", "Diet and eating habits"], ["Pets", "other"]])
+    replies = iter([["Pets", "other", "Diet and eating habits"], ["Pets"]])
     lm = agent(types=lambda call: next(replies))
     policy = _policy()
     state = policy.initial_state()
