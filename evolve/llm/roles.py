@@ -179,9 +179,11 @@ def _client_error(model: str, error: BaseException) -> LMClientError:
 class _UsageCallback(BaseCallback):
     """Times each LM call and records its usage (read from the history entry DSPy writes)."""
 
-    def __init__(self, role: str, tracker: UsageTracker):
+    def __init__(self, role: str, tracker: UsageTracker, *, requests_recorded: bool = False):
         self.role = role
         self.tracker = tracker
+        # The LM's transport records each HTTP request itself (`OpenAIChatLM`).
+        self.requests_recorded = requests_recorded
         self._local = threading.local()
 
     def on_lm_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
@@ -192,7 +194,11 @@ class _UsageCallback(BaseCallback):
         started = self._starts().pop(call_id, None)
         latency = time.perf_counter() - started if started is not None else 0.0
         self.tracker.record(
-            self.role, getattr(self._local, "usage", None), latency, failed=exception is not None
+            self.role,
+            getattr(self._local, "usage", None),
+            latency,
+            failed=exception is not None,
+            requests_recorded=self.requests_recorded,
         )
 
     def note_history_entry(self, entry: dict[str, Any]) -> None:
@@ -205,7 +211,12 @@ class _UsageCallback(BaseCallback):
 
 
 def attach_usage_tracking(lm: dspy.BaseLM, role: str, tracker: UsageTracker) -> dspy.BaseLM:
-    callback = _UsageCallback(role, tracker)
+    """Count `lm`'s calls as `role` in `tracker`, and its HTTP requests one by one where its
+    client lets us see them (`OpenAIChatLM`; litellm's retries stay invisible)."""
+    attach_requests = getattr(lm, "attach_requests", None)
+    if attach_requests is not None:
+        attach_requests(role, tracker)
+    callback = _UsageCallback(role, tracker, requests_recorded=attach_requests is not None)
     lm.callbacks = [*(getattr(lm, "callbacks", None) or []), callback]
     record_history = lm.update_history
 
