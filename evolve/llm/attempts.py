@@ -14,7 +14,9 @@ sent, whichever code path (a retry, DSPy's adapter fallback, the next module cal
 
 from __future__ import annotations
 
+import contextvars
 import importlib
+import threading
 from typing import TYPE_CHECKING, Any
 
 import openai
@@ -24,7 +26,20 @@ from evolve.stopping import STOP
 if TYPE_CHECKING:
     from evolve.llm.usage import UsageTracker
 
-__all__ = ["STOP", "RecordingTransport", "RequestsStopped", "recording_http_client"]
+__all__ = [
+    "STOP",
+    "RecordingTransport",
+    "RequestsStopped",
+    "install_litellm_session",
+    "litellm_requests_recorded",
+    "recording_http_client",
+]
+
+# Who is calling, for a transport shared by every role (litellm's process-wide session): set
+# around each LM call by the usage callback (`evolve.llm.roles`), in the calling thread.
+CALLER: contextvars.ContextVar[tuple[str, UsageTracker] | None] = contextvars.ContextVar(
+    "evolve_llm_caller", default=None
+)
 
 
 class RequestsStopped(openai.OpenAIError):
@@ -53,8 +68,9 @@ class RecordingTransport:
     """An HTTP transport that records each request with the usage tracker, around the real one.
 
     It is built with the LM, before its role is known; `attach(role, tracker)` (done by
-    `evolve.llm.roles.attach_usage_tracking`) names where requests are recorded. Unattached,
-    it records nothing but still refuses requests after the stop.
+    `evolve.llm.roles.attach_usage_tracking`) names where requests are recorded. A transport
+    shared by all roles is never attached: it records for the `CALLER` of the moment. With
+    neither, it records nothing but still refuses requests after the stop.
     """
 
     def __init__(self, inner: Any) -> None:
@@ -71,6 +87,8 @@ class RecordingTransport:
                 "not sent: the process is stopping (SIGINT or SIGTERM received); a rerun resumes"
             )
         role, tracker = self.role, self.tracker
+        if tracker is None:
+            role, tracker = CALLER.get() or (None, None)
         started = tracker.request_started(role) if tracker is not None and role else None
         try:
             response = self.inner.handle_request(request)
@@ -104,3 +122,36 @@ def recording_http_client(timeout: float) -> tuple[Any, RecordingTransport]:
     transport = RecordingTransport(library.HTTPTransport(limits=openai.DEFAULT_CONNECTION_LIMITS))
     client = openai.DefaultHttpxClient(transport=transport, timeout=timeout)
     return client, transport
+
+
+_litellm_installed = threading.Lock()
+
+
+def install_litellm_session() -> None:
+    """Route litellm's OpenAI-compatible requests through a `RecordingTransport` (idempotent).
+
+    litellm builds its `openai` clients on `litellm.client_session` when one is set, and on a
+    fresh HTTP client otherwise; one recording session, shared by every role, makes each of
+    its requests (DSPy's retries included) visible and stoppable like the toolkit's own
+    client's. Its async calls (`litellm.aclient_session`) are not routed: the toolkit calls
+    LMs synchronously.
+    """
+    import litellm
+
+    with _litellm_installed:
+        if litellm.client_session is not None:
+            return  # ours already, or the user's own (then `litellm_requests_recorded` is False)
+        import httpx  # litellm's own HTTP library
+
+        litellm.client_session = httpx.Client(
+            transport=RecordingTransport(httpx.HTTPTransport()), follow_redirects=True
+        )
+
+
+def litellm_requests_recorded() -> bool:
+    """Whether litellm's requests go through a `RecordingTransport` (`install_litellm_session`)."""
+    import sys
+
+    litellm = sys.modules.get("litellm")
+    session = getattr(litellm, "client_session", None) if litellm is not None else None
+    return isinstance(getattr(session, "_transport", None), RecordingTransport)

@@ -56,17 +56,19 @@ def _lines(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def test_each_retry_of_a_failing_server_is_its_own_journaled_request(tmp_path):
+@pytest.mark.parametrize("client", ["openai", "litellm"])
+def test_each_retry_of_a_failing_server_is_its_own_journaled_request(tmp_path, client):
     with StubServer(latency=0.0, fault="http500") as stub:
-        lms, journal = _journaled_lms(stub, tmp_path / "spend.jsonl", retries=3)
+        # One retry: each call is two requests (the backoff before it is the test's cost).
+        lms, journal = _journaled_lms(stub, tmp_path / "spend.jsonl", retries=1, client=client)
         for question in ("Which is a fruit?", "Which is a vegetable?"):
             with pytest.raises(LMServerError):
                 _ask(lms, question)
         served = stub.stats()["chat_requests"]
     journal.close()
-    # DSPy's adapter tries JSON after a failed structured call: more calls than questions,
-    # each of them 1 try + 3 retries.
-    assert served >= 2 * 4 and served % 4 == 0
+    # DSPy's adapter may try again after a failed structured call: at least one call per
+    # question, each of them 1 try + 1 retry.
+    assert served >= 2 * 2 and served % 2 == 0
     assert journal.total() == Spend(llm_calls=served, tokens=0, wall_time_s=0.0)
     lines = _lines(tmp_path / "spend.jsonl")
     ended = [line for line in lines if line.get("state") in ("finished", "failed")]
