@@ -389,16 +389,26 @@ class Scenario:
     def ledger_calls(self) -> int | None:
         """LLM calls in the command's durable spend ledger (`ledger.json` and, where the
         checkout journals spend, its journal `spend.jsonl`); None when it keeps none."""
+        spend = self._ledger()
+        return None if spend is None else int(spend.llm_calls)
+
+    def ledger_unknown(self) -> int:
+        """Of the ledger's calls, those started with no outcome recorded (0 for a checkout
+        whose ledger does not tell)."""
+        spend = self._ledger()
+        return int(getattr(spend, "unknown_outcome", 0) or 0)
+
+    def _ledger(self) -> Any:
         if not any(self.run_dir.glob("ledger*")) and not any(self.run_dir.glob("spend*")):
             return None
         if self.command == "tune":
             # Per-trial and per-process journals under spend/<study>/ (evolve.tuning.spend).
             from evolve.tuning import recorded_spend
 
-            return int(recorded_spend(self.run_dir).llm_calls)
+            return recorded_spend(self.run_dir)
         from evolve.optimize.store import ExperimentStore
 
-        return int(ExperimentStore(self.run_dir).load_spend().llm_calls)
+        return ExperimentStore(self.run_dir).load_spend()
 
     def results(self) -> Any:
         """The result files that matter, normalized (see the module docstring)."""
@@ -738,7 +748,9 @@ def _run_chaos(
                 difference or "final results equal the uninterrupted reference",
             )
         )
-    outcome.checks.append(ledger_check(scenario.command, ledger_rows, outcome.kills))
+    outcome.checks.append(
+        ledger_check(scenario.command, ledger_rows, outcome.kills, scenario.ledger_unknown())
+    )
     duplicates = scenario.mlflow_duplicates()
     if duplicates is None:
         outcome.checks.append(Check("mlflow dups", None, "n/a", "eval does not track in MLflow"))
@@ -749,7 +761,9 @@ def _run_chaos(
         outcome.checks.append(Check("mlflow dups", count == 0, str(count), detail))
 
 
-def ledger_check(command: str, rows: list[tuple[int, int | None, int, int]], kills: int) -> Check:
+def ledger_check(
+    command: str, rows: list[tuple[int, int | None, int, int]], kills: int, unknown: int
+) -> Check:
     """server <= finished + unknown <= server + in flight at the kills, per invocation and in
     total (see the module docstring); `rows` are cumulative after each invocation."""
     if rows[-1][1] is None:
@@ -772,7 +786,8 @@ def ledger_check(command: str, rows: list[tuple[int, int | None, int, int]], kil
         "ledger",
         passed,
         f"{ledger}/{server} (+{ledger - server})",
-        f"server {server} <= finished + unknown {ledger} <= server + in flight at the {kills} "
+        f"server {server} <= finished {ledger - unknown} + unknown {unknown} = {ledger} <= "
+        f"server + in flight at the {kills} "
         f"kills {server + allowance} (at most {CONCURRENCY} a kill; the stub saw "
         f"{seen_in_flight} in flight at the kills): {'holds' if holds else 'VIOLATED'}"
         + (f"; per invocation: {', '.join(violations)}" if violations else ""),
