@@ -6,6 +6,8 @@ to the server, each of them paid. The HTTP transport under the client sees every
 request is recorded as *started* just before it is sent and as *finished* or *failed* after.
 A killed process leaves at worst "started, outcome unknown" entries: the books never hold
 fewer requests than the server received, and at most the requests in flight at the kill more.
+Both clients go through one: the toolkit's `OpenAIChatLM` (its own client's transport) and
+litellm (a recording `litellm.client_session`, shared by every role).
 
 The same place enforces the stop: once `STOP` is set (SIGINT / SIGTERM, see
 `evolve.commands.interrupt`), a request that has not started is refused before any byte is
@@ -36,7 +38,8 @@ __all__ = [
 ]
 
 # Who is calling, for a transport shared by every role (litellm's process-wide session): set
-# around each LM call by the usage callback (`evolve.llm.roles`), in the calling thread.
+# around each LM call by the usage callback (`evolve.llm.usage_callback`), in the calling
+# thread.
 CALLER: contextvars.ContextVar[tuple[str, UsageTracker] | None] = contextvars.ContextVar(
     "evolve_llm_caller", default=None
 )

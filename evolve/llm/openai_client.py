@@ -158,6 +158,8 @@ class OpenAIChatLM(dspy.BaseLM):
         except RequestsStopped as error:
             raise Interrupted(str(error)) from None
         except openai.APIError as error:
+            if isinstance(error.__cause__, RequestsStopped):  # a client that wraps it
+                raise Interrupted(str(error.__cause__)) from None
             raise _as_lm_error(error, self.model) from error
         choices = completion.get("choices") if isinstance(completion, dict) else None
         if not isinstance(choices, list) or not choices:
