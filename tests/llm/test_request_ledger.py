@@ -16,8 +16,9 @@ import pytest
 from dspy.utils.exceptions import LMServerError
 from stub_server import StubServer
 
-from evolve.budget import Spend, SpendJournal
+from evolve.budget import Budget, Spend, SpendJournal
 from evolve.commands import interrupt
+from evolve.config import BudgetSpec
 from evolve.errors import Interrupted
 from evolve.llm import EndpointConfig, RoleLMs, build_lm
 from evolve.llm.usage import RequestEvent, RequestState
@@ -61,6 +62,7 @@ def test_each_retry_of_a_failing_server_is_its_own_journaled_request(tmp_path, c
     with StubServer(latency=0.0, fault="http500") as stub:
         # One retry: each call is two requests (the backoff before it is the test's cost).
         lms, journal = _journaled_lms(stub, tmp_path / "spend.jsonl", retries=1, client=client)
+        budget = Budget(BudgetSpec(max_llm_calls=4), lms, Spend())
         for question in ("Which is a fruit?", "Which is a vegetable?"):
             with pytest.raises(LMServerError):
                 _ask(lms, question)
@@ -74,8 +76,9 @@ def test_each_retry_of_a_failing_server_is_its_own_journaled_request(tmp_path, c
     ended = [line for line in lines if line.get("state") in ("finished", "failed")]
     assert len(ended) == served
     assert {(line["state"], line["status"]) for line in ended} == {("failed", 500)}
-    # The in-process budget counts the same requests.
+    # The in-process budget counts the same requests: every one was paid for.
     assert lms.usage.snapshot().total_requests == served
+    assert budget.exhausted() == f"max_llm_calls = 4 reached ({served} calls)"
 
 
 def test_a_request_without_an_outcome_counts_as_spent_and_unknown(tmp_path):
