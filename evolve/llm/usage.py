@@ -26,8 +26,8 @@ def new_request_id() -> str:
 class RoleUsage(BaseModel):
     calls: int = 0
     # HTTP requests sent to the endpoint, retries included: what the server counts and bills.
-    # For a client whose requests are not seen one by one (litellm), each call that was not
-    # a cache hit counts as one request.
+    # For an LM whose requests are not seen one by one (a scripted test LM; litellm under a
+    # `client_session` of the user's own), each call that was not a cache hit counts as one.
     requests: int = 0
     cache_hits: int = 0
     failures: int = 0
