@@ -35,15 +35,28 @@ Checks, one PASS/FAIL line each (the script exits 1 if any fails):
     compared by its parameters: when trials tie (the stub makes them tie), which one is best
     must not depend on the trial numbers that kills shift.
 - **ledger**: the command's durable spend ledger against the stub's server-side count of
-  chat requests, after every kill and at the end: the calls lost by one crash,
-  |delta(server) - delta(ledger)|, must not exceed the calls in flight (the concurrency).
-  The ledger is read with `evolve.tuning.recorded_spend(<run dir>)` for tune and
-  `ExperimentStore(<run dir>).load_spend()` otherwise, where a `ledger*` or
-  `spend*` (journal) file exists (`runs/<name>/` for run and tune, the `--out` directory
-  for eval); a command without one prints "n/a" (not a failure: reported as missing).
+  chat requests. The ledger's LLM calls are the HTTP requests it journaled as started before
+  sending them: finished or failed ones plus those of unknown outcome (started, then the
+  process was killed before it could record their end). What is checked, after every
+  invocation and in total after all kills:
+
+      server <= finished + unknown <= server + calls in flight at the kills
+
+  The left side says no request the server received (and would bill) is missing from the
+  books, retries included; the right side that the books hold at most the requests in
+  flight at each kill beyond it (started but never received, or received while the killed
+  process could no longer record the answer). The calls in flight at one kill are at most
+  the concurrency (`CONCURRENCY`), the allowance per killed invocation; the stub's own
+  in-flight count at each kill is printed too. The ledger is read with
+  `evolve.tuning.recorded_spend(<run dir>)` for tune and
+  `ExperimentStore(<run dir>).load_spend()` otherwise, where a `ledger*` or `spend*`
+  (journal) file exists (`runs/<name>/` for run and tune, the `--out` directory for eval);
+  a command without one prints "n/a" (not a failure: reported as missing).
 - **mlflow dups**: MLflow runs per candidate (run) / per trial number (tune) and parent runs
   per experiment / study in the sqlite tracking DB must each be 1; eval does not track: n/a.
-- **SIGINT**: the process exits within one call's latency + 2 s, with exit code 130.
+- **SIGINT**: the process exits within one call's latency + 2 s, with exit code 130, and no
+  request reaches the server after it has exited; the detail also says whether a request
+  arrived after the signal (the stub's `last_chat_arrival`).
 
 The stub answers every call with minimal valid JSON after `--latency` seconds, so outputs are
 deterministic; the DSPy response cache is disabled (`--no-llm-cache`) and every scenario has
@@ -193,6 +206,9 @@ class Invocation:
     seconds: float
     log: Path
     killed: bool = False
+    # The stub's chat requests in flight just after the signal, and when it was sent.
+    in_flight_at_signal: int = 0
+    signalled_wall: float | None = None
 
     @property
     def summary(self) -> str:
@@ -333,6 +349,8 @@ class Scenario:
         process, log = self.start()
         started = time.monotonic()
         signalled_at: float | None = None
+        signalled_wall: float | None = None
+        in_flight = 0
         while process.poll() is None:
             now = time.monotonic()
             if now - started > INVOCATION_TIMEOUT_S or (
@@ -342,8 +360,11 @@ class Scenario:
                 process.wait()
                 return Invocation(None, now - started, log, killed=True)
             if signalled_at is None and until is not None and until():
+                signalled_wall = time.time()
                 _signal_group(process, sig)
                 signalled_at = time.monotonic()
+                # Answers to a killed client are still being served: in flight at the kill.
+                in_flight = int(self.stub.stats()["in_flight"])
             time.sleep(0.01)
         ended = time.monotonic()
         if sig == signal.SIGKILL and signalled_at is not None:
@@ -353,6 +374,8 @@ class Scenario:
             ended - (signalled_at if signalled_at is not None else started),
             log,
             killed=signalled_at is not None,
+            in_flight_at_signal=in_flight,
+            signalled_wall=signalled_wall,
         )
 
     def complete(self) -> bool:
@@ -366,16 +389,26 @@ class Scenario:
     def ledger_calls(self) -> int | None:
         """LLM calls in the command's durable spend ledger (`ledger.json` and, where the
         checkout journals spend, its journal `spend.jsonl`); None when it keeps none."""
+        spend = self._ledger()
+        return None if spend is None else int(spend.llm_calls)
+
+    def ledger_unknown(self) -> int:
+        """Of the ledger's calls, those started with no outcome recorded (0 for a checkout
+        whose ledger does not tell)."""
+        spend = self._ledger()
+        return int(getattr(spend, "unknown_outcome", 0) or 0)
+
+    def _ledger(self) -> Any:
         if not any(self.run_dir.glob("ledger*")) and not any(self.run_dir.glob("spend*")):
             return None
         if self.command == "tune":
             # Per-trial and per-process journals under spend/<study>/ (evolve.tuning.spend).
             from evolve.tuning import recorded_spend
 
-            return int(recorded_spend(self.run_dir).llm_calls)
+            return recorded_spend(self.run_dir)
         from evolve.optimize.store import ExperimentStore
 
-        return int(ExperimentStore(self.run_dir).load_spend().llm_calls)
+        return ExperimentStore(self.run_dir).load_spend()
 
     def results(self) -> Any:
         """The result files that matter, normalized (see the module docstring)."""
@@ -646,8 +679,8 @@ def _run_chaos(
     stub = scenario.stub
     base = stub.chat_requests()
     targets = sorted(rng.randint(1, max(1, total - 1)) for _ in range(kills))
-    ledger_rows: list[tuple[int, int | None]] = [(0, scenario.ledger_calls())]
-    worst_loss = 0
+    # (server count, ledger calls, calls allowed in flight at its kill, stub's in-flight)
+    ledger_rows: list[tuple[int, int | None, int, int]] = [(0, scenario.ledger_calls(), 0, 0)]
     failure: str | None = None
     stuck = 0
     index = 0
@@ -657,7 +690,10 @@ def _run_chaos(
         invocation = scenario.invoke(until=lambda t=target: stub.chat_requests() - base >= t)
         outcome.invocations += 1
         served = stub.drain() - base
-        ledger_rows.append((served, scenario.ledger_calls()))
+        allowed = CONCURRENCY if invocation.killed else 0
+        ledger_rows.append(
+            (served, scenario.ledger_calls(), allowed, invocation.in_flight_at_signal)
+        )
         if invocation.killed and invocation.code is None:
             failure = f"an invocation hung: {invocation.summary}"
             break
@@ -684,7 +720,7 @@ def _run_chaos(
         for _ in range(MAX_COMPLETION_RERUNS):
             invocation = scenario.invoke()
             outcome.invocations += 1
-            ledger_rows.append((stub.drain() - base, scenario.ledger_calls()))
+            ledger_rows.append((stub.drain() - base, scenario.ledger_calls(), 0, 0))
             if invocation.code != 0:
                 failure = f"rerun exit {invocation.code}: {invocation.summary}"
                 break
@@ -712,31 +748,9 @@ def _run_chaos(
                 difference or "final results equal the uninterrupted reference",
             )
         )
-    # Ledger: the calls lost by each crash (or counted twice) against the calls in flight.
-    if ledger_rows[-1][1] is None:
-        outcome.checks.append(
-            Check("ledger", None, "n/a", f"`evolve {scenario.command}` keeps no spend ledger")
-        )
-    else:
-        previous_server, previous_ledger = 0, 0
-        losses = []
-        for server, recorded in ledger_rows[1:]:
-            ledger = recorded or 0  # no ledger file yet: nothing recorded
-            losses.append((server - previous_server) - (ledger - previous_ledger))
-            previous_server, previous_ledger = server, ledger
-        worst_loss = max(losses, key=abs, default=0)
-        final_server, final_ledger = ledger_rows[-1]
-        passed = abs(worst_loss) <= CONCURRENCY
-        outcome.checks.append(
-            Check(
-                "ledger",
-                passed,
-                f"{final_ledger}/{final_server} (worst {worst_loss:+d})",
-                f"ledger {final_ledger} vs server {final_server} after {outcome.kills} kills; "
-                f"worst single invocation: {worst_loss:+d} calls unrecorded (allowed: "
-                f"|x| <= {CONCURRENCY} in flight)",
-            )
-        )
+    outcome.checks.append(
+        ledger_check(scenario.command, ledger_rows, outcome.kills, scenario.ledger_unknown())
+    )
     duplicates = scenario.mlflow_duplicates()
     if duplicates is None:
         outcome.checks.append(Check("mlflow dups", None, "n/a", "eval does not track in MLflow"))
@@ -745,6 +759,39 @@ def _run_chaos(
         if failure is not None:
             detail += " (the run did not finish)"
         outcome.checks.append(Check("mlflow dups", count == 0, str(count), detail))
+
+
+def ledger_check(
+    command: str, rows: list[tuple[int, int | None, int, int]], kills: int, unknown: int
+) -> Check:
+    """server <= finished + unknown <= server + in flight at the kills, per invocation and in
+    total (see the module docstring); `rows` are cumulative after each invocation."""
+    if rows[-1][1] is None:
+        return Check("ledger", None, "n/a", f"`evolve {command}` keeps no spend ledger")
+    previous_server = previous_ledger = 0
+    violations = []
+    allowance = seen_in_flight = 0
+    for index, (server, recorded, allowed, in_flight) in enumerate(rows[1:], start=1):
+        ledger = recorded or 0  # no ledger file yet: nothing recorded
+        extra = (ledger - previous_ledger) - (server - previous_server)
+        if not 0 <= extra <= allowed:
+            violations.append(f"invocation {index}: {extra:+d} (allowed 0..{allowed})")
+        allowance += allowed
+        seen_in_flight += in_flight
+        previous_server, previous_ledger = server, ledger
+    server, ledger = rows[-1][0], rows[-1][1] or 0
+    holds = server <= ledger <= server + allowance
+    passed = holds and not violations
+    return Check(
+        "ledger",
+        passed,
+        f"{ledger}/{server} (+{ledger - server})",
+        f"server {server} <= finished {ledger - unknown} + unknown {unknown} = {ledger} <= "
+        f"server + in flight at the {kills} "
+        f"kills {server + allowance} (at most {CONCURRENCY} a kill; the stub saw "
+        f"{seen_in_flight} in flight at the kills): {'holds' if holds else 'VIOLATED'}"
+        + (f"; per invocation: {', '.join(violations)}" if violations else ""),
+    )
 
 
 def _run_sigint(outcome: Outcome, scenario: Scenario, total: int) -> None:
@@ -769,6 +816,17 @@ def _run_sigint(outcome: Outcome, scenario: Scenario, total: int) -> None:
         )
         return
     passed = invocation.seconds <= limit and invocation.code == 130 and later == after_exit
+    last_arrival = stub.stats().get("last_chat_arrival")
+    late = (
+        last_arrival is not None
+        and invocation.signalled_wall is not None
+        and last_arrival > invocation.signalled_wall
+    )
+    arrival = (
+        f"a request arrived {last_arrival - invocation.signalled_wall:.3f}s after the signal"
+        if late
+        else "no request arrived after the signal"
+    )
     outcome.checks.append(
         Check(
             "sigint",
@@ -776,7 +834,7 @@ def _run_sigint(outcome: Outcome, scenario: Scenario, total: int) -> None:
             f"{invocation.seconds:.2f}s ({invocation.code})",
             f"exited {invocation.seconds:.2f}s after SIGINT with code {invocation.code} "
             f"(allowed: <= {limit:.2f}s, code 130); server calls after exit: "
-            f"{later - after_exit}; last output: {invocation.summary}",
+            f"{later - after_exit}; {arrival}; last output: {invocation.summary}",
         )
     )
 

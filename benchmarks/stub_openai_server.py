@@ -12,8 +12,10 @@ Fault and accounting tests drive it through two extra routes:
 
 - `GET /stats` -> `{"requests": N, "chat_requests": N, "in_flight": N, "peak_in_flight": N,
   "fault": {...}}`: a server-side request counter to compare with the toolkit's ledger, and
-  the most chat requests served at once, and `excess_s`: the seconds spent serving chat
-  requests beyond the latency, summed (`POST /stats/reset` zeroes the counters);
+  the most chat requests served at once, `excess_s`: the seconds spent serving chat
+  requests beyond the latency, summed, and `last_chat_arrival`: the wall-clock time
+  (`time.time()`) the latest chat request arrived, or null (`POST /stats/reset` zeroes the
+  counters);
 - `POST /fault` with `{"mode": M, "count": N}` sets a fault for the next N chat requests
   (`count` omitted or null: until changed). Modes: `none`, `http500` (an HTTP 500 error),
   `non_json` (200 with content that is not JSON), `truncated` (a body cut short before its
@@ -55,6 +57,9 @@ class ServerState:
         self.fault = fault
         self.fault_remaining = fault_count
         self.last_prompt = ""  # the previous chat prompt, for the prompt-cache figure
+        # When the latest chat request arrived (epoch seconds, comparable with a client's
+        # clock on this machine): proves that no request arrived after a given moment.
+        self.last_chat_arrival: float | None = None
 
     def reused_prompt_chars(self, prompt: str) -> int:
         """Characters of `prompt` shared with the previous prompt from the start, as a
@@ -85,6 +90,7 @@ class ServerState:
             self.requests = self.chat_requests = 0
             self.peak_in_flight = self.in_flight
             self.excess_s = 0.0
+            self.last_chat_arrival = None
 
     def stats(self) -> dict[str, Any]:
         with self.lock:
@@ -94,6 +100,7 @@ class ServerState:
                 "in_flight": self.in_flight,
                 "peak_in_flight": self.peak_in_flight,
                 "excess_s": self.excess_s,
+                "last_chat_arrival": self.last_chat_arrival,
                 "fault": {"mode": self.fault, "remaining": self.fault_remaining},
             }
 
@@ -191,6 +198,7 @@ def make_handler(latency: float, state: ServerState | None = None) -> type[BaseH
 
         def do_POST(self) -> None:  # noqa: N802
             received = time.perf_counter()
+            arrived = time.time()
             length = int(self.headers.get("Content-Length", "0"))
             request = json.loads(self.rfile.read(length) or b"{}")
             if self.path.rstrip("/").endswith("/stats/reset"):
@@ -212,6 +220,7 @@ def make_handler(latency: float, state: ServerState | None = None) -> type[BaseH
                 state.requests += 1
                 state.in_flight += 1
                 state.peak_in_flight = max(state.peak_in_flight, state.in_flight)
+                state.last_chat_arrival = max(state.last_chat_arrival or 0.0, arrived)
             self._chat_started = received
             try:
                 self._complete(request)

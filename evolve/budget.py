@@ -17,20 +17,36 @@ from pydantic import BaseModel
 
 if TYPE_CHECKING:
     from evolve.llm import RoleLMs
-    from evolve.llm.usage import CompletedCall
+    from evolve.llm.usage import UsageEvent
 
 
 class Spend(BaseModel):
+    # Requests sent to the endpoints, retries included (what a server counts and bills);
+    # responses served from DSPy's cache cost nothing.
     llm_calls: int = 0
     tokens: int = 0
     wall_time_s: float = 0.0
+    # Of `llm_calls`, those journaled as started with no outcome after: in flight when the
+    # process was killed (or still in flight now). Counted as spent: the server may have
+    # received and billed them.
+    unknown_outcome: int = 0
 
     def plus(self, other: Spend) -> Spend:
         return Spend(
             llm_calls=self.llm_calls + other.llm_calls,
             tokens=self.tokens + other.tokens,
             wall_time_s=self.wall_time_s + other.wall_time_s,
+            unknown_outcome=self.unknown_outcome + other.unknown_outcome,
         )
+
+    def describe(self) -> str:
+        """One line for reports: calls (and those whose outcome is unknown), tokens."""
+        unknown = (
+            f" ({self.unknown_outcome} started, outcome unknown: in flight at a kill)"
+            if self.unknown_outcome
+            else ""
+        )
+        return f"{self.llm_calls} LLM calls{unknown}, {self.tokens} tokens"
 
 
 class BudgetExhausted(Exception):
@@ -44,8 +60,9 @@ class BudgetExhausted(Exception):
 class Budget:
     """Spend so far (earlier invocations + this one) against the spec's limits.
 
-    With a `journal`, every completed call of every role is also appended to it as it
-    completes, so a killed process leaves a ledger short only by its in-flight calls.
+    With a `journal`, every request of every role is also appended to it as started before it
+    is sent and as finished or failed after (and every completed call with its tokens), so a
+    killed process leaves at worst requests of unknown outcome, counted as spent.
     Call `close()` when the run ends.
     """
 
@@ -61,15 +78,10 @@ class Budget:
         if journal is not None:
             lms.usage.add_listener(self._journal_call)
 
-    def _journal_call(self, call: CompletedCall) -> None:
+    def _journal_call(self, event: UsageEvent) -> None:
         assert self.journal is not None
-        self.journal.record_call(
-            role=call.role,
-            prompt_tokens=call.prompt_tokens,
-            completion_tokens=call.completion_tokens,
-            cache_hit=call.cache_hit,
-            failed=call.failed,
-            wall_time_s=self.before.wall_time_s + time.perf_counter() - self._time_start,
+        self.journal.record(
+            event, wall_time_s=self.before.wall_time_s + time.perf_counter() - self._time_start
         )
 
     def close(self) -> None:
@@ -82,8 +94,8 @@ class Budget:
         delta = self.lms.usage.snapshot().minus(self._usage_start)
         return self.before.plus(
             Spend(
-                # Responses served from DSPy's cache cost nothing.
-                llm_calls=delta.total_calls - delta.cache_hits,
+                # Requests as they start (retries included); cache hits send none.
+                llm_calls=delta.total_requests,
                 tokens=delta.total_tokens,
                 wall_time_s=time.perf_counter() - self._time_start,
             )
@@ -108,12 +120,22 @@ class Budget:
 
 
 class SpendJournal:
-    """Append-only JSON lines, one per completed LLM call (or a wall-time mark).
+    """Append-only JSON lines: HTTP requests, completed LLM calls and wall-time marks.
 
-    Line kinds: ``{"carried": {Spend}}`` (spend recorded before the journal existed),
-    ``{"role", "prompt", "completion", "cache_hit", "failed", "wall_s"}`` (a call) and
-    ``{"wall_s"}`` (a checkpoint). `wall_s` is the run's total wall time when the line was
-    written, so the latest one is the wall time spent. A line torn by a crash is skipped.
+    Line kinds:
+
+    - ``{"carried": {Spend}}``: spend recorded before the journal existed;
+    - ``{"request": ID, "role", "state": "started", "wall_s"}``: written (flushed) before the
+      request is sent; then ``{"request": ID, "state": "finished" | "failed", "status",
+      "wall_s"}`` once it ends. Every started request counts as a call; one with no end line
+      (the process was killed while it was in flight) is reported as of unknown outcome;
+    - ``{"role", "prompt", "completion", "cache_hit", "failed", "requests", "wall_s"}``: a
+      completed LLM call, for its tokens; `requests` is the number of requests it stands for
+      (0 when they have their own lines; absent in older journals: 1 unless a cache hit);
+    - ``{"wall_s"}``: a checkpoint.
+
+    `wall_s` is the run's total wall time when the line was written, so the latest one is the
+    wall time spent. A line torn by a crash is skipped.
     """
 
     def __init__(self, path: Path) -> None:
@@ -153,6 +175,36 @@ class SpendJournal:
             }
         )
 
+    def record(self, event: UsageEvent, *, wall_time_s: float) -> None:
+        """Journal a usage tracker event (see `evolve.llm.usage.UsageTracker.add_listener`)."""
+        wall = round(wall_time_s, 3)
+        request_id = getattr(event, "request_id", None)  # duck-typed: this module stays a leaf
+        if request_id is None:
+            self._write(
+                {
+                    "role": event.role,
+                    "prompt": event.prompt_tokens,
+                    "completion": event.completion_tokens,
+                    "cache_hit": event.cache_hit,
+                    "failed": event.failed,
+                    "requests": event.requests,
+                    "wall_s": wall,
+                }
+            )
+        elif event.state == "started":
+            self._write(
+                {"request": request_id, "role": event.role, "state": "started", "wall_s": wall}
+            )
+        else:
+            self._write(
+                {
+                    "request": request_id,
+                    "state": str(event.state.value),
+                    "status": event.status,
+                    "wall_s": wall,
+                }
+            )
+
     def mark_wall_time(self, wall_time_s: float) -> None:
         self._write({"wall_s": round(wall_time_s, 3)})
 
@@ -186,10 +238,13 @@ class SpendJournal:
             return handle.read(1) == b"\n"
 
     def total(self) -> Spend:
-        """The spend the journal records (cache hits cost nothing; failed calls do)."""
+        """The spend the journal records: every request started (failed ones and those of
+        unknown outcome included), calls of older journals without request lines (cache hits
+        cost nothing), the tokens of completed calls."""
         calls = tokens = 0
         carried = Spend()
         wall = 0.0
+        open_requests: set[str] = set()
         with open(self.path, encoding="utf-8", errors="replace") as handle:
             for line in handle:
                 try:
@@ -202,11 +257,19 @@ class SpendJournal:
                     carried = carried.plus(Spend.model_validate(entry["carried"]))
                     continue
                 wall = max(wall, float(entry.get("wall_s", 0.0)))
-                if "role" in entry:
-                    calls += 0 if entry.get("cache_hit") else 1
+                if "request" in entry:
+                    if entry.get("state") == "started":
+                        calls += 1
+                        open_requests.add(str(entry["request"]))
+                    else:
+                        open_requests.discard(str(entry["request"]))
+                elif "role" in entry:
+                    default = 0 if entry.get("cache_hit") else 1
+                    calls += int(entry.get("requests", default))
                     tokens += int(entry.get("prompt", 0)) + int(entry.get("completion", 0))
         return Spend(
             llm_calls=carried.llm_calls + calls,
             tokens=carried.tokens + tokens,
             wall_time_s=max(wall, carried.wall_time_s),
+            unknown_outcome=carried.unknown_outcome + len(open_requests),
         )

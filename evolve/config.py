@@ -304,7 +304,8 @@ class OptimizerSpec(_Strict):
 class BudgetSpec(_Strict):
     """Limits over the whole experiment (cumulated across resumed invocations).
 
-    LLM calls count requests that reached an endpoint (DSPy cache hits are free); the loop
+    LLM calls count requests sent to an endpoint, each retry its own and those whose outcome
+    a kill left unknown included (DSPy cache hits are free); the loop
     checks before each unit of work and at every period barrier of an evaluation, and stops
     cleanly, keeping everything finished. Raise a limit and rerun to continue.
     """

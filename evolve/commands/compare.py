@@ -3,8 +3,10 @@ an evaluation's policies side by side; `--plot FILE` also draws the paper-style 
 and PDF, `evolve.plots`).
 
 Reads the records under `runs/<name>/` (no LLM, no MLflow needed); works on a finished,
-stopped or still-running run. A tuning study is read live from its Optuna storage (other
-workers' trials included); `runs/<name>/tuning.json` is only its last local snapshot.
+stopped or still-running run. Each view ends with the spend ledger's total, naming the
+requests of unknown outcome (started when a process was killed; counted as spent). A tuning
+study is read live from its Optuna storage (other workers' trials included);
+`runs/<name>/tuning.json` is only its last local snapshot.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from evolve.budget import Spend
 from evolve.errors import ConfigError, StorageError
 from evolve.locking import lock_holder
 from evolve.optimize import ExperimentStore, format_lineage, format_table
@@ -21,6 +24,7 @@ from evolve.simulator.metrics import MetricSummary
 from evolve.tuning.records import TuningResult
 from evolve.tuning.report import format_result, render_tuning_dir, tuning_dir_for
 from evolve.tuning.spec import TuneSpec
+from evolve.tuning.spend import SPEND_DIR, recorded_spend
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -97,11 +101,18 @@ def run_compare(args: argparse.Namespace) -> int:
     print(format_table(result))
     print()
     print(format_lineage(result))
+    _print_ledger(ExperimentStore(directory).load_spend())
     if args.plot is not None:
         from evolve.plots import plot_evolution, save_figure
 
         _print_written(save_figure(plot_evolution(result), args.plot))
     return 0
+
+
+def _print_ledger(spend: Spend) -> None:
+    """The spend ledger's total: every request started, those of unknown outcome (in flight
+    when a process was killed: the server may have received and billed them) named."""
+    print(f"\nledger: {spend.describe()}")
 
 
 def _print_written(paths: list[Path]) -> None:
@@ -173,6 +184,8 @@ def _compare_tuning(args: argparse.Namespace) -> int:
         result = snapshot
     else:
         print(format_result(result))
+    if directory is not None and (directory / SPEND_DIR).is_dir():
+        _print_ledger(recorded_spend(directory, result.study_name))
     if args.plot is not None:
         from evolve.plots import plot_tuning, save_figure
 
@@ -205,6 +218,9 @@ def _compare_evaluations(directory: Path, plot: Path | None) -> int:
         memory = "-" if summary.memory_score is None else f"{summary.memory_score:.3f}"
         accuracy = "-" if summary.accuracy is None else f"{summary.accuracy:.3f}"
         print(f"{name:<24} {accuracy:>8} {memory:>7} {len(per_period[name]):>7}")
+    store = ExperimentStore(directory)
+    if store.journal_file.is_file():
+        _print_ledger(store.load_spend())
     if plot is not None:
         from evolve.plots import plot_evaluations, save_figure
 

@@ -26,7 +26,7 @@ from tqdm import tqdm
 from evolve.commands import interrupt
 from evolve.errors import ConfigError
 from evolve.llm import RoleLMs, add_llm_arguments, open_role_lms_from_args
-from evolve.llm.usage import CompletedCall
+from evolve.llm.usage import UsageEvent
 from evolve.locking import run_lock
 from evolve.optimize.store import ExperimentStore, Spend
 from evolve.paths import cache_dir
@@ -305,9 +305,10 @@ def format_notes(rows: list[tuple[str, EvaluationReport]]) -> list[str]:
 
 @contextmanager
 def journal_spend(out: Path, lms: RoleLMs) -> Iterator[ExperimentStore]:
-    """Append each completed LLM call of this invocation to `OUT/spend.jsonl` as it completes
-    (the journal `evolve run` keeps, see `evolve.optimize.store`): a killed eval leaves a
-    spend record short only by its in-flight calls, and reruns add to it."""
+    """Append each LLM request of this invocation to `OUT/spend.jsonl` before it is sent and
+    when it ends, and each completed call with its tokens (the journal `evolve run` keeps,
+    see `evolve.optimize.store`): a killed eval leaves at worst requests of unknown outcome,
+    counted as spent, and reruns add to it."""
     store = ExperimentStore(out)
     before = store.load_spend()
     journal = store.open_journal()
@@ -316,15 +317,8 @@ def journal_spend(out: Path, lms: RoleLMs) -> Iterator[ExperimentStore]:
     def wall_time_s() -> float:
         return before.wall_time_s + time.perf_counter() - started
 
-    def record(call: CompletedCall) -> None:
-        journal.record_call(
-            role=call.role,
-            prompt_tokens=call.prompt_tokens,
-            completion_tokens=call.completion_tokens,
-            cache_hit=call.cache_hit,
-            failed=call.failed,
-            wall_time_s=wall_time_s(),
-        )
+    def record(event: UsageEvent) -> None:
+        journal.record(event, wall_time_s=wall_time_s())
 
     lms.usage.add_listener(record)
     try:

@@ -1,7 +1,8 @@
 """Ctrl-C and SIGTERM for the `evolve` command: stop at once, exit 130, never hang on exit.
 
 The first SIGINT or SIGTERM sets `STOP` (the process-wide stop event that commands pass to
-the runner, which checks it before each new unit and LLM call) and raises
+the runner, which checks it before each new unit and LLM call, and that the LM clients check
+before sending each HTTP request, retries included) and raises
 `KeyboardInterrupt` in the main thread, so context managers unwind: worker pools cancel
 their queued work, trackers mark the run interrupted, the embedded server is stopped.
 
@@ -30,8 +31,11 @@ from types import FrameType
 from typing import NoReturn
 
 from evolve.errors import EXIT_INTERRUPTED
+from evolve.stopping import STOP
 
-STOP = threading.Event()
+# `STOP` (imported above) is the very event the LM clients' transports check before sending
+# each HTTP request (`evolve.llm.attempts`): once set, no new request starts.
+__all__ = ["EXIT_GRACE_S", "INTERRUPTED_MESSAGE", "STOP", "exit_interrupted", "stop_on_signals"]
 
 # In-flight calls get this long to finish after the main thread is done; less than the
 # "one call's latency + 2 s" a stop may take in all.

@@ -8,6 +8,8 @@ structured-output dialects included), with:
 
 - bounded retries with exponential backoff (the `openai` client's own: connection errors,
   timeouts, 408/409/429 and 5xx);
+- every HTTP request, retries included, recorded as started before it is sent and as
+  finished or failed after (`evolve.llm.attempts`), and none sent once the process stops;
 - usage read from the response, so role accounting and the spend journal see every call;
 - `max_tokens` as the server expects it: `max_completion_tokens` only for OpenAI's own
   reasoning models, `max_tokens` everywhere else (llama.cpp ignores the newer field);
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import copy
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dspy
 import openai
@@ -38,10 +40,17 @@ from dspy.utils.exceptions import (
     LMTransportError,
 )
 
+from evolve.errors import Interrupted
+from evolve.llm.attempts import RequestsStopped, recording_http_client
+
+if TYPE_CHECKING:
+    from evolve.llm.usage import UsageTracker
+
 CACHE_FUNCTION = "evolve.llm.openai_client.chat"
 # Settings that configure the connection or DSPy itself, never sent in the request body.
 NOT_SENT = {"cache", "rollout_id", "num_retries", "api_key", "api_base", "base_url", "n"}
 OPENAI_HOSTS = ("api.openai.com",)
+_SHARED = ("_client", "_transport")  # attributes an LM's copies share
 _REASONING_MODEL = re.compile(r"^(o[1345](-|$)|gpt-5)")
 
 
@@ -83,16 +92,27 @@ class OpenAIChatLM(dspy.BaseLM):
             if uses_max_completion_tokens(self.wire_model, base_url)
             else "max_tokens"
         )
-        # One client (one connection pool) per LM, shared by its copies and threads.
+        # One client (one connection pool) per LM, shared by its copies and threads; its
+        # transport records each request (`attach_requests` names the role and tracker).
+        http_client, self._transport = recording_http_client(timeout)
         self._client = openai.OpenAI(
-            base_url=base_url, api_key=api_key, timeout=timeout, max_retries=num_retries
+            base_url=base_url,
+            api_key=api_key,
+            timeout=timeout,
+            max_retries=num_retries,
+            http_client=http_client,
         )
 
+    def attach_requests(self, role: str, tracker: UsageTracker) -> None:
+        """Record this LM's HTTP requests (each retry its own) with `tracker` as `role`."""
+        self._transport.attach(role, tracker)
+
     def __deepcopy__(self, memo: dict[int, Any]) -> OpenAIChatLM:
-        # `lm.copy()` deep-copies: the client (its pool and key) is shared, never copied.
+        # `lm.copy()` deep-copies: the client (its pool and key) and its transport are
+        # shared, never copied.
         clone = copy.copy(self)
         for name, value in vars(self).items():
-            if name != "_client":
+            if name not in _SHARED:
                 setattr(clone, name, copy.deepcopy(value, memo))
         return clone
 
@@ -135,7 +155,11 @@ class OpenAIChatLM(dspy.BaseLM):
             completion = self._client.post(
                 "/chat/completions", body={"model": self.wire_model, **body}, cast_to=object
             )
+        except RequestsStopped as error:
+            raise Interrupted(str(error)) from None
         except openai.APIError as error:
+            if isinstance(error.__cause__, RequestsStopped):  # a client that wraps it
+                raise Interrupted(str(error.__cause__)) from None
             raise _as_lm_error(error, self.model) from error
         choices = completion.get("choices") if isinstance(completion, dict) else None
         if not isinstance(choices, list) or not choices:

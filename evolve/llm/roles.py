@@ -12,7 +12,6 @@ import argparse
 import importlib
 import pickle
 import threading
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -22,11 +21,11 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import dspy
-from dspy.utils.callback import BaseCallback
 from dspy.utils.exceptions import LMError, LMUnexpectedError
 
-from evolve.errors import EndpointError, LMClientError
+from evolve.errors import EndpointError, Interrupted, LMClientError
 from evolve.llm.adapter import STRUCTURED_OUTPUT_ATTRIBUTE, StructuredJSONAdapter
+from evolve.llm.attempts import STOP, install_litellm_session, litellm_requests_recorded
 from evolve.llm.config import (
     ROLES,
     EndpointConfig,
@@ -37,6 +36,7 @@ from evolve.llm.config import (
 from evolve.llm.openai_client import OpenAIChatLM
 from evolve.llm.server import EmbeddedServer
 from evolve.llm.usage import UsageTracker
+from evolve.llm.usage_callback import track_usage
 
 # DSPy 3.4's default ("auto") engine routes openai/* through its native lm15 client, which
 # speaks the newer OpenAI dialect (max_completion_tokens). llama.cpp's server ignores that
@@ -96,6 +96,7 @@ def _load_litellm() -> None:
     module = get_litellm(feature="evolve LM roles")
     for name in LITELLM_LAZY_ATTRIBUTES:
         getattr(module, name)
+    install_litellm_session()  # each request recorded and stoppable, as on our own client
     # A cached response is a pickled litellm ModelResponse: one round trip resolves every
     # class its unpickling needs, here rather than in the first worker.
     response = module.ModelResponse(choices=[{"message": {"content": "{}"}}])
@@ -148,12 +149,18 @@ def _is_client_failure(error: BaseException) -> bool:
 
 
 class EndpointLM(dspy.LM):
-    """`dspy.LM` whose in-process client failures are not reported as endpoint failures."""
+    """`dspy.LM` whose in-process client failures are not reported as endpoint failures, and
+    whose calls refused after the stop end as `Interrupted` (litellm reports the refusal as a
+    connection error)."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         try:
             return super().__call__(*args, **kwargs)
         except Exception as error:
+            if STOP.is_set() and not isinstance(error, Interrupted):
+                raise Interrupted(
+                    f"{self.model} call not completed: the process is stopping; a rerun resumes"
+                ) from error
             if _is_client_failure(error):
                 raise _client_error(self.model, error) from error
             raise
@@ -176,45 +183,17 @@ def _client_error(model: str, error: BaseException) -> LMClientError:
     )
 
 
-class _UsageCallback(BaseCallback):
-    """Times each LM call and records its usage (read from the history entry DSPy writes)."""
-
-    def __init__(self, role: str, tracker: UsageTracker):
-        self.role = role
-        self.tracker = tracker
-        self._local = threading.local()
-
-    def on_lm_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
-        self._starts()[call_id] = time.perf_counter()
-        self._local.usage = None
-
-    def on_lm_end(self, call_id: str, outputs: Any, exception: Exception | None = None) -> None:
-        started = self._starts().pop(call_id, None)
-        latency = time.perf_counter() - started if started is not None else 0.0
-        self.tracker.record(
-            self.role, getattr(self._local, "usage", None), latency, failed=exception is not None
-        )
-
-    def note_history_entry(self, entry: dict[str, Any]) -> None:
-        self._local.usage = dict(entry.get("usage") or {})
-
-    def _starts(self) -> dict[str, float]:
-        if not hasattr(self._local, "starts"):
-            self._local.starts = {}
-        return self._local.starts
-
-
 def attach_usage_tracking(lm: dspy.BaseLM, role: str, tracker: UsageTracker) -> dspy.BaseLM:
-    callback = _UsageCallback(role, tracker)
-    lm.callbacks = [*(getattr(lm, "callbacks", None) or []), callback]
-    record_history = lm.update_history
-
-    def update_history(entry: dict[str, Any]) -> None:
-        callback.note_history_entry(entry)
-        record_history(entry)
-
-    lm.update_history = update_history  # type: ignore[method-assign]
-    return lm
+    """Count `lm`'s calls as `role` in `tracker`, and its HTTP requests one by one where they
+    go through a recording transport: `OpenAIChatLM`'s own, litellm's session for an
+    `EndpointLM`. Other LMs (scripted test LMs) count one request per call not cached."""
+    attach_requests = getattr(lm, "attach_requests", None)
+    if attach_requests is not None:
+        attach_requests(role, tracker)
+    recorded = attach_requests is not None or (
+        isinstance(lm, EndpointLM) and litellm_requests_recorded()
+    )
+    return track_usage(lm, role, tracker, requests_recorded=recorded)
 
 
 class GuardedOpenAIChatLM(OpenAIChatLM):

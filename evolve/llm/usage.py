@@ -1,16 +1,34 @@
-"""Per-role accounting of every LM call: tokens, latency, cache hits, failures."""
+"""Per-role accounting of every LM call (tokens, latency, cache hits, failures) and of every
+HTTP request sent for it (a call retried by its client is several requests)."""
 
 from __future__ import annotations
 
+import itertools
+import os
+import secrets
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 
 from pydantic import BaseModel
+
+# Request ids unique across the processes that append to one journal: a random per-process
+# prefix (pids are reused across reruns) and a counter.
+_PROCESS_TAG = f"{os.getpid():x}{secrets.token_hex(3)}"
+_request_numbers = itertools.count(1)
+
+
+def new_request_id() -> str:
+    return f"{_PROCESS_TAG}-{next(_request_numbers)}"  # count's next() is atomic under the GIL
 
 
 class RoleUsage(BaseModel):
     calls: int = 0
+    # HTTP requests sent to the endpoint, retries included: what the server counts and bills.
+    # For an LM whose requests are not seen one by one (a scripted test LM; litellm under a
+    # `client_session` of the user's own), each call that was not a cache hit counts as one.
+    requests: int = 0
     cache_hits: int = 0
     failures: int = 0
     prompt_tokens: int = 0
@@ -50,6 +68,10 @@ class UsageSummary(BaseModel):
     def cache_hits(self) -> int:
         return sum(usage.cache_hits for usage in self.roles.values())
 
+    @property
+    def total_requests(self) -> int:
+        return sum(usage.requests for usage in self.roles.values())
+
     def minus(self, other: UsageSummary) -> UsageSummary:
         return UsageSummary(
             roles={
@@ -70,6 +92,7 @@ class UsageSummary(BaseModel):
             f"{prefix}llm_calls": self.total_calls,
             f"{prefix}tokens": self.total_tokens,
             f"{prefix}cache_hits": self.cache_hits,
+            f"{prefix}requests": self.total_requests,
         }
         for role, usage in self.roles.items():
             metrics[f"{prefix}{role}_calls"] = usage.calls
@@ -103,9 +126,30 @@ class CompletedCall:
     cache_hit: bool
     failed: bool
     latency_s: float
+    # HTTP requests this record stands for: 0 when its requests are recorded one by one as
+    # `RequestEvent`s (or it was a cache hit), else 1.
+    requests: int = 1
 
 
-CallListener = Callable[[CompletedCall], None]
+class RequestState(StrEnum):
+    STARTED = "started"  # about to be sent; without a later event its outcome is unknown
+    FINISHED = "finished"  # the server answered with a success status
+    FAILED = "failed"  # an error status, a timeout or a broken connection
+
+
+@dataclass(frozen=True)
+class RequestEvent:
+    """One HTTP request to an endpoint: `STARTED` before it is sent, then `FINISHED` or
+    `FAILED` (same `request_id`), as passed to the tracker's listeners."""
+
+    role: str
+    request_id: str
+    state: RequestState
+    status: int | None = None
+
+
+UsageEvent = CompletedCall | RequestEvent
+CallListener = Callable[[UsageEvent], None]
 
 
 class UsageTracker:
@@ -117,7 +161,8 @@ class UsageTracker:
         self._listeners: list[CallListener] = []
 
     def add_listener(self, listener: CallListener) -> None:
-        """Call `listener` after each completed call, in the calling thread."""
+        """Call `listener` with each event, in the calling thread: a `RequestEvent` before a
+        request is sent and after it ends, a `CompletedCall` after each LM call."""
         with self._lock:
             self._listeners = [*self._listeners, listener]
 
@@ -132,7 +177,10 @@ class UsageTracker:
         latency_s: float,
         *,
         failed: bool = False,
+        requests_recorded: bool = False,
     ) -> None:
+        """Record one finished LM call; `requests_recorded`: its HTTP requests were recorded
+        one by one (`request_started` / `request_ended`), so the call adds none."""
         prompt = _as_int((usage or {}).get("prompt_tokens", (usage or {}).get("input_tokens")))
         completion = _as_int(
             (usage or {}).get("completion_tokens", (usage or {}).get("output_tokens"))
@@ -141,9 +189,11 @@ class UsageTracker:
         reused = _as_int(details.get("cached_tokens")) if isinstance(details, Mapping) else 0
         # DSPy reports empty usage exactly for responses served from its cache.
         cache_hit = not failed and not usage
+        requests = 0 if requests_recorded or cache_hit else 1
         with self._lock:
             current = self._roles.setdefault(role, RoleUsage())
             current.calls += 1
+            current.requests += requests
             current.latency_s += latency_s
             if failed:
                 current.failures += 1
@@ -154,9 +204,28 @@ class UsageTracker:
             current.completion_tokens += completion
             listeners = self._listeners
         if listeners:
-            call = CompletedCall(role, prompt, completion, cache_hit, failed, latency_s)
-            for listener in listeners:
-                listener(call)
+            call = CompletedCall(role, prompt, completion, cache_hit, failed, latency_s, requests)
+            self._tell(listeners, call)
+
+    def request_started(self, role: str) -> RequestEvent:
+        """Count a request about to be sent; listeners (spend journals) record it first."""
+        event = RequestEvent(role, new_request_id(), RequestState.STARTED)
+        with self._lock:
+            self._roles.setdefault(role, RoleUsage()).requests += 1
+            listeners = self._listeners
+        self._tell(listeners, event)
+        return event
+
+    def request_ended(self, started: RequestEvent, *, failed: bool, status: int | None) -> None:
+        state = RequestState.FAILED if failed else RequestState.FINISHED
+        with self._lock:
+            listeners = self._listeners
+        self._tell(listeners, RequestEvent(started.role, started.request_id, state, status))
+
+    @staticmethod
+    def _tell(listeners: list[CallListener], event: UsageEvent) -> None:
+        for listener in listeners:
+            listener(event)
 
     def snapshot(self) -> UsageSummary:
         with self._lock:

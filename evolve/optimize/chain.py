@@ -231,7 +231,7 @@ class ChainSchedule:
             status=status,
             duplicate_of=duplicate_of,
             invalid_reason=outcome.get("invalid"),
-            reflection_calls=usage.total_calls - usage.cache_hits,
+            reflection_calls=usage.total_requests,
             reflection_tokens=usage.total_tokens,
             reflection_parse_failures=parse_failures,
             user_id=user_id,

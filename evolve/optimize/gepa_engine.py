@@ -336,7 +336,7 @@ class AMemGymAdapter:
                     "iteration": self.iteration,
                     "parent": self.parent_idx,
                     "feedback": feedback,
-                    "llm_calls": usage.total_calls - usage.cache_hits,
+                    "llm_calls": usage.total_requests,
                     "tokens": usage.total_tokens,
                     **proposal.model_dump(),
                 }

@@ -220,7 +220,7 @@ def tune_best_candidate(
         return CandidateTuning(
             best_parameters=None,
             trials=result.trials,
-            llm_calls=spent.total_calls - spent.cache_hits,
+            llm_calls=spent.total_requests,
             tokens=spent.total_tokens,
         )
     best = result.trial(result.best[0])
@@ -230,6 +230,6 @@ def tune_best_candidate(
         objective_used=best.objective_used,
         best_run_dir=run_dir / best.run_dir if best.run_dir else None,
         trials=result.trials,
-        llm_calls=spent.total_calls - spent.cache_hits,
+        llm_calls=spent.total_requests,
         tokens=spent.total_tokens,
     )

@@ -1,11 +1,12 @@
-"""The spend ledger of a tuning study: every completed LLM call, journaled as it completes.
+"""The spend ledger of a tuning study: every LLM request, journaled before it is sent.
 
 Why not the trial attributes alone: a worker writes a trial's calls and tokens to Optuna
 when the trial ends, so a `kill -9` mid-trial loses the spend of the killed trial, and a
 budget summed from the attributes under-counts real spend by every killed trial. Instead,
-each completed call appends one flushed line to a journal file (the `SpendJournal` of
-`evolve run`), so after any crash the study's recorded spend is short only by the calls in
-flight at the moment of the crash.
+each request appends one flushed line to a journal file (the `SpendJournal` of `evolve
+run`) before it is sent, and another when it ends, so after any crash the study's recorded
+spend holds every request the server received, plus at most those in flight at the crash
+(reported as of unknown outcome).
 
 Layout under the tuning run directory `runs/<name>/` (`<study>` is the study name made
 file-system safe, `evolve.simulator.storage.safe_name`)::
@@ -17,12 +18,13 @@ file-system safe, `evolve.simulator.storage.safe_name`)::
                                              (upper bound, held-out checks)
     spend/<study>/worker-<host>-<pid>.jsonl  calls of a `--worker` outside trials
 
-Every file holds JSON lines; a completed call is
-``{"role", "prompt", "completion", "cache_hit", "failed", "wall_s"}`` (`wall_s`: seconds
-since the file's writer attached it). A line torn by a kill is skipped. The study's spend
-is the sum over all files: LLM calls = lines with a "role" and `cache_hit` false (a
-response served from DSPy's cache cost nothing; a failed call did reach the endpoint),
-tokens = the sum of "prompt" + "completion". Trials finished before journals existed
+Every file holds the JSON lines of `evolve.budget.SpendJournal` (`wall_s`: seconds since
+the file's writer attached it): each HTTP request as started before it is sent and as
+finished or failed after, each completed call with its tokens. A line torn by a kill is
+skipped. The study's spend is the sum over all files: LLM calls = requests started (retries,
+failed requests and those of unknown outcome included; calls of older journals without
+request lines count one each unless served from DSPy's cache), tokens = the sum of
+"prompt" + "completion". Trials finished before journals existed
 (no file of their number) add the `evolve.llm_calls` / `evolve.tokens` attributes they
 hold in Optuna. A reader without the toolkit (e.g. `benchmarks/chaos.py`) may sum the
 lines itself, or call `recorded_spend(runs/<name>)`.
@@ -48,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from evolve.budget import Budget, Spend, SpendJournal
-from evolve.llm.usage import CompletedCall, UsageTracker
+from evolve.llm.usage import UsageEvent, UsageTracker
 from evolve.simulator.storage import read_json, safe_name
 from evolve.tuning.records import TrialRecord
 
@@ -89,12 +91,13 @@ class StudySpendJournals:
         """LLM calls and tokens of every journal, plus those of trials in `records` that
         finished before journals existed. Wall time is not summed here: the writers overlap
         (workers run side by side), so it is the trials' own `wall_time_s`."""
-        calls = tokens = 0
+        calls = tokens = unknown = 0
         journaled: set[int] = set()
         for path in self.files():
             spent = SpendJournal(path).total()
             calls += spent.llm_calls
             tokens += spent.tokens
+            unknown += spent.unknown_outcome
             number = path.stem.removeprefix(_TRIAL_PREFIX)
             if path.stem.startswith(_TRIAL_PREFIX) and number.isdigit():
                 journaled.add(int(number))
@@ -104,13 +107,13 @@ class StudySpendJournals:
             if record.number not in journaled and record.state in _CARRIED_STATES:
                 calls += record.llm_calls
                 tokens += record.tokens
-        return Spend(llm_calls=calls, tokens=tokens)
+        return Spend(llm_calls=calls, tokens=tokens, unknown_outcome=unknown)
 
 
 class SpendRecorder:
-    """A usage listener that journals each completed call: to the running trial's file while
-    this worker evaluates a trial, else to this process's file. Close it when the worker
-    ends (calls completing afterwards are in flight and not journaled)."""
+    """A usage listener that journals each request and completed call: to the running trial's
+    file while this worker evaluates a trial, else to this process's file. Close it when the
+    worker ends (requests ending afterwards stay of unknown outcome)."""
 
     def __init__(self, journals: StudySpendJournals, usage: UsageTracker, *, worker: bool) -> None:
         self.journals = journals
@@ -120,6 +123,7 @@ class SpendRecorder:
         self._started = time.perf_counter()
         self._process: SpendJournal | None = None
         self._trial: tuple[SpendJournal, float] | None = None
+        self._open_requests: dict[str, tuple[SpendJournal, float]] = {}
         self._closed = False
         # One bound-method object: the tracker removes a listener by identity.
         self._listener = self._record
@@ -146,24 +150,24 @@ class SpendRecorder:
         if process is not None:
             process.close()
 
-    def _record(self, call: CompletedCall) -> None:
+    def _record(self, event: UsageEvent) -> None:
+        request_id = getattr(event, "request_id", None)
         with self._lock:
             if self._closed:
                 return
-            if self._trial is not None:
+            if request_id is not None and request_id in self._open_requests:
+                # A request's end goes to the file that holds its start, even if its trial
+                # ended meanwhile (then the file is closed and the outcome stays unknown).
+                journal, started = self._open_requests.pop(request_id)
+            elif self._trial is not None:
                 journal, started = self._trial
             else:
                 if self._process is None:  # opened on the first call: no empty files
                     self._process = self.journals.process_journal(worker=self.worker).open()
                 journal, started = self._process, self._started
-        journal.record_call(
-            role=call.role,
-            prompt_tokens=call.prompt_tokens,
-            completion_tokens=call.completion_tokens,
-            cache_hit=call.cache_hit,
-            failed=call.failed,
-            wall_time_s=time.perf_counter() - started,
-        )
+            if request_id is not None and getattr(event, "state", None) == "started":
+                self._open_requests[request_id] = (journal, started)
+        journal.record(event, wall_time_s=time.perf_counter() - started)
 
 
 class StudyBudget(Budget):
@@ -194,6 +198,7 @@ class StudyBudget(Budget):
             llm_calls=recorded.llm_calls,
             tokens=recorded.tokens,
             wall_time_s=self._wall_before + time.perf_counter() - self._wall_started,
+            unknown_outcome=recorded.unknown_outcome,
         )
 
 

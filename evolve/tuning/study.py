@@ -757,7 +757,7 @@ class _Worker:
             raise
         finally:
             spent = self.lms.usage.snapshot().minus(usage_before)
-            trial.set_user_attr(ATTR_LLM_CALLS, spent.total_calls - spent.cache_hits)
+            trial.set_user_attr(ATTR_LLM_CALLS, spent.total_requests)
             trial.set_user_attr(ATTR_TOKENS, spent.total_tokens)
             trial.set_user_attr(ATTR_WALL_TIME, time.perf_counter() - started)
             if latest:

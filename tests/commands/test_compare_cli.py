@@ -81,3 +81,21 @@ def test_compare_an_eval_directory_plots_per_period_curves(tmp_path, capsys):
     assert "in_context" in printed and "no_memory" in printed
     assert (tmp_path / "eval-plot.png").stat().st_size > 1000
     assert (tmp_path / "eval-plot.pdf").stat().st_size > 1000
+
+
+def test_compare_names_the_requests_a_kill_left_of_unknown_outcome(tmp_path, capsys):
+    from evolve.budget import SpendJournal
+    from evolve.llm.usage import RequestEvent, RequestState
+
+    out = tmp_path / "eval"
+    (out / "in_context").mkdir(parents=True)
+    (out / "in_context" / "report.json").write_text(json.dumps(_report([0.5], [0.2])))
+    journal = SpendJournal(out / "spend.jsonl").open()
+    for request_id in ("a-1", "a-2", "a-3"):
+        journal.record(RequestEvent("agent", request_id, RequestState.STARTED), wall_time_s=1.0)
+    journal.record(RequestEvent("agent", "a-1", RequestState.FINISHED, 200), wall_time_s=2.0)
+    journal.record(RequestEvent("agent", "a-2", RequestState.FAILED, 500), wall_time_s=2.0)
+    journal.close()  # a-3 was in flight when the process was killed
+    assert main(["compare", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "ledger: 3 LLM calls (1 started, outcome unknown" in printed

@@ -1,0 +1,73 @@
+"""The DSPy callback that feeds a `UsageTracker`: each LM call's latency, usage and failure,
+and, for a transport shared by every role, who is calling (`evolve.llm.attempts.CALLER`)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from contextlib import suppress
+from contextvars import Token
+from typing import Any
+
+import dspy
+from dspy.utils.callback import BaseCallback
+
+from evolve.llm.attempts import CALLER
+from evolve.llm.usage import UsageTracker
+
+
+class UsageCallback(BaseCallback):
+    """Times each LM call and records its usage (read from the history entry DSPy writes)."""
+
+    def __init__(self, role: str, tracker: UsageTracker, *, requests_recorded: bool = False):
+        self.role = role
+        self.tracker = tracker
+        # Its HTTP requests are recorded one by one (its own transport, or litellm's session).
+        self.requests_recorded = requests_recorded
+        self._local = threading.local()
+
+    def on_lm_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
+        # The caller, for a transport shared by every role (litellm's session): this thread
+        # makes the call's requests (DSPy retries in the calling thread).
+        token = CALLER.set((self.role, self.tracker))
+        self._starts()[call_id] = (time.perf_counter(), token)
+        self._local.usage = None
+
+    def on_lm_end(self, call_id: str, outputs: Any, exception: Exception | None = None) -> None:
+        started, token = self._starts().pop(call_id, (None, None))
+        if token is not None:
+            with suppress(ValueError):  # set in another context: nothing of ours to undo
+                CALLER.reset(token)
+        latency = time.perf_counter() - started if started is not None else 0.0
+        self.tracker.record(
+            self.role,
+            getattr(self._local, "usage", None),
+            latency,
+            failed=exception is not None,
+            requests_recorded=self.requests_recorded,
+        )
+
+    def note_history_entry(self, entry: dict[str, Any]) -> None:
+        self._local.usage = dict(entry.get("usage") or {})
+
+    def _starts(self) -> dict[str, tuple[float, Token[Any]]]:
+        if not hasattr(self._local, "starts"):
+            self._local.starts = {}
+        return self._local.starts
+
+
+def track_usage(
+    lm: dspy.BaseLM, role: str, tracker: UsageTracker, *, requests_recorded: bool
+) -> dspy.BaseLM:
+    """Add a `UsageCallback` to `lm` (and read its usage from the history entries DSPy
+    writes); `requests_recorded`: its HTTP requests are recorded one by one elsewhere."""
+    callback = UsageCallback(role, tracker, requests_recorded=requests_recorded)
+    lm.callbacks = [*(getattr(lm, "callbacks", None) or []), callback]
+    record_history = lm.update_history
+
+    def update_history(entry: dict[str, Any]) -> None:
+        callback.note_history_entry(entry)
+        record_history(entry)
+
+    lm.update_history = update_history  # type: ignore[method-assign]
+    return lm
