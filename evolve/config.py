@@ -467,7 +467,7 @@ def resolve(spec: ExperimentSpec) -> ResolvedExperiment:
     Raises `ConfigError` / `EnvironmentDataError` / `PolicyError` naming the spec file.
     """
     from memory_policies import build_policy
-    from memory_policies.base import PARAMETER_RULES
+    from memory_policies.base import parameter_problem
     from memory_policies.errors import PolicyError
     from memory_policies.external_system import ExternalSystemPolicy
 
@@ -572,12 +572,9 @@ def resolve(spec: ExperimentSpec) -> ResolvedExperiment:
                 f"{label}: optimizer.parameters.{name}: not a parameter of a "
                 f"'{base_policy.kind}' policy; valid: {list(parameters) or 'none'}"
             )
-        minimum = PARAMETER_RULES[name][0]
-        if bounds.low < minimum:
-            raise ConfigError(
-                f"{label}: optimizer.parameters.{name}.low = {bounds.low} is below the smallest "
-                f"valid value {minimum} ({PARAMETER_RULES[name][1]})"
-            )
+        for end, value in (("low", bounds.low), ("high", bounds.high)):
+            if problem := parameter_problem(name, value):
+                raise ConfigError(f"{label}: optimizer.parameters.{name}.{end} {problem}")
         if bounds.low == bounds.high:
             raise ConfigError(
                 f"{label}: optimizer.parameters.{name}: low == high ({bounds.low}) leaves "

@@ -41,7 +41,7 @@ from evolve.spec_base import (
     value_problem,
 )
 from evolve.tuning.storage import DEFAULT_HEARTBEAT_GRACE_S, check_storage_url
-from memory_policies.base import PARAMETER_RULES
+from memory_policies.base import PARAMETER_RULES, parameter_problem
 
 DEFAULT_STORAGE = "sqlite:///mlruns/optuna.db"
 COST_OBJECTIVE = "tokens"
@@ -170,17 +170,17 @@ class TuningSpec(StrictTable):
                 raise ValueError(
                     f"parameters.{name}: unknown parameter; tunable: {', '.join(PARAMETER_RULES)}"
                 )
-            values = space.values() if isinstance(space, IntRange) else list(space)
-            if not values:
+            if isinstance(space, IntRange):
+                ends = (space.low, space.high)  # checked before the range is listed
+            elif space:
+                ends = (min(space), max(space))
+            else:
                 raise ValueError(f"parameters.{name}: give at least one value")
-            if len(set(values)) != len(values):
-                raise ValueError(f"parameters.{name}: a value is listed twice: {values}")
-            minimum, meaning = PARAMETER_RULES[name]
-            if min(values) < minimum:
-                raise ValueError(
-                    f"parameters.{name}: {min(values)} is below the smallest valid value "
-                    f"{minimum} ({meaning})"
-                )
+            for value in ends:
+                if problem := parameter_problem(name, value):
+                    raise ValueError(f"parameters.{name}: a value {problem}")
+            if isinstance(space, list) and len(set(space)) != len(space):
+                raise ValueError(f"parameters.{name}: a value is listed twice: {space}")
         if not 1 <= len(self.objectives) <= 2 or self.objectives[0] not in OBJECTIVES:
             choices = " or ".join(f'["{name}"]' for name in OBJECTIVES)
             raise ValueError(

@@ -75,7 +75,13 @@ def test_spec_defaults_shorthands_and_grid_size(tmp_path):
         (f'objectives = ["tokens"]\n{GRID}', 'objectives must be ["memory_score"]'),
         (f'objectives = ["accuracy", "memory_score"]\n{GRID}', 'can only be "tokens"'),
         (f"trials = 10\n{GRID}", "exceeds the 9 points of the grid"),
-        ("[tuning.parameters]\nupdate_every = [0, 2]", "below the smallest valid value 1"),
+        ("[tuning.parameters]\nupdate_every = [0, 2]", "a value must be at least 1"),
+        # Checked before the range is listed: a huge high must not build a huge list.
+        (
+            "[tuning.parameters]\nupdate_every = { low = 1, high = 99999999999999999999 }",
+            "update_every: a value must be at most 1000",
+        ),
+        ("[tuning.parameters]\ntop_k = [5, 100000]", "top_k: a value must be at most 1000"),
         ("[tuning.parameters]\nbatch = [1, 2]", "unknown parameter; tunable: update_every"),
         ("[tuning.parameters]\nupdate_every = [2, 2]", "listed twice"),
         (
