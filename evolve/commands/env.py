@@ -10,9 +10,9 @@ from pathlib import Path
 from evolve.commands.env_llm import add_llm_generate_arguments, run_llm_generate
 from evolve.errors import EnvironmentDataError
 from evolve.simulator.environment import (
+    PROBLEMS_KEPT,
     Environment,
     EnvironmentItem,
-    PROBLEMS_KEPT,
     InconsistentEnvironmentError,
     first_problems,
     load_environment,
