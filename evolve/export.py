@@ -303,9 +303,20 @@ def register_model_version(
 
     bundle = memory_policies.read_bundle(bundle_dir)
     # The model's artifact is a private copy: the export directory may be edited later.
+    # MLflow copies artifacts and code with their modes, so both are staged as new files
+    # (`copyfile` takes no mode): the registered model's files follow the umask, as
+    # everything else the toolkit writes, instead of the installed package's 0644.
     with tempfile.TemporaryDirectory() as tmp, _quiet_mlflow_output():
         staged = Path(tmp) / "policy"
-        shutil.copytree(bundle_dir, staged)
+        shutil.copytree(bundle_dir, staged, copy_function=shutil.copyfile)
+        code = Path(tmp) / "code" / "memory_policies"
+        shutil.copytree(
+            Path(memory_policies.__file__).parent,
+            code,
+            copy_function=shutil.copyfile,
+            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
+        )
+        model_code = Path(shutil.copyfile(MODEL_CODE, Path(tmp) / MODEL_CODE.name))
         logged = mlflow.initialize_logged_model(
             name=MODEL_NAME_IN_RUN,
             source_run_id=run_id,
@@ -314,8 +325,8 @@ def register_model_version(
         )
         info = mlflow.pyfunc.log_model(
             name=MODEL_NAME_IN_RUN,
-            python_model=str(MODEL_CODE),
-            code_paths=[str(Path(memory_policies.__file__).parent)],
+            python_model=str(model_code),
+            code_paths=[str(code)],
             artifacts={"policy": str(staged)},
             pip_requirements=model_requirements(bundle),
             model_config=dict.fromkeys(MODEL_CONFIG_KEYS),
