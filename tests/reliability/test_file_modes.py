@@ -17,7 +17,7 @@ from evolve.files import atomic_write_json
 from memory_policies import build_policy
 
 # What the commands below write, relative to their working directory.
-OUTPUTS = ("envs", "runs", "evals", "bundle", "mlruns", "cache")
+OUTPUTS = ("envs", "runs", "bundle", "mlruns", "cache")
 
 
 def _evolve(home: Path, mask: int, *args: str) -> None:
@@ -45,15 +45,14 @@ def _modes(root: Path) -> tuple[dict[str, int], dict[str, int]]:
     return files, directories
 
 
-@pytest.mark.parametrize("mask", [0o022, 0o077])
-def test_files_of_generate_run_eval_and_export_follow_the_umask(tmp_path, mask):
+@pytest.mark.parametrize("mask", [0o022, 0o077], ids=["umask022", "umask077"])
+def test_files_of_generate_run_and_export_follow_the_umask(tmp_path, mask):
+    # `run` writes what `eval` does (environment, reports, upper-bound cache) and more.
     spec = write_tiny_spec(tmp_path, tracking=True)
     with StubServer(latency=0.0) as stub:
         _evolve(tmp_path, mask, "env", "generate", "--users", "2", "--out", "envs/env.json")
         run = ["run", str(spec), "--runs-dir", "runs", "--no-progress", *llm_flags(stub)]
         _evolve(tmp_path, mask, *run)
-        eval_args = ["eval", "--env", "envs/env.json", "--users", "1", "--policy", "in_context"]
-        _evolve(tmp_path, mask, *eval_args, "--out", "evals", "--no-progress", *llm_flags(stub))
     _evolve(tmp_path, mask, "export", "tiny", "--runs-dir", "runs", "--out", "bundle")
 
     files, directories = _modes(tmp_path)
@@ -65,7 +64,7 @@ def test_files_of_generate_run_eval_and_export_follow_the_umask(tmp_path, mask):
         "mlruns/mlflow.db",
     ):
         assert must_exist in files, sorted(files)
-    assert any(name.startswith("evals/") and name.endswith("report.json") for name in files)
+    assert any(name.startswith("runs/tiny/") and name.endswith("report.json") for name in files)
     assert any(name.startswith("runs/tiny/") and name.endswith("policy.json") for name in files)
     wrong = {name: oct(mode) for name, mode in files.items() if mode != wanted}
     assert wrong == {}, f"expected {oct(wanted)} under umask {oct(mask)}"
@@ -73,7 +72,7 @@ def test_files_of_generate_run_eval_and_export_follow_the_umask(tmp_path, mask):
     assert wrong == {}, f"expected directories {oct(0o777 & ~mask)} under umask {oct(mask)}"
 
 
-@pytest.mark.parametrize("mask", [0o022, 0o077])
+@pytest.mark.parametrize("mask", [0o022, 0o077], ids=["umask022", "umask077"])
 def test_atomic_writers_follow_the_umask_in_process(tmp_path, mask):
     previous = os.umask(mask)
     try:
