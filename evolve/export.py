@@ -30,6 +30,7 @@ from typing import Any
 from evolve.errors import ConfigError
 from evolve.optimize.store import ExperimentStore, experiment_dir_for
 from evolve.records import CandidateRecord, ExperimentResult
+from evolve.registered_names import registered_model_name_problem
 from evolve.simulator.storage import read_json
 from evolve.tracking import (
     PARENT_RUN_TAG,
@@ -100,6 +101,8 @@ def export_policy(
     from evolve.config import DEFAULT_TRACKING_URI, load_spec
 
     out = Path(out_dir)
+    if register and registered_name is not None:
+        check_registered_model_name(registered_name)  # before anything is written
     experiment_dir = experiment_dir_for(target, runs_dir)
     spec_name = None
     if Path(target).suffix == ".toml" and Path(target).is_file():
@@ -117,8 +120,10 @@ def export_policy(
         best = best_candidate(result)
         source = ExperimentStore(experiment_dir).policy_dir(best.id)
         run_id = _candidate_run_id(experiment_dir, best.id, tracking_uri)
-        exported = write_bundle(source, out, result.name, best)
         name = registered_name or spec_name or result.name
+        if register:
+            check_registered_model_name(name)
+        exported = write_bundle(source, out, result.name, best)
     else:
         exported, best, run_id, experiment_name = _export_from_run(target, out, tracking_uri)
         name = registered_name or experiment_name
@@ -145,6 +150,13 @@ def export_policy(
             "prompts": prompts,
         }
     )
+
+
+def check_registered_model_name(name: str) -> None:
+    """Refuse, as a `ConfigError`, a name MLflow's model registry would refuse."""
+    problem = registered_model_name_problem(name)
+    if problem is not None:
+        raise ConfigError(problem)
 
 
 def write_bundle(source: Path, out: Path, experiment: str, record: CandidateRecord) -> Path:

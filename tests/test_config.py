@@ -87,6 +87,13 @@ def test_per_period_rejects_population_settings():
         spec_from_dict(base_spec(optimizer={"schedule": "per_period", "generations": 3}))
 
 
+@pytest.mark.parametrize("name", ["bad/name:x?", "a%b", "", " padded ", "..", "tab\there"])
+def test_a_registered_model_name_mlflow_would_refuse_is_refused_at_load(name):
+    with pytest.raises(ConfigError, match="tracking.registered_model: .*registered model name"):
+        spec_from_dict(base_spec(tracking={"registered_model": name}))
+    assert spec_from_dict(base_spec(tracking={"registered_model": "my policy.v2_x-1"}))
+
+
 def test_resolve_checks_components_parameters_and_users():
     with pytest.raises(ConfigError, match="'read'.*not components of a 'in_context'"):
         resolve(spec_from_dict(base_spec(optimizer={"mutate_components": ["read"]})))
