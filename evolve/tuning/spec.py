@@ -5,6 +5,10 @@ A tuning spec shares the experiment spec's tables (`[environment]`, `[episode]`,
 `[tuning]` table: the search space, the number of trials, the sampler, the pruner, the
 objective(s) and where the study is stored. `resolve_tuning()` checks everything that can be
 checked without an LLM before the first call. See `experiments/tune_quick.toml`.
+
+Why one module: the `[tuning]` table, its search space, pruner and storage checks and the
+one `resolve_tuning()` that applies them are read together; messages name key paths across
+them, and splitting would scatter one spec over several files.
 """
 
 from __future__ import annotations
@@ -40,7 +44,11 @@ from evolve.spec_base import (
     format_validation_error,
     value_problem,
 )
-from evolve.tuning.storage import DEFAULT_HEARTBEAT_GRACE_S, check_storage_url
+from evolve.tuning.storage import (
+    DEFAULT_HEARTBEAT_GRACE_S,
+    check_storage_url,
+    prepare_storage_directory,
+)
 from memory_policies.base import PARAMETER_RULES, parameter_problem
 
 DEFAULT_STORAGE = "sqlite:///mlruns/optuna.db"
@@ -130,6 +138,11 @@ class TuningSpec(StrictTable):
         default=None,
         description=f"Optuna storage URL; default {DEFAULT_STORAGE} (relative to the cwd). "
         "Any RDB URL (postgresql://, mysql://), or journal:PATH for a journal file.",
+    )
+    create_storage_dir: bool = Field(
+        default=False,
+        description="Create a missing directory of a sqlite:/// or journal: storage; off, a "
+        "missing directory (usually a typo) is refused. The default storage's is always made.",
     )
     heartbeat_grace_s: int = Field(
         default=DEFAULT_HEARTBEAT_GRACE_S,
@@ -350,10 +363,13 @@ def resolve_tuning(
     trials: int | None = None,
     storage: str | None = None,
     study_name: str | None = None,
+    create_storage_dir: bool = False,
 ) -> ResolvedTuning:
     """Load/generate the environment, split users, build the base policy, check the space.
 
-    `trials`, `storage` and `study_name` override the spec (the command's flags).
+    `trials`, `storage` and `study_name` override the spec (the command's flags). The
+    directory of a sqlite or journal storage must exist, unless `create_storage_dir` (or the
+    spec's `create_storage_dir`) asks for it, or the storage is the default one.
     """
     label = str(spec.source) if spec.source is not None else "tuning spec"
     experiment = resolve(spec.as_experiment())
@@ -388,8 +404,12 @@ def resolve_tuning(
             "fair cost comparison"
         )
     storage_url = storage or spec.storage_url()
+    # The default location is the toolkit's choice (as mlruns/ for MLflow): made when missing.
+    chosen_by_user = storage is not None or spec.tuning.storage is not None
+    create = create_storage_dir or spec.tuning.create_storage_dir or not chosen_by_user
     try:
         check_storage_url(storage_url)
+        prepare_storage_directory(storage_url, create=create)
     except ConfigError as error:
         raise ConfigError(f"{label}: {error}") from None
     space = {name: list(values) for name, values in tuning.grid().items()}
