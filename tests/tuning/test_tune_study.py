@@ -147,9 +147,7 @@ def test_storage_urls_are_checked_and_redacted(tmp_path):
 
 
 @pytest.mark.parametrize("form", ["sqlite:///{}/x.db", "journal:{}/study.log"])
-def test_a_storage_in_a_missing_directory_is_refused_unless_its_creation_is_asked(
-    tmp_path, form
-):
+def test_a_storage_in_a_missing_directory_is_refused_unless_its_creation_is_asked(tmp_path, form):
     missing = tmp_path / "no" / "such" / "dir"
     spec_path = write_tune_spec(tmp_path, f"storage = '{form.format(missing)}'\n{GRID}")
     with pytest.raises(ConfigError, match=f"its directory {missing} does not exist"):
@@ -174,7 +172,8 @@ def test_the_default_storage_directory_is_made_and_a_root_path_is_refused(
     with pytest.raises(ConfigError, match="mlruns does not exist"):
         resolve_tuning(load_tune_spec(spec_path))
     # ... while the default, chosen by the toolkit, is made.
-    spec_path.write_text(spec_path.read_text().replace("storage = 'sqlite:///mlruns/optuna.db'", ""))
+    default = spec_path.read_text().replace("storage = 'sqlite:///mlruns/optuna.db'", "")
+    spec_path.write_text(default)
     assert resolve_tuning(load_tune_spec(spec_path)).storage_url == "sqlite:///mlruns/optuna.db"
     assert (tmp_path / "mlruns").is_dir()
     # The command: one line, exit 2, before any LLM call (the endpoint does not exist).
