@@ -104,8 +104,8 @@ def _call_handler(args: argparse.Namespace) -> int | None:
     Optuna's database, SQLAlchemy) becomes our `StorageError`, whatever wraps it."""
     try:
         return args.handler(args)
-    except (ToolkitError, PolicyError, OSError):
-        raise
+    except (ToolkitError, PolicyError, OSError, LMError):
+        raise  # ours, the OS's and the endpoint's (its text may quote a server's own disk)
     except Exception as error:
         storage = storage_failure(error)
         if storage is None:

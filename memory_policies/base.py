@@ -45,8 +45,8 @@ class ParameterRule(NamedTuple):
 
 # The upper bounds are documented maxima, not tuning advice: a policy runs outside any
 # environment (an exported bundle in a user's app), so it cannot bound by an episode's length.
-# 1000 messages is several times the longest AMemGym episode (v1.base) and beyond what one
-# prompt of a write or answer step can hold, so a larger value is a typo (update_every =
+# 1000 messages is several times the longest AMemGym episode (158 messages for the longest
+# user of a generated v1.base), so a larger value is a typo (update_every =
 # 99999999999999999999 would silently never write memory), not a setting.
 PARAMETER_MAX = 1000
 PARAMETER_RULES: dict[str, ParameterRule] = {
