@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run_handler(args: argparse.Namespace) -> int:
     try:
-        return int(args.handler(args) or 0)
+        return int(_call_handler(args) or 0)
     except (KeyboardInterrupt, Interrupted):
         print(interrupt.INTERRUPTED_MESSAGE, file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -97,6 +97,62 @@ def _run_handler(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_BAD_INPUT
+
+
+def _call_handler(args: argparse.Namespace) -> int | None:
+    """The command's handler; a full or failing disk met inside a library (MLflow's or
+    Optuna's database, SQLAlchemy) becomes our `StorageError`, whatever wraps it."""
+    try:
+        return args.handler(args)
+    except (ToolkitError, PolicyError, OSError, LMError):
+        raise  # ours, the OS's and the endpoint's (its text may quote a server's own disk)
+    except Exception as error:
+        storage = storage_failure(error)
+        if storage is None:
+            raise
+        raise storage from None
+
+
+# What sqlite (SQLITE_FULL, SQLITE_IOERR, SQLITE_READONLY) and the OS say when the disk under
+# a database is full, failing or read-only, in any library's wrapping of it.
+_STORAGE_MARKERS = (
+    "database or disk is full",
+    "disk i/o error",
+    "attempt to write a readonly database",
+    "no space left on device",
+    "disk quota exceeded",
+    "read-only file system",
+)
+
+
+def storage_failure(error: BaseException) -> StorageError | None:
+    """A one-line `StorageError` when `error` (or what it wraps) is a full, failing or
+    read-only disk; None for anything else."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        text = " ".join(str(current).split())
+        lowered = text.lower()
+        full = isinstance(current, OSError) and current.errno in _STORAGE_ERRNOS
+        if full or any(marker in lowered for marker in _STORAGE_MARKERS):
+            detail = text.split(" [SQL:")[0][:200]  # not the statement and its parameters
+            return StorageError(
+                f"storage failed in {_storage_owner(error)}: {detail}; free disk space or make "
+                "it writable (or choose another location), then rerun to resume"
+            )
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _storage_owner(error: BaseException) -> str:
+    """Which store failed, from the library that raised: a hint, never an address."""
+    module = type(error).__module__
+    if module.startswith("mlflow"):
+        return "the MLflow tracking store (--tracking-uri / [tracking] tracking_uri)"
+    if module.startswith(("optuna", "sqlalchemy")):
+        return "the study storage (--storage / [tuning] storage)"
+    return "a database of this run"
 
 
 def _os_error(error: OSError) -> tuple[int, str]:

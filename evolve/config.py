@@ -21,13 +21,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, PrivateAttr, ValidationError, model_validator
+from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from evolve.errors import ConfigError, EnvironmentDataError
 from evolve.files import read_toml_file
 from evolve.llm.config import LLMConfig
 from evolve.objective import Objective
 from evolve.protocol import DATA_FILE_ROUNDS, Protocol
+from evolve.registered_names import registered_model_name_problem
 from evolve.simulator.environment import Environment
 from evolve.simulator.runner import EpisodeConfig, ProbeScope, probe_scope_problem
 from evolve.simulator.storage import config_hash
@@ -326,6 +327,15 @@ class TrackingSpec(_Strict):
     registered_model: str | None = Field(
         default=None, description="Model-registry name for `evolve export`; default '<name>'."
     )
+
+    @field_validator("registered_model")
+    @classmethod
+    def _registrable(cls, value: str | None) -> str | None:
+        problem = None if value is None else registered_model_name_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
+
     traces: Literal["none", "heldout", "all"] = Field(
         default="none",
         description="MLflow traces of evaluations (one per user episode: its periods, sessions, "
@@ -489,7 +499,7 @@ def resolve(spec: ExperimentSpec) -> ResolvedExperiment:
     Raises `ConfigError` / `EnvironmentDataError` / `PolicyError` naming the spec file.
     """
     from memory_policies import build_policy
-    from memory_policies.base import PARAMETER_RULES
+    from memory_policies.base import parameter_problem
     from memory_policies.errors import PolicyError
     from memory_policies.external_system import ExternalSystemPolicy
 
@@ -594,12 +604,9 @@ def resolve(spec: ExperimentSpec) -> ResolvedExperiment:
                 f"{label}: optimizer.parameters.{name}: not a parameter of a "
                 f"'{base_policy.kind}' policy; valid: {list(parameters) or 'none'}"
             )
-        minimum = PARAMETER_RULES[name][0]
-        if bounds.low < minimum:
-            raise ConfigError(
-                f"{label}: optimizer.parameters.{name}.low = {bounds.low} is below the smallest "
-                f"valid value {minimum} ({PARAMETER_RULES[name][1]})"
-            )
+        for end, value in (("low", bounds.low), ("high", bounds.high)):
+            if problem := parameter_problem(name, value):
+                raise ConfigError(f"{label}: optimizer.parameters.{name}.{end} {problem}")
         if bounds.low == bounds.high:
             raise ConfigError(
                 f"{label}: optimizer.parameters.{name}: low == high ({bounds.low}) leaves "

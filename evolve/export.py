@@ -30,6 +30,7 @@ from typing import Any
 from evolve.errors import ConfigError
 from evolve.optimize.store import ExperimentStore, experiment_dir_for
 from evolve.records import CandidateRecord, ExperimentResult
+from evolve.registered_names import registered_model_name_problem
 from evolve.simulator.storage import read_json
 from evolve.tracking import (
     PARENT_RUN_TAG,
@@ -100,6 +101,8 @@ def export_policy(
     from evolve.config import DEFAULT_TRACKING_URI, load_spec
 
     out = Path(out_dir)
+    if register and registered_name is not None:
+        check_registered_model_name(registered_name)  # before anything is written
     experiment_dir = experiment_dir_for(target, runs_dir)
     spec_name = None
     if Path(target).suffix == ".toml" and Path(target).is_file():
@@ -117,8 +120,10 @@ def export_policy(
         best = best_candidate(result)
         source = ExperimentStore(experiment_dir).policy_dir(best.id)
         run_id = _candidate_run_id(experiment_dir, best.id, tracking_uri)
-        exported = write_bundle(source, out, result.name, best)
         name = registered_name or spec_name or result.name
+        if register:
+            check_registered_model_name(name)
+        exported = write_bundle(source, out, result.name, best)
     else:
         exported, best, run_id, experiment_name = _export_from_run(target, out, tracking_uri)
         name = registered_name or experiment_name
@@ -145,6 +150,13 @@ def export_policy(
             "prompts": prompts,
         }
     )
+
+
+def check_registered_model_name(name: str) -> None:
+    """Refuse, as a `ConfigError`, a name MLflow's model registry would refuse."""
+    problem = registered_model_name_problem(name)
+    if problem is not None:
+        raise ConfigError(problem)
 
 
 def write_bundle(source: Path, out: Path, experiment: str, record: CandidateRecord) -> Path:
@@ -303,9 +315,20 @@ def register_model_version(
 
     bundle = memory_policies.read_bundle(bundle_dir)
     # The model's artifact is a private copy: the export directory may be edited later.
+    # MLflow copies artifacts and code with their modes, so both are staged as new files
+    # (`copyfile` takes no mode): the registered model's files follow the umask, as
+    # everything else the toolkit writes, instead of the installed package's 0644.
     with tempfile.TemporaryDirectory() as tmp, _quiet_mlflow_output():
         staged = Path(tmp) / "policy"
-        shutil.copytree(bundle_dir, staged)
+        shutil.copytree(bundle_dir, staged, copy_function=shutil.copyfile)
+        code = Path(tmp) / "code" / "memory_policies"
+        shutil.copytree(
+            Path(memory_policies.__file__).parent,
+            code,
+            copy_function=shutil.copyfile,
+            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
+        )
+        model_code = Path(shutil.copyfile(MODEL_CODE, Path(tmp) / MODEL_CODE.name))
         logged = mlflow.initialize_logged_model(
             name=MODEL_NAME_IN_RUN,
             source_run_id=run_id,
@@ -314,8 +337,8 @@ def register_model_version(
         )
         info = mlflow.pyfunc.log_model(
             name=MODEL_NAME_IN_RUN,
-            python_model=str(MODEL_CODE),
-            code_paths=[str(Path(memory_policies.__file__).parent)],
+            python_model=str(model_code),
+            code_paths=[str(code)],
             artifacts={"policy": str(staged)},
             pip_requirements=model_requirements(bundle),
             model_config=dict.fromkeys(MODEL_CONFIG_KEYS),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import secrets
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -92,13 +92,32 @@ def read_toml_file(
         raise error(f"{path}: cannot read {what}: {_one_line(exc)}") from None
 
 
+def create_temporary_beside(path: Path) -> tuple[int, Path]:
+    """A new, empty file in `path`'s directory, opened for writing: (descriptor, its path).
+
+    Not `tempfile.mkstemp`: it creates mode 0600 whatever the umask, and the rename carries
+    that mode to the finished file, so a shared environment or an exported bundle could not
+    be read by the group or service it was made for. Created with mode 0666, the file gets
+    what the umask (and any default ACL) allows, like any file `open()` creates.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(100):
+        temporary = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
+        try:
+            return os.open(temporary, flags, 0o666), temporary
+        except FileExistsError:  # another writer drew the same name: draw again
+            continue
+    raise FileExistsError(f"no free temporary name beside {path} after 100 attempts")
+
+
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
     """Write `text` (UTF-8) so that readers and resumed runs see the old file or the whole new
     one, never half: a temporary file beside `path`, fsynced (an OS crash after the rename
-    must not leave an empty file), then `os.replace`. Parent directories are created."""
+    must not leave an empty file), then `os.replace`. Parent directories are created; the
+    file's mode follows the umask."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    handle, temporary = create_temporary_beside(path)
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as stream:
             stream.write(text)
@@ -106,7 +125,7 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
             os.fsync(stream.fileno())
         os.replace(temporary, path)
     except BaseException:
-        Path(temporary).unlink(missing_ok=True)
+        temporary.unlink(missing_ok=True)
         raise
 
 

@@ -164,6 +164,9 @@ def quiet_mlflow() -> None:
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     for name in ("mlflow", "alembic", "alembic.runtime.migration"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    # It logs a database error (statement and parameters included) and raises it too; the
+    # raised one becomes our one-line error (a full disk: exit 5), the log only noise.
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
     warnings.filterwarnings("ignore", module=r"mlflow(\..*)?$")
     warnings.filterwarnings("ignore", category=FutureWarning, message=r".*mlflow.*")
 

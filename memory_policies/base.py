@@ -11,10 +11,10 @@ import json
 import logging
 import os
 import re
-import tempfile
+import secrets
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, NamedTuple
 
 import dspy
 from dspy.utils.exceptions import AdapterParseError
@@ -31,12 +31,43 @@ BUNDLE_FORMAT = "memory_policies.bundle"
 BUNDLE_FORMAT_VERSION = 1
 BUNDLE_FILE = "policy.json"
 
-# Valid range (inclusive lower bound) and meaning of every numeric parameter a policy may have.
-PARAMETER_RULES: dict[str, tuple[int, str]] = {
-    "update_every": (1, "messages sent to `write` per memory update (paper: update_bsz)"),
-    "short_term_len": (0, "recent messages kept verbatim in context (paper: local_length)"),
-    "top_k": (1, "memories retrieved per read"),
+
+class ParameterRule(NamedTuple):
+    """The valid range (inclusive) and meaning of one numeric policy parameter."""
+
+    low: int
+    high: int
+    meaning: str
+
+    def describe(self, name: str) -> str:
+        return f"{name} ({self.low}..{self.high}: {self.meaning})"
+
+
+# The upper bounds are documented maxima, not tuning advice: a policy runs outside any
+# environment (an exported bundle in a user's app), so it cannot bound by an episode's length.
+# 1000 messages is several times the longest AMemGym episode (158 messages for the longest
+# user of a generated v1.base), so a larger value is a typo (update_every =
+# 99999999999999999999 would silently never write memory), not a setting.
+PARAMETER_MAX = 1000
+PARAMETER_RULES: dict[str, ParameterRule] = {
+    "update_every": ParameterRule(
+        1, PARAMETER_MAX, "messages sent to `write` per memory update (paper: update_bsz)"
+    ),
+    "short_term_len": ParameterRule(
+        0, PARAMETER_MAX, "recent messages kept verbatim in context (paper: local_length)"
+    ),
+    "top_k": ParameterRule(1, PARAMETER_MAX, "memories retrieved per read"),
 }
+
+
+def parameter_problem(name: str, value: int) -> str | None:
+    """Why `value` is not valid for the numeric parameter `name`, or None when it is."""
+    rule = PARAMETER_RULES[name]
+    if rule.low <= value <= rule.high:
+        return None
+    side = f"at least {rule.low}" if value < rule.low else f"at most {rule.high}"
+    return f"must be {side} ({rule.meaning}; valid {rule.low}..{rule.high}), got {value}"
+
 
 _TIME_PATTERN = re.compile(r"\[Current Time:\s*([^\]\n]+?)\s*\]")
 
@@ -113,9 +144,7 @@ def validate_parameters(
     """Check names and ranges; errors list the valid parameters of this kind."""
     unknown = sorted(set(values) - set(names))
     if unknown:
-        valid = ", ".join(
-            f"{n} (>= {PARAMETER_RULES[n][0]}: {PARAMETER_RULES[n][1]})" for n in names
-        )
+        valid = ", ".join(PARAMETER_RULES[n].describe(n) for n in names)
         raise PolicyError(
             f"unknown parameter(s) {unknown} for policy kind '{kind}'; "
             f"valid parameters: {valid or 'none'}"
@@ -128,12 +157,9 @@ def validate_parameters(
             raise PolicyError(
                 f"parameter '{name}' of policy '{kind}' must be an integer, got {value!r}"
             )
-        low = PARAMETER_RULES[name][0]
-        if value < low:
-            raise PolicyError(
-                f"parameter '{name}' of policy '{kind}' must be >= {low} "
-                f"({PARAMETER_RULES[name][1]}), got {value}"
-            )
+        problem = parameter_problem(name, value)
+        if problem is not None:
+            raise PolicyError(f"parameter '{name}' of policy '{kind}' {problem}")
         checked[name] = value
     return checked
 
@@ -532,13 +558,27 @@ def _short_error(exc: Exception) -> str:
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON via a temporary file and `os.replace`; the file's mode follows the umask.
+
+    Not `tempfile.mkstemp`, which creates mode 0600 whatever the umask: an exported bundle
+    would be unreadable by the service or colleague it was made for.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(100):
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
+        try:
+            fd = os.open(tmp, flags, 0o666)  # the kernel applies the umask
+            break
+        except FileExistsError:  # another writer drew the same name: draw again
+            continue
+    else:
+        raise PolicyError(f"no free temporary name beside {path} after 100 attempts")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             json.dump(data, handle, indent=2, ensure_ascii=False)
             handle.write("\n")
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise

@@ -249,10 +249,7 @@ class ExternalSystemPolicy(MemoryPolicy):
     def _check_names(self, names: Any) -> None:
         unknown = sorted(set(names) - set(self.parameter_names) - set(self.option_defaults))
         if unknown:
-            numeric = ", ".join(
-                f"{n} (>= {PARAMETER_RULES[n][0]}: {PARAMETER_RULES[n][1]})"
-                for n in self.parameter_names
-            )
+            numeric = ", ".join(PARAMETER_RULES[n].describe(n) for n in self.parameter_names)
             switches = ", ".join(f"{n} (default {v!r})" for n, v in self.option_defaults.items())
             raise PolicyError(
                 f"unknown parameter(s) {unknown} for policy kind '{self.kind}'; valid "

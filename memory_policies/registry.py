@@ -133,7 +133,8 @@ _SWITCH_VALUES = {"true": True, "false": False}
 def parse_spec(spec: str) -> tuple[str, dict[str, int | bool | str]]:
     """'kind:name=value,name=value' -> (kind, parameters): integers, true/false for
     switches (e.g. 'mem0:infer=false'), or the preset name ('in_context:preset=paper');
-    the policy class checks which it takes."""
+    a registered kind's switches are read as the type of their default, and the policy
+    class checks the rest."""
     kind, _, params_text = spec.strip().partition(":")
     kind = kind.strip()
     if not kind:
@@ -156,6 +157,20 @@ def parse_spec(spec: str) -> tuple[str, dict[str, int | bool | str]]:
                     f"got {value!r}"
                 )
             parameters[name] = value
+            continue
+        # A policy's switches (e.g. mem0's infer) say which type they take; the rest are
+        # numeric parameters.
+        default = getattr(POLICY_KINDS.get(kind), "option_defaults", {}).get(name)
+        if isinstance(default, str):
+            parameters[name] = value
+            continue
+        if isinstance(default, bool):
+            if value.lower() not in _SWITCH_VALUES:
+                raise PolicyError(
+                    f"switch '{name}' in policy spec {spec!r} takes true or false, got {value!r} "
+                    f"(e.g. {kind}:{name}=false)"
+                )
+            parameters[name] = _SWITCH_VALUES[value.lower()]
             continue
         if value.lower() in _SWITCH_VALUES:
             parameters[name] = _SWITCH_VALUES[value.lower()]

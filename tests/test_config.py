@@ -94,6 +94,13 @@ def test_per_period_rejects_population_settings():
         spec_from_dict(base_spec(optimizer={"schedule": "per_period", "generations": 3}))
 
 
+@pytest.mark.parametrize("name", ["bad/name:x?", "a%b", "", " padded ", "..", "tab\there"])
+def test_a_registered_model_name_mlflow_would_refuse_is_refused_at_load(name):
+    with pytest.raises(ConfigError, match="tracking.registered_model: .*registered model name"):
+        spec_from_dict(base_spec(tracking={"registered_model": name}))
+    assert spec_from_dict(base_spec(tracking={"registered_model": "my policy.v2_x-1"}))
+
+
 def test_resolve_checks_components_parameters_and_users():
     with pytest.raises(ConfigError, match="'read'.*not components of a 'in_context'"):
         resolve(spec_from_dict(base_spec(optimizer={"mutate_components": ["read"]})))
@@ -101,10 +108,19 @@ def test_resolve_checks_components_parameters_and_users():
         resolve(
             spec_from_dict(base_spec(optimizer={"parameters": {"top_k": {"low": 1, "high": 3}}}))
         )
-    with pytest.raises(ConfigError, match="update_every.low = 0 is below"):
+    with pytest.raises(ConfigError, match="update_every.low must be at least 1 .*got 0"):
         resolve(
             spec_from_dict(
                 base_spec(optimizer={"parameters": {"update_every": {"low": 0, "high": 3}}})
+            )
+        )
+    huge = {"low": 2, "high": 99999999999999999999}
+    with pytest.raises(ConfigError, match="update_every.high must be at most 1000 .*got 9999"):
+        resolve(spec_from_dict(base_spec(optimizer={"parameters": {"update_every": huge}})))
+    with pytest.raises(ConfigError, match="policy: .*'update_every' .* must be at most 1000"):
+        resolve(
+            spec_from_dict(
+                base_spec(policy={"kind": "in_context", "parameters": {"update_every": 10**20}})
             )
         )
     with pytest.raises(ConfigError, match="environment.users = 2 but train_users"):
@@ -115,7 +131,7 @@ def test_resolve_checks_components_parameters_and_users():
         resolve(spec_from_dict(base_spec(environment={"preset": "huge"})))
     with pytest.raises(ConfigError, match="policy: unknown policy kind 'magic'"):
         resolve(spec_from_dict(base_spec(policy={"kind": "magic"})))
-    with pytest.raises(ConfigError, match="policy: .*short_term_len.* must be >= 0"):
+    with pytest.raises(ConfigError, match="policy: .*short_term_len.* must be at least 0"):
         resolve(
             spec_from_dict(
                 base_spec(policy={"kind": "in_context", "parameters": {"short_term_len": -1}})

@@ -222,6 +222,24 @@ def test_unknown_target_is_a_clear_error(experiment, tmp_path):
         export_policy("no-such-thing", tmp_path / "x", tracking_uri=uri)
 
 
+def test_a_bad_registered_model_name_is_refused_before_the_bundle_is_written(experiment, capsys):
+    from evolve.cli import main
+
+    tmp_path, uri, _, _ = experiment
+    out = tmp_path / "bad-name"
+    refused = r"registered model name 'bad/name:x\?' contains the character\(s\) '/' ':' '\?'"
+    with pytest.raises(ConfigError, match=refused):
+        export_policy(
+            "exp", out, runs_dir=tmp_path / "runs", registered_name="bad/name:x?", tracking_uri=uri
+        )
+    assert not out.exists()
+    args = ["export", "exp", "--runs-dir", str(tmp_path / "runs"), "--out", str(out)]
+    assert main([*args, "--name", "bad/name:x?", "--tracking-uri", uri]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("evolve: error: registered model name 'bad/name:x?' contains")
+    assert error.count("\n") == 1 and not out.exists()
+
+
 def test_export_before_any_evaluation_is_refused(tmp_path):
     store = ExperimentStore(tmp_path / "runs" / "empty")
     store.open({"x": 1})

@@ -10,9 +10,11 @@ from pathlib import Path
 from evolve.commands.env_llm import add_llm_generate_arguments, run_llm_generate
 from evolve.errors import EnvironmentDataError
 from evolve.simulator.environment import (
+    PROBLEMS_KEPT,
     Environment,
     EnvironmentItem,
     InconsistentEnvironmentError,
+    first_problems,
     load_environment,
     save_environment,
 )
@@ -57,8 +59,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     validate = actions.add_parser(
         "validate",
         help="check an environment file for structural and consistency problems",
-        description="Print OK with counts, or every problem (naming item, period and "
-        "variable) and exit with status 2.",
+        description="Print OK with counts, or the problems (naming item, period and "
+        f"variable; the first {PROBLEMS_KEPT}, then how many more) and exit with status 2.",
     )
     validate.add_argument("file", type=Path)
     validate.set_defaults(handler=run_validate)
@@ -98,13 +100,15 @@ def run_generate(args: argparse.Namespace) -> int:
 def run_validate(args: argparse.Namespace) -> int:
     try:
         env = load_environment(args.file, check=False)
-        problems = env.problems()
+        problems, total = first_problems(env.iter_problems())
     except InconsistentEnvironmentError as error:
-        problems = error.problems
-    if problems:
+        problems, total = error.problems, error.total
+    if total:
         for problem in problems:
             print(f"  - {problem}")
-        print(f"INVALID: {args.file}: {len(problems)} problem(s)")
+        if total > len(problems):
+            print(f"  ... and {total - len(problems)} more problem(s) not listed")
+        print(f"INVALID: {args.file}: {total} problem(s)")
         return 2
     print(f"OK: {args.file}: {describe_counts(env)}; content hash {env.content_hash()[:16]}")
     return 0

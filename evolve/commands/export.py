@@ -50,8 +50,10 @@ def check_target(target: str, runs_dir: Path) -> None:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from evolve.export import export_policy
+    from evolve.export import check_registered_model_name, export_policy
 
+    if args.name is not None and not args.no_register:
+        check_registered_model_name(args.name)
     check_target(args.target, args.runs_dir)
     result = export_policy(
         args.target,

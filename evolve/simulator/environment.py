@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,22 +52,42 @@ from evolve.files import atomic_write_text, read_json_file
 CHOICE_EXPERIENCED = "experience"
 CHOICE_RANDOM = "random"
 
-# Problems quoted in an exception message; the full list is on `InconsistentEnvironmentError`.
+# Problems quoted in an exception message; more are kept on `InconsistentEnvironmentError`.
 _PROBLEMS_IN_MESSAGE = 3
+# Problems kept (and listed by `evolve env validate`); the rest are only counted, so a file
+# of millions of bogus users costs neither gigabytes of strings nor millions of lines.
+PROBLEMS_KEPT = 50
 
 
 class InconsistentEnvironmentError(EnvironmentDataError):
-    """An environment file loaded but its content is malformed or inconsistent."""
+    """An environment file loaded but its content is malformed or inconsistent.
 
-    def __init__(self, source: str, problems: list[str]) -> None:
+    `problems` holds the first `PROBLEMS_KEPT`; `total` counts all of them.
+    """
+
+    def __init__(self, source: str, problems: list[str], total: int | None = None) -> None:
         self.source = source
-        self.problems = list(problems)
+        self.problems = list(problems[:PROBLEMS_KEPT])
+        self.total = len(problems) if total is None else total
         shown = "; ".join(self.problems[:_PROBLEMS_IN_MESSAGE])
-        more = len(self.problems) - _PROBLEMS_IN_MESSAGE
+        more = self.total - min(len(self.problems), _PROBLEMS_IN_MESSAGE)
         suffix = (
-            f"; ... and {more} more (run `evolve env validate` to list all)" if more > 0 else ""
+            f"; ... and {more} more (run `evolve env validate` to list the first {PROBLEMS_KEPT})"
+            if more > 0
+            else ""
         )
-        super().__init__(f"{source}: {len(self.problems)} problem(s): {shown}{suffix}")
+        super().__init__(f"{source}: {self.total} problem(s): {shown}{suffix}")
+
+
+def first_problems(problems: Iterable[str], limit: int = PROBLEMS_KEPT) -> tuple[list[str], int]:
+    """The first `limit` problems and how many there are in all (the rest are only counted)."""
+    kept: list[str] = []
+    total = 0
+    for problem in problems:
+        if total < limit:
+            kept.append(problem)
+        total += 1
+    return kept, total
 
 
 class _Record(BaseModel):
@@ -229,18 +250,22 @@ class Environment(BaseModel):
             )
         items: list[EnvironmentItem] = []
         problems: list[str] = []
+        total = 0
         for index, raw in enumerate(data):
-            label = f"item #{index}"
-            if isinstance(raw, dict) and isinstance(raw.get("id"), str):
-                label += f" ({raw['id']!r})"
             try:
                 items.append(EnvironmentItem.model_validate(raw))
             except ValidationError as error:
+                total += error.error_count()
+                if len(problems) >= PROBLEMS_KEPT:
+                    continue  # counted only: formatting millions of messages is the cost
+                label = f"item #{index}"
+                if isinstance(raw, dict) and isinstance(raw.get("id"), str):
+                    label += f" ({raw['id']!r})"
                 for detail in error.errors():
                     where = ".".join(str(part) for part in detail["loc"]) or "(item)"
                     problems.append(f"{label}: {where}: {detail['msg']}")
-        if problems:
-            raise InconsistentEnvironmentError(source, problems)
+        if total:
+            raise InconsistentEnvironmentError(source, problems, total)
         return cls(items=items)
 
     def to_original(self) -> list[dict[str, Any]]:
@@ -263,19 +288,21 @@ class Environment(BaseModel):
         )
 
     def problems(self) -> list[str]:
-        problems: list[str] = []
+        """Every consistency problem (see `iter_problems` to stop early or count)."""
+        return list(self.iter_problems())
+
+    def iter_problems(self) -> Iterator[str]:
         if not self.items:
-            problems.append(
+            yield (
                 "the environment has no users (an empty list); an evaluation of it would score "
                 "nothing. Make one with `evolve env generate --preset tiny --out FILE`"
             )
         seen: set[str] = set()
         for item in self.items:
             if item.id in seen:
-                problems.append(f"item {item.id!r}: duplicate id; every item needs its own id")
+                yield f"item {item.id!r}: duplicate id; every item needs its own id"
             seen.add(item.id)
-            problems.extend(item.problems())
-        return problems
+            yield from item.problems()
 
 
 def load_environment(path: str | os.PathLike[str], *, check: bool = True) -> Environment:
@@ -289,9 +316,9 @@ def load_environment(path: str | os.PathLike[str], *, check: bool = True) -> Env
     )
     env = Environment.from_original(data, source=str(path))
     if check:
-        problems = env.problems()
-        if problems:
-            raise InconsistentEnvironmentError(str(path), problems)
+        problems, total = first_problems(env.iter_problems())
+        if total:
+            raise InconsistentEnvironmentError(str(path), problems, total)
     return env
 
 

@@ -5,6 +5,10 @@ A tuning spec shares the experiment spec's tables (`[environment]`, `[episode]`,
 `[tuning]` table: the search space, the number of trials, the sampler, the pruner, the
 objective(s) and where the study is stored. `resolve_tuning()` checks everything that can be
 checked without an LLM before the first call. See `experiments/tune_quick.toml`.
+
+Why one module: the `[tuning]` table, its search space, pruner and storage checks and the
+one `resolve_tuning()` that applies them are read together; messages name key paths across
+them, and splitting would scatter one spec over several files.
 """
 
 from __future__ import annotations
@@ -40,8 +44,12 @@ from evolve.spec_base import (
     format_validation_error,
     value_problem,
 )
-from evolve.tuning.storage import DEFAULT_HEARTBEAT_GRACE_S, check_storage_url
-from memory_policies.base import PARAMETER_RULES
+from evolve.tuning.storage import (
+    DEFAULT_HEARTBEAT_GRACE_S,
+    check_storage_url,
+    prepare_storage_directory,
+)
+from memory_policies.base import PARAMETER_RULES, parameter_problem
 
 DEFAULT_STORAGE = "sqlite:///mlruns/optuna.db"
 COST_OBJECTIVE = "tokens"
@@ -131,6 +139,11 @@ class TuningSpec(StrictTable):
         description=f"Optuna storage URL; default {DEFAULT_STORAGE} (relative to the cwd). "
         "Any RDB URL (postgresql://, mysql://), or journal:PATH for a journal file.",
     )
+    create_storage_dir: bool = Field(
+        default=False,
+        description="Create a missing directory of a sqlite:/// or journal: storage; off, a "
+        "missing directory (usually a typo) is refused. The default storage's is always made.",
+    )
     heartbeat_grace_s: int = Field(
         default=DEFAULT_HEARTBEAT_GRACE_S,
         ge=2,
@@ -170,17 +183,17 @@ class TuningSpec(StrictTable):
                 raise ValueError(
                     f"parameters.{name}: unknown parameter; tunable: {', '.join(PARAMETER_RULES)}"
                 )
-            values = space.values() if isinstance(space, IntRange) else list(space)
-            if not values:
+            if isinstance(space, IntRange):
+                ends = (space.low, space.high)  # checked before the range is listed
+            elif space:
+                ends = (min(space), max(space))
+            else:
                 raise ValueError(f"parameters.{name}: give at least one value")
-            if len(set(values)) != len(values):
-                raise ValueError(f"parameters.{name}: a value is listed twice: {values}")
-            minimum, meaning = PARAMETER_RULES[name]
-            if min(values) < minimum:
-                raise ValueError(
-                    f"parameters.{name}: {min(values)} is below the smallest valid value "
-                    f"{minimum} ({meaning})"
-                )
+            for value in ends:
+                if problem := parameter_problem(name, value):
+                    raise ValueError(f"parameters.{name}: a value {problem}")
+            if isinstance(space, list) and len(set(space)) != len(space):
+                raise ValueError(f"parameters.{name}: a value is listed twice: {space}")
         if not 1 <= len(self.objectives) <= 2 or self.objectives[0] not in OBJECTIVES:
             choices = " or ".join(f'["{name}"]' for name in OBJECTIVES)
             raise ValueError(
@@ -350,10 +363,13 @@ def resolve_tuning(
     trials: int | None = None,
     storage: str | None = None,
     study_name: str | None = None,
+    create_storage_dir: bool = False,
 ) -> ResolvedTuning:
     """Load/generate the environment, split users, build the base policy, check the space.
 
-    `trials`, `storage` and `study_name` override the spec (the command's flags).
+    `trials`, `storage` and `study_name` override the spec (the command's flags). The
+    directory of a sqlite or journal storage must exist, unless `create_storage_dir` (or the
+    spec's `create_storage_dir`) asks for it, or the storage is the default one.
     """
     label = str(spec.source) if spec.source is not None else "tuning spec"
     experiment = resolve(spec.as_experiment())
@@ -388,8 +404,12 @@ def resolve_tuning(
             "fair cost comparison"
         )
     storage_url = storage or spec.storage_url()
+    # The default location is the toolkit's choice (as mlruns/ for MLflow): made when missing.
+    chosen_by_user = storage is not None or spec.tuning.storage is not None
+    create = create_storage_dir or spec.tuning.create_storage_dir or not chosen_by_user
     try:
         check_storage_url(storage_url)
+        prepare_storage_directory(storage_url, create=create)
     except ConfigError as error:
         raise ConfigError(f"{label}: {error}") from None
     space = {name: list(values) for name, values in tuning.grid().items()}

@@ -161,22 +161,51 @@ def check_storage_url(url: str) -> None:
         ) from None
 
 
+def storage_directory(url: str) -> Path | None:
+    """The local directory a sqlite or journal storage lives in (None: a server, or memory)."""
+    url = normalize_storage_url(url)
+    if url.startswith("journal:"):
+        return Path(url.removeprefix("journal:")).parent
+    if url.startswith("sqlite:///") and url.removeprefix("sqlite:///") not in ("", ":memory:"):
+        return Path(url.removeprefix("sqlite:///")).parent
+    return None
+
+
+def prepare_storage_directory(url: str, *, create: bool) -> None:
+    """Refuse a sqlite or journal storage whose directory does not exist, or create it when
+    asked: a missing directory is usually a typo in the path, and creating a whole tree
+    there (as root, anywhere) would hide it."""
+    directory = storage_directory(url)
+    if directory is None or directory.is_dir():
+        return
+    shown = redact_storage_url(normalize_storage_url(url))
+    if not create:
+        raise ConfigError(
+            f"study storage {shown}: its directory {directory} does not exist; fix the path, "
+            f"create the directory (mkdir -p {directory}), or let evolve create it with "
+            "--create-storage-dir or [tuning] create_storage_dir = true"
+        )
+    with _database_errors(url):  # a read-only parent is an OSError
+        directory.mkdir(parents=True, exist_ok=True)
+
+
 def open_storage(
     url: str, *, heartbeat_grace_s: int | None = DEFAULT_HEARTBEAT_GRACE_S
 ) -> optuna.storages.BaseStorage:
-    """An Optuna storage for `url` (see the module docstring); creates local directories.
+    """An Optuna storage for `url` (see the module docstring). The directory of a sqlite or
+    journal storage must exist (`prepare_storage_directory` creates it when asked).
 
     Database storages get a heartbeat with `heartbeat_grace_s` (None: no heartbeat, for
     ask/tell users such as the evolution loop's parameter proposer).
     """
     url = normalize_storage_url(url)
     check_storage_url(url)
+    prepare_storage_directory(url, create=False)
     if url.startswith("journal:"):
         from optuna.storages.journal import JournalFileBackend, JournalStorage
 
         path = Path(url.removeprefix("journal:"))
         with _database_errors(url):
-            path.parent.mkdir(parents=True, exist_ok=True)
             return JournalStorage(JournalFileBackend(str(path)))
     if url.startswith(("redis://", "rediss://")):
         from optuna.storages.journal import JournalRedisBackend, JournalStorage
@@ -185,8 +214,6 @@ def open_storage(
             return JournalStorage(JournalRedisBackend(url))
     engine_kwargs: dict = {}
     if url.startswith("sqlite:"):
-        with _database_errors(url):  # a read-only or missing parent is an OSError
-            Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         engine_kwargs = {"connect_args": {"timeout": _SQLITE_TIMEOUT_S}}
     with warnings.catch_warnings():
         # The heartbeat and its retry callback are marked experimental; they are tested here.

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
 
 from evolve import cli
-from evolve.simulator.environment import load_environment
+from evolve.simulator.environment import (
+    PROBLEMS_KEPT,
+    EnvironmentItem,
+    InconsistentEnvironmentError,
+    load_environment,
+)
 
 FIXTURE = Path(__file__).parents[1] / "simulator" / "data" / "original_small.json"
 
@@ -87,6 +93,46 @@ def test_validate_structural_errors_and_missing_file(run, tmp_path: Path) -> Non
     assert code == 2 and "item #0" in stdout and "periods" in stdout
     code, _, stderr = run("validate", str(tmp_path / "missing.json"))
     assert code == 2 and "does not exist" in stderr
+
+
+def test_validate_of_many_bogus_users_lists_fifty_and_counts_the_rest(run, tmp_path: Path) -> None:
+    # Each user has only an id: every other required field is one structural problem.
+    users = 20_000
+    bad = tmp_path / "bogus.json"
+    bad.write_text(json.dumps([{"id": f"u{i}"} for i in range(users)]), encoding="utf-8")
+    per_user = sum(1 for f in EnvironmentItem.model_fields.values() if f.is_required()) - 1
+    total = users * per_user
+    started = time.perf_counter()
+    code, stdout, _ = run("validate", str(bad))
+    assert time.perf_counter() - started < 60  # generous: it took seconds to print 100k lines
+    lines = stdout.splitlines()
+    assert code == 2
+    assert len([line for line in lines if line.startswith("  - ")]) == PROBLEMS_KEPT
+    assert lines[0].startswith("  - item #0 ('u0'): ")
+    assert lines[-2] == f"  ... and {total - PROBLEMS_KEPT} more problem(s) not listed"
+    assert lines[-1] == f"INVALID: {bad}: {total} problem(s)"
+
+
+def test_validate_counts_consistency_problems_beyond_the_listed_ones(run, tmp_path: Path) -> None:
+    data = json.loads(FIXTURE.read_text(encoding="utf-8"))
+    data[0]["periods"][1]["state"]["exercise_routine"] = "yoga"
+    copies = [{**data[0], "id": f"user-{i}"} for i in range(80)]
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(copies), encoding="utf-8")
+    # Recomputed per user: the CLI's total must be their sum, not the listed count.
+    total = sum(len(item.problems()) for item in load_environment(bad, check=False).items)
+    assert total > PROBLEMS_KEPT
+    code, stdout, _ = run("validate", str(bad))
+    lines = stdout.splitlines()
+    assert code == 2
+    assert len([line for line in lines if line.startswith("  - ")]) == PROBLEMS_KEPT
+    assert lines[-2] == f"  ... and {total - PROBLEMS_KEPT} more problem(s) not listed"
+    assert lines[-1].endswith(f": {total} problem(s)")
+    # Loading (what eval and run do) quotes a few and gives the same total.
+    with pytest.raises(InconsistentEnvironmentError) as caught:
+        load_environment(bad)
+    assert caught.value.total == total and len(caught.value.problems) == PROBLEMS_KEPT
+    assert f"{total} problem(s)" in str(caught.value)
 
 
 def test_validate_accepts_original_format_files(run) -> None:

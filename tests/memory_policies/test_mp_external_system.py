@@ -195,8 +195,14 @@ def test_switches_are_typed_and_recorded_in_parameters():
 def test_spec_switches_parse_as_booleans():
     assert parse_spec("mem0:top_k=30,infer=true") == ("mem0", {"top_k": 30, "infer": True})
     assert parse_spec("mem0:infer=False") == ("mem0", {"infer": False})
-    with pytest.raises(PolicyError, match="must be an integer, got 'yes'"):
-        parse_spec("mem0:infer=yes")
+    for value in ("yes", "maybe"):
+        with pytest.raises(
+            PolicyError, match=f"switch 'infer' .* takes true or false, got '{value}'"
+        ):
+            parse_spec(f"mem0:infer={value}")
+    # A numeric parameter given a word is still "an integer" problem.
+    with pytest.raises(PolicyError, match="'top_k' .* must be an integer, got 'maybe'"):
+        parse_spec("mem0:top_k=maybe")
     # A switch value where a number is expected is still refused by the policy.
     with pytest.raises(PolicyError, match="must be an integer"):
         build_policy("in_context:update_every=true")

@@ -79,9 +79,17 @@ def test_mapping_spec_can_set_components() -> None:
             r"unknown parameter\(s\) \['window'\].*update_every.*short_term_len",
         ),
         ("native:update_every=1", r"valid parameters: none"),
-        ("in_context:update_every=0", r"update_every' of policy 'in_context' must be >= 1"),
-        ("in_context:short_term_len=-1", r"must be >= 0"),
-        ("external:top_k=0", r"top_k' of policy 'external' must be >= 1"),
+        ("in_context:update_every=0", r"update_every' of policy 'in_context' must be at least 1"),
+        ("in_context:short_term_len=-1", r"must be at least 0"),
+        ("external:top_k=0", r"top_k' of policy 'external' must be at least 1"),
+        # A typo-sized value would run and never write memory (or read every memory).
+        (
+            "in_context:update_every=99999999999999999999",
+            r"update_every' of policy 'in_context' must be at most 1000 .*got 99999999999999999999",
+        ),
+        ("in_context:short_term_len=1001", r"short_term_len' .* must be at most 1000"),
+        ("external:top_k=5000", r"top_k' of policy 'external' must be at most 1000"),
+        ({"kind": "raw_rag", "update_every": 10**30}, r"update_every' .* must be at most 1000"),
         ("in_context:update_every=two", r"must be an integer, got 'two'"),
         ("in_context:update_every", r"name=value pairs"),
         ("in_context:update_every=1,update_every=2", r"given twice"),
@@ -106,8 +114,10 @@ def test_with_parameters_validates_and_copies() -> None:
     policy = build_policy("external")
     tuned = policy.with_parameters(top_k=9)
     assert tuned.parameters()["top_k"] == 9 and policy.parameters()["top_k"] == 5
-    with pytest.raises(PolicyError, match="must be >= 1"):
+    with pytest.raises(PolicyError, match="must be at least 1"):
         policy.with_parameters(update_every=0)
+    with pytest.raises(PolicyError, match="must be at most 1000"):
+        policy.with_parameters(top_k=1001)
     with pytest.raises(PolicyError, match="unknown parameter"):
         policy.with_parameters(depth=2)
 

@@ -26,7 +26,7 @@ from evolve.optimize.loop import objective_value
 from evolve.simulator.metrics import summarize_periods
 from evolve.tune import format_result, load_tune_spec, resolve_tuning, run_tuning
 from evolve.tuning.report import render_tuning_dir, render_tuning_experiment, tuning_dir_for
-from evolve.tuning.storage import open_storage
+from evolve.tuning.storage import open_storage, prepare_storage_directory
 from evolve.tuning.study import TuningStore
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
@@ -75,7 +75,13 @@ def test_spec_defaults_shorthands_and_grid_size(tmp_path):
         (f'objectives = ["tokens"]\n{GRID}', 'objectives must be ["memory_score"]'),
         (f'objectives = ["accuracy", "memory_score"]\n{GRID}', 'can only be "tokens"'),
         (f"trials = 10\n{GRID}", "exceeds the 9 points of the grid"),
-        ("[tuning.parameters]\nupdate_every = [0, 2]", "below the smallest valid value 1"),
+        ("[tuning.parameters]\nupdate_every = [0, 2]", "a value must be at least 1"),
+        # Checked before the range is listed: a huge high must not build a huge list.
+        (
+            "[tuning.parameters]\nupdate_every = { low = 1, high = 99999999999999999999 }",
+            "update_every: a value must be at most 1000",
+        ),
+        ("[tuning.parameters]\ntop_k = [5, 100000]", "top_k: a value must be at most 1000"),
         ("[tuning.parameters]\nbatch = [1, 2]", "unknown parameter; tunable: update_every"),
         ("[tuning.parameters]\nupdate_every = [2, 2]", "listed twice"),
         (
@@ -130,9 +136,54 @@ def test_storage_urls_are_checked_and_redacted(tmp_path):
         open_storage("postgresql://me:secret@db.example/optuna")
     with pytest.raises(ConfigError, match="is not a URL"):
         open_storage("mlruns/optuna.db")
-    journal = open_storage(f"journal:{tmp_path / 'j' / 'study.log'}")
+    missing = f"journal:{tmp_path / 'j' / 'study.log'}"
+    with pytest.raises(ConfigError, match=r"directory .*/j does not exist; .*create_storage_dir"):
+        open_storage(missing)
+    assert not (tmp_path / "j").exists()
+    prepare_storage_directory(missing, create=True)
+    journal = open_storage(missing)
     assert type(journal).__name__ == "JournalStorage"
     assert (tmp_path / "j").is_dir()
+
+
+@pytest.mark.parametrize("form", ["sqlite:///{}/x.db", "journal:{}/study.log"])
+def test_a_storage_in_a_missing_directory_is_refused_unless_its_creation_is_asked(tmp_path, form):
+    missing = tmp_path / "no" / "such" / "dir"
+    spec_path = write_tune_spec(tmp_path, f"storage = '{form.format(missing)}'\n{GRID}")
+    with pytest.raises(ConfigError, match=f"its directory {missing} does not exist"):
+        resolve_tuning(load_tune_spec(spec_path))
+    assert not (tmp_path / "no").exists()
+    # Asked for by the command's flag or by the spec's key, the tree is made.
+    resolve_tuning(load_tune_spec(spec_path), create_storage_dir=True)
+    assert missing.is_dir()
+    missing.rmdir()
+    text = spec_path.read_text().replace("[tuning]\n", "[tuning]\ncreate_storage_dir = true\n")
+    spec_path.write_text(text)
+    resolve_tuning(load_tune_spec(spec_path))
+    assert missing.is_dir()
+
+
+def test_the_default_storage_directory_is_made_and_a_root_path_is_refused(
+    tmp_path, monkeypatch, capsys
+):
+    spec_path = write_tune_spec(tmp_path, f"storage = 'sqlite:///mlruns/optuna.db'\n{GRID}")
+    monkeypatch.chdir(tmp_path)
+    # Named by the user, even the default location must exist ...
+    with pytest.raises(ConfigError, match="mlruns does not exist"):
+        resolve_tuning(load_tune_spec(spec_path))
+    # ... while the default, chosen by the toolkit, is made.
+    default = spec_path.read_text().replace("storage = 'sqlite:///mlruns/optuna.db'", "")
+    spec_path.write_text(default)
+    assert resolve_tuning(load_tune_spec(spec_path)).storage_url == "sqlite:///mlruns/optuna.db"
+    assert (tmp_path / "mlruns").is_dir()
+    # The command: one line, exit 2, before any LLM call (the endpoint does not exist).
+    unreachable = ["--base-url", "http://127.0.0.1:9/v1", "--model", "stub"]
+    storage = "sqlite:////nonexistent/dir/x.db"
+    assert main(["tune", str(spec_path), "--storage", storage, *unreachable]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("evolve: error: ") and error.count("\n") == 1
+    assert "directory /nonexistent/dir does not exist" in error and "--create-storage-dir" in error
+    assert not Path("/nonexistent").exists()
 
 
 # ----- studies -----------------------------------------------------------------------------------
