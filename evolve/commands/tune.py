@@ -23,6 +23,7 @@ from evolve.errors import ConfigError
 from evolve.llm import LLMConfig, add_llm_arguments, llm_config_from_args, open_role_lms
 from evolve.locking import run_lock
 from evolve.simulator.runner import ProgressSink
+from evolve.tracking_uri import masked_uri
 from evolve.tuning import (
     HeldoutRecord,
     TrialRecord,
@@ -84,7 +85,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="ask every upper-bound question again instead of reusing cached answers",
     )
-    parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: the spec's)")
+    parser.add_argument(
+        "--tracking-uri",
+        help="MLflow tracking URI (default: the spec's, else MLFLOW_TRACKING_URI, else "
+        "sqlite:///mlruns/mlflow.db)",
+    )
     parser.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
     parser.add_argument(
         "--no-progress", action="store_true", help="no progress bars (e.g. in CI logs)"
@@ -134,6 +139,8 @@ def _tune_locked(
         + ", ".join(f"{name}={values}" for name, values in resolved.space.items()),
         file=sys.stderr,
     )
+    if tracker.location is not None:
+        print(tracker.location.describe(), file=sys.stderr)
     for note in resolved.notes:
         print(f"warning: {note}", file=sys.stderr)
     progress = _Bars(enabled=not args.no_progress)
@@ -155,10 +162,10 @@ def _tune_locked(
             progress.close()
     print(format_result(result))
     print(f"\ntrial directories: {(args.runs_dir / spec.name).resolve()}")
-    if not args.no_tracking and spec.tracking.enabled:
+    if tracker.location is not None:
         print(
             f"MLflow: experiment {spec.mlflow_experiment_name()!r} at "
-            f"{args.tracking_uri or spec.tracking_uri()} (mlflow ui --backend-store-uri ...)"
+            f"{masked_uri(tracker.location.uri)} (mlflow ui --backend-store-uri ...)"
         )
     return 0
 
