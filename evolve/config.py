@@ -391,19 +391,6 @@ class RunSpec(_Strict):
         return value
 
     @model_validator(mode="after")
-    def _mlflow_default_experiment_name(self) -> RunSpec:
-        # The default name embeds `name`; an explicit [tracking] experiment_name is checked
-        # by its own validator.
-        if self.tracking.experiment_name is None:
-            problem = experiment_name_problem(self.mlflow_experiment_name())
-            if problem:
-                raise ValueError(
-                    f"the MLflow experiment name derived from name ({problem}); shorten name "
-                    "or set [tracking] experiment_name"
-                )
-        return self
-
-    @model_validator(mode="after")
     def _valid_name(self) -> RunSpec:
         if not _NAME_PATTERN.match(self.name):
             raise ValueError(

@@ -21,6 +21,7 @@ state, while the toolkit uses explicit clients per store; and MLflow has no pre-
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -81,8 +82,8 @@ def resolve_tracking_uri(
 def masked_uri(uri: str) -> str:
     """The URI without user name, password or query values (tokens travel there)."""
     parsed = urlparse(uri)
-    if "://" not in uri or not parsed.scheme:
-        return uri
+    if "://" not in uri or not (parsed.username or parsed.password or parsed.query):
+        return uri  # nothing to mask; rebuilding would drop the slash of sqlite:////abs
     netloc = parsed.netloc
     if parsed.username or parsed.password:
         host = parsed.hostname or ""
@@ -134,7 +135,7 @@ def check_sqlite_database(db_path: Path) -> None:
         ) from None
 
 
-def check_server_reachable(uri: str, timeout_s: float = PREFLIGHT_TIMEOUT_S) -> None:
+def check_server_reachable(uri: str, timeout_s: float | None = None) -> None:
     """One request to an HTTP(S) tracking server, without MLflow's retries.
 
     Any answer counts as reachable (even 401 or 404: the server is there), except the
@@ -144,6 +145,7 @@ def check_server_reachable(uri: str, timeout_s: float = PREFLIGHT_TIMEOUT_S) -> 
     from mlflow.utils.credentials import get_default_host_creds
     from mlflow.utils.rest_utils import http_request
 
+    timeout_s = PREFLIGHT_TIMEOUT_S if timeout_s is None else timeout_s
     try:
         response = http_request(
             get_default_host_creds(uri),
@@ -154,17 +156,27 @@ def check_server_reachable(uri: str, timeout_s: float = PREFLIGHT_TIMEOUT_S) -> 
             raise_on_status=False,
         )
     except Exception as error:  # noqa: BLE001 - requests, urllib3 and MLflow wrap differently
-        reason = " ".join(str(error).split())[:160]
         raise StorageError(
             f"MLflow tracking server {masked_uri(uri)} cannot be reached within {timeout_s:g} "
-            f"s ({type(error).__name__}: {reason}); start it (mlflow server), fix "
-            f"--tracking-uri or {ENV_VAR}, or pass --no-tracking"
+            f"s ({_connection_failure(error)}); start it (mlflow server), fix --tracking-uri "
+            f"or {ENV_VAR}, or pass --no-tracking"
         ) from None
     if response.status_code in _UNAVAILABLE_STATUSES:
         raise StorageError(
             f"MLflow tracking server {masked_uri(uri)} answered HTTP {response.status_code} "
             "(unavailable); start it or fix --tracking-uri, or pass --no-tracking"
         )
+
+
+def _connection_failure(error: Exception) -> str:
+    """The operating system's reason inside the layers of wrapping ("Connection refused")."""
+    text = " ".join(str(error).split())
+    found = re.search(r"\[Errno -?\d+\] ([^'\")\]]+)", text)
+    if found:
+        return found.group(1).strip()
+    if "timed out" in text.lower() or "timeout" in text.lower():
+        return "timed out"
+    return text[:160]
 
 
 def check_tracking_uri(uri: str) -> None:
