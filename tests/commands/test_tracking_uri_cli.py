@@ -13,8 +13,8 @@ from optimize.evolve_helpers import World, write_spec
 from tuning.tune_helpers import PAPER_GRID, TuneWorld, write_tune_spec
 
 from evolve.cli import main
-from evolve.errors import EXIT_BAD_INPUT, EXIT_STORAGE
 from evolve.config import load_spec
+from evolve.errors import EXIT_BAD_INPUT, EXIT_STORAGE
 from evolve.tracking import mlflow_client, tracker_for
 
 
@@ -154,7 +154,9 @@ def test_a_bad_tracking_uri_is_one_line_before_any_lm(
         ("", 'registered_model = "bad/name:x?"', "contains '/' and ':'"),
     ],
 )
-def test_mlflows_limits_are_one_line_before_any_lm(tmp_path, opened, capsys, body, tracking, message):
+def test_mlflows_limits_are_one_line_before_any_lm(
+    tmp_path, opened, capsys, body, tracking, message
+):
     spec = write_spec(tmp_path, body, tracking=tracking)
     result = main(["run", str(spec), "--runs-dir", str(tmp_path / "runs")])
     line = one_error_line(capsys)
