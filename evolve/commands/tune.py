@@ -177,6 +177,7 @@ class _Bars(TuneProgress):
         self.enabled = enabled
         self.trials: tqdm | None = None
         self.evaluation = EvaluationBar(enabled)
+        self._finished: int | None = None  # the study's count last shown
 
     def _write(self, text: str) -> None:
         if self.enabled:
@@ -190,6 +191,7 @@ class _Bars(TuneProgress):
     def study_opened(self, *, requested: int, finished: int, running: int) -> None:
         more = f", {running} running elsewhere" if running else ""
         self._write(f"... study holds {finished}/{requested} finished trials{more}")
+        self._finished = finished
         self.trials = make_bar(
             self.enabled, total=requested, initial=min(finished, requested), desc="trials"
         )
@@ -214,8 +216,16 @@ class _Bars(TuneProgress):
                 f"WARNING: trial {record.number}: THESE NUMBERS ARE NOT MEANINGFUL: more than "
                 "half of its answers or upper-bound answers are unparseable (metric unreliable)"
             )
-        if self.trials is not None and record.finished:
-            self.trials.update(1)
+
+    def study_progress(self, *, finished: int, requested: int) -> None:
+        if finished == self._finished:
+            return
+        self._finished = finished
+        if self.trials is not None and not self.trials.disable:
+            self.trials.n = min(finished, requested)
+            self.trials.refresh()
+        else:  # no bar drawn (not a terminal, or --no-progress): a plain line says it
+            self._write(f"    study: {finished}/{requested} trials finished (all workers)")
 
     def heldout_finished(self, record: HeldoutRecord) -> None:
         self._write(
