@@ -112,6 +112,22 @@ def not_a_database(tmp_path: Path) -> str:
     return f"sqlite:///{path}"
 
 
+@pytest.fixture(scope="module")
+def untracked_runs(tmp_path_factory) -> Path:
+    """A runs directory holding one finished, untracked experiment `exp` (for export)."""
+    directory = tmp_path_factory.mktemp("untracked")
+    with pytest.MonkeyPatch.context() as patch:
+
+        @contextlib.contextmanager
+        def run_lms(config):
+            yield World().lms
+
+        patch.setattr("evolve.commands.run.open_role_lms", run_lms)
+        spec = write_spec(directory, optimizer="generations = 0")
+        assert main(["run", str(spec), "--runs-dir", str(directory / "runs"), "--no-progress"]) == 0
+    return directory / "runs"
+
+
 @pytest.mark.parametrize(
     ("uri", "code", "message"),
     [
@@ -123,7 +139,7 @@ def not_a_database(tmp_path: Path) -> str:
 )
 @pytest.mark.parametrize("command", ["run", "tune", "export"])
 def test_a_bad_tracking_uri_is_one_line_before_any_lm(
-    tmp_path, monkeypatch, opened, capsys, command, uri, code, message
+    tmp_path, monkeypatch, opened, untracked_runs, capsys, command, uri, code, message
 ):
     monkeypatch.chdir(tmp_path)
     if command == "tune":
@@ -133,10 +149,14 @@ def test_a_bad_tracking_uri_is_one_line_before_any_lm(
     elif command == "run":
         args = ["run", str(write_spec(tmp_path, tracking="enabled = true"))]
     else:
-        assert main(["run", str(write_spec(tmp_path)), "--no-progress"]) == 0  # untracked
-        capsys.readouterr()
-        args = ["export", "exp", "--out", str(tmp_path / "bundle")]
-        opened.clear()
+        args = [
+            "export",
+            "exp",
+            "--runs-dir",
+            str(untracked_runs),
+            "--out",
+            str(tmp_path / "bundle"),
+        ]
     started = time.monotonic()
     result = main([*args, "--tracking-uri", uri(tmp_path)])
     line = one_error_line(capsys)
