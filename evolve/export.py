@@ -87,10 +87,8 @@ def best_candidate(result: ExperimentResult) -> CandidateRecord:
 def export_tracking_location(
     target: str, *, runs_dir: str | Path = "runs", tracking_uri: str | None = None
 ) -> TrackingLocation:
-    """Where `evolve export target` registers: `tracking_uri` (the flag), else the spec's
-    `[tracking] tracking_uri`, else the store the experiment's run logged to, else
-    `MLFLOW_TRACKING_URI`, else the default (the run's store comes before the environment:
-    the registered version links the candidate run that lives there)."""
+    """Where `evolve export target` registers: the flag, the spec's, the store the run logged
+    to (the version links its candidate run), `MLFLOW_TRACKING_URI`, the default."""
     return _export_settings(target, runs_dir, tracking_uri)[1]
 
 
