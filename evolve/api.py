@@ -64,7 +64,8 @@ def run_experiment(
     """Run (or resume) a self-evolution experiment; the same run as `evolve run SPEC`.
 
     `spec`: a spec, a resolved spec or a spec file. `llm` replaces the spec's `[llm]` table.
-    With `tracking`, candidates are logged to MLflow (`tracking_uri` or the spec's). Records
+    With `tracking`, candidates are logged to MLflow (`tracking_uri`, else the spec's, else
+    `MLFLOW_TRACKING_URI`, else `sqlite:///mlruns/mlflow.db`). Records
     land in `runs_dir/<name>/`; a second process on the same directory is refused
     (`evolve.errors.RunBusyError`, exit code 4 on the command line).
     """
@@ -158,7 +159,8 @@ def run_tuning(
 ) -> TuningResult:
     """Run (or resume) an Optuna study over policy parameters; the same as `evolve tune SPEC`.
 
-    `trials`, `storage` and `study_name` override the spec as the command's flags do.
+    `trials`, `storage` and `study_name` override the spec as the command's flags do; the
+    MLflow store is chosen as for `run_experiment`.
     """
     from evolve.llm import open_role_lms
     from evolve.locking import run_lock

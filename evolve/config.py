@@ -26,6 +26,11 @@ from pydantic import Field, PrivateAttr, ValidationError, field_validator, model
 from evolve.errors import ConfigError, EnvironmentDataError
 from evolve.files import read_toml_file
 from evolve.llm.config import LLMConfig
+from evolve.mlflow_limits import (
+    description_problem,
+    experiment_name_problem,
+    registered_model_name_problem,
+)
 from evolve.objective import Objective
 from evolve.protocol import DATA_FILE_ROUNDS, Protocol
 from evolve.registered_names import registered_model_name_problem
@@ -34,8 +39,8 @@ from evolve.simulator.runner import EpisodeConfig, ProbeScope, probe_scope_probl
 from evolve.simulator.storage import config_hash
 from evolve.spec_base import IntRange, format_validation_error
 from evolve.spec_base import StrictTable as _Strict
+from evolve.tracking_uri import DEFAULT_TRACKING_URI, resolve_tracking_uri
 
-DEFAULT_TRACKING_URI = "sqlite:///mlruns/mlflow.db"
 _NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 Schedule = Literal["population", "per_period"]
@@ -322,7 +327,9 @@ class TrackingSpec(_Strict):
         default=None, description="MLflow experiment; default 'amemgym-evolve/<name>'."
     )
     tracking_uri: str | None = Field(
-        default=None, description=f"Default {DEFAULT_TRACKING_URI} (relative to the cwd)."
+        default=None,
+        description="Overridden by --tracking-uri; when unset, MLFLOW_TRACKING_URI, else "
+        f"{DEFAULT_TRACKING_URI} (relative to the cwd).",
     )
     registered_model: str | None = Field(
         default=None, description="Model-registry name for `evolve export`; default '<name>'."
@@ -341,6 +348,25 @@ class TrackingSpec(_Strict):
         description="MLflow traces of evaluations (one per user episode: its periods, sessions, "
         "memory at each checkpoint, questions): none, held-out evaluations only, or all.",
     )
+
+    @field_validator("experiment_name")
+    @classmethod
+    def _mlflow_experiment_name(cls, value: str | None) -> str | None:
+        problem = None if value is None else experiment_name_problem(value)
+        if problem:
+            raise ValueError(f"the MLflow experiment name {problem}; choose a shorter name")
+        return value
+
+    @field_validator("registered_model")
+    @classmethod
+    def _mlflow_model_name(cls, value: str | None) -> str | None:
+        problem = None if value is None else registered_model_name_problem(value)
+        if problem:
+            raise ValueError(
+                f"registered model name {value[:80]!r} {problem}; use letters, digits, '.', "
+                "'_', '-' or spaces"
+            )
+        return value
 
 
 class RunSpec(_Strict):
@@ -386,6 +412,16 @@ class RunSpec(_Strict):
             raise ValueError(f"episode.probes: {problem}")
         return self
 
+    @field_validator("description")
+    @classmethod
+    def _mlflow_description(cls, value: str) -> str:
+        problem = description_problem(value)
+        if problem:
+            raise ValueError(
+                f"the description {problem}; shorten it (put long notes in a file next to the spec)"
+            )
+        return value
+
     @model_validator(mode="after")
     def _valid_name(self) -> RunSpec:
         if not _NAME_PATTERN.match(self.name):
@@ -411,7 +447,9 @@ class RunSpec(_Strict):
         return self.tracking.registered_model or self.name
 
     def tracking_uri(self) -> str:
-        return self.tracking.tracking_uri or DEFAULT_TRACKING_URI
+        """This spec's tracking URI: [tracking] tracking_uri, else MLFLOW_TRACKING_URI, else
+        the default (a command's --tracking-uri overrides all: `resolve_tracking_uri`)."""
+        return resolve_tracking_uri(None, self.tracking.tracking_uri).uri
 
 
 class ExperimentSpec(RunSpec):

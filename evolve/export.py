@@ -42,8 +42,10 @@ from evolve.tracking import (
     get_or_create_experiment,
     mlflow_client,
     normalize_tracking_uri,
+    prepare_tracking_uri,
     quiet_mlflow,
 )
+from evolve.tracking_uri import SOURCE_SPEC, TrackingLocation, resolve_tracking_uri
 from memory_policies import LocalMiniLMEmbedder
 
 CHAMPION_ALIAS = "champion"
@@ -83,6 +85,34 @@ def best_candidate(result: ExperimentResult) -> CandidateRecord:
     return result.candidate(result.best_id)
 
 
+def export_tracking_location(
+    target: str, *, runs_dir: str | Path = "runs", tracking_uri: str | None = None
+) -> TrackingLocation:
+    """Where `evolve export target` registers: the flag, the spec's, the store the run logged
+    to (the version links its candidate run), `MLFLOW_TRACKING_URI`, the default."""
+    return _export_settings(target, runs_dir, tracking_uri)[1]
+
+
+def _export_settings(
+    target: str, runs_dir: str | Path, tracking_uri: str | None
+) -> tuple[str | None, TrackingLocation]:
+    """The spec's (or the run's) registered model name, and the tracking location."""
+    from evolve.config import load_spec
+
+    experiment_dir = experiment_dir_for(target, runs_dir)
+    state_file = experiment_dir / STATE_FILE if experiment_dir is not None else None
+    state = read_json(state_file) if state_file is not None and state_file.is_file() else {}
+    spec_name = state.get("registered_model")
+    configured, source = state.get("tracking_uri"), "the experiment's recorded MLflow store"
+    if Path(target).suffix == ".toml" and Path(target).is_file():
+        spec = load_spec(target)
+        spec_name = spec.registered_model_name()
+        if spec.tracking.tracking_uri:
+            configured, source = spec.tracking.tracking_uri, SOURCE_SPEC
+    location = resolve_tracking_uri(tracking_uri, configured, configured_source=source)
+    return spec_name, TrackingLocation(normalize_tracking_uri(location.uri), location.source)
+
+
 def export_policy(
     target: str,
     out_dir: str | Path,
@@ -96,25 +126,17 @@ def export_policy(
 
     `target`: an experiment spec file, an experiment name under `runs_dir`, an experiment
     directory, or an MLflow run id (a parent run: its best candidate by held-out score; a
-    candidate run: that candidate).
+    candidate run: that candidate). The tracking URI: `export_tracking_location`.
     """
-    from evolve.config import DEFAULT_TRACKING_URI, load_spec
-
     out = Path(out_dir)
     if register and registered_name is not None:
         check_registered_model_name(registered_name)  # before anything is written
     experiment_dir = experiment_dir_for(target, runs_dir)
-    spec_name = None
-    if Path(target).suffix == ".toml" and Path(target).is_file():
-        spec = load_spec(target)
-        spec_name = spec.registered_model_name()
-        tracking_uri = tracking_uri or spec.tracking_uri()
-    elif experiment_dir is not None and (experiment_dir / STATE_FILE).is_file():
-        # An experiment named by directory: the store and registry name its run used.
-        state = read_json(experiment_dir / STATE_FILE)
-        spec_name = state.get("registered_model")
-        tracking_uri = tracking_uri or state.get("tracking_uri")
-    tracking_uri = normalize_tracking_uri(tracking_uri or DEFAULT_TRACKING_URI)
+    spec_name, location = _export_settings(target, runs_dir, tracking_uri)
+    tracking_uri = location.uri
+    if register or experiment_dir is None:
+        # Before the bundle is written: a store that cannot work fails with nothing done.
+        prepare_tracking_uri(tracking_uri)
     if experiment_dir is not None:
         result = ExperimentStore(experiment_dir).load_result()
         best = best_candidate(result)

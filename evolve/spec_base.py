@@ -98,7 +98,7 @@ def format_validation_error(
         kind = detail["type"]
         if len(alternatives.get(where, [])) > 1:
             expected = " or ".join(alternatives[where])
-            lines.append(f"{where}: expected {expected} (got {detail.get('input')!r})")
+            lines.append(f"{where}: expected {expected} (got {shown_value(detail.get('input'))})")
         elif kind == "extra_forbidden":
             parent = loc[:-1]
             table = f"[{'.'.join(map(str, parent))}]" if parent else "the top level"
@@ -117,8 +117,17 @@ def value_problem(where: str, detail: Mapping[str, Any]) -> str:
     """The line for a wrong value: pydantic's message and the value received (not a table)."""
     message = detail["msg"].removeprefix("Value error, ")
     received = detail.get("input")
-    shown = "" if isinstance(received, dict) else f" (got {received!r})"
+    shown = "" if isinstance(received, dict) else f" (got {shown_value(received)})"
     return f"{where}: {message}{shown}"
+
+
+def shown_value(value: Any, limit: int = 80) -> str:
+    """The value's repr, cut: a 20,000-character description must not become the message."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    length = len(value) if isinstance(value, str) else len(text)
+    return f"{text[: limit - 3]}... ({length} characters)"
 
 
 def is_union_tag(part: Any) -> bool:

@@ -4,8 +4,9 @@ Why one module: the run layout below (parent, candidates, prompt versions, artif
 one contract with `evolve compare`, `evolve export` and the MLflow UI.
 
 Called by the optimizer loop and the commands only (never by the simulator or a policy). The
-tracking URI defaults to `sqlite:///mlruns/mlflow.db` relative to the current directory, with
-artifacts under `mlruns/artifacts/`.
+tracking URI is `--tracking-uri`, else the spec's, else `MLFLOW_TRACKING_URI`, else
+`sqlite:///mlruns/mlflow.db` relative to the current directory, with artifacts under
+`mlruns/artifacts/` (`evolve.tracking_uri`, which also refuses unusable URIs up front).
 
 - the experiment: the spec's `description` as its description (`mlflow.note.content`) and the
   kind "custom model development", so the MLflow UI opens on the runs table.
@@ -56,10 +57,11 @@ from evolve.errors import ConfigError, StorageError
 from evolve.files import atomic_write_json
 from evolve.locking import exclusive_file_lock
 from evolve.simulator.storage import read_json
+from evolve.tracking_uri import TrackingLocation, check_tracking_uri, resolve_tracking_uri
 
 if TYPE_CHECKING:
     from evolve.budget import Spend
-    from evolve.config import ExperimentSpec
+    from evolve.config import ExperimentSpec, RunSpec
     from evolve.records import (
         CandidateRecord,
         EvaluationScores,
@@ -112,6 +114,9 @@ class TrackingContext:
 
 class ExperimentTracker:
     """The loop's view of tracking; every hook is a no-op here (see `MLflowTracker`)."""
+
+    # Where runs are logged and why there (printed at start); None when tracking is off.
+    location: TrackingLocation | None = None
 
     def start(self, context: TrackingContext) -> None:
         """The experiment starts or resumes."""
@@ -187,7 +192,8 @@ def normalize_tracking_uri(tracking_uri: str) -> str:
 
 
 def prepare_tracking_uri(tracking_uri: str) -> str:
-    """Normalize; create the directory of a sqlite store; refuse URIs with credentials."""
+    """Normalize; create the directory of a sqlite store; refuse URIs with credentials, an
+    unknown scheme, a file that is no database and a server that does not answer."""
     tracking_uri = normalize_tracking_uri(tracking_uri)
     parsed = urlparse(tracking_uri)
     if parsed.password or (parsed.username and parsed.scheme in ("http", "https")):
@@ -196,6 +202,7 @@ def prepare_tracking_uri(tracking_uri: str) -> str:
             "MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD (or a token) in the "
             "environment instead"
         )
+    check_tracking_uri(tracking_uri)
     if tracking_uri.startswith("sqlite:///"):
         check_sqlite_writable(Path(tracking_uri.removeprefix("sqlite:///")))
     return tracking_uri
@@ -296,9 +303,20 @@ def _get_or_create_experiment(client: Any, name: str, tracking_uri: str) -> str:
     return client.create_experiment(name, artifact_location=default_artifact_location(tracking_uri))
 
 
+def tracking_location(flag: str | None, spec: RunSpec) -> TrackingLocation:
+    """The tracking URI of a command by precedence (see `evolve.tracking_uri`), checked and
+    normalized before any LLM call."""
+    location = resolve_tracking_uri(flag, spec.tracking.tracking_uri)
+    return TrackingLocation(prepare_tracking_uri(location.uri), location.source)
+
+
 class MLflowTracker(ExperimentTracker):
-    def __init__(self, tracking_uri: str, experiment_name: str) -> None:
+    def __init__(
+        self, tracking_uri: str, experiment_name: str, location: TrackingLocation | None = None
+    ) -> None:
         self.tracking_uri = normalize_tracking_uri(tracking_uri)
+        # What the command prints at start: the URI and where it came from.
+        self.location = location or TrackingLocation(self.tracking_uri, "the caller")
         self.experiment_name = experiment_name
         self.client: Any = None
         self.parent_run_id: str | None = None
@@ -877,7 +895,8 @@ def tracker_for(spec: ExperimentSpec, *, tracking_uri: str | None = None, enable
     """The tracker a command should use for `spec` (a `NullTracker` when disabled)."""
     if not enabled or not spec.tracking.enabled:
         return NullTracker()
-    return MLflowTracker(tracking_uri or spec.tracking_uri(), spec.mlflow_experiment_name())
+    location = tracking_location(tracking_uri, spec)
+    return MLflowTracker(location.uri, spec.mlflow_experiment_name(), location)
 
 
 @contextlib.contextmanager

@@ -39,3 +39,10 @@ def role_lms_embedded(embedded_endpoint: EndpointConfig) -> Iterator[RoleLMs]:
     """Real `RoleLMs`, all three roles on the session's embedded server."""
     with open_role_lms(LLMConfig(default=embedded_endpoint)) as lms:
         yield lms
+
+
+@pytest.fixture(autouse=True)
+def _no_ambient_tracking_uri(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Commands honour MLFLOW_TRACKING_URI: a developer's (a team server) must not receive
+    the test runs. Tests of the variable set it themselves."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)

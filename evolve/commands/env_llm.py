@@ -10,6 +10,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from evolve.commands.progress import stderr_is_terminal
 from evolve.errors import ConfigError
 from evolve.files import atomic_write_json
 from evolve.simulator.environment import save_environment
@@ -110,7 +111,9 @@ def run_llm_generate(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     with open_role_lms_from_args(args) as lms:
         before = lms.usage.snapshot()
-        bar = tqdm(total=count, unit="user", desc="users", file=sys.stderr)
+        # Drawn on a terminal only: a redirected log gets the plain lines below.
+        drawn = stderr_is_terminal()
+        bar = tqdm(total=count, unit="user", desc="users", file=sys.stderr, disable=not drawn)
 
         def on_progress(event: ProgressEvent) -> None:
             bar.set_postfix_str(f"{event.user_id[:16]} {event.unit} {event.status}")

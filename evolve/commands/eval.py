@@ -24,6 +24,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from evolve.commands import interrupt
+from evolve.commands.progress import stderr_is_terminal
 from evolve.errors import ConfigError
 from evolve.llm import RoleLMs, add_llm_arguments, open_role_lms_from_args
 from evolve.llm.usage import UsageEvent
@@ -143,9 +144,8 @@ class TqdmProgress(ProgressSink):
         self._calls_seen = 0
 
     def run_started(self, *, users: int, periods: int, finished_units: int) -> None:
-        options = {
-            "file": sys.stderr, "leave": False, "dynamic_ncols": True, "disable": not self.enabled
-        }  # fmt: skip
+        drawn = self.enabled and stderr_is_terminal()  # no escape codes into a log file
+        options = {"file": sys.stderr, "leave": False, "dynamic_ncols": True, "disable": not drawn}
         self.periods = tqdm(total=periods, desc=f"{self.label} periods", position=0, **options)
         self.units = tqdm(
             total=users * periods, desc=f"{self.label} user-periods", position=1, **options
@@ -364,7 +364,7 @@ def run_eval(args: argparse.Namespace) -> int:
                 file=sys.stderr,
                 leave=False,
                 dynamic_ncols=True,
-                disable=args.no_progress,
+                disable=args.no_progress or not stderr_is_terminal(),
             ) as bar:
                 upper_bound = compute_upper_bound(
                     env,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from evolve.commands.compare import note_if_running
@@ -28,7 +29,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--name", help="registered model name (default: the spec's or experiment's)"
     )
-    parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: the spec's)")
+    parser.add_argument(
+        "--tracking-uri",
+        help="MLflow tracking URI (default: the spec's, else the one the run logged to, else "
+        "MLFLOW_TRACKING_URI, else sqlite:///mlruns/mlflow.db)",
+    )
     parser.add_argument(
         "--no-register", action="store_true", help="write the bundle only, skip the registry"
     )
@@ -50,11 +55,20 @@ def check_target(target: str, runs_dir: Path) -> None:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from evolve.export import check_registered_model_name, export_policy
+    from evolve.export import (
+        check_registered_model_name,
+        export_policy,
+        export_tracking_location,
+    )
 
     if args.name is not None and not args.no_register:
         check_registered_model_name(args.name)
     check_target(args.target, args.runs_dir)
+    if not args.no_register:
+        location = export_tracking_location(
+            args.target, runs_dir=args.runs_dir, tracking_uri=args.tracking_uri
+        )
+        print(location.describe(), file=sys.stderr)
     result = export_policy(
         args.target,
         args.out,

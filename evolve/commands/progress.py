@@ -1,4 +1,9 @@
-"""tqdm progress shared by the commands that run several evaluations (`run`, `tune`)."""
+"""tqdm progress shared by the commands that run several evaluations (`run`, `tune`).
+
+Bars are drawn on a terminal only: redirected to a file or a pipe (CI logs, `nohup`), their
+carriage returns and cursor moves would fill the log, so there the commands' plain lines
+(stages, candidates, trials) are all that is written.
+"""
 
 from __future__ import annotations
 
@@ -11,8 +16,19 @@ from evolve.simulator.metrics import MetricSummary
 from evolve.simulator.runner import ProgressSink
 
 
+def stderr_is_terminal() -> bool:
+    """Whether stderr renders bars (a terminal), looked up at each call: tests and callers
+    may replace `sys.stderr`."""
+    try:
+        return bool(sys.stderr.isatty())
+    except (AttributeError, ValueError):  # no stream, or a closed one
+        return False
+
+
 def make_bar(enabled: bool, **kwargs) -> tqdm:
-    return tqdm(disable=not enabled, file=sys.stderr, dynamic_ncols=True, **kwargs)
+    """A bar on stderr; disabled (draws nothing) unless wanted and stderr is a terminal."""
+    drawn = enabled and stderr_is_terminal()
+    return tqdm(disable=not drawn, file=sys.stderr, dynamic_ncols=True, **kwargs)
 
 
 class EvaluationBar:

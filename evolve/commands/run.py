@@ -40,7 +40,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--runs-dir", type=Path, default=Path("runs"), help="where runs/<name>/ lives (runs)"
     )
-    parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: the spec's)")
+    parser.add_argument(
+        "--tracking-uri",
+        help="MLflow tracking URI (default: the spec's, else MLFLOW_TRACKING_URI, else "
+        "sqlite:///mlruns/mlflow.db)",
+    )
     parser.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
     parser.add_argument(
         "--no-progress", action="store_true", help="no progress bars (e.g. in CI logs)"
@@ -77,6 +81,8 @@ def _run_locked(
         f"base policy {resolved.base_policy.kind}; schedule {spec.optimizer.schedule}",
         file=sys.stderr,
     )
+    if tracker.location is not None:
+        print(tracker.location.describe(), file=sys.stderr)
     optimizer = spec.optimizer
     if optimizer.parameter_proposer == "optuna" or optimizer.tune_every is not None:
         import optuna

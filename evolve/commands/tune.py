@@ -23,6 +23,7 @@ from evolve.errors import ConfigError
 from evolve.llm import LLMConfig, add_llm_arguments, llm_config_from_args, open_role_lms
 from evolve.locking import run_lock
 from evolve.simulator.runner import ProgressSink
+from evolve.tracking_uri import masked_uri
 from evolve.tuning import (
     HeldoutRecord,
     TrialRecord,
@@ -90,7 +91,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="ask every upper-bound question again instead of reusing cached answers",
     )
-    parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: the spec's)")
+    parser.add_argument(
+        "--tracking-uri",
+        help="MLflow tracking URI (default: the spec's, else MLFLOW_TRACKING_URI, else "
+        "sqlite:///mlruns/mlflow.db)",
+    )
     parser.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
     parser.add_argument(
         "--no-progress", action="store_true", help="no progress bars (e.g. in CI logs)"
@@ -144,6 +149,8 @@ def _tune_locked(
         + ", ".join(f"{name}={values}" for name, values in resolved.space.items()),
         file=sys.stderr,
     )
+    if tracker.location is not None:
+        print(tracker.location.describe(), file=sys.stderr)
     for note in resolved.notes:
         print(f"warning: {note}", file=sys.stderr)
     progress = _Bars(enabled=not args.no_progress)
@@ -165,10 +172,10 @@ def _tune_locked(
             progress.close()
     print(format_result(result))
     print(f"\ntrial directories: {(args.runs_dir / spec.name).resolve()}")
-    if not args.no_tracking and spec.tracking.enabled:
+    if tracker.location is not None:
         print(
             f"MLflow: experiment {spec.mlflow_experiment_name()!r} at "
-            f"{args.tracking_uri or spec.tracking_uri()} (mlflow ui --backend-store-uri ...)"
+            f"{masked_uri(tracker.location.uri)} (mlflow ui --backend-store-uri ...)"
         )
     return 0
 
@@ -180,6 +187,7 @@ class _Bars(TuneProgress):
         self.enabled = enabled
         self.trials: tqdm | None = None
         self.evaluation = EvaluationBar(enabled)
+        self._finished: int | None = None  # the study's count last shown
 
     def _write(self, text: str) -> None:
         if self.enabled:
@@ -193,6 +201,7 @@ class _Bars(TuneProgress):
     def study_opened(self, *, requested: int, finished: int, running: int) -> None:
         more = f", {running} running elsewhere" if running else ""
         self._write(f"... study holds {finished}/{requested} finished trials{more}")
+        self._finished = finished
         self.trials = make_bar(
             self.enabled, total=requested, initial=min(finished, requested), desc="trials"
         )
@@ -217,8 +226,16 @@ class _Bars(TuneProgress):
                 f"WARNING: trial {record.number}: THESE NUMBERS ARE NOT MEANINGFUL: more than "
                 "half of its answers or upper-bound answers are unparseable (metric unreliable)"
             )
-        if self.trials is not None and record.finished:
-            self.trials.update(1)
+
+    def study_progress(self, *, finished: int, requested: int) -> None:
+        if finished == self._finished:
+            return
+        self._finished = finished
+        if self.trials is not None and not self.trials.disable:
+            self.trials.n = min(finished, requested)
+            self.trials.refresh()
+        else:  # no bar drawn (not a terminal, or --no-progress): a plain line says it
+            self._write(f"    study: {finished}/{requested} trials finished (all workers)")
 
     def heldout_finished(self, record: HeldoutRecord) -> None:
         self._write(

@@ -31,6 +31,19 @@ ATTR_SEED = "evolve.seed"
 # copies it with the other user attributes.
 GRID_POINT_ATTR = "evolve.grid_point"
 
+# Study attributes: the toolkit's chosen trial(s) and why (see `record_choice`), so that
+# Optuna's own tools and optuna-dashboard show the setting the toolkit picked.
+STUDY_ATTR_CHOSEN_TRIALS = "evolve.chosen_trials"
+STUDY_ATTR_CHOSEN = "evolve.chosen"
+STUDY_ATTR_CHOSEN_RULE = "evolve.chosen_rule"
+STUDY_ATTR_OPTUNA_BEST = "evolve.optuna_best_trial"
+CHOICE_RULE = (
+    "best objective value; among equal values the smallest parameters (sorted by name) win, "
+    "not the lowest trial number (a trial retried after a killed worker gets a new number, "
+    "and the choice must not change), so study.best_trial may name another trial with the "
+    "same value; two objectives: the Pareto front (study.best_trials)"
+)
+
 # TuningResult.storage of a study kept in memory only (no resume, no spend journal).
 IN_MEMORY_STORAGE = "in-memory"
 
@@ -217,3 +230,44 @@ def best_trial_numbers(study: optuna.Study) -> list[int]:
 
 def _parameter_order(trial: FrozenTrial) -> tuple[tuple[str, Any], ...]:
     return tuple(sorted(trial.params.items()))
+
+
+def record_choice(
+    study: optuna.Study, numbers: list[int], heldout: list[HeldoutRecord]
+) -> dict[str, Any]:
+    """Store the toolkit's chosen trial(s) on the study as user attributes; returns them.
+
+    `evolve.chosen_trials` (numbers), `evolve.chosen` (per trial: number, parameters, train
+    values and the held-out result, None when not checked), `evolve.chosen_rule` (the
+    tie-break, in words) and `evolve.optuna_best_trial` (Optuna's own pick, single
+    objective; it can differ on ties).
+    """
+    trials = {t.number: t for t in study.get_trials(deepcopy=False)}
+    chosen = []
+    for number in numbers:
+        trial = trials[number]
+        check = next((h for h in heldout if h.trial == number), None)
+        chosen.append(
+            {
+                "trial": number,
+                "params": {k: int(v) for k, v in trial.params.items()},
+                "values": list(trial.values or []),
+                "heldout": None
+                if check is None
+                else {
+                    "score": check.score,
+                    "objective_used": check.objective_used,
+                    "accuracy": check.metrics.get("accuracy"),
+                },
+            }
+        )
+    attrs: dict[str, Any] = {
+        STUDY_ATTR_CHOSEN_TRIALS: list(numbers),
+        STUDY_ATTR_CHOSEN: chosen,
+        STUDY_ATTR_CHOSEN_RULE: CHOICE_RULE,
+    }
+    if len(study.directions) == 1:
+        attrs[STUDY_ATTR_OPTUNA_BEST] = study.best_trial.number
+    for key, value in attrs.items():
+        study.set_user_attr(key, value)
+    return attrs

@@ -92,6 +92,7 @@ from evolve.tuning.records import (
     TrialRecord,
     TuningResult,
     best_trial_numbers,
+    record_choice,
     trial_record,
     trial_records,
 )
@@ -177,6 +178,10 @@ class TuneProgress:
 
     def trial_finished(self, record: TrialRecord) -> None:
         """A trial of this worker is complete, pruned or failed."""
+
+    def study_progress(self, *, finished: int, requested: int) -> None:
+        """The study holds `finished` finished trials of `requested`, every worker's counted
+        (reported after each trial of this worker and while waiting for the others)."""
 
     def heldout_finished(self, record: HeldoutRecord) -> None:
         """A parameter setting was evaluated on the held-out users."""
@@ -456,6 +461,7 @@ class _Worker:
             self._run_trials(worker_only=worker_only)
             if not worker_only:
                 self._evaluate_heldout()
+                self._record_choice()
         except BudgetExhausted as exhausted:
             stopped = exhausted.reason
         except BaseException:
@@ -527,6 +533,7 @@ class _Worker:
             if grid:
                 enqueue_grid_points(self.study, self.job.space, self.job.seed, requested)
             finished = self._count(_FINISHED)
+            self.progress.study_progress(finished=finished, requested=requested)
             running = self._count((TrialState.RUNNING,))
             waiting = self._count((TrialState.WAITING,))
             # Queued trials always go through the loop: a duplicate (two workers queued the
@@ -620,6 +627,8 @@ class _Worker:
         record = trial_record(trial)
         self.tracker.trial_finished(record)
         self.progress.trial_finished(record)
+        # The study's count, not this worker's: other workers finish trials too.
+        self.progress.study_progress(finished=self._count(_FINISHED), requested=self.job.trials)
 
     def _claim(self, trial: optuna.Trial) -> bool:
         """Whether this trial may be evaluated: not beyond the requested number (counting
@@ -842,6 +851,12 @@ class _Worker:
             )
             self.heldout.append(record)
             self.progress.heldout_finished(record)
+
+    def _record_choice(self) -> None:
+        """The chosen trial(s) and their held-out results on the study, once it is complete."""
+        numbers = best_trial_numbers(self.study)
+        if numbers and self._count(_FINISHED) >= self.job.trials:
+            record_choice(self.study, numbers, self.heldout)
 
     # ----- result ---------------------------------------------------------------------------
 

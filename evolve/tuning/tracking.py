@@ -45,7 +45,9 @@ from evolve.tracking import (
     mlflow_client,
     normalize_tracking_uri,
     run_context_tags,
+    tracking_location,
 )
+from evolve.tracking_uri import TrackingLocation
 
 if TYPE_CHECKING:
     from evolve.simulator.metrics import MetricSummary
@@ -80,6 +82,9 @@ class StudyContext:
 
 class StudyTracker:
     """The worker's view of tracking; every hook is a no-op here (see `MLflowStudyTracker`)."""
+
+    # Where runs are logged and why there (printed at start); None when tracking is off.
+    location: TrackingLocation | None = None
 
     def start(self, context: StudyContext) -> None:
         """The worker opened the study."""
@@ -118,8 +123,12 @@ class NullStudyTracker(StudyTracker):
 
 
 class MLflowStudyTracker(StudyTracker):
-    def __init__(self, tracking_uri: str, experiment_name: str) -> None:
+    def __init__(
+        self, tracking_uri: str, experiment_name: str, location: TrackingLocation | None = None
+    ) -> None:
         self.tracking_uri = normalize_tracking_uri(tracking_uri)
+        # What the command prints at start: the URI and where it came from.
+        self.location = location or TrackingLocation(self.tracking_uri, "the caller")
         self.experiment_name = experiment_name
         self.client: Any = None
         self.experiment_id: str | None = None
@@ -461,7 +470,8 @@ def study_tracker_for(spec: TuneSpec, *, tracking_uri: str | None = None, enable
     """The tracker a command should use (a `NullStudyTracker` when disabled)."""
     if not enabled or not spec.tracking.enabled:
         return NullStudyTracker()
-    return MLflowStudyTracker(tracking_uri or spec.tracking_uri(), spec.mlflow_experiment_name())
+    location = tracking_location(tracking_uri, spec)
+    return MLflowStudyTracker(location.uri, spec.mlflow_experiment_name(), location)
 
 
 def _quoted(text: str) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sys
 
 import pytest
 from scripted_lm import ScriptedLM, scripted_role_lms
@@ -96,13 +97,21 @@ def test_eval_with_a_preset_and_limited_users(tmp_path, scripted, capsys):
 
 
 @pytest.mark.parametrize("quiet", [False, True])
-def test_no_progress_silences_the_bars_only(tmp_path, scripted, capsys, quiet):
+def test_no_progress_silences_the_bars_only(tmp_path, scripted, capsys, monkeypatch, quiet):
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # bars are drawn on terminals only
     argv = ["eval", "--preset", "tiny", "--users", "1", "--policy", "native", "--no-upper-bound"]
     argv += ["--out", str(tmp_path / "out")] + (["--no-progress"] if quiet else [])
     assert main(argv) == 0
     captured = capsys.readouterr()
     assert ("native user-periods" in captured.err) is not quiet
     assert "native" in captured.out  # the table is printed either way
+
+
+def test_no_bars_and_no_escape_codes_when_stderr_is_not_a_terminal(tmp_path, scripted, capsys):
+    argv = ["eval", "--preset", "tiny", "--users", "1", "--policy", "native"]
+    assert main([*argv, "--out", str(tmp_path / "out")]) == 0  # progress wanted
+    err = capsys.readouterr().err
+    assert "\r" not in err and "\x1b[" not in err and "user-periods" not in err, repr(err[:300])
 
 
 def test_eval_bad_policy_spec_fails_before_opening_the_llm(tmp_path, scripted, capsys):

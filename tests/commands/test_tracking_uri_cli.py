@@ -1,0 +1,184 @@
+"""The tracking URI through `evolve run|tune|export`: MLFLOW_TRACKING_URI is honoured (below the
+flag and the spec), printed at start, and a URI that cannot work is refused in one line with
+the README's exit code before any LM is opened."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from pathlib import Path
+
+import pytest
+from optimize.evolve_helpers import World, write_spec
+from tuning.tune_helpers import PAPER_GRID, TuneWorld, write_tune_spec
+
+from evolve.cli import main
+from evolve.config import load_spec
+from evolve.errors import EXIT_BAD_INPUT, EXIT_STORAGE
+from evolve.tracking import mlflow_client, tracker_for
+
+
+@pytest.fixture
+def opened(monkeypatch) -> list[object]:
+    """`evolve run` and `evolve tune` get scripted LMs; the list records every opening."""
+    configs: list[object] = []
+
+    @contextlib.contextmanager
+    def run_lms(config):
+        configs.append(config)
+        yield World().lms
+
+    @contextlib.contextmanager
+    def tune_lms(config):
+        configs.append(config)
+        yield TuneWorld().lms
+
+    monkeypatch.setattr("evolve.commands.run.open_role_lms", run_lms)
+    monkeypatch.setattr("evolve.commands.tune.open_role_lms", tune_lms)
+    return configs
+
+
+@pytest.fixture
+def team_store(tmp_path, monkeypatch) -> str:
+    """A team's store named only by MLFLOW_TRACKING_URI; the cwd is where ./mlruns would go."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("EVOLVE_CACHE_DIR", str(tmp_path / "cache"))
+    uri = f"sqlite:///{tmp_path / 'team' / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    return uri
+
+
+def test_run_and_export_land_in_the_environments_store(tmp_path, team_store, opened, capsys):
+    spec = write_spec(tmp_path, optimizer="generations = 0", tracking="enabled = true")
+    assert main(["run", str(spec), "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert f"MLflow tracking URI: {team_store} (from MLFLOW_TRACKING_URI)" in err
+    assert not (tmp_path / "mlruns").exists()  # nothing went to the local default
+    client = mlflow_client(team_store)
+    experiment = client.get_experiment_by_name("amemgym-evolve/exp")
+    runs = client.search_runs([experiment.experiment_id])
+    assert {r.data.tags["evolve.kind"] for r in runs} == {"experiment", "candidate"}
+
+    assert main(["export", "exp", "--out", str(tmp_path / "bundle")]) == 0
+    captured = capsys.readouterr()
+    assert "registered exp version 1" in captured.out
+    assert "(from the experiment's recorded MLflow store)" in captured.err
+    assert client.get_registered_model("exp").latest_versions
+    assert not (tmp_path / "mlruns").exists()
+
+
+def test_the_flag_beats_the_spec_which_beats_the_environment(tmp_path, team_store):
+    spec_store = f"sqlite:///{tmp_path / 'spec' / 'mlflow.db'}"
+    spec = load_spec(write_spec(tmp_path, tracking=f'tracking_uri = "{spec_store}"'))
+    tracker = tracker_for(spec)
+    assert tracker.tracking_uri == spec_store
+    assert tracker.location.source == "the spec's [tracking] tracking_uri"
+    flag_store = f"sqlite:///{tmp_path / 'flag' / 'mlflow.db'}"
+    tracker = tracker_for(spec, tracking_uri=flag_store)
+    assert (tracker.tracking_uri, tracker.location.source) == (flag_store, "--tracking-uri")
+    assert not (tmp_path / "team").exists()
+
+
+def test_tune_lands_in_the_environments_store(tmp_path, team_store, opened, capsys):
+    spec = write_tune_spec(
+        tmp_path,
+        f'trials = 2\nsampler = "grid"\n[tuning.parameters]\n{PAPER_GRID}',
+        tracking='enabled = true\nexperiment_name = "team-tune"',
+    )
+    assert main(["tune", str(spec), "--no-progress"]) == 0
+    captured = capsys.readouterr()
+    assert "(from MLFLOW_TRACKING_URI)" in captured.err and team_store in captured.out
+    experiment = mlflow_client(team_store).get_experiment_by_name("team-tune")
+    assert experiment is not None
+    runs = mlflow_client(team_store).search_runs([experiment.experiment_id])
+    assert sum(r.data.tags.get("evolve.kind") == "tuning" for r in runs) == 1
+    assert not (tmp_path / "mlruns" / "mlflow.db").exists()
+
+
+# ----- refused up front ---------------------------------------------------------------------------
+
+
+def one_error_line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    errors = [line for line in err.splitlines() if line.startswith("evolve: error:")]
+    assert len(errors) == 1, err[-2000:]
+    return errors[0]
+
+
+def not_a_database(tmp_path: Path) -> str:
+    path = tmp_path / "notes.db"
+    path.write_text("meeting notes, not a database\n" * 50)
+    return f"sqlite:///{path}"
+
+
+@pytest.fixture(scope="module")
+def untracked_runs(tmp_path_factory) -> Path:
+    """A runs directory holding one finished, untracked experiment `exp` (for export)."""
+    directory = tmp_path_factory.mktemp("untracked")
+    with pytest.MonkeyPatch.context() as patch:
+
+        @contextlib.contextmanager
+        def run_lms(config):
+            yield World().lms
+
+        patch.setattr("evolve.commands.run.open_role_lms", run_lms)
+        spec = write_spec(directory, optimizer="generations = 0")
+        assert main(["run", str(spec), "--runs-dir", str(directory / "runs"), "--no-progress"]) == 0
+    return directory / "runs"
+
+
+@pytest.mark.parametrize(
+    ("uri", "code", "message"),
+    [
+        (lambda tmp: "foo://bar", EXIT_BAD_INPUT, "scheme MLflow has no store for"),
+        (not_a_database, EXIT_STORAGE, "is not a SQLite database"),
+        (lambda tmp: "http://127.0.0.1:1", EXIT_STORAGE, "cannot be reached"),
+    ],
+    ids=["unknown-scheme", "not-a-database", "unreachable-server"],
+)
+@pytest.mark.parametrize("command", ["run", "tune", "export"])
+def test_a_bad_tracking_uri_is_one_line_before_any_lm(
+    tmp_path, monkeypatch, opened, untracked_runs, capsys, command, uri, code, message
+):
+    monkeypatch.chdir(tmp_path)
+    if command == "tune":
+        grid = f'trials = 1\nsampler = "grid"\n[tuning.parameters]\n{PAPER_GRID}'
+        spec = write_tune_spec(tmp_path, grid, tracking="enabled = true")
+        args = ["tune", str(spec)]
+    elif command == "run":
+        args = ["run", str(write_spec(tmp_path, tracking="enabled = true"))]
+    else:
+        args = [
+            "export",
+            "exp",
+            "--runs-dir",
+            str(untracked_runs),
+            "--out",
+            str(tmp_path / "bundle"),
+        ]
+    started = time.monotonic()
+    result = main([*args, "--tracking-uri", uri(tmp_path)])
+    line = one_error_line(capsys)
+    assert result == code and message in line, line
+    assert time.monotonic() - started < 10
+    assert opened == []  # refused before any LM was opened
+    assert not (tmp_path / "bundle").exists()  # export refused before writing the bundle
+
+
+@pytest.mark.parametrize(
+    ("body", "tracking", "message"),
+    [
+        (f'description = "{"d" * 20_001}"', "enabled = true", "description has 20001 characters"),
+        ("", f'experiment_name = "{"e" * 501}"', "experiment name has 501 characters"),
+        ("", 'registered_model = "bad/name:x?"', "contains '/' and ':'"),
+    ],
+)
+def test_mlflows_limits_are_one_line_before_any_lm(
+    tmp_path, opened, capsys, body, tracking, message
+):
+    spec = write_spec(tmp_path, body, tracking=tracking)
+    result = main(["run", str(spec), "--runs-dir", str(tmp_path / "runs")])
+    line = one_error_line(capsys)
+    assert result == EXIT_BAD_INPUT and message in line and len(line) < 600
+    assert opened == []
