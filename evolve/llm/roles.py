@@ -35,6 +35,7 @@ from evolve.llm.config import (
     llm_config_from_args,
 )
 from evolve.llm.openai_client import OpenAIChatLM
+from evolve.llm.response_cache import HOLD_UNTIL_PARSED, answering
 from evolve.llm.server import EmbeddedServer
 from evolve.llm.usage import UsageTracker
 
@@ -148,11 +149,16 @@ def _is_client_failure(error: BaseException) -> bool:
 
 
 class EndpointLM(dspy.LM):
-    """`dspy.LM` whose in-process client failures are not reported as endpoint failures."""
+    """`dspy.LM` whose in-process client failures are not reported as endpoint failures, and
+    whose responses are cached under the rules of `evolve.llm.response_cache` (DSPy reads and
+    writes the cache itself on this route: its calls are marked as this model's)."""
+
+    cache_fingerprint: str | None = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         try:
-            return super().__call__(*args, **kwargs)
+            with answering(self.cache_fingerprint):
+                return super().__call__(*args, **kwargs)
         except Exception as error:
             if _is_client_failure(error):
                 raise _client_error(self.model, error) from error
@@ -160,7 +166,8 @@ class EndpointLM(dspy.LM):
 
     async def acall(self, *args: Any, **kwargs: Any) -> Any:
         try:
-            return await super().acall(*args, **kwargs)
+            with answering(self.cache_fingerprint):
+                return await super().acall(*args, **kwargs)
         except Exception as error:
             if _is_client_failure(error):
                 raise _client_error(self.model, error) from error
@@ -243,9 +250,15 @@ def build_lm(endpoint: EndpointConfig) -> dspy.BaseLM:
     model = f"openai/{endpoint.model}"
     lm: dspy.BaseLM
     if endpoint.client == "openai":
-        lm = GuardedOpenAIChatLM(model, base_url=endpoint.resolved_base_url(), **settings)
+        lm = GuardedOpenAIChatLM(
+            model,
+            base_url=endpoint.resolved_base_url(),
+            cache_fingerprint=endpoint.cache_fingerprint,
+            **settings,
+        )
     else:
         lm = EndpointLM(model, api_base=endpoint.resolved_base_url(), engine=ENGINE, **settings)
+        lm.cache_fingerprint = endpoint.cache_fingerprint  # never a setting: it would be sent
     setattr(lm, STRUCTURED_OUTPUT_ATTRIBUTE, endpoint.structured_output)
     return lm
 
@@ -281,8 +294,12 @@ class RoleLMs:
         return getattr(self, role)
 
     def context(self, role: Role):
-        """Run DSPy predictors as `role`: its LM and the JSON adapter."""
-        return dspy.context(lm=self.lm(role), adapter=StructuredJSONAdapter())
+        """Run DSPy predictors as `role`: its LM, the JSON adapter, and the response cache
+        keeping only replies that parsed (`HOLD_UNTIL_PARSED`)."""
+        callbacks = list(dspy.settings.get("callbacks") or [])
+        if HOLD_UNTIL_PARSED not in callbacks:
+            callbacks.append(HOLD_UNTIL_PARSED)
+        return dspy.context(lm=self.lm(role), adapter=StructuredJSONAdapter(), callbacks=callbacks)
 
     def model_names(self) -> dict[str, str]:
         return {role: self.lm(role).model for role in ROLES}
@@ -291,7 +308,8 @@ class RoleLMs:
         """What a role's answers depend on, without secrets, for caches keyed on it.
 
         Model, endpoint address (scheme://host:port/path; never credentials, query or key),
-        structured-output dialect, temperature and max_tokens.
+        structured-output dialect, temperature, max_tokens and the endpoint's
+        `cache_fingerprint` when one is set.
         """
         lm = self.lm(role)
         kwargs = dict(getattr(lm, "kwargs", None) or {})
@@ -304,6 +322,11 @@ class RoleLMs:
             "temperature": kwargs.get("temperature"),
             "max_tokens": kwargs.get("max_tokens", kwargs.get("max_completion_tokens")),
         }
+        fingerprint = getattr(lm, "cache_fingerprint", None)
+        if fingerprint and role not in self.identity_overrides:
+            # Only when set, so tables keyed before fingerprints existed stay valid; the
+            # embedded server's overrides name its model file already.
+            identity["cache_fingerprint"] = fingerprint
         identity.update(self.identity_overrides.get(role, {}))
         return identity
 
@@ -366,6 +389,13 @@ def open_role_lms(config: LLMConfig) -> Iterator[RoleLMs]:
         if config.needs_embedded_server():
             server = stack.enter_context(EmbeddedServer(config.embedded))
             embedded = config.embedded
+            model_file = server.model_path
+            embedded_identity = {
+                "endpoint": "embedded",
+                "model_file": f"{model_file.name} ({model_file.stat().st_size} bytes)"
+                if model_file is not None
+                else server.model_name,
+            }
             local = EndpointConfig(
                 model=server.model_name,
                 base_url=server.base_url,
@@ -375,15 +405,10 @@ def open_role_lms(config: LLMConfig) -> Iterator[RoleLMs]:
                 timeout=embedded.timeout,
                 retries=embedded.retries,
                 cache=embedded.cache,
+                # The served name says server kind and slots; the file, which weights.
+                cache_fingerprint=f"{server.model_name} {embedded_identity['model_file']}",
                 structured_output="llama_cpp",
             )
-            model_file = server.model_path
-            embedded_identity = {
-                "endpoint": "embedded",
-                "model_file": f"{model_file.name} ({model_file.stat().st_size} bytes)"
-                if model_file is not None
-                else server.model_name,
-            }
         for role in ROLES:
             endpoints[role] = config.endpoint_for(role) or local
         # One LM object per role (each carries its role's usage callback); identical

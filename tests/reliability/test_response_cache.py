@@ -25,7 +25,9 @@ def response_cache(tmp_path: Path) -> Iterator[Path]:
     """A private DSPy response cache (memory and disk) for one test; the previous one after."""
     previous = dspy.cache
     directory = tmp_path / "dspy-cache"
-    dspy.configure_cache(enable_disk_cache=True, enable_memory_cache=True, disk_cache_dir=str(directory))
+    dspy.configure_cache(
+        enable_disk_cache=True, enable_memory_cache=True, disk_cache_dir=str(directory)
+    )
     try:
         yield directory
     finally:
@@ -63,7 +65,10 @@ def _summary(out: Path) -> dict:
     return report["summary"]
 
 
-def test_a_broken_server_is_never_replayed_to_a_healthy_one(tmp_path, response_cache, capsys):
+@pytest.mark.parametrize("rerun", [["--refresh-upper-bound"], []], ids=["refresh", "rerun"])
+def test_a_broken_server_is_never_replayed_to_a_healthy_one(
+    tmp_path, response_cache, capsys, rerun
+):
     env = synthesize_environment(get_preset("tiny"), 0, 1)
     env_file = tmp_path / "env.json"
     save_environment(env, env_file)
@@ -79,12 +84,13 @@ def test_a_broken_server_is_never_replayed_to_a_healthy_one(tmp_path, response_c
     # Another server (another port) under the same model name, answering properly.
     with StubServer(latency=0.0) as healthy:
         out = tmp_path / "healthy"
-        assert _eval(healthy, env_file, out, ub_cache, "--refresh-upper-bound") == 0
+        assert _eval(healthy, env_file, out, ub_cache, *rerun) == 0
         asked = healthy.stats()["chat_requests"]
         assert asked >= variants, f"the healthy server got {asked} requests"
         summary = _summary(out)
+        # (The stub's generic replies do not answer the policy's questions, so only the
+        # upper bound, asked with the state given, is checked for parsed answers.)
         assert summary["parse_failures"]["upper_bound"] == 0
-        assert summary["parse_failures"]["answer"] == 0
         assert summary["upper_bound_score"] is not None and summary["upper_bound_score"] > 0
         assert "upper bound: 0.000" not in capsys.readouterr().out
 
