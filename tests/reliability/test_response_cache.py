@@ -91,6 +91,9 @@ def test_a_broken_server_is_never_replayed_to_a_healthy_one(
         # (The stub's generic replies do not answer the policy's questions, so only the
         # upper bound, asked with the state given, is checked for parsed answers.)
         assert summary["parse_failures"]["upper_bound"] == 0
+        # The paper policies parse with their own adapter; their broken writes are not
+        # replayed either.
+        assert summary["parse_failures"]["policy"] == 0
         assert summary["upper_bound_score"] is not None and summary["upper_bound_score"] > 0
         assert "upper bound: 0.000" not in capsys.readouterr().out
 
