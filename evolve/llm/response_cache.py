@@ -22,13 +22,14 @@ server under the same model name. Three rules:
 The toolkit's `OpenAIChatLM` keys and stores through `lookup` / `store`. DSPy's litellm route
 (`dspy.LM`) reads and writes `dspy.cache` itself; `answering()` marks its calls, and
 `guard(dspy.cache)` applies the same rules to the cache's `get` / `put` while one is marked.
+`scrub_cached_responses` keeps endpoint addresses out of what litellm responses carry.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager, nullcontext, suppress
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from typing import Any
@@ -243,3 +244,34 @@ def guard(cache: Any) -> None:
     cache.get = guarded_get
     cache.put = guarded_put
     cache._evolve_response_rules = True
+
+
+# litellm keeps the request's `api_base` (and the server's response headers) in a
+# response's hidden parameters, which DSPy pickles into its disk cache; the cache key
+# already leaves them out. Endpoint addresses never belong in a cache file.
+_HIDDEN_PARAMS_NOT_CACHED = ("api_base", "additional_headers", "litellm_call_id")
+
+
+def _scrubbed(value: Any) -> Any:
+    hidden = getattr(value, "_hidden_params", None)
+    if isinstance(hidden, dict):
+        for name in _HIDDEN_PARAMS_NOT_CACHED:
+            hidden.pop(name, None)
+    if hasattr(value, "_response_headers"):
+        with suppress(AttributeError, TypeError, ValueError):
+            value._response_headers = None
+    return value
+
+
+def scrub_cached_responses() -> None:
+    """Strip endpoint addresses from every response DSPy's cache stores (idempotent)."""
+    cache = dspy.cache
+    if getattr(cache, "_evolve_scrubbing", False):
+        return
+    store = cache.put
+
+    def put(request: dict[str, Any], value: Any, *args: Any, **kwargs: Any) -> None:
+        store(request, _scrubbed(value), *args, **kwargs)
+
+    cache.put = put  # type: ignore[method-assign]
+    cache._evolve_scrubbing = True  # type: ignore[attr-defined]

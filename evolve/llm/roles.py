@@ -16,7 +16,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager, suppress
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -35,7 +35,7 @@ from evolve.llm.config import (
     llm_config_from_args,
 )
 from evolve.llm.openai_client import OpenAIChatLM
-from evolve.llm.response_cache import HOLD_UNTIL_PARSED, answering
+from evolve.llm.response_cache import HOLD_UNTIL_PARSED, answering, scrub_cached_responses
 from evolve.llm.server import EmbeddedServer
 from evolve.llm.usage import UsageTracker
 
@@ -101,37 +101,6 @@ def _load_litellm() -> None:
     # class its unpickling needs, here rather than in the first worker.
     response = module.ModelResponse(choices=[{"message": {"content": "{}"}}])
     pickle.loads(pickle.dumps(response))
-
-
-# litellm keeps the request's `api_base` (and the server's response headers) in a
-# response's hidden parameters, which DSPy pickles into its disk cache; the cache key
-# already leaves them out. Endpoint addresses never belong in a cache file.
-_HIDDEN_PARAMS_NOT_CACHED = ("api_base", "additional_headers", "litellm_call_id")
-
-
-def _scrubbed(value: Any) -> Any:
-    hidden = getattr(value, "_hidden_params", None)
-    if isinstance(hidden, dict):
-        for name in _HIDDEN_PARAMS_NOT_CACHED:
-            hidden.pop(name, None)
-    if hasattr(value, "_response_headers"):
-        with suppress(AttributeError, TypeError, ValueError):
-            value._response_headers = None
-    return value
-
-
-def scrub_cached_responses() -> None:
-    """Strip endpoint addresses from every response DSPy's cache stores (idempotent)."""
-    cache = dspy.cache
-    if getattr(cache, "_evolve_scrubbing", False):
-        return
-    store = cache.put
-
-    def put(request: dict[str, Any], value: Any, *args: Any, **kwargs: Any) -> None:
-        store(request, _scrubbed(value), *args, **kwargs)
-
-    cache.put = put  # type: ignore[method-assign]
-    cache._evolve_scrubbing = True  # type: ignore[attr-defined]
 
 
 def _is_client_failure(error: BaseException) -> bool:

@@ -194,3 +194,31 @@ def test_cache_fingerprint_flag_needs_a_model():
     assert config.default is not None and config.default.cache_fingerprint == "f1"
     with pytest.raises(ConfigError, match="--cache-fingerprint 'f1' was given without --model"):
         llm_config_from_args(parser.parse_args(["--cache-fingerprint", "f1"]))
+
+
+def test_the_embedded_server_fingerprints_its_model_kind_slots_and_file(tmp_path, monkeypatch):
+    import evolve.llm.roles as roles
+    from evolve.llm import LLMConfig, open_role_lms
+
+    model_file = tmp_path / "tiny-model.gguf"
+    model_file.write_bytes(b"0" * 1234)
+
+    class FakeServer:
+        """`EmbeddedServer` without the process: its names and file only."""
+
+        def __init__(self, config: Any) -> None:
+            self.model_name = f"tiny-model@llama-server-{config.slots}slots"
+            self.base_url = "http://127.0.0.1:9/v1"
+            self.model_path = model_file
+
+        def __enter__(self) -> FakeServer:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+    monkeypatch.setattr(roles, "EmbeddedServer", FakeServer)
+    with open_role_lms(LLMConfig()) as lms:
+        fingerprint = lms.agent.cache_fingerprint
+    assert fingerprint == "tiny-model@llama-server-4slots tiny-model.gguf (1234 bytes)"
+    assert "127.0.0.1" not in fingerprint
