@@ -8,10 +8,10 @@ server under the same model name. Three rules:
 - **Held until parsed.** Inside `held_until_parsed()` a received response is held, not
   stored. It is written only when the scope accepts it; a parse failure, an error or a
   rejection drops it. A response that was served from the cache and then rejected is
-  evicted, so it is never served again either. `RoleLMs.context` installs
-  `HOLD_UNTIL_PARSED`, which makes every DSPy module call (a predictor: its LM call and its
-  adapter's parse, whichever adapter) one scope; call sites that check more than the
-  adapter (an option number's range) open their own around it.
+  evicted, so it is never served again either. `RoleLMs.context` calls `hold_in_adapters`,
+  which makes every DSPy adapter call (its LM call and its parse, whichever adapter) one
+  scope; call sites that check more than the adapter (an option number's range) open their
+  own around it.
 - **Keyed by who answered.** Every key carries `answered_by`: the endpoint's
   `cache_fingerprint` (the embedded server's names its model file, server kind and slots;
   remote endpoints may set one). The model name is in the request already. Never the address
@@ -27,6 +27,7 @@ The toolkit's `OpenAIChatLM` keys and stores through `lookup` / `store`. DSPy's 
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext, suppress
@@ -35,7 +36,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import dspy
-from dspy.utils.callback import BaseCallback
 
 # Bump when what a cached response means changes (what is stored, what the key holds).
 # 1: DSPy's key on the request alone, every response stored; 2: parsed answers only, the
@@ -117,36 +117,39 @@ def _close(held: HeldResponses, token: Token, *, failed: bool) -> None:
                 dspy.cache.put(response.request, response.value, response.ignored)
 
 
-class HoldUntilParsed(BaseCallback):
-    """A DSPy callback that makes every module call one `held_until_parsed` scope, accepted
-    when the call returns and dropped when it raises.
+def hold_in_adapters() -> None:
+    """Make every DSPy adapter call one `held_until_parsed` scope (idempotent).
 
-    A predictor's call is its LM call and its adapter's parse, whichever adapter (ours, the
-    paper policies' own): an unparseable reply raises `AdapterParseError` out of it, whoever
-    catches it afterwards. Installed by `RoleLMs.context`.
+    Every adapter makes its LM call and parses the reply inside `dspy.Adapter.__call__` /
+    `acall` (ours through JSONAdapter and ChatAdapter, the paper policies' directly): a reply
+    that does not parse raises `AdapterParseError` out of it, whoever catches it afterwards.
+    Wrapping that one method costs a context variable per call; a DSPy callback in
+    `dspy.settings` would do the same through DSPy's dispatch on every module, adapter and LM
+    call (measured: it nearly doubled the toolkit's own time per call). LMs that are not the
+    toolkit's store nothing through this module, so for them nothing changes.
     """
+    adapter = dspy.Adapter
+    if getattr(adapter.__call__, "_evolve_holds", False):
+        return
+    call, acall = adapter.__call__, adapter.acall
 
-    def __init__(self) -> None:
-        self._open: dict[str, tuple[HeldResponses, Token]] = {}
-        self._lock = threading.Lock()
-
-    def on_module_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
-        scope = _open()
-        with self._lock:
-            self._open[call_id] = scope
-
-    def on_module_end(self, call_id: str, outputs: Any, exception: Exception | None = None) -> None:
-        with self._lock:
-            scope = self._open.pop(call_id, None)
-        if scope is None:
-            return
-        held, token = scope
-        if exception is None:
+    @functools.wraps(call)
+    def held_call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with held_until_parsed() as held:
+            values = call(self, *args, **kwargs)
             held.accept()
-        _close(held, token, failed=exception is not None)
+        return values
 
+    @functools.wraps(acall)
+    async def held_acall(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with held_until_parsed() as held:
+            values = await acall(self, *args, **kwargs)
+            held.accept()
+        return values
 
-HOLD_UNTIL_PARSED = HoldUntilParsed()
+    held_call._evolve_holds = True  # type: ignore[attr-defined]
+    adapter.__call__ = held_call  # type: ignore[method-assign]
+    adapter.acall = held_acall  # type: ignore[method-assign]
 
 
 def _reject(held: HeldResponses) -> None:

@@ -35,7 +35,7 @@ from evolve.llm.config import (
     llm_config_from_args,
 )
 from evolve.llm.openai_client import OpenAIChatLM
-from evolve.llm.response_cache import HOLD_UNTIL_PARSED, answering, scrub_cached_responses
+from evolve.llm.response_cache import answering, hold_in_adapters, scrub_cached_responses
 from evolve.llm.server import EmbeddedServer
 from evolve.llm.usage import UsageTracker
 
@@ -264,11 +264,9 @@ class RoleLMs:
 
     def context(self, role: Role):
         """Run DSPy predictors as `role`: its LM, the JSON adapter, and the response cache
-        keeping only replies that parsed (`HOLD_UNTIL_PARSED`)."""
-        callbacks = list(dspy.settings.get("callbacks") or [])
-        if HOLD_UNTIL_PARSED not in callbacks:
-            callbacks.append(HOLD_UNTIL_PARSED)
-        return dspy.context(lm=self.lm(role), adapter=StructuredJSONAdapter(), callbacks=callbacks)
+        keeping only replies that parsed (`hold_in_adapters`)."""
+        hold_in_adapters()
+        return dspy.context(lm=self.lm(role), adapter=StructuredJSONAdapter())
 
     def model_names(self) -> dict[str, str]:
         return {role: self.lm(role).model for role in ROLES}

@@ -3,6 +3,7 @@ answering model's fingerprint and the cache format, never by the endpoint's addr
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -15,7 +16,6 @@ from stub_server import StubServer
 
 from evolve.errors import ConfigError
 from evolve.llm import EndpointConfig, RoleLMs, build_lm
-from evolve.llm.adapter import StructuredJSONAdapter
 from evolve.llm.config import add_llm_arguments, llm_config_from_args
 from evolve.llm.openai_client import OpenAIChatLM
 from evolve.llm.response_cache import NAMESPACE_FIELD, held_until_parsed
@@ -98,16 +98,43 @@ def test_an_unparseable_reply_is_not_stored_and_the_next_call_asks_again(stub, f
     assert stub.stats()["chat_requests"] == 2
 
 
+def _spy_on_puts(cache: Cache) -> list[tuple[dict, Any, Any]]:
+    """What `cache.put` stores from now on (request, value, ignored arguments)."""
+    stored: list[tuple[dict, Any, Any]] = []
+    put = cache.put
+
+    def spy(request, value, ignored=None, *args, **kwargs):
+        stored.append((request, value, ignored))
+        put(request, value, ignored, *args, **kwargs)
+
+    cache.put = spy
+    return stored
+
+
+def _broken(value: Any) -> Any:
+    """A copy of a stored response whose reply text is not JSON (dict or litellm object)."""
+    value = copy.deepcopy(value)
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(item, str) and '"choice"' in item:
+                value[key] = "not JSON"
+            else:
+                value[key] = _broken(item)
+    elif isinstance(value, list):
+        return [_broken(item) for item in value]
+    elif hasattr(value, "choices"):
+        value.choices[0].message.content = "not JSON"
+    return value
+
+
 @pytest.mark.parametrize("client", ["openai", "litellm"])
 def test_a_cached_reply_that_does_not_parse_is_evicted(stub, fresh_cache, client):
     lms = _stub_lms(stub, client)
-    stub.set_fault("non_json", count=1)
-    # Outside `RoleLMs.context` nothing holds the reply: DSPy stores it as it arrives.
-    with (
-        dspy.context(lm=lms.agent, adapter=StructuredJSONAdapter()),
-        pytest.raises(AdapterParseError),
-    ):
-        dspy.Predict(_Choice)(question="Which is a fruit?", options=["carrot", "apple"])
+    stored = _spy_on_puts(fresh_cache)
+    assert isinstance(_ask(lms), int)
+    ((request, value, ignored),) = stored
+    # A reply stored before the rules existed, or by a call no adapter parsed.
+    fresh_cache.put(request, _broken(value), ignored)
     with pytest.raises(AdapterParseError):
         _ask(lms)  # served from the cache, fails to parse: evicted
     assert stub.stats()["chat_requests"] == 1
@@ -131,14 +158,7 @@ def test_the_fingerprint_keys_the_cache_and_the_address_does_not(fresh_cache, cl
 
 @pytest.mark.parametrize("client", ["openai", "litellm"])
 def test_entries_of_the_earlier_format_are_never_served(stub, fresh_cache, client):
-    stored: list[tuple[dict, Any, Any]] = []
-    put = fresh_cache.put
-
-    def spy(request, value, ignored=None, *args, **kwargs):
-        stored.append((request, value, ignored))
-        put(request, value, ignored, *args, **kwargs)
-
-    fresh_cache.put = spy
+    stored = _spy_on_puts(fresh_cache)
     assert isinstance(_ask(_stub_lms(stub, client)), int)
     ((request, value, ignored),) = stored
     assert request[NAMESPACE_FIELD]["answered_by"] is None
