@@ -57,16 +57,27 @@ Checks, one PASS/FAIL line each (the script exits 1 if any fails):
 - **SIGINT**: the process exits within one call's latency + 2 s, with exit code 130, and no
   request reaches the server after it has exited; the detail also says whether a request
   arrived after the signal (the stub's `last_chat_arrival`).
+- **replay** (eval, response cache on): the issue of a cache that replays a broken server. In
+  a fresh directory, `evolve eval` runs against a stub whose every answer is not JSON; then
+  its output directory is removed (its caches are kept) and it runs again against a healthy
+  stub on another port under the same model name, with `--refresh-upper-bound`. Passes when
+  the healthy stub was asked at least one request per upper-bound question, the upper bound
+  has no unparseable answer, and its entries (question, variant, choice, correctness) equal
+  the cold reference's.
 
 The stub answers every call with minimal valid JSON after `--latency` seconds, so outputs are
-deterministic; the DSPy response cache is disabled (`--no-llm-cache`) and every scenario has
-its own `EVOLVE_CACHE_DIR` (DSPy cache, upper-bound cache), so the server count is the true
-number of calls. Tune gets a short `[tuning] heartbeat_grace_s` when `evolve.tuning` knows
-the key (so a rerun fails the killed trial and retries it); without it the rerun cannot take
-over the killed trial and the script says so.
+deterministic. `--llm-cache` chooses whether the phases run with DSPy's response cache off
+(`--no-llm-cache`: the server count is the true number of calls), on (rows `<command>+cache`:
+each scenario starts with a cold cache; a rerun after a kill is served what the killed
+invocations stored, so the results check also says that replayed answers change nothing, and
+the ledger counts only the calls that reached the server, as the stub does) or both (the
+default). Every scenario has its own `EVOLVE_CACHE_DIR` (DSPy cache, upper-bound cache).
+Tune gets a short `[tuning] heartbeat_grace_s` when `evolve.tuning` knows the key (so a rerun
+fails the killed trial and retries it); without it the rerun cannot take over the killed
+trial and the script says so.
 
-    python benchmarks/chaos.py                 # 20 kills for each command
-    python benchmarks/chaos.py --kills 2 --only eval
+    python benchmarks/chaos.py                 # 20 kills for each command, cache off and on
+    python benchmarks/chaos.py --kills 2 --only eval --llm-cache on
 """
 
 from __future__ import annotations
@@ -181,6 +192,16 @@ class Stub:
     def chat_requests(self) -> int:
         return int(self.stats()["chat_requests"])
 
+    def set_fault(self, mode: str) -> None:
+        """Every following chat request gets this fault (`none` heals it)."""
+        request = urllib.request.Request(
+            f"{self.base_url}/fault",
+            data=json.dumps({"mode": mode}).encode("utf-8"),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=5):
+            pass
+
     def drain(self) -> int:
         """The chat-request count once no request is in flight (a killed client's requests
         are still being served until the stub tries to answer them)."""
@@ -226,6 +247,8 @@ class Scenario:
     stub: Stub
     heartbeat_key: bool
     log_index: int = 0
+    llm_cache: bool = False  # DSPy's response cache on (each scenario has its own)
+    extra_args: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -251,7 +274,8 @@ class Scenario:
         return self.root / "runs" / self.name
 
     def argv(self) -> list[str]:
-        llm = ["--base-url", self.stub.base_url, "--model", "stub", "--no-llm-cache"]
+        llm = ["--base-url", self.stub.base_url, "--model", "stub"]
+        llm += [*([] if self.llm_cache else ["--no-llm-cache"]), *self.extra_args]
         if self.command == "eval":
             return [
                 *("eval", "--env", str(self.env_file), "--policy", "in_context"),
@@ -593,11 +617,17 @@ class Check:
 @dataclass
 class Outcome:
     command: str
+    llm_cache: bool = False
     reference_calls: int | None = None
     kills: int = 0
     invocations: int = 0
     checks: list[Check] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        """The report's row, and the scenarios' directory under the work directory."""
+        return f"{self.command}+cache" if self.llm_cache else self.command
 
 
 def _heartbeat_key(command: str) -> bool:
@@ -610,20 +640,27 @@ def _heartbeat_key(command: str) -> bool:
 
 
 def chaos_phase(
-    command: str, workdir: Path, env_file: Path, kills: int, seed: int, latency: float
+    command: str,
+    workdir: Path,
+    env_file: Path,
+    kills: int,
+    seed: int,
+    latency: float,
+    llm_cache: bool = False,
 ) -> Outcome:
     """The reference run, then the killed-and-rerun one (results, ledger, MLflow checks)."""
     heartbeat_key = _heartbeat_key(command)
-    outcome = Outcome(command)
+    outcome = Outcome(command, llm_cache)
     if command == "tune" and not heartbeat_key:
         outcome.notes.append(
             "evolve.tuning has no [tuning] heartbeat_grace_s yet: the spec goes without it "
             "(a killed trial stays RUNNING for the default grace)"
         )
-    stub = Stub(latency, workdir / command / "stub.log")
+    home = workdir / outcome.label
+    stub = Stub(latency, home / "stub.log")
     try:
         reference = Scenario(
-            command, workdir / command / "reference", env_file, stub, heartbeat_key
+            command, home / "reference", env_file, stub, heartbeat_key, llm_cache=llm_cache
         )
         before = stub.chat_requests()
         finished = reference.invoke()
@@ -634,11 +671,13 @@ def chaos_phase(
             )
             return outcome
         print(
-            f"[{command}] reference: {outcome.reference_calls} LLM calls, "
+            f"[{outcome.label}] reference: {outcome.reference_calls} LLM calls, "
             f"{finished.seconds:.1f}s; ledger {_shown(reference.ledger_calls())}",
             flush=True,
         )
-        chaos = Scenario(command, workdir / command / "chaos", env_file, stub, heartbeat_key)
+        chaos = Scenario(
+            command, home / "chaos", env_file, stub, heartbeat_key, llm_cache=llm_cache
+        )
         rng = random.Random(f"{seed}:{command}")
         _run_chaos(outcome, chaos, reference, outcome.reference_calls, kills, rng)
     finally:
@@ -650,14 +689,15 @@ def sigint_phase(outcome: Outcome, workdir: Path, env_file: Path, latency: float
     """Ctrl-C in the middle of a fresh run: time to exit and exit code."""
     if outcome.reference_calls is None:
         return
-    stub = Stub(latency, workdir / outcome.command / "stub_sigint.log")
+    stub = Stub(latency, workdir / outcome.label / "stub_sigint.log")
     try:
         scenario = Scenario(
             outcome.command,
-            workdir / outcome.command / "sigint",
+            workdir / outcome.label / "sigint",
             env_file,
             stub,
             _heartbeat_key(outcome.command),
+            llm_cache=outcome.llm_cache,
         )
         _run_sigint(outcome, scenario, outcome.reference_calls)
     finally:
@@ -732,7 +772,7 @@ def _run_chaos(
                 f"{invocation.summary}"
             )
     print(
-        f"[{scenario.command}] chaos: {outcome.kills} kills, {outcome.invocations} invocations, "
+        f"[{outcome.label}] chaos: {outcome.kills} kills, {outcome.invocations} invocations, "
         f"server saw {ledger_rows[-1][0]} calls (reference {total})",
         flush=True,
     )
@@ -839,15 +879,78 @@ def _run_sigint(outcome: Outcome, scenario: Scenario, total: int) -> None:
     )
 
 
+def replay_phase(outcome: Outcome, workdir: Path, env_file: Path, latency: float) -> None:
+    """A broken server, then a healthy one under the same name: the upper bound must be asked
+    of the healthy one, not replayed from the response cache (see the module docstring)."""
+    reference_file = workdir / outcome.label / "reference" / "eval" / "in_context"
+    reference_file /= "upper_bound.json"
+    if outcome.command != "eval" or not outcome.llm_cache or not reference_file.is_file():
+        return
+    expected = _read_json(reference_file)["entries"]
+    root = workdir / outcome.label / "replay"
+    broken = Stub(latency, root / "stub_broken.log")
+    try:
+        broken.set_fault("non_json")
+        scenario = Scenario("eval", root, env_file, broken, False, llm_cache=True)
+        first = scenario.invoke()
+    finally:
+        broken.stop()
+    if first.code != 0:
+        outcome.checks.append(
+            Check(
+                "replay",
+                False,
+                "ERROR",
+                f"the broken-server run: exit {first.code}: {first.summary}",
+            )
+        )
+        return
+    shutil.rmtree(scenario.run_dir)  # its results go; the response and upper-bound caches stay
+    healthy = Stub(latency, root / "stub_healthy.log")
+    try:
+        scenario.stub = healthy
+        scenario.extra_args = ["--refresh-upper-bound"]
+        second = scenario.invoke()
+        asked = healthy.drain()
+    finally:
+        healthy.stop()
+    table_file = scenario.run_dir / "in_context" / "upper_bound.json"
+    if second.code != 0 or not table_file.is_file():
+        outcome.checks.append(
+            Check(
+                "replay",
+                False,
+                "ERROR",
+                f"the healthy-server run: exit {second.code}: {second.summary}",
+            )
+        )
+        return
+    entries = _read_json(table_file)["entries"]
+    unparsed = sum(bool(entry["parse_failed"]) for entry in entries.values())
+    difference = _first_difference(entries, expected)
+    passed = asked >= len(expected) and unparsed == 0 and difference is None
+    outcome.checks.append(
+        Check(
+            "replay",
+            passed,
+            f"{asked} asked",
+            f"after a run against a non-JSON server, the healthy server got {asked} requests "
+            f"(at least {len(expected)} upper-bound questions expected), {unparsed} "
+            f"upper-bound answers unparseable; entries "
+            + ("equal the reference's" if difference is None else f"differ: {difference}"),
+        )
+    )
+
+
 # ----- the report ----------------------------------------------------------------------------
 
 
-CHECK_NAMES = ("results", "ledger", "mlflow dups", "sigint")
+CHECK_NAMES = ("results", "ledger", "mlflow dups", "sigint", "replay")
 
 
 def print_report(outcomes: list[Outcome]) -> bool:
     header = (
-        f"{'command':<8} {'kills':>5} {'runs':>5} {'results':>10} {'ledger/server':>22} "
+        f"{'command':<11} {'kills':>5} {'runs':>5} {'results':>10} {'ledger/server':>22} "
         f"{'mlflow dups':>11} {'SIGINT stop':>14}"
     )
     print()
@@ -856,10 +959,10 @@ def print_report(outcomes: list[Outcome]) -> bool:
     for outcome in outcomes:
         shown = {check.name: check.shown for check in outcome.checks}
         if "reference" in shown:
-            print(f"{outcome.command:<8} reference run failed")
+            print(f"{outcome.label:<11} reference run failed")
             continue
         print(
-            f"{outcome.command:<8} {outcome.kills:>5} {outcome.invocations:>5} "
+            f"{outcome.label:<11} {outcome.kills:>5} {outcome.invocations:>5} "
             f"{shown.get('results', '-'):>10} {shown.get('ledger', '-'):>22} "
             f"{shown.get('mlflow dups', '-'):>11} {shown.get('sigint', '-'):>14}"
         )
@@ -869,9 +972,9 @@ def print_report(outcomes: list[Outcome]) -> bool:
         for check in outcome.checks:
             verdict = "n/a " if check.passed is None else ("PASS" if check.passed else "FAIL")
             all_passed &= check.passed is not False
-            print(f"{verdict} {outcome.command} {check.name}: {check.detail}")
+            print(f"{verdict} {outcome.label} {check.name}: {check.detail}")
         for note in outcome.notes:
-            print(f"note {outcome.command}: {note}")
+            print(f"note {outcome.label}: {note}")
     return all_passed
 
 
@@ -904,10 +1007,18 @@ def main(argv: list[str] | None = None) -> int:
         "always run one at a time",
     )
     parser.add_argument("--workdir", type=Path, help="keep everything here (default: a temp dir)")
+    parser.add_argument(
+        "--llm-cache",
+        choices=("off", "on", "both"),
+        default="both",
+        help="DSPy's response cache in every phase: off, on (adds the replay check), or both "
+        "(default)",
+    )
     args = parser.parse_args(argv)
     if args.kills < 0 or args.jobs < 1:
         parser.error(f"--kills must be >= 0 and --jobs >= 1, got {args.kills} and {args.jobs}")
     commands = list(dict.fromkeys(args.only or COMMANDS))
+    caches = {"off": [False], "on": [True], "both": [False, True]}[args.llm_cache]
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="evolve-chaos-")).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -924,13 +1035,22 @@ def main(argv: list[str] | None = None) -> int:
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:
             futures = [
                 pool.submit(
-                    chaos_phase, command, workdir, env_file, args.kills, args.seed, args.latency
+                    chaos_phase,
+                    command,
+                    workdir,
+                    env_file,
+                    args.kills,
+                    args.seed,
+                    args.latency,
+                    llm_cache,
                 )
+                for llm_cache in caches
                 for command in commands
             ]
             outcomes = [future.result() for future in futures]
         for outcome in outcomes:
             sigint_phase(outcome, workdir, env_file, args.latency)
+            replay_phase(outcome, workdir, env_file, args.latency)
         passed = print_report(outcomes)
     finally:
         if args.workdir is None:

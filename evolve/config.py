@@ -26,11 +26,7 @@ from pydantic import Field, PrivateAttr, ValidationError, field_validator, model
 from evolve.errors import ConfigError, EnvironmentDataError
 from evolve.files import read_toml_file
 from evolve.llm.config import LLMConfig
-from evolve.mlflow_limits import (
-    description_problem,
-    experiment_name_problem,
-    registered_model_name_problem,
-)
+from evolve.mlflow_limits import description_problem, experiment_name_problem
 from evolve.objective import Objective
 from evolve.protocol import DATA_FILE_ROUNDS, Protocol
 from evolve.registered_names import registered_model_name_problem
@@ -355,17 +351,6 @@ class TrackingSpec(_Strict):
         problem = None if value is None else experiment_name_problem(value)
         if problem:
             raise ValueError(f"the MLflow experiment name {problem}; choose a shorter name")
-        return value
-
-    @field_validator("registered_model")
-    @classmethod
-    def _mlflow_model_name(cls, value: str | None) -> str | None:
-        problem = None if value is None else registered_model_name_problem(value)
-        if problem:
-            raise ValueError(
-                f"registered model name {value[:80]!r} {problem}; use letters, digits, '.', "
-                "'_', '-' or spaces"
-            )
         return value
 
 

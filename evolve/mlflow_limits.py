@@ -8,15 +8,12 @@ MLflow, so that loading a spec stays fast.
 
 from __future__ import annotations
 
-import posixpath
-
 # MAX_EXPERIMENT_NAME_LENGTH
 EXPERIMENT_NAME_MAX_CHARS = 500
 # MAX_EXPERIMENT_TAG_VAL_LENGTH: the spec's description is the experiment's description
 # (the `mlflow.note.content` tag). Run descriptions are cut by MLflow itself at 8000.
 DESCRIPTION_MAX_CHARS = 20_000
 # `_validate_model_name`: characters a registered model name cannot contain.
-MODEL_NAME_FORBIDDEN = ("/", ":")
 
 
 def experiment_name_problem(name: str) -> str | None:
@@ -39,15 +36,7 @@ def description_problem(text: str) -> str | None:
     return None
 
 
-def registered_model_name_problem(name: str) -> str | None:
-    """Why MLflow's model registry would refuse `name`, or None (its rules: not blank, no
-    '/' or ':', and unchanged when read as a file path)."""
-    if not name.strip():
-        return "is empty; the model registry needs a name"
-    forbidden = [c for c in MODEL_NAME_FORBIDDEN if c in name]
-    if forbidden:
-        return f"contains {' and '.join(repr(c) for c in forbidden)}, which MLflow forbids"
-    normalized = posixpath.normpath(name)
-    if normalized != name or normalized == "." or normalized.startswith(".."):
-        return "reads as a relative file path ('.', '..' or a name starting with '..')"
-    return None
+# The registry's name rules live with the other checks of names (one definition).
+from evolve.registered_names import registered_model_name_problem  # noqa: E402
+
+__all__ = ["description_problem", "experiment_name_problem", "registered_model_name_problem"]

@@ -9,6 +9,8 @@ separator, not a path such as '..'. The name also goes into `models:/<name>@cham
 
 from __future__ import annotations
 
+import posixpath
+
 _REFUSED_CHARACTERS = "/:%\\?#@"
 
 
@@ -26,7 +28,8 @@ def registered_model_name_problem(name: str) -> str | None:
             "a models:/NAME@ALIAS URI cannot hold; use letters, digits, '.', '_', '-' and "
             "spaces, e.g. 'my-policy'"
         )
-    if name != name.strip() or name.strip(".") == "":
+    normalized = posixpath.normpath(name)
+    if name != name.strip() or name.strip(".") == "" or normalized != name or name.startswith(".."):
         return (
             f"registered model name {name!r} has leading or trailing spaces or is only dots; "
             "MLflow stores it as a path; use letters, digits, '.', '_', '-', e.g. 'my-policy'"

@@ -162,7 +162,7 @@ def test_the_limits_are_mlflows_own():
     [
         (f'description = "{"d" * 20_001}"', "enabled = true", "20001 characters"),
         ("", f'experiment_name = "{"e" * 501}"', "501 characters"),
-        ("", 'registered_model = "team/model:v1"', "contains '/' and ':'"),
+        ("", 'registered_model = "team/model:v1"', "contains the character\\(s\\) '/' ':'"),
         ("", 'registered_model = "..hidden"', "relative file path"),
     ],
 )

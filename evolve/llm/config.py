@@ -84,6 +84,15 @@ class EndpointConfig(BaseModel):
     timeout: float = Field(default=120.0, gt=0, description="Seconds per request.")
     retries: int = Field(default=3, ge=0, description="Retries with exponential backoff.")
     cache: bool = Field(default=True, description="Reuse identical past responses (DSPy cache).")
+    cache_fingerprint: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=1000,  # room for the embedded server's: two file names and a size
+        description="What identifies the model behind this endpoint beyond its name (e.g. "
+        "'vllm-0.8 qwen2.5-7b-instruct-awq 2026-11'); part of every response-cache key, so "
+        "another fingerprint never reuses this one's answers. Not a secret: it is shown and "
+        "recorded. Unset: the model name alone identifies it.",
+    )
     client: Literal["openai", "litellm"] = Field(
         default="openai",
         description="openai: the toolkit's thin client on the `openai` package (fast, "
@@ -159,6 +168,7 @@ class EndpointConfig(BaseModel):
             f"max_tokens={self.max_tokens} timeout={self.timeout}s retries={self.retries} "
             f"cache={'on' if self.cache else 'off'} structured={self.structured_output} "
             f"client={self.client}"
+            + (f" fingerprint={self.cache_fingerprint!r}" if self.cache_fingerprint else "")
         )
 
 
@@ -285,6 +295,11 @@ def add_llm_arguments(parser: argparse.ArgumentParser) -> None:
         "embedded server's, 256)",
     )
     group.add_argument("--no-llm-cache", action="store_true", help="disable the response cache")
+    group.add_argument(
+        "--cache-fingerprint",
+        help="what identifies the model behind --base-url beyond its name (a server or weights "
+        "version); part of the response-cache key",
+    )
 
 
 def llm_config_from_args(args: argparse.Namespace, base: LLMConfig | None = None) -> LLMConfig:
@@ -303,6 +318,8 @@ def llm_config_from_args(args: argparse.Namespace, base: LLMConfig | None = None
         common["structured_output"] = args.structured_output
     if getattr(args, "client", None):
         common["client"] = args.client
+    if getattr(args, "cache_fingerprint", None):
+        common["cache_fingerprint"] = args.cache_fingerprint
     if getattr(args, "model", None):
         updates["default"] = EndpointConfig(model=args.model, **common)
     for role in ROLES:
@@ -329,6 +346,12 @@ def llm_config_from_args(args: argparse.Namespace, base: LLMConfig | None = None
         embedded_updates["cache"] = False
     if embedded_updates:
         updates["embedded"] = config.embedded.model_copy(update=embedded_updates)
+    if getattr(args, "cache_fingerprint", None) and not updates.keys() & {"default", *ROLES}:
+        raise ConfigError(
+            f"--cache-fingerprint {args.cache_fingerprint!r} was given without --model; it "
+            f"describes an endpoint, so name the endpoint's model too (the embedded server "
+            f"fingerprints itself)"
+        )
     if getattr(args, "base_url", None) and not updates.keys() & {"default", *ROLES}:
         raise ConfigError(
             f"--base-url {redact_url(args.base_url)} was given without --model; name the model "

@@ -13,8 +13,9 @@ structured-output dialects included), with:
 - usage read from the response, so role accounting and the spend journal see every call;
 - `max_tokens` as the server expects it: `max_completion_tokens` only for OpenAI's own
   reasoning models, `max_tokens` everywhere else (llama.cpp ignores the newer field);
-- DSPy's response cache (`dspy.cache`), keyed on the request without the endpoint's
-  address or key, storing the response as plain data.
+- DSPy's response cache (`dspy.cache`), keyed on the request and the answering model's
+  fingerprint without the endpoint's address or key, storing the response as plain data, and
+  only once it parsed (`evolve.llm.response_cache`).
 
 Errors are raised as DSPy's `LMError` subclasses, so callers see one error family whichever
 client an endpoint uses. litellm stays available: `client = "litellm"` on an endpoint.
@@ -41,6 +42,7 @@ from dspy.utils.exceptions import (
 )
 
 from evolve.errors import Interrupted
+from evolve.llm import response_cache
 from evolve.llm.attempts import RequestsStopped, recording_http_client
 
 if TYPE_CHECKING:
@@ -73,6 +75,7 @@ class OpenAIChatLM(dspy.BaseLM):
         timeout: float = 120.0,
         num_retries: int = 3,
         cache: bool = True,
+        cache_fingerprint: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(
@@ -85,6 +88,8 @@ class OpenAIChatLM(dspy.BaseLM):
             **kwargs,
         )
         self.wire_model = model.removeprefix("openai/")
+        # What identifies the answering model beyond its name; part of every cache key.
+        self.cache_fingerprint = cache_fingerprint
         # Kept for cache identities (`RoleLMs.identity`); never sent, never in cache keys.
         self.base_url = base_url
         self._max_tokens_field = (
@@ -128,17 +133,18 @@ class OpenAIChatLM(dspy.BaseLM):
             body[self._max_tokens_field] = body.pop("max_tokens")
         body["messages"] = messages or [{"role": "user", "content": prompt}]
         key = {"_fn_identifier": CACHE_FUNCTION, "model": self.wire_model, **body}
+        key[response_cache.NAMESPACE_FIELD] = response_cache.namespace(self.cache_fingerprint)
         if settings.get("rollout_id") is not None:
             key["rollout_id"] = settings["rollout_id"]
         if use_cache:
-            cached = dspy.cache.get(key)
+            cached = response_cache.lookup(key)
             if cached is not None:
                 hit = copy.deepcopy(cached)
                 hit["usage"] = {}  # a cached response costs nothing
                 return hit
         response = self._create(body)
         if use_cache:
-            dspy.cache.put(key, response)
+            response_cache.store(key, response)  # held until the adapter parsed it
         return response
 
     async def aforward(self, prompt: str | None = None, messages: Any = None, **kwargs: Any) -> Any:

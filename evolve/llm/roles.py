@@ -15,7 +15,7 @@ import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager, suppress
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -34,6 +34,7 @@ from evolve.llm.config import (
     llm_config_from_args,
 )
 from evolve.llm.openai_client import OpenAIChatLM
+from evolve.llm.response_cache import answering, hold_in_adapters, scrub_cached_responses
 from evolve.llm.server import EmbeddedServer
 from evolve.llm.usage import UsageTracker
 from evolve.llm.usage_callback import track_usage
@@ -103,37 +104,6 @@ def _load_litellm() -> None:
     pickle.loads(pickle.dumps(response))
 
 
-# litellm keeps the request's `api_base` (and the server's response headers) in a
-# response's hidden parameters, which DSPy pickles into its disk cache; the cache key
-# already leaves them out. Endpoint addresses never belong in a cache file.
-_HIDDEN_PARAMS_NOT_CACHED = ("api_base", "additional_headers", "litellm_call_id")
-
-
-def _scrubbed(value: Any) -> Any:
-    hidden = getattr(value, "_hidden_params", None)
-    if isinstance(hidden, dict):
-        for name in _HIDDEN_PARAMS_NOT_CACHED:
-            hidden.pop(name, None)
-    if hasattr(value, "_response_headers"):
-        with suppress(AttributeError, TypeError, ValueError):
-            value._response_headers = None
-    return value
-
-
-def scrub_cached_responses() -> None:
-    """Strip endpoint addresses from every response DSPy's cache stores (idempotent)."""
-    cache = dspy.cache
-    if getattr(cache, "_evolve_scrubbing", False):
-        return
-    store = cache.put
-
-    def put(request: dict[str, Any], value: Any, *args: Any, **kwargs: Any) -> None:
-        store(request, _scrubbed(value), *args, **kwargs)
-
-    cache.put = put  # type: ignore[method-assign]
-    cache._evolve_scrubbing = True  # type: ignore[attr-defined]
-
-
 def _is_client_failure(error: BaseException) -> bool:
     """An error raised inside this process's LM client, not by the endpoint.
 
@@ -151,11 +121,16 @@ def _is_client_failure(error: BaseException) -> bool:
 class EndpointLM(dspy.LM):
     """`dspy.LM` whose in-process client failures are not reported as endpoint failures, and
     whose calls refused after the stop end as `Interrupted` (litellm reports the refusal as a
-    connection error)."""
+    connection error), and whose responses are cached under the rules of
+    `evolve.llm.response_cache` (DSPy reads and writes the cache itself on this route: its
+    calls are marked as this model's)."""
+
+    cache_fingerprint: str | None = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         try:
-            return super().__call__(*args, **kwargs)
+            with answering(self.cache_fingerprint):
+                return super().__call__(*args, **kwargs)
         except Exception as error:
             if STOP.is_set() and not isinstance(error, Interrupted):
                 raise Interrupted(
@@ -167,7 +142,8 @@ class EndpointLM(dspy.LM):
 
     async def acall(self, *args: Any, **kwargs: Any) -> Any:
         try:
-            return await super().acall(*args, **kwargs)
+            with answering(self.cache_fingerprint):
+                return await super().acall(*args, **kwargs)
         except Exception as error:
             if _is_client_failure(error):
                 raise _client_error(self.model, error) from error
@@ -222,9 +198,15 @@ def build_lm(endpoint: EndpointConfig) -> dspy.BaseLM:
     model = f"openai/{endpoint.model}"
     lm: dspy.BaseLM
     if endpoint.client == "openai":
-        lm = GuardedOpenAIChatLM(model, base_url=endpoint.resolved_base_url(), **settings)
+        lm = GuardedOpenAIChatLM(
+            model,
+            base_url=endpoint.resolved_base_url(),
+            cache_fingerprint=endpoint.cache_fingerprint,
+            **settings,
+        )
     else:
         lm = EndpointLM(model, api_base=endpoint.resolved_base_url(), engine=ENGINE, **settings)
+        lm.cache_fingerprint = endpoint.cache_fingerprint  # never a setting: it would be sent
     setattr(lm, STRUCTURED_OUTPUT_ATTRIBUTE, endpoint.structured_output)
     return lm
 
@@ -260,7 +242,9 @@ class RoleLMs:
         return getattr(self, role)
 
     def context(self, role: Role):
-        """Run DSPy predictors as `role`: its LM and the JSON adapter."""
+        """Run DSPy predictors as `role`: its LM, the JSON adapter, and the response cache
+        keeping only replies that parsed (`hold_in_adapters`)."""
+        hold_in_adapters()
         return dspy.context(lm=self.lm(role), adapter=StructuredJSONAdapter())
 
     def model_names(self) -> dict[str, str]:
@@ -270,7 +254,8 @@ class RoleLMs:
         """What a role's answers depend on, without secrets, for caches keyed on it.
 
         Model, endpoint address (scheme://host:port/path; never credentials, query or key),
-        structured-output dialect, temperature and max_tokens.
+        structured-output dialect, temperature, max_tokens and the endpoint's
+        `cache_fingerprint` when one is set.
         """
         lm = self.lm(role)
         kwargs = dict(getattr(lm, "kwargs", None) or {})
@@ -283,6 +268,11 @@ class RoleLMs:
             "temperature": kwargs.get("temperature"),
             "max_tokens": kwargs.get("max_tokens", kwargs.get("max_completion_tokens")),
         }
+        fingerprint = getattr(lm, "cache_fingerprint", None)
+        if fingerprint and role not in self.identity_overrides:
+            # Only when set, so tables keyed before fingerprints existed stay valid; the
+            # embedded server's overrides name its model file already.
+            identity["cache_fingerprint"] = fingerprint
         identity.update(self.identity_overrides.get(role, {}))
         return identity
 
@@ -345,6 +335,13 @@ def open_role_lms(config: LLMConfig) -> Iterator[RoleLMs]:
         if config.needs_embedded_server():
             server = stack.enter_context(EmbeddedServer(config.embedded))
             embedded = config.embedded
+            model_file = server.model_path
+            embedded_identity = {
+                "endpoint": "embedded",
+                "model_file": f"{model_file.name} ({model_file.stat().st_size} bytes)"
+                if model_file is not None
+                else server.model_name,
+            }
             local = EndpointConfig(
                 model=server.model_name,
                 base_url=server.base_url,
@@ -354,15 +351,10 @@ def open_role_lms(config: LLMConfig) -> Iterator[RoleLMs]:
                 timeout=embedded.timeout,
                 retries=embedded.retries,
                 cache=embedded.cache,
+                # The served name says server kind and slots; the file, which weights.
+                cache_fingerprint=f"{server.model_name} {embedded_identity['model_file']}",
                 structured_output="llama_cpp",
             )
-            model_file = server.model_path
-            embedded_identity = {
-                "endpoint": "embedded",
-                "model_file": f"{model_file.name} ({model_file.stat().st_size} bytes)"
-                if model_file is not None
-                else server.model_name,
-            }
         for role in ROLES:
             endpoints[role] = config.endpoint_for(role) or local
         # One LM object per role (each carries its role's usage callback); identical

@@ -20,8 +20,9 @@ answer depends on: the environment's content hash, the agent model, its endpoint
 (scheme, host, port and path; never credentials; "embedded" plus the model file for the
 embedded server, whose port changes every start), the structured-output dialect, the
 temperature, max_tokens, the protocol (its prompt layout) and `UPPER_BOUND_PROMPT_VERSION`.
-Only answers that parsed are cached: an unparseable answer is counted in the run that got it
-(as an upper-bound parse failure) and asked again by the next one. `refresh=True` recomputes
+Only answers that parsed are cached, here and in DSPy's response cache: an unparseable answer
+is counted in the run that got it (as an upper-bound parse failure) and asked again of the
+server by the next one. `refresh=True` recomputes
 the whole table.
 """
 
@@ -41,6 +42,7 @@ from dspy.utils.exceptions import AdapterParseError
 from pydantic import BaseModel, Field
 
 from evolve.files import atomic_write_json
+from evolve.llm.response_cache import held_until_parsed
 from evolve.protocol import Protocol
 from evolve.simulator.storage import read_json
 
@@ -228,24 +230,29 @@ def _ask(
     protocol: Protocol = "evolve",
 ) -> UpperBoundEntry:
     given = option_states[variant_index]
-    try:
-        with lms.context("agent"):
-            if protocol == "paper":
-                prediction = predictor(
-                    question=question,
-                    current_state=_format_state(required_info, given, protocol),
-                    options=_format_options(option_texts, protocol),
-                )
-            else:
-                prediction = predictor(
-                    known_state=_format_state(required_info, given),
-                    question=question,
-                    options=_format_options(option_texts),
-                )
-        choice = prediction.choice
-        error = choice_error(choice, len(option_texts))
-    except AdapterParseError as exc:
-        choice, error = None, " ".join(str(exc).split())[:300]
+    # A choice that is no option number fails here, after the adapter parsed it: its reply is
+    # kept out of the response cache too, so that the next computation really asks again.
+    with held_until_parsed() as held:
+        try:
+            with lms.context("agent"):
+                if protocol == "paper":
+                    prediction = predictor(
+                        question=question,
+                        current_state=_format_state(required_info, given, protocol),
+                        options=_format_options(option_texts, protocol),
+                    )
+                else:
+                    prediction = predictor(
+                        known_state=_format_state(required_info, given),
+                        question=question,
+                        options=_format_options(option_texts),
+                    )
+            choice = prediction.choice
+            error = choice_error(choice, len(option_texts))
+        except AdapterParseError as exc:
+            choice, error = None, " ".join(str(exc).split())[:300]
+        if error is None:
+            held.accept()
     if error is not None:
         return UpperBoundEntry(
             item_id=item_id,
