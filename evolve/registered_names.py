@@ -31,7 +31,8 @@ def registered_model_name_problem(name: str) -> str | None:
     normalized = posixpath.normpath(name)
     if name != name.strip() or name.strip(".") == "" or normalized != name or name.startswith(".."):
         return (
-            f"registered model name {name!r} has leading or trailing spaces or is only dots; "
-            "MLflow stores it as a path; use letters, digits, '.', '_', '-', e.g. 'my-policy'"
+            f"registered model name {name!r} has leading or trailing spaces, is only dots or "
+            "reads as a relative file path ('.', '..'); MLflow stores it as a path; use "
+            "letters, digits, '.', '_', '-', e.g. 'my-policy'"
         )
     return None
