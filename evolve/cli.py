@@ -28,7 +28,7 @@ from evolve.errors import (
 from evolve.paths import use_toolkit_caches
 from memory_policies.errors import PolicyError
 
-COMMAND_MODULES = ["doctor", "env", "eval", "run", "compare", "export", "tune"]
+COMMAND_MODULES = ["doctor", "env", "eval", "run", "compare", "export", "tune", "schema"]
 
 
 def build_parser() -> argparse.ArgumentParser:
