@@ -49,7 +49,7 @@ _STORAGE_ERRNOS = {errno.EROFS, errno.ENOSPC, errno.EACCES, errno.EPERM, errno.E
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one command; returns its exit code (the README's table, from `evolve.errors`).
+    """Run one command; returns its exit code (`evolve.errors`; docs/reliability.md's table).
 
     Called without `argv` (as the `evolve` program), an interrupted command exits the process
     here, within a bounded time and without interpreter teardown (see

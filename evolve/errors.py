@@ -10,7 +10,7 @@ Exit codes (the table of docs/reliability.md is written from this one):
 | 0 | success |
 | 1 | internal error: a toolkit bug (e.g. the LM client failed inside this process) |
 | 2 | bad input: a config, spec, environment, bundle or command-line value was refused |
-| 3 | an LLM endpoint failed after its retries (or cannot be reached), or its outputs kept failing their checks |
+| 3 | LLM failure after retries: endpoint unreachable or failing, or outputs failing checks |
 | 4 | another evolve process is running the same run directory |
 | 5 | storage failed: read-only or full disk, unreachable or refused database |
 | 130 | interrupted (Ctrl-C / SIGTERM); finished work is saved and a rerun resumes |

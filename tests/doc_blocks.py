@@ -194,7 +194,9 @@ def make_sandbox(root: Path) -> Path:
         (root / name).symlink_to(REPO / name)  # read only by the commands
     bin_dir = root / ".venv" / "bin"
     bin_dir.mkdir(parents=True)
-    _write_executable(bin_dir / "evolve", _EVOLVE_SHIM.format(python=sys.executable, repo=str(REPO)))
+    _write_executable(
+        bin_dir / "evolve", _EVOLVE_SHIM.format(python=sys.executable, repo=str(REPO))
+    )
     path_prefix = f'PYTHONPATH="{REPO}${{PYTHONPATH:+:$PYTHONPATH}}"'
     _write_executable(bin_dir / "python", f'#!/bin/sh\n{path_prefix} exec {sys.executable} "$@"\n')
     _write_executable(

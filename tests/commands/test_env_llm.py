@@ -12,8 +12,8 @@ from scripted_lm import ScriptedLM, scripted_role_lms
 from simulator.synthesis.llm_helpers import PipelinePlayer, wrong_match
 
 import evolve.llm
-from evolve.commands.env_llm import add_llm_generate_arguments, run_llm_generate
 from evolve.cli import main
+from evolve.commands.env_llm import add_llm_generate_arguments, run_llm_generate
 from evolve.errors import EXIT_LLM_FAILURE, ConfigError, LLMOutputError
 from evolve.simulator.environment import load_environment
 
