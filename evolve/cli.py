@@ -28,7 +28,7 @@ from evolve.errors import (
 from evolve.paths import use_toolkit_caches
 from memory_policies.errors import PolicyError
 
-COMMAND_MODULES = ["doctor", "env", "eval", "run", "compare", "export", "tune"]
+COMMAND_MODULES = ["doctor", "env", "eval", "run", "compare", "export", "tune", "schema"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,7 +49,7 @@ _STORAGE_ERRNOS = {errno.EROFS, errno.ENOSPC, errno.EACCES, errno.EPERM, errno.E
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one command; returns its exit code (the README's table, from `evolve.errors`).
+    """Run one command; returns its exit code (`evolve.errors`; docs/reliability.md's table).
 
     Called without `argv` (as the `evolve` program), an interrupted command exits the process
     here, within a bounded time and without interpreter teardown (see

@@ -364,7 +364,7 @@ class RunSpec(_Strict):
     protocol: Protocol = Field(
         default="evolve",
         description="'paper': the reference AMemGym code's information flow (comparable with "
-        "published numbers); 'evolve': this toolkit's (see the README's protocol table).",
+        "published numbers); 'evolve': this toolkit's (see the table of docs/protocols.md).",
     )
     concurrency: int = Field(
         default=0,
@@ -558,7 +558,8 @@ def resolve(spec: ExperimentSpec) -> ResolvedExperiment:
         if spec.protocol == "paper" and not path.exists():
             raise EnvironmentDataError(
                 f"{label}: environment.file: {path} does not exist; download the published "
-                "AMemGym data.json there (README, 'Published data') or name another data.json"
+                "AMemGym data.json there (docs/environments.md, 'Published data') or name "
+                "another data.json"
             )
         try:
             environment = load_environment(path)

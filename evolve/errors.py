@@ -3,14 +3,14 @@
 Every error message says what was received, what was expected and how to fix it; the CLI
 turns any `ToolkitError` into a one-line message and a non-zero exit, never a traceback.
 
-Exit codes (the README's table is written from this one):
+Exit codes (the table of docs/reliability.md is written from this one):
 
 | code | meaning |
 |---|---|
 | 0 | success |
 | 1 | internal error: a toolkit bug (e.g. the LM client failed inside this process) |
 | 2 | bad input: a config, spec, environment, bundle or command-line value was refused |
-| 3 | an LLM endpoint failed after its retries (or cannot be reached) |
+| 3 | LLM failure after retries: endpoint unreachable or failing, or outputs failing checks |
 | 4 | another evolve process is running the same run directory |
 | 5 | storage failed: read-only or full disk, unreachable or refused database |
 | 130 | interrupted (Ctrl-C / SIGTERM); finished work is saved and a rerun resumes |
@@ -35,6 +35,13 @@ class ToolkitError(Exception):
 
 class ConfigError(ToolkitError):
     """A configuration or experiment spec is invalid."""
+
+
+class LLMOutputError(ToolkitError):
+    """An LLM answered, but its outputs kept failing their checks after every retry (e.g. no
+    user of an LLM synthesis passed validation): a model or retry-budget problem."""
+
+    exit_code = EXIT_LLM_FAILURE
 
 
 class ModelFileError(ToolkitError):

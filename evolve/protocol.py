@@ -2,7 +2,7 @@
 
 - ``"paper"`` reproduces the reference AMemGym code's information flow (what each role is
   shown, rounds, agent I/O, probes, feedback), so numbers sit next to the paper's. It does
-  not reproduce the reference code's bugs (see the README's protocol table).
+  not reproduce the reference code's bugs (see the table of docs/protocols.md).
 - ``"evolve"`` is this toolkit's own flow (state-aware simulated user, per-variable probes,
   failure-diagnostic feedback, held-out users).
 

@@ -18,7 +18,7 @@ What goes into a trace is only what the runner stores in the unit's `result.json
 the conversation and the answers, never an LM, an endpoint or a key (no DSPy autologging,
 whose spans would hold the LM's kwargs, `api_base` and `api_key` included).
 
-Overhead: measured in the README's tracking section.
+Overhead: measured in docs/mlflow.md (traces).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Retake the README's figures and `mlflow ui` screenshots (docs/img/) from a stub-server run.
+"""Retake the docs' figures and `mlflow ui` screenshots (docs/img/) from a stub-server run.
 
     .venv/bin/python scripts/screenshots.py                 # demo run (once), figures, shots
     .venv/bin/python scripts/screenshots.py --fresh         # redo the demo run first

@@ -247,23 +247,22 @@ def test_export_before_any_evaluation_is_refused(tmp_path):
         export_policy("empty", tmp_path / "out", runs_dir=tmp_path / "runs", register=False)
 
 
-def test_readme_python_api_script_builds_the_candidates_table(experiment, monkeypatch, capsys):
-    """The README's "Python API" script, on this experiment (the run itself is substituted)."""
+def test_python_api_page_script_builds_the_candidates_table(experiment, monkeypatch, capsys):
+    """The Python API page's script, on this experiment (the run itself is substituted)."""
     import re
 
     from evolve import api
 
     tmp_path, uri, spec_path, result = experiment
-    readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("## Python API") :]
-    script = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    page = (REPO / "docs" / "python-api.md").read_text()
+    script = re.search(r"```python\n(.*?)```", page, re.S).group(1)
     for text in ('"experiments/quickstart.toml"', '"sqlite:///mlruns/mlflow.db"'):
         assert text in script
     script = script.replace('"experiments/quickstart.toml"', repr(str(spec_path)))
     script = script.replace('"sqlite:///mlruns/mlflow.db"', repr(uri))
     monkeypatch.setattr(api, "run_experiment", lambda spec, **_: result)
     namespace: dict = {}
-    exec(compile(script, "README.md", "exec"), namespace)
+    exec(compile(script, "docs/python-api.md", "exec"), namespace)
     candidates, runs = namespace["candidates"], namespace["runs"]
     assert sorted(candidates["id"]) == sorted(c.id for c in result.candidates)
     best = candidates.sort_values("heldout", ascending=False).iloc[0]

@@ -205,9 +205,45 @@ def _evaluation_dir(target: str) -> Path | None:
     return path if path.is_dir() and any(path.glob("*/report.json")) else None
 
 
+def _evaluated_on(run_dir: Path) -> tuple[str, tuple[str, ...]] | None:
+    """The environment hash and user ids a policy's run used (from its run header), or None
+    when the header is missing or unreadable (e.g. a run from before headers existed)."""
+    from evolve.simulator.storage import RunLayout, read_json
+
+    try:
+        config = read_json(RunLayout(run_dir).run_file)["config"]
+        return str(config["environment"]), tuple(str(user) for user in config["users"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def warn_if_mixed_environments(directory: Path) -> None:
+    """Scores of policies evaluated on different environments (or user sets) are not
+    comparable, yet one `--out` directory can hold both: say so before they are drawn side
+    by side."""
+    groups: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+    for report_file in sorted(directory.glob("*/report.json")):
+        evaluated_on = _evaluated_on(report_file.parent)
+        if evaluated_on is not None:
+            groups.setdefault(evaluated_on, []).append(report_file.parent.name)
+    if len(groups) < 2:
+        return
+    described = "; ".join(
+        f"{', '.join(names)} on environment {environment[:12]} ({len(users)} users)"
+        for (environment, users), names in groups.items()
+    )
+    print(
+        f"warning: {directory} holds policies evaluated on {len(groups)} different "
+        f"environments or user sets ({described}); their scores are not comparable. Evaluate "
+        "each environment into its own --out directory and compare those one at a time",
+        file=sys.stderr,
+    )
+
+
 def _compare_evaluations(directory: Path, plot: Path | None) -> int:
     from evolve.simulator.runner import load_report
 
+    warn_if_mixed_environments(directory)
     per_period: dict[str, list[MetricSummary]] = {}
     print(f"{'policy':<24} {'accuracy':>8} {'memory':>7} {'periods':>7}")
     for report_file in sorted(directory.glob("*/report.json")):

@@ -11,7 +11,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from evolve.commands.progress import stderr_is_terminal
-from evolve.errors import ConfigError
+from evolve.errors import ConfigError, LLMOutputError
 from evolve.files import atomic_write_json
 from evolve.simulator.environment import save_environment
 from evolve.simulator.synthesis.catalogs import load_catalog
@@ -146,11 +146,13 @@ def run_llm_generate(args: argparse.Namespace) -> int:
         for user in excluded:
             print(f"  - {user.user_id}: stage {user.stage} ({user.unit}): {user.reason}")
     if not result.environment.items:
-        print(
-            f"no user passed validation; nothing written to {out} (report: {report_path}); "
-            "raise the retry budget in the config or use a stronger --model"
+        # Not a toolkit bug: the simulator model's outputs failed their checks (see the
+        # excluded users above), so the exit code is the LLM's, with the fix in one line.
+        raise LLMOutputError(
+            f"no user passed validation: all {len(excluded)} of {count} user(s) were excluded "
+            f"(stages and reasons above and in {report_path}); nothing written to {out}; raise "
+            "the [retries] budget in the --config file or use a stronger --model"
         )
-        return 1
     save_environment(result.environment, out)
     print(
         f"wrote {out}: {len(result.environment.items)} of {count} user(s) in {elapsed:.1f}s; "

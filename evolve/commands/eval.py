@@ -87,7 +87,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         choices=PROTOCOLS,
         default="paper",
         help="information flow: 'paper' reproduces the reference AMemGym code's (default; "
-        "comparable with published numbers), 'evolve' is this toolkit's (README: protocols)",
+        "comparable with published numbers), 'evolve' is this toolkit's (docs/protocols.md)",
     )
     parser.add_argument(
         "--probes",

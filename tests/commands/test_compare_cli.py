@@ -10,6 +10,7 @@ from tuning.tune_helpers import TuneWorld, write_tune_spec
 
 from evolve.cli import main
 from evolve.simulator.metrics import MetricSummary
+from evolve.simulator.storage import RunLayout
 from evolve.tuning import load_tune_spec, run_tuning
 
 GRID = 'sampler = "grid"\n[tuning.parameters]\nupdate_every = [2, 4]\nshort_term_len = [0, 4]'
@@ -99,3 +100,34 @@ def test_compare_names_the_requests_a_kill_left_of_unknown_outcome(tmp_path, cap
     assert main(["compare", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "ledger: 3 LLM calls (1 started, outcome unknown" in printed
+
+
+def _evaluated_policy(out, name: str, environment: str, users: list[str]) -> None:
+    """A policy's run directory as `evolve eval` leaves it: the run header the runner writes
+    (environment hash and users in its config) and a report."""
+    RunLayout(out / name).open_run({"environment": environment, "users": users, "policy": name})
+    (out / name / "report.json").write_text(json.dumps(_report([0.5, 0.6], [0.1, 0.2])))
+
+
+def test_compare_warns_when_an_eval_directory_mixes_environments(tmp_path, capsys):
+    out = tmp_path / "eval"
+    _evaluated_policy(out, "native", "a" * 64, ["u0", "u1"])
+    _evaluated_policy(out, "in_context", "a" * 64, ["u0", "u1"])
+    assert main(["compare", str(out)]) == 0
+    assert "warning" not in capsys.readouterr().err  # one environment: nothing to say
+
+    _evaluated_policy(out, "raw_rag", "b" * 64, ["u0", "u1"])
+    assert main(["compare", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "2 different environments" in err
+    assert "in_context, native on environment aaaaaaaaaaaa" in err
+    assert "raw_rag on environment bbbbbbbbbbbb" in err
+    assert "its own --out directory" in err
+
+
+def test_compare_warns_when_an_eval_directory_mixes_user_sets(tmp_path, capsys):
+    out = tmp_path / "eval"
+    _evaluated_policy(out, "native", "a" * 64, ["u0", "u1"])
+    _evaluated_policy(out, "in_context", "a" * 64, ["u0"])
+    assert main(["compare", str(out)]) == 0
+    assert "2 different environments or user sets" in capsys.readouterr().err

@@ -12,8 +12,9 @@ from scripted_lm import ScriptedLM, scripted_role_lms
 from simulator.synthesis.llm_helpers import PipelinePlayer, wrong_match
 
 import evolve.llm
+from evolve.cli import main
 from evolve.commands.env_llm import add_llm_generate_arguments, run_llm_generate
-from evolve.errors import ConfigError
+from evolve.errors import EXIT_LLM_FAILURE, ConfigError, LLMOutputError
 from evolve.simulator.environment import load_environment
 
 CONFIG_TOML = """
@@ -105,11 +106,31 @@ def test_all_users_excluded_writes_nothing_and_fails(tmp_path: Path, scripted, c
         ["--llm", "--config", str(config), "--out", str(out), "--users", "1"]
     )
     scripted(PipelinePlayer({"match": wrong_match}))
-    assert run_llm_generate(args) == 1
+    with pytest.raises(LLMOutputError) as raised:
+        run_llm_generate(args)
+    assert raised.value.exit_code == EXIT_LLM_FAILURE  # the model's failure, not a toolkit bug
+    message = str(raised.value)
+    assert "no user passed validation: all 1 of 1 user(s) were excluded" in message
+    assert f"nothing written to {out}" in message and "env.report.json" in message
     assert not out.exists()
     printed = capsys.readouterr().out
     assert "1 user(s) excluded" in printed and "stage answers" in printed
-    assert "no user passed validation" in printed
+
+
+def test_all_users_excluded_is_a_one_line_error_with_the_llm_exit_code(
+    tmp_path: Path, scripted, capsys
+) -> None:
+    """Through the `evolve` command: one `evolve: error:` line and exit 3, never exit 1."""
+    config = tmp_path / "gen.toml"
+    config.write_text(CONFIG_TOML)
+    out = tmp_path / "env.json"
+    scripted(PipelinePlayer({"match": wrong_match}))
+    argv = ["env", "generate", "--llm", "--config", str(config), "--out", str(out)]
+    assert main([*argv, "--users", "1"]) == EXIT_LLM_FAILURE
+    err_lines = capsys.readouterr().err.strip().splitlines()
+    assert err_lines[-1].startswith("evolve: error: no user passed validation")
+    assert "bug" not in err_lines[-1] and "Traceback" not in "\n".join(err_lines)
+    assert not out.exists()
 
 
 def test_out_is_required(tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
 """`memory-policies` as its own distribution, and the registered model without the toolkit.
 
 One fresh virtualenv (no toolkit, no torch) gets the `memory-policies` wheel built from
-`dist/memory-policies` plus mlflow. In it, the README's "runs in your own app" snippet runs
+`dist/memory-policies` plus mlflow. In it, the "in your own app" snippet of docs/export.md runs
 against the stub endpoint, and the model `evolve export` registers loads from the registry
 (`models:/NAME@champion`) and predicts.
 
@@ -32,8 +32,8 @@ pytestmark = pytest.mark.slow_install
 
 REPO = Path(__file__).resolve().parents[2]
 DISTRIBUTION = REPO / "dist" / "memory-policies"
-README_BUNDLE = "exported/best-policy"
-README_LM = 'dspy.LM("openai/gpt-4.1-mini")'
+SNIPPET_BUNDLE = 'memory_policies.load("exported_policy")'
+SNIPPET_LM = 'dspy.LM("openai/gpt-4.1-mini")'
 
 
 def _pip(*args: str, timeout: float = 900) -> None:
@@ -88,8 +88,9 @@ def _run_in(python: Path, code: str, cwd: Path) -> str:
 
 
 def _readme_snippet() -> str:
-    readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("runs in your own app") :]
+    """The "in your own app" snippet of docs/export.md."""
+    page = (REPO / "docs" / "export.md").read_text()
+    section = page[page.index("## In your own app") :]
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
 
@@ -107,10 +108,10 @@ def test_readme_snippet_runs_with_only_memory_policies_installed(fresh_venv, tmp
     bundle = tmp_path / "bundle"
     memory_policies.build_policy("in_context:update_every=2,short_term_len=2").save(bundle)
     snippet = _readme_snippet()
-    assert README_BUNDLE in snippet and README_LM in snippet  # the README still says this
+    assert SNIPPET_BUNDLE in snippet and SNIPPET_LM in snippet  # the page still says this
     with StubServer() as stub:
-        code = snippet.replace(README_BUNDLE, str(bundle)).replace(
-            README_LM, f'dspy.LM("openai/stub", api_base={stub.base_url!r}, api_key="unused")'
+        code = snippet.replace(SNIPPET_BUNDLE, f"memory_policies.load({str(bundle)!r})").replace(
+            SNIPPET_LM, f'dspy.LM("openai/stub", api_base={stub.base_url!r}, api_key="unused")'
         )
         code += "\nprint(state.model_dump_json())\n"
         out = _run_in(fresh_venv, code, tmp_path)

@@ -6,7 +6,7 @@ Two ways, one `Environment` type:
 - LLM (`pipeline.py`, the paper's pipeline): persona -> profile -> questions -> schema ->
   initial state -> per-period updates and events -> personalized answers (classifier-checked)
   -> opening queries (classifier-checked), each stage validated, resumable and accounted in
-  tokens. The README's "LLM-synthesized environments" section documents it.
+  tokens. docs/environments.md ("LLM-synthesized environments") documents it.
 """
 
 from evolve.simulator.synthesis.catalogs import Catalog, load_catalog
