@@ -28,6 +28,7 @@ from memory_policies.in_context import (
     InContextPolicy,
     InContextState,
 )
+from memory_policies.in_context_quotes import InContextQuotesPolicy
 from memory_policies.mem0_system import Mem0Policy
 from memory_policies.native import NativePolicy, NativeState
 from memory_policies.presets import DEFAULT_PRESET, PRESETS, Preset
@@ -55,6 +56,7 @@ __all__ = [
     "ExternalSystemState",
     "HashingEmbedder",
     "InContextOraclePolicy",
+    "InContextQuotesPolicy",
     "InContextOracleState",
     "InContextPolicy",
     "InContextState",

@@ -39,13 +39,13 @@ def test_quickstart_runs_end_to_end_on_scripted_lms(tmp_path, monkeypatch, injec
     monkeypatch.setenv("EVOLVE_CACHE_DIR", str(tmp_path / "cache"))
     assert main(["run", str(QUICKSTART), "--no-progress"]) == 0
     out = capsys.readouterr().out
-    assert "experiment quickstart (population; score = accuracy)" in out
+    assert "experiment quickstart (population; score = memory_score)" in out
     assert "lineage of" in out and "best policy (" in out
     for generation in range(4):
         assert f"\n  {generation} " in out
     bundle = tmp_path / "runs" / "quickstart" / "best_policy"
     assert str(bundle.resolve()) in out
-    assert memory_policies.load(bundle).kind == "in_context"
+    assert memory_policies.load(bundle).kind == "in_context_quotes"
     assert (tmp_path / "mlruns" / "mlflow.db").is_file()
     worlds, configs = inject
     assert configs[0].needs_embedded_server()  # the quickstart names no endpoint
