@@ -170,8 +170,12 @@ def format_outcome(result: ExperimentResult) -> str:
         verdict = f"the best ({best.id}) does NOT beat the base on the held-out users"
     lines.append(
         f"held-out ({users} user{'s' if users != 1 else ''}, {questions} questions): {verdict}: "
-        f"{objective} {best.heldout.score:.3f} vs {base.heldout.score:.3f}, accuracy "
-        f"{_score(best_accuracy)} vs {_score(base_accuracy)}"
+        f"{objective} {best.heldout.score:.3f} vs {base.heldout.score:.3f}"
+        + (
+            ""
+            if objective == "accuracy"
+            else f", accuracy {_score(best_accuracy)} vs {_score(base_accuracy)}"
+        )
     )
     return "\n".join(lines)
 
