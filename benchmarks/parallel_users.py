@@ -1,4 +1,4 @@
-"""Effective parallelism and toolkit overhead on K users of the v1.base shape (issue 13).
+"""Effective parallelism and toolkit overhead on K users of the v1.base shape.
 
 Starts `stub_openai_server.py` in its own process (its work never competes with the
 measured client for the GIL) with a fixed latency (default 0.5 s), generates K users of the

@@ -1,4 +1,4 @@
-"""No import cycle between evolve packages (issue 12, "the house").
+"""No import cycle between evolve packages.
 
 The graph is built from the source with `ast`, so it sees every import a module can make:
 module-level and function-level imports count; imports under `if TYPE_CHECKING:` do not (they

@@ -1,5 +1,5 @@
 """The protocol in the shipped specs and in tuning specs, and the quickstart's on-policy
-simulation (issue 11 items 1 and 8)."""
+simulation."""
 
 from __future__ import annotations
 

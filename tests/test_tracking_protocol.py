@@ -1,5 +1,5 @@
 """MLflow records the protocol on the parent run and on every candidate / trial run, so
-numbers from the two information flows are never confused (issue 11, item 1)."""
+numbers from the two information flows are never confused."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The thin LM client on the `openai` package (issue 13 item 3), against the stub server."""
+"""The thin LM client on the `openai` package, against the stub server."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The structured-output schema is built once per set of output fields (issue 13 overhead):
+"""The structured-output schema is built once per set of output fields:
 policies derive a new signature class per call, which must not rebuild the schema."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """preset=paper: what each policy sends its LM, pinned by a scripted LM that records every call.
 
-One test per point of issue 11 item 2 (agent side): no reply cap, native as chat turns, the
+One test per point of the paper protocol (agent side): no reply cap, native as chat turns, the
 multiple-choice prompt answered as a JSON number, AWI's 7 types and JSON write, AWE's top_k 30,
 retrieval query with the options and two-step write, RAG's one memory per message; plus the
 preset's bookkeeping (spec, bundle, identity) and the in_context_oracle.

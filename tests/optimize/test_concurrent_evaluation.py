@@ -1,4 +1,4 @@
-"""Concurrent candidate evaluation in the GEPA engine (issue 13, item 2).
+"""Concurrent candidate evaluation in the GEPA engine.
 
 The evaluations GEPA hands over at once (`batch_evaluate`: parents, children, valset) run
 together under ONE limit of LM calls in flight, `episode.concurrency`, shared by every

@@ -1,4 +1,4 @@
-"""Parameter mechanism test (issue 12): numeric parameters are GEPA components too.
+"""Parameter mechanism test: numeric parameters are GEPA components too.
 
 The scripted agent's write stores the values it reads only when its batch holds exactly two
 messages, so accuracy peaks at `update_every = 2` (1: nothing stored; >= 3: nothing stored).

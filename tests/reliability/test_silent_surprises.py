@@ -1,4 +1,4 @@
-"""Silent surprises (issue 10, item 9): what used to be silently replaced, silently accepted,
+"""Silent surprises: what used to be silently replaced, silently accepted,
 checked too late, or reported as a trustworthy number is now refused, announced or flagged.
 """
 

@@ -1,4 +1,4 @@
-"""The upper-bound cache (issue 10, item 1): keyed by everything an answer depends on, never
+"""The upper-bound cache: keyed by everything an answer depends on, never
 poisoned by failed answers, and recomputed on request.
 
 Unit tests drive `compute_upper_bound` with scripted LMs; the end-to-end test runs

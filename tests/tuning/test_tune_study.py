@@ -246,7 +246,7 @@ def test_trials_are_tracked_in_mlflow_under_the_study_parent_run(tmp_path):
     assert parent.data.metrics["best_value"] == 1.0
     assert parent.data.metrics["heldout_score"] == 1.0
     assert parent.data.params["tuning.sampler"] == "grid"
-    # Described and sourced as the fluent API would (issue 14): the UI shows who ran what.
+    # Described and sourced as the fluent API would: the UI shows who ran what.
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
     assert "update_every" in parent.data.tags["mlflow.note.content"]
     assert parent.data.tags["mlflow.user"] and parent.data.tags["mlflow.source.type"]
