@@ -1,5 +1,6 @@
 """Importing any module of `evolve` leaves the caller's `os.environ` unchanged: MLflow sets
-a telemetry variable when it is imported, so the toolkit imports MLflow lazily, and environment defaults are set by the CLI and the API functions only.
+a telemetry variable when it is imported, so the toolkit imports MLflow lazily, and
+environment defaults are set by the CLI and the API functions only.
 
 A fresh interpreter per check: a module already imported by another test proves nothing.
 """
