@@ -6,14 +6,14 @@ model unless --model-path/--model-preset), sends one untimed warm-up request, th
 server has slots, and prints the completion tokens per second of wall time. Prompts differ
 from their first sentence on, so no request reuses another's prompt cache.
 
-Target (issue 13): tokens/s at 4 slots >= 3x tokens/s at 1 slot, on otherwise idle cores.
+Target: tokens/s at 4 slots >= 3x tokens/s at 1 slot, on otherwise idle cores.
 Also printed: completion tokens per CPU-second of the server process, which says how much
 batching saves when the machine is shared (wall-time figures then depend on the load), and the
 server's own per-request timings of the two phases. Slots batch the decode steps of several
 requests; prompt evaluation is already a batch of ~300 tokens with one request, so on a
 compute-bound CPU it gains little from slots and bounds the overall ratio.
 
-`--issue-protocol` also runs the sequence issue 13 measured its 4.3x with: one server with
+`--issue-protocol` also runs the warm-cache sequence behind an earlier 4.3x: one server with
 4 slots, the 8 prompts at client concurrency 1, then the same 8 at concurrency 4. The second
 batch finds every prompt in the server's prompt cache (the printed "prompt tokens evaluated"
 drops to a handful), so that ratio measures batched decoding without prompt evaluation.
@@ -172,7 +172,7 @@ def describe(label: str, result: Measurement) -> str:
 
 
 def issue_protocol(config: EmbeddedModelConfig, prompts: list[str], max_tokens: int) -> None:
-    """The sequence issue 13 describes: one server with N slots, the prompts at client
+    """The warm-cache sequence behind an earlier 4.3x: one server, N slots, the prompts at client
     concurrency 1, then the same prompts at concurrency N on the same server. The second
     batch finds the first batch's prompts in the server's prompt cache, so it measures
     batched decoding plus cache hits, not slots against one slot."""
@@ -206,7 +206,7 @@ def main() -> None:
     parser.add_argument(
         "--issue-protocol",
         action="store_true",
-        help="also run issue 13's sequence: one server with the largest slot count, "
+        help="also run the warm-cache sequence: one server with the largest slot count, "
         "concurrency 1 then the same prompts at concurrency = slots",
     )
     args = parser.parse_args()
