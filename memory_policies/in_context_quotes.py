@@ -19,10 +19,9 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Annotated, ClassVar, Literal
+from typing import ClassVar, Literal
 
 import dspy
-from pydantic import Field
 
 from memory_policies.base import MemoryState, Message
 from memory_policies.common import (
@@ -100,15 +99,9 @@ class SortSentences(dspy.Signature):
 
 
 @functools.lru_cache(maxsize=256)
-def _sort_signature(names: tuple[str, ...], count: int) -> type[dspy.Signature]:
+def _sort_signature(names: tuple[str, ...]) -> type[dspy.Signature]:
     choice = Literal.__getitem__((*names, OTHER_TYPE))  # type: ignore[attr-defined]
-    # Exactly one type per sentence: JSON-schema minItems/maxItems, which llama.cpp's grammar
-    # enforces during decoding.
-    one_per_sentence = Annotated[
-        list[choice],  # type: ignore[valid-type]
-        Field(min_length=count, max_length=count),
-    ]
-    return SortSentences.with_updated_fields("types", type_=one_per_sentence)
+    return SortSentences.with_updated_fields("types", type_=list[choice])  # type: ignore[valid-type]
 
 
 class InContextQuotesState(InContextState):
@@ -141,7 +134,7 @@ class InContextQuotesPolicy(InContextPolicy):
         names = tuple(type_names(types))
         if not sentences or not names:
             return
-        signature = _sort_signature(names, len(sentences)).with_instructions(instruction)
+        signature = _sort_signature(names).with_instructions(instruction)
         prediction = self._predict(
             state,
             "write",
@@ -152,9 +145,14 @@ class InContextQuotesPolicy(InContextPolicy):
         )
         if prediction is None:
             return  # counted in parse_failures; memory unchanged
+        if len(prediction.types) != len(sentences):
+            # One type per statement, or the types cannot be matched to their statements: a
+            # counted parse failure, memory unchanged.
+            state.parse_failures["write"] = state.parse_failures.get("write", 0) + 1
+            return
         time = latest_time(times) or state.current_time
         by_type: dict[str, list[str]] = {}
-        for sentence, kind in zip(sentences, prediction.types, strict=False):
+        for sentence, kind in zip(sentences, prediction.types, strict=True):
             if kind != OTHER_TYPE and kind in names:
                 by_type.setdefault(kind, []).append(sentence)
         for kind, said in by_type.items():

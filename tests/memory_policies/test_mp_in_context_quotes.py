@@ -33,7 +33,7 @@ def test_type_names_and_sentences():
 
 
 def test_the_schema_offers_the_listed_types_and_other():
-    schema = response_format_for(_sort_signature(("Diet", "Pets"), 2), "llama_cpp")
+    schema = response_format_for(_sort_signature(("Diet", "Pets")), "llama_cpp")
     items = schema["schema"]["properties"]["types"]["items"]
     assert items["enum"] == ["Diet", "Pets", "other"]
 
@@ -68,6 +68,14 @@ def test_an_unparseable_sort_is_counted_and_memory_unchanged():
         state = policy.observe(policy.initial_state(), [_said("We adopted a cat.")])
     assert state.memory == [] and state.parse_failures.get("write") == 1
     assert json.dumps(state.model_dump())  # still a JSON-serializable state
+
+
+def test_a_reply_of_another_length_is_a_counted_parse_failure():
+    lm = agent(types=["Pets"])  # two statements, one type
+    policy = _policy()
+    with agent_context(lm):
+        state = policy.observe(policy.initial_state(), [_said("We adopted a cat. I eat fish.")])
+    assert state.memory == [] and state.parse_failures.get("write") == 1
 
 
 def test_no_paper_preset():
