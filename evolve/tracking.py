@@ -209,9 +209,19 @@ def prepare_tracking_uri(tracking_uri: str) -> str:
 
 
 def check_sqlite_writable(db_path: Path) -> None:
-    """Fail at once on a store that cannot be written (SQLAlchemy would retry for minutes)."""
+    """Fail at once on a store that cannot be written (SQLAlchemy would retry for minutes).
+
+    The store's own folder (`mlruns/`) is created when missing, but not its ancestors: a
+    missing ancestor is usually a typo (`sqlite:////nonexistent/dir/x.db`), and creating the
+    tree would scatter stores where nobody looks."""
+    if not db_path.parent.parent.is_dir():
+        raise StorageError(
+            f"MLflow tracking DB {db_path}: directory {db_path.parent.parent} does not exist; "
+            "expected an existing directory (the store's own folder is created); create it "
+            "(mkdir -p) or fix --tracking-uri, [tracking] tracking_uri or MLFLOW_TRACKING_URI"
+        )
     try:
-        db_path.parent.mkdir(parents=True, exist_ok=True)
+        db_path.parent.mkdir(exist_ok=True)
         if db_path.exists():
             os.close(os.open(db_path, os.O_RDWR))
         _store_lock_path(db_path).touch(exist_ok=True)  # sqlite writes journals there too

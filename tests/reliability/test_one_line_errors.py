@@ -150,6 +150,19 @@ def test_read_only_tracking_db_fails_fast(tmp_path, capsys, immutable, stub):
     assert stub.stats()["chat_requests"] == 0
 
 
+def test_tracking_db_under_a_missing_directory_is_refused_not_created(tmp_path, capsys, stub):
+    spec = write_tiny_spec(tmp_path, tracking=True)
+    missing = tmp_path / "no" / "such"
+    args = ["run", str(spec), "--runs-dir", str(tmp_path / "runs"), "--no-progress"]
+    args += ["--tracking-uri", f"sqlite:///{missing}/store/mlflow.db"]
+    line = error_line(
+        capsys, EXIT_STORAGE, main([*args, "--base-url", stub.base_url, "--model", "stub"])
+    )
+    assert "does not exist" in line and "mkdir -p" in line
+    assert not (tmp_path / "no").exists()
+    assert stub.stats()["chat_requests"] == 0
+
+
 def test_export_of_a_spec_never_run(tmp_path, capsys):
     spec = write_tiny_spec(tmp_path)
     with contextlib.chdir(tmp_path):
