@@ -52,7 +52,7 @@ import dspy
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from evolve.errors import EnvironmentDataError, Interrupted
-from evolve.protocol import Protocol
+from evolve.protocol import PROTOCOLS, Protocol, rules_for
 from evolve.simulator.baselines import UpperBoundTable, random_score
 from evolve.simulator.metrics import (
     MetricSummary,
@@ -84,13 +84,13 @@ from evolve.simulator.storage import (
     safe_name,
 )
 from evolve.simulator.user import (
-    PaperUserView,
     SimulatedUser,
     derive_seed,
-    format_persona,
     opening_message,
     play_session,
+    user_view_for,
 )
+from memory_policies.presets import preset_rules
 
 if TYPE_CHECKING:
     from evolve.llm import RoleLMs
@@ -106,13 +106,16 @@ ProbeScope = Literal["all", "wrong_only"]
 
 def probe_scope_problem(protocol: Protocol, probes: ProbeScope) -> str | None:
     """Why a probe scope cannot be used under a protocol (None when it can)."""
-    if protocol == "paper" and probes == "wrong_only":
-        return (
-            "probes = 'wrong_only' is refused under protocol 'paper': the original's diagnosis "
-            "probes every question whether answered right or not; use probes = 'all' or "
-            "protocol = 'evolve'"
-        )
-    return None
+    rules = rules_for(protocol)
+    if probes in rules.probe_scopes:
+        return None
+    allowing = [name for name in PROTOCOLS if probes in rules_for(name).probe_scopes]
+    alternatives = [f"probes = '{scope}'" for scope in rules.probe_scopes[:1]]
+    alternatives += [f"protocol = '{name}'" for name in allowing]
+    return (
+        f"probes = '{probes}' is refused under protocol '{rules.name}': "
+        f"{rules.probe_scope_reason}; use {' or '.join(alternatives)}"
+    )
 
 
 class EpisodeConfig(BaseModel):
@@ -664,42 +667,10 @@ def run_unit(run: _Run, user: _User, period_index: int) -> PeriodResult:
         functools.partial(_answer_question, run, item, qi, checkpoint)
         for qi in range(len(item.qas))
     ]
-    probes: list[ProbeResult] = []
-    question_probes: list[QuestionProbeResult] = []
-    if run.config.protocol == "paper":
-        tasks = questions + [
-            functools.partial(_probe_question, run, item, period_index, qi, checkpoint)
-            for qi in range(len(item.qas))
-        ]
-        outcomes = run.map(tasks)
-        answers = [answer for answer, _, _ in outcomes[: len(questions)]]
-        question_probes = [probe for probe, _, _ in outcomes[len(questions) :]]
-    elif run.config.probes == "wrong_only":
-        answered = run.map(questions)
-        answers = [answer for answer, _, _ in answered]
-        wrong = [
-            qa
-            for qi, (qa, answer) in enumerate(zip(item.qas, answers, strict=True))
-            if not _answered_correctly(item, period_index, qi, answer)
-        ]
-        variables = list(dict.fromkeys(v for qa in wrong for v in qa.required_info))
-        probed = run.map(
-            [
-                functools.partial(_probe_variable, run, item, period_index, v, checkpoint)
-                for v in variables
-            ]
-        )
-        probes = [probe for probe, _, _ in probed]
-        outcomes = answered + probed
-    else:
-        variables = required_variables(item)
-        tasks = [
-            functools.partial(_probe_variable, run, item, period_index, v, checkpoint)
-            for v in variables
-        ]
-        outcomes = run.map(tasks + questions)
-        probes = [probe for probe, _, _ in outcomes[: len(variables)]]
-        answers = [answer for answer, _, _ in outcomes[len(variables) :]]
+    probing = PROBE_STRATEGIES[rules_for(run.config.protocol).probe_style]
+    probed = probing.run(run, item, period_index, checkpoint, questions)
+    answers, probes, question_probes = probed.answers, probed.probes, probed.question_probes
+    outcomes = probed.outcomes
     mutated = any(changed for _, changed, _ in outcomes)
     usage = session_usage
     for _, _, task_usage in outcomes:
@@ -747,7 +718,7 @@ def run_unit(run: _Run, user: _User, period_index: int) -> PeriodResult:
         items=items,
         probes=probes,
         question_probes=question_probes,
-        probe_scope="all" if run.config.protocol == "paper" else run.config.probes,
+        probe_scope=probing.scope(run.config),
         policy_parse_failures=policy_failures,
         evaluation_mutated_state=mutated,
         usage=usage,
@@ -783,15 +754,7 @@ def _play_period(
 ) -> tuple[list[SessionTranscript], MemoryState]:
     item = user.item
     period = item.periods[period_index]
-    persona = format_persona(item.profile_text())
-    current = {k: str(v) for k, v in period.state.items()}
-    # The reference user sees the full profile as of the start and the period's END date.
-    paper_view = PaperUserView(
-        profile=item.profile_text(),
-        profile_date=str(item.start_time or ""),
-        current_date=str(period.period_end or ""),
-        state_schema=item.state_schema,
-    )
+    view_style = rules_for(run.config.protocol).user_view
     sessions = []
     for session_index, session in enumerate(period.sessions):
         transcript, state = play_session(
@@ -803,13 +766,10 @@ def _play_period(
             session_time=str(session.session_time),
             query=session.query,
             exposed_states=session.exposed_values(),
-            current_state=current,
-            persona=persona,
+            view=user_view_for(view_style, item, period, session),
             rounds=run.config.rounds_for(period_index),
             seed=derive_seed(run.config.seed, item.id, period_index),
             call_slot=run.slot,
-            protocol=run.config.protocol,
-            paper_view=paper_view,
         )
         sessions.append(transcript)
     return sessions, state
@@ -1062,6 +1022,106 @@ def _probe_question(
     return probe, mutated, _tracked_usage(tracker)
 
 
+ReadOnlyOutcome = tuple[Any, bool, CallUsage]
+
+
+@dataclass(frozen=True)
+class Probed:
+    """What one unit's questions and probes gave: the answers in question order, the probes
+    (per variable or per question) and every read-only task's (result, mutated, usage)."""
+
+    answers: list[Any]
+    probes: list[ProbeResult]
+    question_probes: list[QuestionProbeResult]
+    outcomes: list[ReadOnlyOutcome]
+
+
+class PerQuestionProbes:
+    """The reference's diagnosis: one structured probe per question over its required
+    variables, every question probed (run alongside the questions)."""
+
+    def scope(self, config: EpisodeConfig) -> ProbeScope:
+        return "all"
+
+    def run(
+        self,
+        run: _Run,
+        item: EnvironmentItem,
+        period_index: int,
+        checkpoint: str,
+        questions: Sequence[Callable[[], ReadOnlyOutcome]],
+    ) -> Probed:
+        tasks = list(questions) + [
+            functools.partial(_probe_question, run, item, period_index, qi, checkpoint)
+            for qi in range(len(item.qas))
+        ]
+        outcomes = run.map(tasks)
+        return Probed(
+            answers=[answer for answer, _, _ in outcomes[: len(questions)]],
+            probes=[],
+            question_probes=[probe for probe, _, _ in outcomes[len(questions) :]],
+            outcomes=outcomes,
+        )
+
+
+class PerVariableProbes:
+    """Ours: one multiple-choice probe per variable the questions need (each once per
+    period); with probes = "wrong_only" only those of wrongly answered questions, which must
+    wait for the answers."""
+
+    def scope(self, config: EpisodeConfig) -> ProbeScope:
+        return config.probes
+
+    def run(
+        self,
+        run: _Run,
+        item: EnvironmentItem,
+        period_index: int,
+        checkpoint: str,
+        questions: Sequence[Callable[[], ReadOnlyOutcome]],
+    ) -> Probed:
+        if run.config.probes == "wrong_only":
+            answered = run.map(questions)
+            answers = [answer for answer, _, _ in answered]
+            wrong = [
+                qa
+                for qi, (qa, answer) in enumerate(zip(item.qas, answers, strict=True))
+                if not _answered_correctly(item, period_index, qi, answer)
+            ]
+            variables = list(dict.fromkeys(v for qa in wrong for v in qa.required_info))
+            probed = run.map(
+                [
+                    functools.partial(_probe_variable, run, item, period_index, v, checkpoint)
+                    for v in variables
+                ]
+            )
+            return Probed(
+                answers=answers,
+                probes=[probe for probe, _, _ in probed],
+                question_probes=[],
+                outcomes=answered + probed,
+            )
+        variables = required_variables(item)
+        tasks = [
+            functools.partial(_probe_variable, run, item, period_index, v, checkpoint)
+            for v in variables
+        ]
+        outcomes = run.map(tasks + list(questions))
+        return Probed(
+            answers=[answer for answer, _, _ in outcomes[len(variables) :]],
+            probes=[probe for probe, _, _ in outcomes[: len(variables)]],
+            question_probes=[],
+            outcomes=outcomes,
+        )
+
+
+# `ProtocolRules.probe_style` -> how a unit probes recall.
+PROBE_STRATEGIES: dict[str, PerQuestionProbes | PerVariableProbes] = {
+    "per_question": PerQuestionProbes(),
+    "per_variable": PerVariableProbes(),
+}
+
+
 def _answered_correctly(
     item: EnvironmentItem, period_index: int, question_index: int, answer: Any
 ) -> bool:
@@ -1080,7 +1140,8 @@ def _answer_question(
     options = [choice.answer for choice in qa.answer_choices]
     # A paper-preset policy's own prompt already asks for the option fitting the current
     # situation (as the reference's does); the hint would say it twice.
-    question = qa.query if run.policy.preset == "paper" else f"{qa.query}\n{QUESTION_HINT}"
+    asks = preset_rules(run.policy.preset).question_asks_for_current_situation
+    question = qa.query if asks else f"{qa.query}\n{QUESTION_HINT}"
     return _read_only_answer(run, checkpoint, question, options)
 
 
