@@ -98,3 +98,20 @@ def test_run_options_whole_or_as_fields_give_the_same_run(tmp_path):
         )
     with pytest.raises(TypeError):
         run_evaluation(env, NativePolicy(), scripted_lms(), tmp_path / "d", CONFIG, upper=None)
+
+
+def test_every_protocol_names_strategies_the_simulator_has():
+    from evolve.protocol import PROTOCOLS, rules_for
+    from evolve.simulator.baselines import UPPER_BOUND_PROMPTS
+    from evolve.simulator.runner import PROBE_STRATEGIES
+    from evolve.simulator.user import PaperUserView, StateAwareUserView, user_view_for
+
+    item = make_environment(users=1).items[0]
+    period = item.periods[0]
+    views = set()
+    for name in PROTOCOLS:
+        rules = rules_for(name)
+        assert rules.probe_style in PROBE_STRATEGIES
+        assert rules.upper_bound_layout in UPPER_BOUND_PROMPTS
+        views.add(type(user_view_for(rules.user_view, item, period, period.sessions[0])))
+    assert views == {PaperUserView, StateAwareUserView}  # each protocol its own view
