@@ -28,7 +28,7 @@ from evolve.files import read_toml_file
 from evolve.llm.config import LLMConfig
 from evolve.mlflow_limits import description_problem, experiment_name_problem
 from evolve.objective import Objective
-from evolve.protocol import Protocol, rules_for
+from evolve.protocol import DEFAULT_PROTOCOL, Protocol, rules_for
 from evolve.registered_names import registered_model_name_problem
 from evolve.simulator.environment import Environment
 from evolve.simulator.runner import EpisodeConfig, ProbeScope, probe_scope_problem
@@ -362,7 +362,7 @@ class RunSpec(_Strict):
     description: str = ""
     seed: int = 0
     protocol: Protocol = Field(
-        default="evolve",
+        default=DEFAULT_PROTOCOL,
         description="'paper': the reference AMemGym code's information flow (comparable with "
         "published numbers); 'evolve': this toolkit's (see the table of docs/protocols.md).",
     )

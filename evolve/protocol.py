@@ -20,6 +20,10 @@ from typing import Literal
 
 Protocol = Literal["paper", "evolve"]
 PROTOCOLS: tuple[Protocol, ...] = ("paper", "evolve")
+# The protocol of a spec, an episode or a stored record that does not name one.
+DEFAULT_PROTOCOL: Protocol = "evolve"
+# `evolve eval` without --protocol: its numbers sit next to the published ones.
+EVAL_COMMAND_PROTOCOL: Protocol = "paper"
 
 
 @dataclass(frozen=True)

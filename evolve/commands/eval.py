@@ -31,7 +31,7 @@ from evolve.llm.usage import UsageEvent
 from evolve.locking import run_lock
 from evolve.optimize.store import ExperimentStore, Spend
 from evolve.paths import cache_dir
-from evolve.protocol import PROTOCOLS, rules_for
+from evolve.protocol import EVAL_COMMAND_PROTOCOL, PROTOCOLS, rules_for
 from evolve.simulator.baselines import compute_upper_bound
 from evolve.simulator.environment import Environment, load_environment
 from evolve.simulator.metrics import MetricSummary
@@ -85,7 +85,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--protocol",
         choices=PROTOCOLS,
-        default="paper",
+        default=EVAL_COMMAND_PROTOCOL,
         help="information flow: 'paper' reproduces the reference AMemGym code's (default; "
         "comparable with published numbers), 'evolve' is this toolkit's (docs/protocols.md)",
     )

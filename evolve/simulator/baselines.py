@@ -44,7 +44,7 @@ from pydantic import BaseModel, Field
 
 from evolve.files import atomic_write_json
 from evolve.llm.response_cache import held_until_parsed
-from evolve.protocol import Protocol, rules_for
+from evolve.protocol import DEFAULT_PROTOCOL, Protocol, rules_for
 from evolve.simulator.storage import read_json
 
 if TYPE_CHECKING:
@@ -103,7 +103,7 @@ class UpperBoundTable(BaseModel):
     format_version: int = UPPER_BOUND_FORMAT_VERSION
     environment_hash: str
     protocol: Protocol = Field(
-        default="evolve", description="Which prompt layout asked the questions."
+        default=DEFAULT_PROTOCOL, description="Which prompt layout asked the questions."
     )
     agent_model: str
     agent_identity: dict[str, Any] = Field(
@@ -146,7 +146,7 @@ def agent_identity(lms: RoleLMs) -> dict[str, Any]:
 
 
 def upper_bound_cache_key(
-    environment_hash: str, identity: dict[str, Any], protocol: Protocol = "evolve"
+    environment_hash: str, identity: dict[str, Any], protocol: Protocol = DEFAULT_PROTOCOL
 ) -> str:
     """Hash of the environment, the agent's identity, the protocol (its prompt layout) and the
     upper-bound prompt version."""
@@ -254,7 +254,7 @@ def _ask(
     required_info: Sequence[str],
     option_texts: Sequence[str],
     option_states: Sequence[Sequence[str]],
-    protocol: Protocol = "evolve",
+    protocol: Protocol = DEFAULT_PROTOCOL,
 ) -> UpperBoundEntry:
     given = option_states[variant_index]
     # A choice that is no option number fails here, after the adapter parsed it: its reply is
@@ -301,7 +301,7 @@ def compute_upper_bound(
     concurrency: int = 1,
     on_entry: Callable[[UpperBoundEntry], None] | None = None,
     refresh: bool = False,
-    protocol: Protocol = "evolve",
+    protocol: Protocol = DEFAULT_PROTOCOL,
 ) -> UpperBoundTable:
     """The upper-bound table for `env` and the agent, computed only where not cached.
 

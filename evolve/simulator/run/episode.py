@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from evolve.protocol import PROTOCOLS, Protocol, rules_for
+from evolve.protocol import DEFAULT_PROTOCOL, PROTOCOLS, Protocol, rules_for
 
 ProbeScope = Literal["all", "wrong_only"]
 
@@ -31,7 +31,8 @@ class EpisodeConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     protocol: Protocol = Field(
-        default="evolve", description="Information flow: 'paper' (the reference code's) or ours."
+        default=DEFAULT_PROTOCOL,
+        description="Information flow: 'paper' (the reference code's) or ours.",
     )
     rounds_initial: int = Field(default=1, ge=1, description="Rounds per session in period 0.")
     rounds_update: int = Field(default=1, ge=1, description="Rounds per session afterwards.")

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, Field
 
 from evolve.errors import EnvironmentDataError
-from evolve.protocol import Protocol
+from evolve.protocol import DEFAULT_PROTOCOL, Protocol
 from evolve.simulator.metrics import (
     MetricSummary,
     summarize,
@@ -70,7 +70,7 @@ class EvaluationReport(BaseModel):
     run_dir: Path
     config_hash: str
     protocol: Protocol = Field(
-        default="evolve", description="The information flow that produced these results."
+        default=DEFAULT_PROTOCOL, description="The information flow that produced these results."
     )
     policy: dict[str, Any] = Field(default_factory=dict)
     users: list[UserResult]
