@@ -26,6 +26,7 @@ from evolve.config import load_spec as _load_experiment_spec
 from evolve.llm import LLMConfig
 from evolve.optimize.loop import LoopProgress
 from evolve.paths import cache_dir, use_toolkit_caches
+from evolve.protocol import rules_for
 from evolve.records import ExperimentResult
 from evolve.simulator.environment import Environment
 from evolve.simulator.runner import EpisodeConfig, EvaluationReport
@@ -116,7 +117,7 @@ def evaluate_policies(
     env = environment if isinstance(environment, Environment) else load_environment(environment)
     config = episode or EpisodeConfig()
     # Under the paper protocol a spec naming no preset gets the paper preset.
-    preset = "paper" if config.protocol == "paper" else None
+    preset = rules_for(config.protocol).policy_preset
     if isinstance(policies, Mapping):
         named = {
             name: policy

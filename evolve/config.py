@@ -28,7 +28,7 @@ from evolve.files import read_toml_file
 from evolve.llm.config import LLMConfig
 from evolve.mlflow_limits import description_problem, experiment_name_problem
 from evolve.objective import Objective
-from evolve.protocol import DATA_FILE_ROUNDS, Protocol
+from evolve.protocol import DEFAULT_PROTOCOL, Protocol, rules_for
 from evolve.registered_names import registered_model_name_problem
 from evolve.simulator.environment import Environment
 from evolve.simulator.runner import EpisodeConfig, ProbeScope, probe_scope_problem
@@ -362,7 +362,7 @@ class RunSpec(_Strict):
     description: str = ""
     seed: int = 0
     protocol: Protocol = Field(
-        default="evolve",
+        default=DEFAULT_PROTOCOL,
         description="'paper': the reference AMemGym code's information flow (comparable with "
         "published numbers); 'evolve': this toolkit's (see the table of docs/protocols.md).",
     )
@@ -528,7 +528,8 @@ def resolve(spec: ExperimentSpec) -> ResolvedExperiment:
 
     label = str(spec.source) if spec.source is not None else "experiment spec"
     env_spec = spec.environment
-    rounds_initial, rounds_update = DATA_FILE_ROUNDS[spec.protocol]
+    rules = rules_for(spec.protocol)
+    rounds_initial, rounds_update = rules.data_file_rounds
     if env_spec.preset is not None:
         from evolve.simulator.synthesis.offline import get_preset, synthesize_environment
 
@@ -555,7 +556,7 @@ def resolve(spec: ExperimentSpec) -> ResolvedExperiment:
         from evolve.simulator.environment import load_environment
 
         path = env_spec.file if env_spec.file.is_absolute() else spec.base_dir / env_spec.file
-        if spec.protocol == "paper" and not path.exists():
+        if rules.data_file_is_published and not path.exists():
             raise EnvironmentDataError(
                 f"{label}: environment.file: {path} does not exist; download the published "
                 "AMemGym data.json there (docs/environments.md, 'Published data') or name "
@@ -573,7 +574,7 @@ def resolve(spec: ExperimentSpec) -> ResolvedExperiment:
             f"{label}: environment.heldout_users = 0: the population schedule checks each new "
             'best on held-out users; give at least 1, or use schedule = "per_period"'
         )
-    if spec.protocol == "evolve" and spec.optimizer.feedback == "complete":
+    if not rules.complete_feedback_allowed and spec.optimizer.feedback == "complete":
         raise ConfigError(
             f'{label}: optimizer.feedback = "complete" was renamed: write feedback = '
             '"diagnostic" for the failure feedback with ground truth, or set protocol = '
@@ -602,7 +603,7 @@ def resolve(spec: ExperimentSpec) -> ResolvedExperiment:
                     "components": dict(spec.policy.components) or None,
                 },
                 # Under the paper protocol a policy naming no preset gets the paper preset.
-                default_preset="paper" if spec.protocol == "paper" else None,
+                default_preset=rules.policy_preset,
             )
     except PolicyError as error:
         raise ConfigError(f"{label}: policy: {error}") from None

@@ -9,7 +9,7 @@
 The protocol is part of every run's identity, even when left at its default.
 
 Every choice that differs between the two flows is a field of `ProtocolRules`, read where it
-is used (``rules_for(spec.protocol).probe_scope_forced``, ...): code never compares a protocol
+is used (``rules_for(spec.protocol).probe_style``, ...): code never compares a protocol
 name. A new difference is a new field with a value for each protocol, documented here.
 """
 
@@ -20,6 +20,10 @@ from typing import Literal
 
 Protocol = Literal["paper", "evolve"]
 PROTOCOLS: tuple[Protocol, ...] = ("paper", "evolve")
+# The protocol of a spec, an episode or a stored record that does not name one.
+DEFAULT_PROTOCOL: Protocol = "evolve"
+# `evolve eval` without --protocol: its numbers sit next to the published ones.
+EVAL_COMMAND_PROTOCOL: Protocol = "paper"
 
 
 @dataclass(frozen=True)
@@ -30,10 +34,67 @@ class ProtocolRules:
     # Rounds per session (period 0, later periods) when a data file does not say: the paper's
     # v1.base uses 1 then 2; ours keeps 1/1 unless the spec sets them.
     data_file_rounds: tuple[int, int]
+    # The policy preset a policy spec naming none gets (`memory_policies.presets`): the paper
+    # protocol's agents talk as the reference agents do; ours leaves each kind's own default.
+    policy_preset: str | None
+    # A spec's data file stands for the published AMemGym data.json, so a missing one is
+    # explained with where to download it (ours names any data file).
+    data_file_is_published: bool
+    # Probe scopes a spec may choose (the first is the default) and why others are refused:
+    # the original's diagnosis probes every question whether answered right or not.
+    probe_scopes: tuple[str, ...]
+    probe_scope_reason: str
+    # How recall is probed after the questions: one structured probe per question over its
+    # required variables (the reference's), or one multiple-choice probe per variable (ours).
+    # The simulator maps the name to its probe strategy.
+    probe_style: Literal["per_question", "per_variable"]
+    # What the simulated user may see: only the profile, dates, the opening message, the last
+    # two messages and the schema ("blind", the reference's), or also the period's state so
+    # follow-ups stay consistent with it ("state_aware"). The simulator maps it to a view.
+    user_view: Literal["blind", "state_aware"]
+    # The upper bound's prompt layout: the reference's (state as indented JSON, options as
+    # ``<n>: <text>``) or ours (compact). Each layout has its own cache.
+    upper_bound_layout: Literal["reference", "compact"]
+    # Evolution feedback named "complete" is the paper's (no ground truth); ours was renamed
+    # "diagnostic", so "complete" is refused with a pointer to it.
+    complete_feedback_allowed: bool
+    # The reflector defaults to the agent's own model at temperature 0 (the paper's), and its
+    # role, model and temperature are then part of the experiment's identity.
+    reflector_is_agent_model: bool
+    # Reflector proposals are checked (and structured edits offered); the paper's reflector
+    # is unchecked.
+    checks_reflector_proposals: bool
 
 
-PAPER = ProtocolRules(name="paper", data_file_rounds=(1, 2))
-EVOLVE = ProtocolRules(name="evolve", data_file_rounds=(1, 1))
+PAPER = ProtocolRules(
+    name="paper",
+    data_file_rounds=(1, 2),
+    policy_preset="paper",
+    data_file_is_published=True,
+    probe_scopes=("all",),
+    probe_scope_reason="the original's diagnosis probes every question whether answered right "
+    "or not",
+    probe_style="per_question",
+    user_view="blind",
+    upper_bound_layout="reference",
+    complete_feedback_allowed=True,
+    reflector_is_agent_model=True,
+    checks_reflector_proposals=False,
+)
+EVOLVE = ProtocolRules(
+    name="evolve",
+    data_file_rounds=(1, 1),
+    policy_preset=None,
+    data_file_is_published=False,
+    probe_scopes=("all", "wrong_only"),
+    probe_scope_reason="",
+    probe_style="per_variable",
+    user_view="state_aware",
+    upper_bound_layout="compact",
+    complete_feedback_allowed=False,
+    reflector_is_agent_model=False,
+    checks_reflector_proposals=True,
+)
 _RULES: dict[str, ProtocolRules] = {rules.name: rules for rules in (PAPER, EVOLVE)}
 
 

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from memory_policies.common import capped_call_config
 from memory_policies.errors import PolicyError
 from memory_policies.paper import chat_turns, paper_chat, paper_question_prompt
-from memory_policies.presets import DEFAULT_PRESET, Preset, check_preset
+from memory_policies.presets import DEFAULT_PRESET, Preset, PresetRules, check_preset, preset_rules
 
 logger = logging.getLogger(__name__)
 
@@ -195,12 +195,17 @@ class MemoryPolicy(dspy.Module):
         # Set before the modules are built: the preset decides their signatures and texts.
         self.preset: Preset = check_preset(self.kind, preset)
         defaults = {**self.default_parameters}
-        if self.preset == "paper":
+        if self.rules.reference_defaults:
             defaults.update(self.paper_parameters)
         values = validate_parameters(self.kind, self.parameter_names, {**defaults, **parameters})
         for name, value in values.items():
             setattr(self, name, value)
         self._build_modules()
+
+    @property
+    def rules(self) -> PresetRules:
+        """What this policy's preset decides (see `memory_policies.presets`)."""
+        return preset_rules(self.preset)
 
     # ----- hooks -----------------------------------------------------------------------------
 
@@ -272,7 +277,7 @@ class MemoryPolicy(dspy.Module):
         if time is not None:
             state.current_time = time
         extra, _ = self._use_inputs(state, user_msg)
-        if self.preset == "paper":
+        if self.rules.chat_turns:
             with paper_chat():
                 prediction = self._predict(
                     state,
@@ -317,7 +322,7 @@ class MemoryPolicy(dspy.Module):
     ) -> PolicyAnswer:
         """Answer an evaluation question; read-only (the caller's state is never touched)."""
         scratch = self._own_copy(state)
-        if self.preset == "paper":
+        if self.rules.chat_turns:
             return self._paper_answer(scratch, question, options)
         extra, retrieved = self._use_inputs(scratch, question)
         conversation = render_conversation(scratch.short_term)

@@ -62,23 +62,25 @@ class ExternalPolicy(EmbeddingStorePolicy):
 
     def _build_modules(self) -> None:
         self.read = EmbeddingRead()
-        if self.preset == "paper":
+        if self.rules.reference_writes:
             # mem0 v1.1's two steps: fact extraction, then events against related memories.
             self.write = dspy.Predict(FactExtraction.with_instructions(PAPER_FACT_EXTRACTION))
             self.write_update = dspy.Predict(MemoryUpdate.with_instructions(PAPER_MEMORY_UPDATE))
+        else:
+            self.write = dspy.Predict(ExternalWrite.with_instructions(DEFAULT_WRITE))
+        if self.rules.chat_turns:
             self.use = self._paper_use()
-            return
-        self.write = dspy.Predict(ExternalWrite.with_instructions(DEFAULT_WRITE))
-        self.use = dspy.Predict(MemoryReply.with_instructions(DEFAULT_MEMORY_USE))
+        else:
+            self.use = dspy.Predict(MemoryReply.with_instructions(DEFAULT_MEMORY_USE))
 
     def _instruction_predictors(self) -> dict[str, dspy.Predict]:
-        if self.preset == "paper":
+        if self.rules.reference_writes:
             return {"write": self.write, "write.update": self.write_update, "use": self.use}
         return {"write": self.write, "use": self.use}
 
     def _write(self, state: MemoryState, messages: list[Message], times: list[str | None]) -> None:
         assert isinstance(state, ExternalState)
-        if self.preset == "paper":
+        if self.rules.reference_writes:
             self._paper_write(state, messages, latest_time(times) or state.current_time)
             return
         transcript = render_conversation(messages)

@@ -291,7 +291,7 @@ class ExternalSystemPolicy(MemoryPolicy):
     def _build_modules(self) -> None:
         self.write = SystemAdd()
         self.read = SystemSearch()
-        if self.preset == "paper":
+        if self.rules.chat_turns:
             self.use = dspy.Predict(StoreChatReply.with_instructions(PAPER_STORE_USE))
         else:
             self.use = dspy.Predict(MemoryReply.with_instructions(DEFAULT_MEMORY_USE))
@@ -316,15 +316,17 @@ class ExternalSystemPolicy(MemoryPolicy):
 
     def _use_inputs(self, state: MemoryState, query: str) -> tuple[dict[str, str], list[str]]:
         assert isinstance(state, ExternalSystemState)
-        paper = self.preset == "paper"
+        rules = self.rules
+        # Nothing found: the reference's prompt shows an empty memory, ours says so.
+        nothing = "" if rules.plain_memory_lines else "(nothing relevant)"
         if state.snapshot is None:
-            return {"memory": "" if paper else "(nothing relevant)"}, []
+            return {"memory": nothing}, []
         with self._systems.holding(state.snapshot, read_only=True) as lease:
             # preset=paper searches with the message as sent (time header, options included).
-            query_text = query if paper else strip_time_header(query)
+            query_text = query if rules.search_with_message_as_sent else strip_time_header(query)
             found = self.read(system=lease.system, query=query_text, k=self.top_k).memories
         memory = "\n".join(f"- {text}" for text in found)
-        return {"memory": memory or ("" if paper else "(nothing relevant)")}, list(found)
+        return {"memory": memory or nothing}, list(found)
 
     def describe_memory(self, state: MemoryState) -> str:
         assert isinstance(state, ExternalSystemState)

@@ -123,17 +123,16 @@ class InContextPolicy(MemoryPolicy):
     paper_choose_signature: ClassVar[type[dspy.Signature]] = InContextChatChoose
 
     def _build_modules(self) -> None:
-        paper = self.preset == "paper"
-        write_signature = InContextJSONWrite if paper else InContextWrite
+        write_signature = InContextJSONWrite if self.rules.reference_writes else InContextWrite
         self.write = dspy.Predict(write_signature.with_instructions(self._initial_write()))
         self.read = InContextRead()
-        if paper:
+        if self.rules.chat_turns:
             self.use = dspy.Predict(InContextChatReply.with_instructions(PAPER_IN_CONTEXT_USE))
         else:
             self.use = dspy.Predict(MemoryReply.with_instructions(DEFAULT_MEMORY_USE))
 
     def _initial_write(self) -> str:
-        if self.preset == "paper":
+        if self.rules.reference_writes:
             return compose_write_instruction(PAPER_IN_CONTEXT_WRITE, PAPER_TYPES_TO_REMEMBER)
         return compose_write_instruction(DEFAULT_WRITE, DEFAULT_TYPES_TO_REMEMBER)
 
@@ -145,7 +144,7 @@ class InContextPolicy(MemoryPolicy):
         assert isinstance(state, InContextState)
         time = latest_time(times) or state.current_time
         signature = self._write_signature(state)
-        if self.preset == "paper":
+        if self.rules.reference_writes:
             with paper_chat():
                 prediction = self._predict(
                     state,
@@ -187,7 +186,7 @@ class InContextPolicy(MemoryPolicy):
 
     def _use_inputs(self, state: MemoryState, query: str) -> tuple[dict[str, str], list[str]]:
         assert isinstance(state, InContextState)
-        if self.preset == "paper":
+        if self.rules.plain_memory_lines:
             memory = render_paper_entries(state.memory)
         else:
             memory = self.read(entries=state.memory).memory
@@ -247,7 +246,7 @@ class InContextOraclePolicy(InContextPolicy):
     state_type: ClassVar[type[MemoryState]] = InContextOracleState
 
     def _initial_write(self) -> str:
-        return PAPER_IN_CONTEXT_WRITE if self.preset == "paper" else DEFAULT_WRITE
+        return PAPER_IN_CONTEXT_WRITE if self.rules.reference_writes else DEFAULT_WRITE
 
     def initial_state(
         self, *, state_schema: Mapping[str, Sequence[str]] | None = None

@@ -115,7 +115,7 @@ class InContextQuotesPolicy(InContextPolicy):
     state_type: ClassVar[type[MemoryState]] = InContextQuotesState
 
     def _build_modules(self) -> None:
-        if self.preset == "paper":
+        if self.rules.reference_writes:
             raise PolicyError(
                 "in_context_quotes has no paper preset (the reference has no such policy); "
                 "use in_context:preset=paper"

@@ -45,9 +45,9 @@ class RawRagPolicy(EmbeddingStorePolicy):
     }
 
     def _build_modules(self) -> None:
-        self.write = MessageWrite() if self.preset == "paper" else ChunkWrite()
+        self.write = MessageWrite() if self.rules.reference_writes else ChunkWrite()
         self.read = EmbeddingRead()
-        if self.preset == "paper":
+        if self.rules.chat_turns:
             self.use = self._paper_use()
         else:
             self.use = dspy.Predict(MemoryReply.with_instructions(DEFAULT_MEMORY_USE))
@@ -55,7 +55,7 @@ class RawRagPolicy(EmbeddingStorePolicy):
     def _write(self, state: MemoryState, messages: list[Message], times: list[str | None]) -> None:
         assert isinstance(state, RawRagState)
         time = latest_time(times) or state.current_time
-        if self.preset == "paper":
+        if self.rules.reference_writes:
             self._store(state, self.write(messages=messages).memories, time)
             return
         chunk = self.write(messages=messages).chunk

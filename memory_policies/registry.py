@@ -23,7 +23,7 @@ from memory_policies.in_context import InContextOraclePolicy, InContextPolicy
 from memory_policies.in_context_quotes import InContextQuotesPolicy
 from memory_policies.mem0_system import Mem0Policy
 from memory_policies.native import NativePolicy
-from memory_policies.presets import PRESETS, check_preset
+from memory_policies.presets import EVOLVE, PRESETS, check_preset, is_preset
 from memory_policies.raw_rag import RawRagPolicy
 
 logger = logging.getLogger(__name__)
@@ -151,7 +151,7 @@ def parse_spec(spec: str) -> tuple[str, dict[str, int | bool | str]]:
         if name in parameters:
             raise PolicyError(f"parameter '{name}' is given twice in policy spec {spec!r}")
         if name == "preset":
-            if value not in PRESETS:
+            if not is_preset(value):
                 raise PolicyError(
                     f"preset in policy spec {spec!r} must be one of {', '.join(PRESETS)}, "
                     f"got {value!r}"
@@ -278,7 +278,7 @@ def load(directory: str | os.PathLike[str], *, embedder: Embedder | None = None)
         bundle["kind"],
         bundle["parameters"],
         embedder=embedder,
-        preset=bundle.get("preset") or "evolve",
+        preset=bundle.get("preset") or EVOLVE.name,
     )
     try:
         policy.load_state(bundle["dspy_state"])

@@ -116,13 +116,15 @@ class EmbeddingStorePolicy(MemoryPolicy):
 
     def _use_inputs(self, state: MemoryState, query: str) -> tuple[dict[str, str], list[str]]:
         assert isinstance(state, StoreState)
-        if self.preset == "paper":
-            # The reference searches with the message as sent (time header and, for a question,
-            # the options included) and lists the hits as ``- text``, oldest first.
-            found = in_time_order(self._search(state, query, self.top_k))
-            return {"memory": "\n".join(f"- {m.text}" for m in found)}, [m.text for m in found]
-        found = in_time_order(self._search(state, strip_time_header(query), self.top_k))
-        memory = "\n".join(timed_line(m.time, m.text) for m in found) or "(nothing relevant)"
+        # The reference searches with the message as sent (time header and, for a question,
+        # the options included) and lists the hits as ``- text``, oldest first.
+        rules = self.rules
+        query_text = query if rules.search_with_message_as_sent else strip_time_header(query)
+        found = in_time_order(self._search(state, query_text, self.top_k))
+        if rules.plain_memory_lines:
+            memory = "\n".join(f"- {m.text}" for m in found)
+        else:
+            memory = "\n".join(timed_line(m.time, m.text) for m in found) or "(nothing relevant)"
         return {"memory": memory}, [m.text for m in found]
 
     def _paper_use(self) -> dspy.Predict:

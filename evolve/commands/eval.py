@@ -31,7 +31,7 @@ from evolve.llm.usage import UsageEvent
 from evolve.locking import run_lock
 from evolve.optimize.store import ExperimentStore, Spend
 from evolve.paths import cache_dir
-from evolve.protocol import DATA_FILE_ROUNDS, PROTOCOLS
+from evolve.protocol import EVAL_COMMAND_PROTOCOL, PROTOCOLS, rules_for
 from evolve.simulator.baselines import compute_upper_bound
 from evolve.simulator.environment import Environment, load_environment
 from evolve.simulator.metrics import MetricSummary
@@ -85,7 +85,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--protocol",
         choices=PROTOCOLS,
-        default="paper",
+        default=EVAL_COMMAND_PROTOCOL,
         help="information flow: 'paper' reproduces the reference AMemGym code's (default; "
         "comparable with published numbers), 'evolve' is this toolkit's (docs/protocols.md)",
     )
@@ -177,7 +177,7 @@ class TqdmProgress(ProgressSink):
 def build_eval_policies(specs: list[str], protocol: str) -> list[MemoryPolicy]:
     """Under the paper protocol a spec naming no preset gets preset=paper; an explicit preset
     (``in_context:preset=evolve``) or a bundle's recorded one wins."""
-    preset = "paper" if protocol == "paper" else None
+    preset = rules_for(protocol).policy_preset
     return [build_policy(spec, default_preset=preset) for spec in specs]
 
 
@@ -222,7 +222,7 @@ def _load_env(args: argparse.Namespace) -> tuple[Environment, int, int]:
         env = synthesize_environment(preset, args.seed, args.users)
         return env, preset.rounds_initial, preset.rounds_update
     env = load_environment(args.env)
-    rounds_initial, rounds_update = DATA_FILE_ROUNDS[args.protocol]
+    rounds_initial, rounds_update = rules_for(args.protocol).data_file_rounds
     if args.users is not None:
         if args.users > len(env.items):
             print(

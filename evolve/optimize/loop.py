@@ -58,6 +58,7 @@ from evolve.optimize.population import PopulationSchedule, default_proposer
 from evolve.optimize.reflect import Reflector
 from evolve.optimize.report import format_lineage, format_table
 from evolve.optimize.store import ExperimentStore
+from evolve.protocol import rules_for
 from evolve.records import (
     CandidateRecord,
     CandidateStatus,
@@ -131,7 +132,7 @@ def reflector_setup(spec: ExperimentSpec) -> tuple[str, float]:
     """(LM role, temperature) of the reflector: under the paper's protocol the agent's own
     model at temperature 0, unless the spec names a reflector model or temperature."""
     temperature = spec.optimizer.reflector_temperature
-    if spec.protocol != "paper":
+    if not rules_for(spec.protocol).reflector_is_agent_model:
         return "reflector", temperature
     if "reflector_temperature" not in spec.optimizer.model_fields_set:
         temperature = 0.0
@@ -170,7 +171,7 @@ class _Evolution(PopulationSchedule, ChainSchedule):
             max_chars=self.optimizer.max_instruction_chars,
             role=self.reflector_role,
             # Proposal checks and structured edits are ours; the paper's reflector is unchecked.
-            check_proposals=resolved.spec.protocol == "evolve",
+            check_proposals=rules_for(resolved.spec.protocol).checks_reflector_proposals,
         )
         self.records: dict[str, CandidateRecord] = {}
         self.upper_bound: Any = None
@@ -182,7 +183,8 @@ class _Evolution(PopulationSchedule, ChainSchedule):
     def run(self) -> ExperimentResult:
         model_names = self.lms.model_names()
         identity = self.resolved.identity(model_names)
-        if self.spec.protocol == "paper":  # recorded (added only here: older runs keep hashes)
+        # Recorded (added only here: older runs keep their hashes).
+        if rules_for(self.spec.protocol).reflector_is_agent_model:
             identity["reflector"] = {
                 "role": self.reflector_role,
                 "model": model_names.get(self.reflector_role),

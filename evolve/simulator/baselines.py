@@ -34,6 +34,7 @@ import re
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,7 +44,7 @@ from pydantic import BaseModel, Field
 
 from evolve.files import atomic_write_json
 from evolve.llm.response_cache import held_until_parsed
-from evolve.protocol import Protocol
+from evolve.protocol import DEFAULT_PROTOCOL, Protocol, rules_for
 from evolve.simulator.storage import read_json
 
 if TYPE_CHECKING:
@@ -102,7 +103,7 @@ class UpperBoundTable(BaseModel):
     format_version: int = UPPER_BOUND_FORMAT_VERSION
     environment_hash: str
     protocol: Protocol = Field(
-        default="evolve", description="Which prompt layout asked the questions."
+        default=DEFAULT_PROTOCOL, description="Which prompt layout asked the questions."
     )
     agent_model: str
     agent_identity: dict[str, Any] = Field(
@@ -145,7 +146,7 @@ def agent_identity(lms: RoleLMs) -> dict[str, Any]:
 
 
 def upper_bound_cache_key(
-    environment_hash: str, identity: dict[str, Any], protocol: Protocol = "evolve"
+    environment_hash: str, identity: dict[str, Any], protocol: Protocol = DEFAULT_PROTOCOL
 ) -> str:
     """Hash of the environment, the agent's identity, the protocol (its prompt layout) and the
     upper-bound prompt version."""
@@ -192,16 +193,46 @@ def _save_cache(path: Path, table: UpperBoundTable) -> None:
     atomic_write_json(path, cacheable.model_dump(mode="json"))
 
 
-def _format_state(
-    required_info: Sequence[str], values: Sequence[str], protocol: Protocol = "evolve"
-) -> str:
-    state = dict(zip(required_info, values, strict=True))
-    return json.dumps(state, ensure_ascii=False, indent=2 if protocol == "paper" else None)
+@dataclass(frozen=True)
+class UpperBoundPrompt:
+    """One layout of the upper-bound question (`ProtocolRules.upper_bound_layout` names it)."""
+
+    signature: type[dspy.Signature]
+    # The input field that carries the variant's state.
+    state_field: str
+    state_indent: int | None
+    option_separator: str
+
+    def predictor(self) -> dspy.Predict:
+        return dspy.Predict(self.signature)
+
+    def inputs(
+        self,
+        question: str,
+        required_info: Sequence[str],
+        values: Sequence[str],
+        options: Sequence[str],
+    ) -> dict[str, str]:
+        state = dict(zip(required_info, values, strict=True))
+        separator = self.option_separator
+        return {
+            "question": question,
+            self.state_field: json.dumps(state, ensure_ascii=False, indent=self.state_indent),
+            "options": "\n".join(f"{i}{separator} {o}" for i, o in enumerate(options, start=1)),
+        }
 
 
-def _format_options(options: Sequence[str], protocol: Protocol = "evolve") -> str:
-    separator = ":" if protocol == "paper" else "."
-    return "\n".join(f"{i}{separator} {option}" for i, option in enumerate(options, start=1))
+UPPER_BOUND_PROMPTS: dict[str, UpperBoundPrompt] = {
+    # The reference's: the state as indented JSON, options as ``<n>: <text>``.
+    "reference": UpperBoundPrompt(PaperAnswerWithKnownState, "current_state", 2, ":"),
+    # Ours: the same content, compact.
+    "compact": UpperBoundPrompt(AnswerWithKnownState, "known_state", None, "."),
+}
+
+
+def upper_bound_prompt(protocol: Protocol) -> UpperBoundPrompt:
+    """The upper-bound prompt layout a protocol uses."""
+    return UPPER_BOUND_PROMPTS[rules_for(protocol).upper_bound_layout]
 
 
 def choice_error(choice: object, option_count: int) -> str | None:
@@ -211,10 +242,6 @@ def choice_error(choice: object, option_count: int) -> str | None:
     if not 1 <= choice <= option_count:
         return f"choice {choice} is not an option number in 1..{option_count}"
     return None
-
-
-def _predictor(protocol: Protocol) -> dspy.Predict:
-    return dspy.Predict(PaperAnswerWithKnownState if protocol == "paper" else AnswerWithKnownState)
 
 
 def _ask(
@@ -227,7 +254,7 @@ def _ask(
     required_info: Sequence[str],
     option_texts: Sequence[str],
     option_states: Sequence[Sequence[str]],
-    protocol: Protocol = "evolve",
+    protocol: Protocol = DEFAULT_PROTOCOL,
 ) -> UpperBoundEntry:
     given = option_states[variant_index]
     # A choice that is no option number fails here, after the adapter parsed it: its reply is
@@ -235,18 +262,11 @@ def _ask(
     with held_until_parsed() as held:
         try:
             with lms.context("agent"):
-                if protocol == "paper":
-                    prediction = predictor(
-                        question=question,
-                        current_state=_format_state(required_info, given, protocol),
-                        options=_format_options(option_texts, protocol),
+                prediction = predictor(
+                    **upper_bound_prompt(protocol).inputs(
+                        question, required_info, given, option_texts
                     )
-                else:
-                    prediction = predictor(
-                        known_state=_format_state(required_info, given),
-                        question=question,
-                        options=_format_options(option_texts),
-                    )
+                )
             choice = prediction.choice
             error = choice_error(choice, len(option_texts))
         except AdapterParseError as exc:
@@ -281,7 +301,7 @@ def compute_upper_bound(
     concurrency: int = 1,
     on_entry: Callable[[UpperBoundEntry], None] | None = None,
     refresh: bool = False,
-    protocol: Protocol = "evolve",
+    protocol: Protocol = DEFAULT_PROTOCOL,
 ) -> UpperBoundTable:
     """The upper-bound table for `env` and the agent, computed only where not cached.
 
@@ -317,7 +337,7 @@ def compute_upper_bound(
                     )
     if not todo:
         return table
-    predictor = _predictor(protocol)
+    predictor = upper_bound_prompt(protocol).predictor()
     lock = threading.Lock()
     pending = 0
 

@@ -2,15 +2,17 @@
 
 A session opens with the environment's query (prefixed with its time stamp, as in the
 original code); the user then follows up after each assistant reply until the planned number
-of rounds is reached. What the follow-up prompt shows depends on the protocol:
+of rounds is reached. What the follow-up prompt shows is a `UserView`, chosen by the protocol
+(`ProtocolRules.user_view`, built with `user_view_for`):
 
-- ``evolve`` (ours): the user is told the period's current state so that its follow-ups stay
-  consistent with it; it may talk about what the session exposes and must keep every other
-  tracked value to itself.
-- ``paper`` (the reference code's information flow): the user sees only the profile (as of the
-  environment's start), the period's end date, the session's opening message, the last two
-  messages and the state schema it must keep to itself. It is blind to every state value:
-  the prompt is the same whatever the current or exposed state is.
+- ``state_aware`` (protocol ``evolve``, ours; `StateAwareUserView`): the user is told the
+  period's current state so that its follow-ups stay consistent with it; it may talk about
+  what the session exposes and must keep every other tracked value to itself.
+- ``blind`` (protocol ``paper``, the reference code's information flow; `PaperUserView`): the
+  user sees only the profile (as of the environment's start), the period's end date, the
+  session's opening message, the last two messages and the state schema it must keep to
+  itself. It is blind to every state value: the prompt is the same whatever the current or
+  exposed state is.
 
 The simulated user belongs to the environment, never to a policy: an optimizer that mutates a
 policy's modules must not be able to reach it.
@@ -22,18 +24,19 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
+from typing import Protocol as TypingProtocol
 
 import dspy
 from dspy.utils.exceptions import AdapterParseError
 
-from evolve.protocol import Protocol
 from evolve.seeds import derive_seed
 from evolve.simulator.records import SessionTranscript, TranscriptMessage
 from memory_policies.common import capped_call_config
 
 if TYPE_CHECKING:
     from evolve.llm import RoleLMs
+    from evolve.simulator.environment import EnvironmentItem, Period, Session
     from memory_policies.base import MemoryPolicy, MemoryState
 
 # The small model pays for every prompt token; these bound what one follow-up call reads.
@@ -92,6 +95,58 @@ class PaperUserFollowUp(dspy.Signature):
     message: str = dspy.OutputField(desc="the user's next message")
 
 
+class UserView(TypingProtocol):
+    """What the simulated user may see besides the conversation, for one session; it writes
+    the user's next message from that and the latest exchange."""
+
+    def next_message(
+        self, user: SimulatedUser, *, opening: str, last_user: str, last_assistant: str, seed: int
+    ) -> str:
+        """One follow-up; raises AdapterParseError when the output cannot be parsed."""
+        ...
+
+
+@dataclass(frozen=True)
+class StateAwareUserView:
+    """Ours: the persona, the session's date and query, the facts the session is about and
+    the period's other current facts (to keep consistent with and to itself)."""
+
+    persona: str
+    today: str
+    topic: str
+    shared_facts: Mapping[str, str]
+    private_facts: Mapping[str, str]
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        persona: str,
+        today: str,
+        topic: str,
+        exposed_states: Mapping[str, Any],
+        current_state: Mapping[str, Any],
+    ) -> StateAwareUserView:
+        """The view of a session exposing `exposed_states` while `current_state` holds."""
+        shared = {name: str(value) for name, value in exposed_states.items()}
+        private = {name: str(v) for name, v in current_state.items() if name not in shared}
+        return cls(persona, today, topic, shared, private)
+
+    def next_message(
+        self, user: SimulatedUser, *, opening: str, last_user: str, last_assistant: str, seed: int
+    ) -> str:
+        return user.next_message(
+            persona=self.persona,
+            today=self.today,
+            topic=self.topic,
+            shared_facts=self.shared_facts,
+            private_facts=self.private_facts,
+            last_user=last_user,
+            last_assistant=last_assistant,
+            seed=seed,
+        )
+
+
 @dataclass(frozen=True)
 class PaperUserView:
     """What the reference code's simulated user sees besides the conversation itself."""
@@ -107,6 +162,41 @@ class PaperUserView:
             indent=2,
             ensure_ascii=False,
         )
+
+    def next_message(
+        self, user: SimulatedUser, *, opening: str, last_user: str, last_assistant: str, seed: int
+    ) -> str:
+        return user.paper_next_message(
+            view=self,
+            opening=opening,
+            last_user=last_user,
+            last_assistant=last_assistant,
+            seed=seed,
+        )
+
+
+def user_view_for(
+    style: Literal["blind", "state_aware"],
+    item: EnvironmentItem,
+    period: Period,
+    session: Session,
+) -> UserView:
+    """The view a protocol's simulated user gets in one session (`ProtocolRules.user_view`)."""
+    if style == "blind":
+        # The reference user sees the full profile as of the start and the period's END date.
+        return PaperUserView(
+            profile=item.profile_text(),
+            profile_date=str(item.start_time or ""),
+            current_date=str(period.period_end or ""),
+            state_schema=item.state_schema,
+        )
+    return StateAwareUserView.of(
+        persona=format_persona(item.profile_text()),
+        today=str(session.session_time),
+        topic=session.query,
+        exposed_states=session.exposed_values(),
+        current_state={k: str(v) for k, v in period.state.items()},
+    )
 
 
 def format_persona(profile: Any) -> str:
@@ -203,13 +293,10 @@ def play_session(
     session_time: str,
     query: str,
     exposed_states: Mapping[str, str],
-    current_state: Mapping[str, str],
-    persona: str,
+    view: UserView,
     rounds: int,
     seed: int,
     call_slot: Callable[[], AbstractContextManager[Any]] = nullcontext,
-    protocol: Protocol = "evolve",
-    paper_view: PaperUserView | None = None,
 ) -> tuple[SessionTranscript, MemoryState]:
     """Run one on-policy session: policy replies live, the simulated user follows up.
 
@@ -217,16 +304,10 @@ def play_session(
     called. An unparseable or empty follow-up ends the session early; it is counted in
     `simulator_parse_failures` and explained in `ended_early`, never replaced by a canned text.
     Every LM-backed call is made inside `call_slot()` (the runner bounds calls in flight).
-    Under `protocol="paper"` the follow-ups come from `paper_view` and the conversation only
-    (`persona`, `exposed_states` and `current_state` never reach the simulator's prompt).
+    The follow-ups see `view` and the conversation only; `exposed_states` is recorded in the
+    transcript (what the session is about), whatever the view shows.
     """
-    if protocol == "paper" and paper_view is None:
-        raise ValueError(
-            "play_session(protocol='paper') needs paper_view (profile, its date, the period's "
-            "end date and the state schema); got None"
-        )
     shared = {name: str(value) for name, value in exposed_states.items()}
-    private = {name: str(value) for name, value in current_state.items() if name not in shared}
     opening = opening_message(session_time, query)
     messages: list[TranscriptMessage] = []
     user_message = opening
@@ -243,26 +324,13 @@ def play_session(
             break
         try:
             with call_slot(), lms.context("simulator"):
-                follow_up_seed = derive_seed(seed, session_index, round_index)
-                if protocol == "paper" and paper_view is not None:
-                    user_message = user.paper_next_message(
-                        view=paper_view,
-                        opening=opening,
-                        last_user=user_message,
-                        last_assistant=reply,
-                        seed=follow_up_seed,
-                    )
-                else:
-                    user_message = user.next_message(
-                        persona=persona,
-                        today=session_time,
-                        topic=query,
-                        shared_facts=shared,
-                        private_facts=private,
-                        last_user=user_message,
-                        last_assistant=reply,
-                        seed=follow_up_seed,
-                    )
+                user_message = view.next_message(
+                    user,
+                    opening=opening,
+                    last_user=user_message,
+                    last_assistant=reply,
+                    seed=derive_seed(seed, session_index, round_index),
+                )
         except AdapterParseError as exc:
             failures += 1
             ended_early = "simulator output unparseable: " + " ".join(str(exc).split())[:200]

@@ -4,20 +4,39 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from scripted_lm import ScriptedLM, scripted_role_lms
-from simulator.eval_helpers import agent_responder, output_fields, sections, simulator_responder
+from simulator.eval_helpers import (
+    agent_responder,
+    make_environment,
+    output_fields,
+    sections,
+    simulator_responder,
+)
 
 from evolve.simulator.user import (
     PaperUserView,
     SimulatedUser,
+    StateAwareUserView,
     derive_seed,
     format_persona,
     opening_message,
     play_session,
+    user_view_for,
 )
 from memory_policies import NativePolicy
 from memory_policies.common import REPLY_MAX_TOKENS
+
+
+def state_aware_view(
+    exposed_states=None, current_state=None, persona="Ana, a 34-year-old nurse."
+) -> StateAwareUserView:
+    return StateAwareUserView.of(
+        persona=persona,
+        today="2024-03-02",
+        topic="I switched to keto. Breakfast ideas?",
+        exposed_states=exposed_states or {"diet": "keto"},
+        current_state=current_state or {"diet": "keto", "city": "Paris", "pet": "cat"},
+    )
 
 
 def play(rounds: int, simulator=simulator_responder, **overrides):
@@ -34,8 +53,7 @@ def play(rounds: int, simulator=simulator_responder, **overrides):
         session_time="2024-03-02",
         query="I switched to keto. Breakfast ideas?",
         exposed_states={"diet": "keto"},
-        current_state={"diet": "keto", "city": "Paris", "pet": "cat"},
-        persona="Ana, a 34-year-old nurse.",
+        view=state_aware_view(),
         rounds=rounds,
         seed=7,
     )
@@ -143,12 +161,9 @@ def paper_play(rounds: int, **overrides):
         session_time="2024-03-02",
         query="I need new breakfast ideas.",
         exposed_states={"diet": "keto"},
-        current_state={"diet": "keto", "city": "Paris", "pet": "cat"},
-        persona="TRUNCATED PERSONA (evolve only)",
+        view=PAPER_VIEW,
         rounds=rounds,
         seed=7,
-        protocol="paper",
-        paper_view=PAPER_VIEW,
     )
     arguments.update(overrides)
     transcript, _ = play_session(**arguments)
@@ -184,17 +199,12 @@ def test_paper_user_sees_profile_end_date_opening_last_two_messages_and_the_sche
     instructions = simulator_lm.calls[0].system
     assert "never disclose or hint" in instructions
     assert "Never restate what `opening_message` already said" in instructions
-    assert "TRUNCATED PERSONA" not in simulator_lm.calls[0].text
     assert [m.role for m in transcript.messages] == ["user", "assistant"] * 3
 
 
 def test_paper_user_prompt_is_blind_to_the_state_values():
     _, keto = paper_play(rounds=2)
-    _, vegan = paper_play(
-        rounds=2,
-        exposed_states={"diet": "vegan", "city": "Oslo"},
-        current_state={"diet": "vegan", "city": "Oslo", "pet": "dog"},
-    )
+    _, vegan = paper_play(rounds=2, exposed_states={"diet": "vegan", "city": "Oslo"})
     # The same prompt whatever the current and exposed state: no state value reaches it.
     assert [call.messages for call in keto.calls] == [call.messages for call in vegan.calls]
     outside_schema = sections(keto.calls[0].user)
@@ -204,12 +214,26 @@ def test_paper_user_prompt_is_blind_to_the_state_values():
     assert "shared_facts" not in keto.calls[0].text and "private_facts" not in keto.calls[0].text
 
 
-def test_evolve_user_prompt_is_unchanged_by_the_paper_view():
-    _, _, plain, _ = play(rounds=2)
-    _, _, with_view, _ = play(rounds=2, paper_view=PAPER_VIEW)
-    assert [call.messages for call in plain.calls] == [call.messages for call in with_view.calls]
+def test_state_aware_view_shares_the_exposed_facts_and_keeps_the_rest_private():
+    view = state_aware_view(
+        exposed_states={"diet": "vegan"}, current_state={"diet": "vegan", "city": "Oslo"}
+    )
+    assert view.shared_facts == {"diet": "vegan"}
+    assert view.private_facts == {"city": "Oslo"}
 
 
-def test_paper_protocol_without_its_view_is_refused():
-    with pytest.raises(ValueError, match="paper_view"):
-        paper_play(rounds=2, paper_view=None)
+def test_user_view_for_gives_the_blind_view_the_period_end_and_the_state_aware_view_the_state():
+    env = make_environment(users=1)
+    item = env.items[0]
+    period = item.periods[0]
+    session = period.sessions[0]
+    blind = user_view_for("blind", item, period, session)
+    assert isinstance(blind, PaperUserView)
+    assert blind.current_date == str(period.period_end)
+    assert blind.profile_date == str(item.start_time)
+    aware = user_view_for("state_aware", item, period, session)
+    assert isinstance(aware, StateAwareUserView)
+    assert aware.topic == session.query and aware.today == str(session.session_time)
+    assert {**aware.shared_facts, **aware.private_facts} == {
+        k: str(v) for k, v in period.state.items()
+    }

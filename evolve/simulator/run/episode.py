@@ -1,0 +1,60 @@
+"""How episodes are played: the settings every unit reads (a leaf of the runner package)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from evolve.protocol import DEFAULT_PROTOCOL, PROTOCOLS, Protocol, rules_for
+
+ProbeScope = Literal["all", "wrong_only"]
+
+
+def probe_scope_problem(protocol: Protocol, probes: ProbeScope) -> str | None:
+    """Why a probe scope cannot be used under a protocol (None when it can)."""
+    rules = rules_for(protocol)
+    if probes in rules.probe_scopes:
+        return None
+    allowing = [name for name in PROTOCOLS if probes in rules_for(name).probe_scopes]
+    alternatives = [f"probes = '{scope}'" for scope in rules.probe_scopes[:1]]
+    alternatives += [f"protocol = '{name}'" for name in allowing]
+    return (
+        f"probes = '{probes}' is refused under protocol '{rules.name}': "
+        f"{rules.probe_scope_reason}; use {' or '.join(alternatives)}"
+    )
+
+
+class EpisodeConfig(BaseModel):
+    """How episodes are played. `concurrency` changes speed only, never results."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    protocol: Protocol = Field(
+        default=DEFAULT_PROTOCOL,
+        description="Information flow: 'paper' (the reference code's) or ours.",
+    )
+    rounds_initial: int = Field(default=1, ge=1, description="Rounds per session in period 0.")
+    rounds_update: int = Field(default=1, ge=1, description="Rounds per session afterwards.")
+    concurrency: int = Field(default=4, ge=1, description="Users evaluated at the same time.")
+    seed: int = 0
+    max_users: int | None = Field(default=None, ge=1, description="First N users only.")
+    probes: ProbeScope = Field(
+        default="all",
+        description="wrong_only (evolve only): probe only the variables of wrongly answered "
+        "items. A variable not probed at its last write period then counts as not recalled.",
+    )
+
+    @model_validator(mode="after")
+    def _probes_for_protocol(self) -> EpisodeConfig:
+        problem = probe_scope_problem(self.protocol, self.probes)
+        if problem:
+            raise ValueError(problem)
+        return self
+
+    def rounds_for(self, period_index: int) -> int:
+        return self.rounds_initial if period_index == 0 else self.rounds_update
+
+    def identity(self) -> dict[str, Any]:
+        """The settings that determine results (what the config hash covers)."""
+        return self.model_dump(exclude={"concurrency"})

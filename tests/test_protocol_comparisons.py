@@ -1,0 +1,211 @@
+"""No code outside the two rules modules decides anything by a protocol or preset name.
+
+Every protocol-dependent choice is a field of `evolve.protocol.ProtocolRules`, every
+preset-dependent one a field of `memory_policies.presets.PresetRules`; code reads the field.
+This test parses (ast) every ``.py`` file under ``evolve/`` and ``memory_policies/`` except
+those two modules and fails on:
+
+1. a comparison (``==``, ``!=``, ``in``, ``not in``, ``is``, ``is not``) with an operand that
+   names a protocol or preset;
+2. a ``match`` case whose pattern is such a name (``case "paper":``, ``case PAPER:``);
+3. a lookup keyed by one: a subscript whose key names one (``x["paper"]``), a subscript of a
+   dict display that has one as a key (``{"paper": a, "evolve": b}[name]``), or a ``.get``
+   whose first argument names one.
+
+An operand "names a protocol or preset" when it is
+
+- the string literal ``"paper"`` or ``"evolve"``; or
+- a name (or ``module.name`` attribute) imported from ``evolve.protocol`` or
+  ``memory_policies.presets`` whose value there is such a string, a collection of them, or a
+  rules instance (``PAPER``, ``EVOLVE``, ``DEFAULT_PRESET``, ``PROTOCOLS``, ``PRESETS``).
+
+Names are resolved per file through its imports, so an unrelated ``DEFAULT_PRESET`` (the
+bundled model's) is not flagged. Other strings ("blind", "per_question") are field values,
+not protocol names, and may be compared.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+import pytest
+
+import evolve.protocol
+import memory_policies.presets
+
+ROOT = Path(__file__).resolve().parents[1]
+NAMES = {"paper", "evolve"}
+RULES_MODULES = {
+    "evolve.protocol": evolve.protocol,
+    "memory_policies.presets": memory_policies.presets,
+}
+EXEMPT = {ROOT / "evolve" / "protocol.py", ROOT / "memory_policies" / "presets.py"}
+RULES_TYPES = (evolve.protocol.ProtocolRules, memory_policies.presets.PresetRules)
+
+
+def _stands_for_a_name(value: object) -> bool:
+    if isinstance(value, str):
+        return value in NAMES
+    if isinstance(value, RULES_TYPES):
+        return True
+    if isinstance(value, tuple | list | set | frozenset):
+        return bool(value) and all(_stands_for_a_name(v) for v in value)
+    if isinstance(value, dict):
+        return bool(value) and all(_stands_for_a_name(k) for k in value)
+    return False
+
+
+def _flagged_names(module: object) -> set[str]:
+    return {
+        name
+        for name in dir(module)
+        if not name.startswith("__") and _stands_for_a_name(getattr(module, name))
+    }
+
+
+FLAGGED = {name: _flagged_names(module) for name, module in RULES_MODULES.items()}
+
+
+class _Finder(ast.NodeVisitor):
+    def __init__(self) -> None:
+        self.names: set[str] = set()  # local names bound to a flagged value
+        self.modules: dict[str, str] = {}  # local alias -> rules module
+        self.problems: list[str] = []
+
+    # ----- what names a protocol ---------------------------------------------------------
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        module = node.module or ""
+        for alias in node.names:
+            local = alias.asname or alias.name
+            if module in FLAGGED and alias.name in FLAGGED[module]:
+                self.names.add(local)
+            if f"{module}.{alias.name}" in FLAGGED:
+                self.modules[local] = f"{module}.{alias.name}"
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            if alias.name in FLAGGED:
+                self.modules[alias.asname or alias.name] = alias.name
+
+    def names_a_protocol(self, node: ast.AST) -> bool:
+        if isinstance(node, ast.Constant):
+            return isinstance(node.value, str) and node.value in NAMES
+        if isinstance(node, ast.Name):
+            return node.id in self.names
+        if isinstance(node, ast.Attribute):
+            target = ast.unparse(node.value)
+            module = self.modules.get(target, target)
+            return module in FLAGGED and node.attr in FLAGGED[module]
+        if isinstance(node, ast.Tuple | ast.List | ast.Set):
+            return any(self.names_a_protocol(element) for element in node.elts)
+        return False
+
+    # ----- where it must not appear ------------------------------------------------------
+
+    def flag(self, node: ast.AST, what: str) -> None:
+        self.problems.append(f"line {node.lineno}: {what}: {ast.unparse(node)[:100]}")
+
+    def visit_Compare(self, node: ast.Compare) -> None:
+        if any(self.names_a_protocol(operand) for operand in [node.left, *node.comparators]):
+            self.flag(node, "comparison with a protocol or preset name")
+        self.generic_visit(node)
+
+    def visit_match_case(self, node: ast.match_case) -> None:
+        for pattern in ast.walk(node.pattern):
+            if isinstance(pattern, ast.MatchValue) and self.names_a_protocol(pattern.value):
+                self.flag(pattern, "match case on a protocol or preset name")
+        self.generic_visit(node)
+
+    def visit_Subscript(self, node: ast.Subscript) -> None:
+        if self.names_a_protocol(node.slice):
+            self.flag(node, "lookup keyed by a protocol or preset name")
+        elif isinstance(node.value, ast.Dict) and any(
+            key is not None and self.names_a_protocol(key) for key in node.value.keys
+        ):
+            self.flag(node, "lookup in a dict keyed by protocol or preset names")
+        self.generic_visit(node)
+
+    def visit_Call(self, node: ast.Call) -> None:
+        func = node.func
+        if (
+            isinstance(func, ast.Attribute)
+            and func.attr == "get"
+            and node.args
+            and self.names_a_protocol(node.args[0])
+        ):
+            self.flag(node, ".get keyed by a protocol or preset name")
+        self.generic_visit(node)
+
+
+def problems_in(source: str) -> list[str]:
+    tree = ast.parse(source)
+    finder = _Finder()
+    # Imports first: a name imported at the bottom (or inside a function) still counts.
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            finder.visit(node)
+    finder.visit(tree)
+    return finder.problems
+
+
+def _sources() -> list[Path]:
+    files = [
+        *sorted((ROOT / "evolve").rglob("*.py")),
+        *sorted((ROOT / "memory_policies").rglob("*.py")),
+    ]
+    return [path for path in files if path not in EXEMPT]
+
+
+def test_the_rules_modules_are_importable_by_name():
+    for name, module in RULES_MODULES.items():
+        assert importlib.import_module(name) is module
+    assert {"PAPER", "EVOLVE", "PROTOCOLS"} <= FLAGGED["evolve.protocol"]
+    assert {"PAPER", "EVOLVE", "PRESETS", "DEFAULT_PRESET"} <= FLAGGED["memory_policies.presets"]
+
+
+def test_no_code_compares_protocol_or_preset_names():
+    found = {
+        str(path.relative_to(ROOT)): problems
+        for path in _sources()
+        if (problems := problems_in(path.read_text(encoding="utf-8")))
+    }
+    assert found == {}, "ask a ProtocolRules / PresetRules field instead:\n" + "\n".join(
+        f"{path}: {problem}" for path, problems in found.items() for problem in problems
+    )
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        'if protocol == "paper": pass',
+        'ok = "evolve" != spec.protocol',
+        'ok = name in ("paper", "x")',
+        "from evolve.protocol import PAPER\nok = rules is PAPER",
+        "from memory_policies.presets import DEFAULT_PRESET as D\nok = preset == D",
+        "from memory_policies import presets\nok = preset in presets.PRESETS",
+        "import evolve.protocol\nok = x == evolve.protocol.EVOLVE",
+        'match protocol:\n    case "paper":\n        pass',
+        'value = table["paper"]',
+        'value = {"paper": 1, "evolve": 2}[protocol]',
+        'value = table.get("evolve")',
+    ],
+)
+def test_each_kind_of_name_switch_is_caught(source):
+    assert problems_in(source)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        'if rules.user_view == "blind": pass',
+        "from evolve.llm.model_files import DEFAULT_PRESET\nok = preset == DEFAULT_PRESET",
+        'message = f"protocol {name!r} is not paper"',
+        "from evolve.protocol import rules_for\nok = rules_for(protocol).chat_turns",
+        'spec = {"protocol": "paper"}',
+    ],
+)
+def test_field_reads_and_unrelated_names_pass(source):
+    assert problems_in(source) == []
