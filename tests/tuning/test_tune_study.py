@@ -13,9 +13,11 @@ import pytest
 from optimize.evolve_helpers import World
 from tuning.tune_helpers import (
     BEST,
+    GRID,
     PAPER_GRID,
     TuneWorld,
     make_tuned_agent,
+    tune,
     write_tune_spec,
 )
 
@@ -30,21 +32,6 @@ from evolve.tuning.storage import open_storage, prepare_storage_directory
 from evolve.tuning.study import TuningStore
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
-GRID = f'sampler = "grid"\n[tuning.parameters]\n{PAPER_GRID}'
-
-
-def tune(tmp_path: Path, spec_path: Path, world: TuneWorld | None = None, **kwargs):
-    world = world or TuneWorld()
-    result = run_tuning(
-        kwargs.pop("spec", None) or load_tune_spec(spec_path),
-        world.lms,
-        runs_dir=tmp_path / "runs",
-        upper_bound_cache=tmp_path / "ub",
-        **kwargs,
-    )
-    return result, world
-
-
 # ----- specs -------------------------------------------------------------------------------------
 
 
