@@ -5,15 +5,15 @@ This module opens a run (its store, identity, budget, tracker and upper bound), 
 writes the experiment result. Each schedule is a class with `run(context)` in its own
 module, `population` (GEPA) and `chain` (the paper's per-period chain). Two schedules:
 
-- ``population`` (default): GEPA (`gepa.optimize`, see `gepa_engine` and
-  `gepa_adapter`) evolves the base
-  policy's mutable components (text instructions and numeric parameters). One GEPA iteration
-  is one generation: GEPA selects a parent (`candidate_selection`), the component(s) to mutate
-  (`module_selector`), one of our operators proposes the child (reflective, parameter,
-  tuned), GEPA tries it on a minibatch of train users and keeps it if it is better
-  (`acceptance`), then scores it on all train users. Each new best is evaluated on the
-  held-out users (never shown to GEPA). Our frozen records (candidates with lineage, one
-  generation record per iteration) are built from GEPA's state at each iteration's end.
+- ``population`` (default): GEPA (`gepa.optimize`, see `gepa_engine` and `gepa_adapter`)
+  evolves the base policy's mutable components (text instructions and numeric parameters).
+  One GEPA iteration is one generation: GEPA selects a parent (`candidate_selection`), the
+  component(s) to mutate (`module_selector`), one of our operators proposes the child
+  (reflective, parameter, tuned), GEPA tries it on a minibatch of train users and keeps it
+  if it is better (`acceptance`), then scores it on all train users. Each new best is
+  evaluated on the held-out users (never shown to GEPA). Our frozen records (candidates with
+  lineage, one generation record per iteration) are built from GEPA's state at each
+  iteration's end (`gepa_records`).
 - ``per_period`` (the paper's setup, AMemGym Table 3): one on-policy train run with one
   evolving chain per user: after each period, the reflector rewrites a mutable component of
   each user's policy from that user's feedback of the period, and the user's episode

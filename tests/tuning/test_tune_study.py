@@ -23,8 +23,8 @@ from tuning.tune_helpers import (
 
 from evolve.cli import main
 from evolve.errors import ConfigError, ResumeMismatchError
+from evolve.objective import objective_value
 from evolve.optimize.feedback import load_period_results
-from evolve.optimize.loop import objective_value
 from evolve.simulator.metrics import summarize_periods
 from evolve.tune import format_result, load_tune_spec, resolve_tuning, run_tuning
 from evolve.tuning.report import render_tuning_dir, render_tuning_experiment, tuning_dir_for

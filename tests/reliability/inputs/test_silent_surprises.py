@@ -250,7 +250,7 @@ def test_eval_table_prints_undefined_with_the_count_and_the_pooled_score():
 
 
 def test_selection_and_pruning_use_the_pooled_score_and_say_so():
-    from evolve.optimize.loop import objective_used
+    from evolve.objective import objective_used
 
     users = users_of(
         [
