@@ -20,7 +20,6 @@ Resumption: steps are stored when proposed and user-periods when played, so a re
 a kill replays neither; the chains are rebuilt from the stored steps at each barrier.
 
 Hand-written on purpose: GEPA has no notion of a policy that changes inside an episode.
-A mixin of the loop's `_Evolution` (it shares the store, records and evaluation helpers).
 """
 
 from __future__ import annotations
@@ -32,7 +31,10 @@ from typing import Any
 
 from evolve.files import atomic_write_json
 from evolve.objective import load_period_results, objective_value
+from evolve.optimize.context import EvolutionContext, Schedule
 from evolve.optimize.feedback import build_feedback
+from evolve.optimize.reflect import Reflector
+from evolve.optimize.store import ExperimentStore
 from evolve.records import (
     CandidateRecord,
     CandidateStatus,
@@ -77,27 +79,76 @@ class PerUserChains:
         return periods[max(periods)]
 
 
-class ChainSchedule:
-    """The per-user chains and the reflective proposals they make. Mixed into the loop's
-    `_Evolution`, which provides the store, records, budget, tracker and evaluation helpers."""
+def reflect_step(
+    reflector: Reflector,
+    parent_policy: Any,
+    parent: CandidateRecord,
+    component: str,
+    feedback: str,
+    seed: int,
+) -> dict[str, Any]:
+    """One reflector call turned into a policy, or the reason it cannot be one."""
+    from memory_policies.errors import PolicyError
 
-    def _run_chain(self) -> None:
-        base = self._base()
-        items = list(self.resolved.train.items)
+    proposal = reflector.propose(
+        component,
+        parent.components[component],
+        feedback,
+        rollout_id=seed,
+        seed=seed,
+    )
+    if proposal.text is None:
+        return {
+            "invalid": proposal.error,
+            "parse_failed": int(proposal.parse_failed),
+            "seed": seed,
+        }
+    try:
+        policy = parent_policy.with_components({component: proposal.text})
+    except PolicyError as error:
+        return {"invalid": f"the proposed text was refused: {error}", "seed": seed}
+    return {"policy": policy, "seed": seed}
+
+
+def save_final_policies(store: ExperimentStore, items: list[Any], chains: PerUserChains) -> None:
+    """Each user's final policy as a bundle (a copy of its candidate's bundle)."""
+    root = store.root / "chain" / "final"
+    index: dict[str, dict[str, str]] = {}
+    for item in items:
+        cid = chains.final(item.id)
+        target = root / safe_name(str(item.id))
+        if target.exists():
+            shutil.rmtree(target)  # a rerun may extend the chain (more periods on disk)
+        shutil.copytree(store.policy_dir(cid), target)
+        index[item.id] = {
+            "candidate": cid,
+            "bundle": str(target.relative_to(store.root)),
+        }
+    atomic_write_json(store.root / "chain" / "final_policies.json", index)
+
+
+class ChainSchedule(Schedule):
+    """The per-user chains and the reflective proposals they make."""
+
+    name = "per_period"
+
+    def run(self, context: EvolutionContext) -> None:
+        base = context.base()
+        items = list(context.resolved.train.items)
         periods = max(len(item.periods) for item in items)
-        run_dir = self.store.root / "chain" / "train"
+        run_dir = context.store.root / "chain" / "train"
         chains = PerUserChains(
             {
                 "schedule": "per_user_chains",
                 "base": base.fingerprint,
-                "feedback": self.optimizer.feedback,
-                "mutate_components": list(self.optimizer.mutate_components),
+                "feedback": context.optimizer.feedback,
+                "mutate_components": list(context.optimizer.mutate_components),
             },
-            lambda cid: self._policy(self.records[cid]),
+            lambda cid: context.policy(context.records[cid]),
         )
         for item in items:
             chains.assign(item.id, 0, base.id)
-        self.progress.generation_started(0, periods - 1)
+        context.progress.generation_started(0, periods - 1)
 
         def on_period_end(period: int, _summary: MetricSummary) -> None:
             announced = False
@@ -105,57 +156,60 @@ class ChainSchedule:
             for index, item in enumerate(items):
                 if len(item.periods) <= period + 1:
                     continue  # this user's chain has ended
-                current = self.records[chains.in_effect[item.id][period]]
-                step = self.records.get(candidate_id(period + 1, index))
-                if step is None and self.optimizer.reflective_enabled():
-                    self.budget.check()
+                current = context.records[chains.in_effect[item.id][period]]
+                step = context.records.get(candidate_id(period + 1, index))
+                if step is None and context.optimizer.reflective_enabled():
+                    context.budget.check()
                     if not announced:
-                        self.progress.generation_started(period + 1, periods - 1)
+                        context.progress.generation_started(period + 1, periods - 1)
                         announced = True
                     if results is None:
                         results = load_period_results(run_dir, periods=[period])
                     own = [r for r in results if r.user_id == item.id]
-                    step = self._propose_step(period, index, item.id, current, own)
-                chains.assign(item.id, period + 1, self._successor(current, step).id)
+                    step = self._propose_step(context, period, index, item.id, current, own)
+                chains.assign(item.id, period + 1, self._successor(context, current, step).id)
 
-        sink = self.progress.evaluation_started(base, "train")
+        sink = context.progress.evaluation_started(base, "train")
         report = run_evaluation(
-            self.resolved.train,
-            self._policy(base),
-            self.lms,
+            context.resolved.train,
+            context.policy(base),
+            context.lms,
             run_dir,
-            self.resolved.episode,
+            context.resolved.episode,
             on_period_end=on_period_end,
             progress=sink,
-            upper_bound=self.upper_bound,
+            upper_bound=context.upper_bound,
             policy_schedule=chains,
         )
-        self.chain_summary = report.summary
-        self._score_chain(report, run_dir, chains)
-        self._save_final_policies(items, chains)
-        if self.resolved.heldout.items:
+        self.summary = report.summary
+        self._score_chain(context, report, run_dir, chains)
+        save_final_policies(context.store, items, chains)
+        if context.resolved.heldout.items:
             finals = [chains.final(item.id) for item in items]
-            if self.optimizer.heldout == "final":
+            if context.optimizer.heldout == "final":
                 finalists = [base.id, *finals]
             else:
                 finalists = [cid for item in items for cid in chains.in_effect[item.id].values()]
             for cid in dict.fromkeys(finalists):
-                self._evaluate(self.records[cid], "heldout")
+                context.evaluate(context.records[cid], "heldout")
         for generation in range(periods):
-            self._store_chain_generation(generation, items, chains, report)
+            self._store_chain_generation(context, generation, items, chains, report)
 
-    def _successor(self, current: CandidateRecord, step: CandidateRecord | None) -> CandidateRecord:
+    def _successor(
+        self, context: EvolutionContext, current: CandidateRecord, step: CandidateRecord | None
+    ) -> CandidateRecord:
         """The candidate in effect after a step: the step if usable, else the current one."""
         if step is None:
             return current
         if step.status in (CandidateStatus.PROPOSED, CandidateStatus.EVALUATED):
             return step
         if step.status == CandidateStatus.DUPLICATE:
-            return self.records[step.duplicate_of or current.id]
+            return context.records[step.duplicate_of or current.id]
         return current
 
     def _propose_step(
         self,
+        context: EvolutionContext,
         period: int,
         index: int,
         user_id: str,
@@ -163,7 +217,7 @@ class ChainSchedule:
         results: list[PeriodResult],
     ) -> CandidateRecord:
         """One user's reflector step after `period`, from that user's period feedback."""
-        optimizer = self.optimizer
+        optimizer = context.optimizer
         if optimizer.feedback == "none":
             # The caller checks `reflective_enabled()`; this keeps "none" meaning "no
             # reflective proposal" even if a new caller forgets to.
@@ -176,14 +230,14 @@ class ChainSchedule:
         cid = candidate_id(generation, index)
         components = optimizer.mutate_components
         component = components[period % len(components)]
-        usage_before = self.lms.usage.snapshot()
-        current_policy = self._policy(current)
+        usage_before = context.lms.usage.snapshot()
+        current_policy = context.policy(current)
         parse_failures = 0
         outcome: dict[str, Any] = {}
         feedback_text = ""
         mutation = Mutation(kind="reflective", component=component, feedback=optimizer.feedback)
         for attempt in range(optimizer.proposal_attempts):
-            seed = derive_seed(self.spec.seed, "candidate", generation, index, attempt)
+            seed = derive_seed(context.spec.seed, "candidate", generation, index, attempt)
             feedback = build_feedback(
                 results,
                 optimizer.feedback,
@@ -200,14 +254,16 @@ class ChainSchedule:
                 feedback=optimizer.feedback,
                 feedback_failures=feedback.failures_shown,
                 rollout_id=seed,
-                temperature=self.reflector.temperature,
+                temperature=context.reflector.temperature,
                 attempts=attempt + 1,
             )
-            outcome = self._reflect(current_policy, current, component, feedback.text, seed)
+            outcome = reflect_step(
+                context.reflector, current_policy, current, component, feedback.text, seed
+            )
             parse_failures += outcome.pop("parse_failed", 0)
             if not outcome.get("invalid"):
                 break
-        usage = self.lms.usage.snapshot().minus(usage_before)
+        usage = context.lms.usage.snapshot().minus(usage_before)
         policy = outcome.get("policy")
         status = CandidateStatus.INVALID if policy is None else CandidateStatus.PROPOSED
         key = (
@@ -215,7 +271,7 @@ class ChainSchedule:
             if policy is not None
             else ""
         )
-        duplicate_of = self._seen().get(key) if policy is not None else None
+        duplicate_of = context.seen().get(key) if policy is not None else None
         if duplicate_of is not None:
             status = CandidateStatus.DUPLICATE
         record = CandidateRecord(
@@ -236,45 +292,25 @@ class ChainSchedule:
             reflection_parse_failures=parse_failures,
             user_id=user_id,
         )
-        self.store.save_feedback(cid, feedback_text)
+        context.store.save_feedback(cid, feedback_text)
         if status == CandidateStatus.PROPOSED:
-            policy.save(self.store.policy_dir(cid), provenance=self._provenance(record))
-        self.progress.candidate_proposed(record)
-        return self._save(record)
+            policy.save(context.store.policy_dir(cid), provenance=context.provenance(record))
+        return context.record_proposal(record)
 
-    def _reflect(
-        self, parent_policy: Any, parent: CandidateRecord, component: str, feedback: str, seed: int
-    ) -> dict[str, Any]:
-        """One reflector call turned into a policy, or the reason it cannot be one."""
-        from memory_policies.errors import PolicyError
-
-        proposal = self.reflector.propose(
-            component,
-            parent.components[component],
-            feedback,
-            rollout_id=seed,
-            seed=seed,
-        )
-        if proposal.text is None:
-            return {
-                "invalid": proposal.error,
-                "parse_failed": int(proposal.parse_failed),
-                "seed": seed,
-            }
-        try:
-            policy = parent_policy.with_components({component: proposal.text})
-        except PolicyError as error:
-            return {"invalid": f"the proposed text was refused: {error}", "seed": seed}
-        return {"policy": policy, "seed": seed}
-
-    def _score_chain(self, report: EvaluationReport, run_dir: Any, chains: PerUserChains) -> None:
+    def _score_chain(
+        self,
+        context: EvolutionContext,
+        report: EvaluationReport,
+        run_dir: Any,
+        chains: PerUserChains,
+    ) -> None:
         """Each step's train score: the user-periods during which it was in effect."""
         in_effect: dict[str, dict[str, set[int]]] = {}
         for user_id, periods in chains.in_effect.items():
             for period, cid in periods.items():
                 in_effect.setdefault(cid, {}).setdefault(user_id, set()).add(period)
         for cid, by_user in in_effect.items():
-            record = self.records[cid]
+            record = context.records[cid]
             users = [
                 UserResult(
                     user_id=user.user_id,
@@ -284,47 +320,26 @@ class ChainSchedule:
                 if user.user_id in by_user
             ]
             periods = sorted(set().union(*by_user.values()))
-            scores = self._scores(users, run_dir, report.wall_time_s, periods)
+            scores = context.scores(users, run_dir, report.wall_time_s, periods)
             if record.train is not None and record.train == scores.model_copy(
                 update={"wall_time_s": record.train.wall_time_s}
             ):
                 continue  # already scored (a resumed, finished chain)
-            record = self._save(
+            record = context.save(
                 record.model_copy(update={"train": scores, "status": CandidateStatus.EVALUATED})
             )
-            self.tracker.log_candidate(
-                record,
-                split="train",
-                parent=self.records.get(record.parent_ids[0]) if record.parent_ids else None,
-                policy_dir=self.store.policy_dir(record.id),
-                feedback=self.store.load_feedback(record.id),
-            )
-
-    def _save_final_policies(self, items: list[Any], chains: PerUserChains) -> None:
-        """Each user's final policy as a bundle (a copy of its candidate's bundle)."""
-        root = self.store.root / "chain" / "final"
-        index: dict[str, dict[str, str]] = {}
-        for item in items:
-            cid = chains.final(item.id)
-            target = root / safe_name(str(item.id))
-            if target.exists():
-                shutil.rmtree(target)  # a rerun may extend the chain (more periods on disk)
-            shutil.copytree(self.store.policy_dir(cid), target)
-            index[item.id] = {
-                "candidate": cid,
-                "bundle": str(target.relative_to(self.store.root)),
-            }
-        atomic_write_json(self.store.root / "chain" / "final_policies.json", index)
+            context.log_candidate(record, "train")
 
     def _store_chain_generation(
         self,
+        context: EvolutionContext,
         generation: int,
         items: list[Any],
         chains: PerUserChains,
         report: EvaluationReport,
     ) -> None:
         """Generation g: period g of every chain (the steps proposed after period g-1)."""
-        objective = self.optimizer.objective
+        objective = context.optimizer.objective
         periods = {
             user.user_id: next((p for p in user.periods if p.period_index == generation), None)
             for user in report.users
@@ -337,22 +352,22 @@ class ChainSchedule:
             proposed = [
                 candidate_id(generation, index)
                 for index in range(len(items))
-                if candidate_id(generation, index) in self.records
+                if candidate_id(generation, index) in context.records
             ]
         per_user = {
             item.id: objective_value(
-                summarize_periods([periods[item.id]], self.upper_bound), objective
+                summarize_periods([periods[item.id]], context.upper_bound), objective
             )
             for item in played
         }
-        summary = summarize_periods([periods[item.id] for item in played], self.upper_bound)
+        summary = summarize_periods([periods[item.id] for item in played], context.upper_bound)
         scored = {user: score for user, score in per_user.items() if score is not None}
         best_user = max(scored, key=lambda user: scored[user]) if scored else None
         best_id = chains.in_effect[best_user][generation] if best_user is not None else None
         heldout = [
-            self.records[cid].heldout.score
+            context.records[cid].heldout.score
             for cid in active
-            if self.records[cid].heldout is not None
+            if context.records[cid].heldout is not None
         ]
         record = GenerationRecord(
             generation=generation,
@@ -363,12 +378,12 @@ class ChainSchedule:
             best_train_score=scored[best_user] if best_user is not None else None,
             mean_train_score=objective_value(summary, objective),
             best_heldout_score=max(heldout) if heldout else None,
-            llm_calls=sum(self.records[cid].reflection_calls for cid in proposed if generation)
+            llm_calls=sum(context.records[cid].reflection_calls for cid in proposed if generation)
             + summary.llm_calls,
-            tokens=sum(self.records[cid].reflection_tokens for cid in proposed if generation)
+            tokens=sum(context.records[cid].reflection_tokens for cid in proposed if generation)
             + summary.tokens,
         )
-        if self.store.load_generation(generation) == record:
+        if context.store.load_generation(generation) == record:
             return
-        self.store.save_generation(record)
-        self.tracker.log_generation(record, spent=self.budget.spent())
+        context.store.save_generation(record)
+        context.tracker.log_generation(record, spent=context.budget.spent())

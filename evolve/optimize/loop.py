@@ -1,17 +1,19 @@
 """The self-evolution loop: P_{k+1} = G(P_k, F_k), with a population, held-out users and lineage.
 
-This module holds what both schedules share (the store, the budget, the upper bound,
-evaluations and scores, the experiment result); the schedules are mixins in their own
-modules, `population` (GEPA) and `chain` (the paper's per-period chain). Two schedules:
+This module opens a run (its store, identity, budget, tracker and upper bound), builds the
+`EvolutionContext` the schedules share (`context`), runs the schedule the spec names and
+writes the experiment result. Each schedule is a class with `run(context)` in its own
+module, `population` (GEPA) and `chain` (the paper's per-period chain). Two schedules:
 
-- ``population`` (default): GEPA (`gepa.optimize`, see `gepa_engine`) evolves the base
-  policy's mutable components (text instructions and numeric parameters). One GEPA iteration
-  is one generation: GEPA selects a parent (`candidate_selection`), the component(s) to mutate
-  (`module_selector`), one of our operators proposes the child (reflective, parameter,
-  tuned), GEPA tries it on a minibatch of train users and keeps it if it is better
-  (`acceptance`), then scores it on all train users. Each new best is evaluated on the
-  held-out users (never shown to GEPA). Our frozen records (candidates with lineage, one
-  generation record per iteration) are built from GEPA's state at each iteration's end.
+- ``population`` (default): GEPA (`gepa.optimize`, see `gepa_engine` and `gepa_adapter`)
+  evolves the base policy's mutable components (text instructions and numeric parameters).
+  One GEPA iteration is one generation: GEPA selects a parent (`candidate_selection`), the
+  component(s) to mutate (`module_selector`), one of our operators proposes the child
+  (reflective, parameter, tuned), GEPA tries it on a minibatch of train users and keeps it
+  if it is better (`acceptance`), then scores it on all train users. Each new best is
+  evaluated on the held-out users (never shown to GEPA). Our frozen records (candidates with
+  lineage, one generation record per iteration) are built from GEPA's state at each
+  iteration's end (`gepa_records`).
 - ``per_period`` (the paper's setup, AMemGym Table 3): one on-policy train run with one
   evolving chain per user: after each period, the reflector rewrites a mutable component of
   each user's policy from that user's feedback of the period, and the user's episode
@@ -41,59 +43,33 @@ recomputed (`store`); the budget is checked before each unit and at every period
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from evolve.budget import Budget, BudgetExhausted
 from evolve.config import ExperimentSpec, ResolvedExperiment, resolve
 from evolve.llm import RoleLMs
-from evolve.objective import objective_used, objective_value
 from evolve.optimize.chain import ChainSchedule
-from evolve.optimize.gepa_engine import (
-    AMemGymAdapter,
-)
+from evolve.optimize.context import EvolutionContext, Schedule
+from evolve.optimize.operators import check_operator_names
 from evolve.optimize.parameters import ParameterProposer
 from evolve.optimize.population import PopulationSchedule, default_proposer
+from evolve.optimize.progress import LoopProgress
 from evolve.optimize.reflect import Reflector
 from evolve.optimize.report import format_lineage, format_table
 from evolve.optimize.store import ExperimentStore
 from evolve.protocol import rules_for
-from evolve.records import (
-    CandidateRecord,
-    CandidateStatus,
-    EvaluationScores,
-    ExperimentResult,
-    Mutation,
-    best_of,
-    candidate_id,
-    candidate_record,
-)
+from evolve.records import CandidateRecord, ExperimentResult, best_of
 from evolve.simulator.environment import Environment
-from evolve.simulator.metrics import MetricSummary, summarize_periods
-from evolve.simulator.records import PeriodResult, UserResult
-from evolve.simulator.runner import ProgressSink, run_evaluation
 from evolve.tracking import ExperimentTracker, NullTracker, TrackingContext
 
+__all__ = ["SCHEDULES", "LoopProgress", "build_reflector", "reflector_setup", "run_experiment"]
 
-class LoopProgress:
-    """Progress events of the loop; every hook is optional (the CLI draws tqdm bars)."""
-
-    def stage(self, text: str) -> None:
-        """A preparatory step started (e.g. computing the upper bound)."""
-
-    def generation_started(self, generation: int, total: int) -> None:
-        """`total` is the number of generations (periods for the per_period schedule)."""
-
-    def candidate_proposed(self, record: CandidateRecord) -> None:
-        """A candidate was proposed (or loaded from disk), possibly a duplicate/invalid."""
-
-    def evaluation_started(self, record: CandidateRecord, split: str) -> ProgressSink | None:
-        """An evaluation starts; the returned sink receives the runner's events."""
-        return None
-
-    def evaluation_finished(self, record: CandidateRecord, split: str) -> None:
-        """The evaluation is stored (`record` carries its scores)."""
+# `optimizer.schedule` -> the class that runs it.
+SCHEDULES: dict[str, type[Schedule]] = {
+    schedule.name: schedule for schedule in (PopulationSchedule, ChainSchedule)
+}
 
 
 def run_experiment(
@@ -114,18 +90,20 @@ def run_experiment(
     `stop` (the CLI's interrupt event) makes in-flight evaluations stop at their next unit.
     """
     resolved = experiment if isinstance(experiment, ResolvedExperiment) else resolve(experiment)
-    evolution = _Evolution(
+    # Resolving imported the plugin modules (with the policy), so the registry is complete.
+    check_operator_names(resolved.spec.optimizer.operators)
+    run = _ExperimentRun(
         resolved,
         lms,
-        runs_dir=Path(runs_dir),
+        store=ExperimentStore(Path(runs_dir) / resolved.spec.name),
         tracker=tracker or NullTracker(),
         progress=progress or LoopProgress(),
         proposer_factory=proposer_factory or (lambda: default_proposer(resolved.spec)),
         upper_bound_cache=Path(upper_bound_cache) if upper_bound_cache else None,
+        refresh_upper_bound=refresh_upper_bound,
+        stop=stop,
     )
-    evolution.refresh_upper_bound = refresh_upper_bound
-    evolution.stop = stop
-    return evolution.run()
+    return run.run()
 
 
 def reflector_setup(spec: ExperimentSpec) -> tuple[str, float]:
@@ -139,46 +117,44 @@ def reflector_setup(spec: ExperimentSpec) -> tuple[str, float]:
     return ("reflector" if spec.llm.reflector is not None else "agent"), temperature
 
 
-class _Evolution(PopulationSchedule, ChainSchedule):
+def build_reflector(spec: ExperimentSpec, lms: RoleLMs) -> Reflector:
+    """The run's one reflector (every schedule and operator that reflects uses it)."""
+    role, temperature = reflector_setup(spec)
+    return Reflector(
+        lms,
+        temperature=temperature,
+        max_chars=spec.optimizer.max_instruction_chars,
+        role=role,
+        # Proposal checks and structured edits are ours; the paper's reflector is unchecked.
+        check_proposals=rules_for(spec.protocol).checks_reflector_proposals,
+    )
+
+
+class _ExperimentRun:
+    """One invocation: open the store, start tracking, prepare the context, run the
+    schedule, write the result (also when the budget stops it)."""
+
     def __init__(
         self,
         resolved: ResolvedExperiment,
         lms: RoleLMs,
         *,
-        runs_dir: Path,
+        store: ExperimentStore,
         tracker: ExperimentTracker,
         progress: LoopProgress,
         proposer_factory: Callable[[], ParameterProposer],
         upper_bound_cache: Path | None,
+        refresh_upper_bound: bool,
+        stop: threading.Event | None,
     ) -> None:
-        self.resolved = resolved
-        self.spec = resolved.spec
-        self.optimizer = resolved.spec.optimizer
-        self.lms = lms
-        self.store = ExperimentStore(runs_dir / resolved.spec.name)
-        self.tracker = tracker
-        self.progress = progress
-        # A fresh proposer per parameter proposal, told the history (exact on resume).
+        self.resolved, self.spec, self.lms = resolved, resolved.spec, lms
+        self.store, self.tracker, self.progress = store, tracker, progress
         self.proposer_factory = proposer_factory
-        self.adapter: AMemGymAdapter
-        self.final_heldout: set[int] = set()
-        self.stop: threading.Event | None = None
         self.upper_bound_cache = upper_bound_cache
-        self.reflector_role, temperature = reflector_setup(resolved.spec)
-        self.reflector = Reflector(
-            lms,
-            temperature=temperature,
-            max_chars=self.optimizer.max_instruction_chars,
-            role=self.reflector_role,
-            # Proposal checks and structured edits are ours; the paper's reflector is unchecked.
-            check_proposals=rules_for(resolved.spec.protocol).checks_reflector_proposals,
-        )
-        self.records: dict[str, CandidateRecord] = {}
-        self.upper_bound: Any = None
-        self.refresh_upper_bound = False
-        self.chain_summary: MetricSummary | None = None
-
-    # ----- top level ------------------------------------------------------------------------
+        self.refresh_upper_bound = refresh_upper_bound
+        self.stop = stop
+        self.reflector = build_reflector(resolved.spec, lms)
+        self.schedule = SCHEDULES[resolved.spec.optimizer.schedule]()
 
     def run(self) -> ExperimentResult:
         model_names = self.lms.model_names()
@@ -186,15 +162,14 @@ class _Evolution(PopulationSchedule, ChainSchedule):
         # Recorded (added only here: older runs keep their hashes).
         if rules_for(self.spec.protocol).reflector_is_agent_model:
             identity["reflector"] = {
-                "role": self.reflector_role,
-                "model": model_names.get(self.reflector_role),
+                "role": self.reflector.role,
+                "model": model_names.get(self.reflector.role),
                 "temperature": self.reflector.temperature,
             }
         digest = self.store.open(identity)
-        for record in self.store.load_candidates():
-            self.records[record.id] = record
+        records = {record.id: record for record in self.store.load_candidates()}
         journal = self.store.open_journal()
-        self.budget = Budget(self.spec.budget, self.lms, self.store.load_spend(), journal)
+        budget = Budget(self.spec.budget, self.lms, self.store.load_spend(), journal)
         self.tracker.start(
             TrackingContext(
                 name=self.spec.name,
@@ -202,7 +177,7 @@ class _Evolution(PopulationSchedule, ChainSchedule):
                 spec=self.spec,
                 run_dir=self.store.root.resolve(),
                 # The model that actually reflects (the agent's, under the paper's protocol).
-                model_names={**model_names, "reflector": model_names[self.reflector_role]},
+                model_names={**model_names, "reflector": model_names[self.reflector.role]},
                 environment=self.resolved.environment_description,
                 train_users=[item.id for item in self.resolved.train.items],
                 heldout_users=[item.id for item in self.resolved.heldout.items],
@@ -211,55 +186,44 @@ class _Evolution(PopulationSchedule, ChainSchedule):
         )
         stopped: str | None = None
         try:
-            self.budget.check()
-            self._prepare_upper_bound()
-            if self.optimizer.schedule == "per_period":
-                self._run_chain()
-            else:
-                self._run_population()
+            budget.check()
+            context = EvolutionContext(
+                resolved=self.resolved,
+                lms=self.lms,
+                store=self.store,
+                budget=budget,
+                tracker=self.tracker,
+                progress=self.progress,
+                reflector=self.reflector,
+                proposer_factory=self.proposer_factory,
+                upper_bound=self._upper_bound(budget),
+                records=records,
+                stop=self.stop,
+            )
+            self.schedule.run(context)
         except BudgetExhausted as exhausted:
             stopped = exhausted.reason
         except BaseException:
             self.tracker.fail()
             raise
         finally:
-            self.store.save_spend(self.budget.spent())
-            self.budget.close()
-        result = self._result(digest, stopped)
+            self.store.save_spend(budget.spent())
+            budget.close()
+        result = self._result(digest, stopped, records, budget)
         self.store.save_result(result)
         self.tracker.finish(
             result, report=format_table(result) + "\n\n" + format_lineage(result) + "\n"
         )
         return result
 
-    def _result(self, digest: str, stopped: str | None) -> ExperimentResult:
-        records = sorted(self.records.values(), key=lambda r: (r.generation, r.id))
-        best = best_of(records, "heldout") or best_of(records, "train")
-        spend = self.budget.spent()
-        return ExperimentResult(
-            name=self.spec.name,
-            config_hash=digest,
-            schedule=self.optimizer.schedule,
-            candidates=records,
-            generations=self.store.load_generations(),
-            best_id=best.id if best is not None else None,
-            stopped=stopped,
-            complete=stopped is None,
-            chain_summary=self.chain_summary,
-            llm_calls=spend.llm_calls,
-            tokens=spend.tokens,
-            wall_time_s=spend.wall_time_s,
-            reflection_parse_failures=sum(r.reflection_parse_failures for r in records),
-        )
-
-    def _prepare_upper_bound(self) -> None:
+    def _upper_bound(self, budget: Budget) -> Any:
         from evolve.paths import cache_dir
         from evolve.simulator.baselines import compute_upper_bound
 
         self.progress.stage("upper bound")
         # One table for train + held-out users (the runner accepts a superset).
         users = Environment(items=[*self.resolved.train.items, *self.resolved.heldout.items])
-        self.upper_bound = compute_upper_bound(
+        upper_bound = compute_upper_bound(
             users,
             self.lms,
             self.upper_bound_cache or cache_dir() / "upper_bound",
@@ -267,128 +231,31 @@ class _Evolution(PopulationSchedule, ChainSchedule):
             refresh=self.refresh_upper_bound,
             protocol=self.spec.protocol,
         )
-        self.store.save_spend(self.budget.spent())
+        self.store.save_spend(budget.spent())
+        return upper_bound
 
-    def _save(self, record: CandidateRecord) -> CandidateRecord:
-        self.records[record.id] = record
-        self.store.save_candidate(record)
-        self.store.save_spend(self.budget.spent())
-        return record
-
-    def _policy(self, record: CandidateRecord) -> Any:
-        import memory_policies
-
-        return memory_policies.load(self.store.policy_dir(record.id))
-
-    def _seen(self) -> dict[str, str]:
-        """fingerprint -> id of every proposed policy (duplicates and invalid ones excluded)."""
-        return {
-            r.fingerprint: r.id
-            for r in sorted(self.records.values(), key=lambda r: (r.generation, r.id))
-            if r.status in (CandidateStatus.PROPOSED, CandidateStatus.EVALUATED)
-        }
-
-    def _base(self) -> CandidateRecord:
-        base_id = candidate_id(0, 0)
-        if base_id in self.records:
-            return self.records[base_id]
-        policy = self.resolved.base_policy
-        record = candidate_record(
-            base_id,
-            generation=0,
-            policy=policy,
-            mutation=Mutation(kind="base"),
-            seed=self.spec.seed,
-        )
-        policy.save(self.store.policy_dir(base_id), provenance=self._provenance(record))
-        self.progress.candidate_proposed(record)
-        return self._save(record)
-
-    def _provenance(self, record: CandidateRecord) -> dict[str, Any]:
-        return {
-            "experiment": self.spec.name,
-            "candidate": record.id,
-            "generation": record.generation,
-            "parents": list(record.parent_ids),
-            "mutation": record.mutation.describe(),
-            "seed": record.seed,
-        }
-
-    # ----- evaluation ----------------------------------------------------------------------
-
-    def _evaluate(self, record: CandidateRecord, split: str) -> CandidateRecord:
-        if getattr(record, split) is not None:
-            return record
-        self.budget.check()
-        env = self.resolved.train if split == "train" else self.resolved.heldout
-        run_dir = self.store.candidate_dir(record.id) / split
-        sink = self.tracker.evaluation_sink(
-            split, self.progress.evaluation_started(record, split), record=record
-        )
-        last_period = max(len(item.periods) for item in env.items) - 1
-        report = run_evaluation(
-            env,
-            self._policy(record),
-            self.lms,
-            run_dir,
-            self.resolved.episode,
-            on_period_end=lambda period, _summary: self._barrier(period, last_period),
-            progress=sink,
-            upper_bound=self.upper_bound,
-        )
-        scores = self._scores(report.users, run_dir, report.wall_time_s)
-        status = CandidateStatus.EVALUATED if split == "train" else record.status
-        record = self._save(record.model_copy(update={split: scores, "status": status}))
-        self.progress.evaluation_finished(record, split)
-        self.tracker.log_candidate(
-            record,
-            split=split,
-            parent=self.records.get(record.parent_ids[0]) if record.parent_ids else None,
-            policy_dir=self.store.policy_dir(record.id),
-            feedback=self.store.load_feedback(record.id),
-        )
-        return record
-
-    def _barrier(self, period: int, last_period: int) -> None:
-        # Never stop after the last period: the evaluation is complete, keep its report.
-        if period < last_period:
-            self.budget.check()
-
-    def _scores(
+    def _result(
         self,
-        users: Sequence[UserResult],
-        run_dir: Path,
-        wall_time_s: float,
-        periods: Sequence[int] | None = None,
-    ) -> EvaluationScores:
-        wanted = set(periods) if periods is not None else None
-
-        def chosen(user: UserResult) -> list[PeriodResult]:
-            return [p for p in user.periods if wanted is None or p.period_index in wanted]
-
-        objective = self.optimizer.objective
-        all_periods = [p for user in users for p in chosen(user)]
-        summary = summarize_periods(all_periods, self.upper_bound)
-        indices = sorted({p.period_index for p in all_periods})
-        per_period = [
-            summarize_periods([p for p in all_periods if p.period_index == i], self.upper_bound)
-            for i in indices
-        ]
-        per_user = {
-            user.user_id: objective_value(
-                summarize_periods(chosen(user), self.upper_bound), objective
-            )
-            for user in users
-        }
-        return EvaluationScores(
-            users=[user.user_id for user in users],
-            score=objective_value(summary, objective),
-            objective=objective,
-            objective_used=objective_used(summary, objective),
-            per_user=per_user,
-            summary=summary,
-            per_period=per_period,
-            run_dir=str(run_dir.relative_to(self.store.root)),
-            periods=list(periods) if periods is not None else None,
-            wall_time_s=wall_time_s,
+        digest: str,
+        stopped: str | None,
+        records: dict[str, CandidateRecord],
+        budget: Budget,
+    ) -> ExperimentResult:
+        ordered = sorted(records.values(), key=lambda r: (r.generation, r.id))
+        best = best_of(ordered, "heldout") or best_of(ordered, "train")
+        spend = budget.spent()
+        return ExperimentResult(
+            name=self.spec.name,
+            config_hash=digest,
+            schedule=self.spec.optimizer.schedule,
+            candidates=ordered,
+            generations=self.store.load_generations(),
+            best_id=best.id if best is not None else None,
+            stopped=stopped,
+            complete=stopped is None,
+            chain_summary=self.schedule.summary,
+            llm_calls=spend.llm_calls,
+            tokens=spend.tokens,
+            wall_time_s=spend.wall_time_s,
+            reflection_parse_failures=sum(r.reflection_parse_failures for r in ordered),
         )

@@ -2,9 +2,10 @@
 
 An operator proposes a child from a parent candidate and a context (feedback records per
 component, a seed) and returns a frozen `OperatorProposal`: the changed components, or a
-typed reason why there is no valid child. Adding an operator is one class plus a
-`register_operator` call; the GEPA adapter (`evolve.optimize.adapter`) routes each component
-GEPA asks to update to the operator that owns it.
+typed reason why there is no valid child. Adding an operator is one file: a class plus a
+`register_operator` call (see docs/extending.md); the GEPA adapter
+(`evolve.optimize.gepa_adapter`) routes each component GEPA asks to update to the operator
+that owns it.
 
 Candidates are GEPA's `dict[str, str]`: text components under their policy names
 (`write.types_to_remember`, `use`, ...) and numeric parameters under `param.<name>` with the
@@ -217,23 +218,33 @@ class TunedOperator(MutationOperator):
 
 
 OperatorFactory = Callable[..., MutationOperator]
+# name -> factory. A factory is called with keyword arguments only and takes those it needs
+# (`**_` swallows the rest): reflector, proposer_factory, bounds (numeric parameters that may
+# mutate), policy_of (GEPA candidate -> policy), environment (train users), lms, episode,
+# work_dir, every, trials, sampler (the tune_* keys), objective, upper_bound.
 OPERATORS: dict[str, OperatorFactory] = {}
 
 
 def register_operator(name: str, factory: OperatorFactory) -> None:
-    """Make an operator available by name (`optimizer.operators` in a spec)."""
+    """Make an operator available by name (`optimizer.operators` in a spec). A plugin module
+    calls it when imported; `MEMORY_POLICIES_PLUGINS` imports such modules before a spec's
+    policy is built, so `evolve run` knows their operators too."""
     OPERATORS[name] = factory
 
 
-def build_operator(name: str, **context: Any) -> MutationOperator:
-    try:
-        factory = OPERATORS[name]
-    except KeyError:
+def check_operator_names(names: Sequence[str] | None) -> None:
+    """Refuse names no operator is registered under (before any LLM call)."""
+    unknown = [name for name in names or () if name not in OPERATORS]
+    if unknown:
         raise ConfigError(
-            f"unknown mutation operator {name!r} in optimizer.operators; registered: "
+            f"unknown mutation operator {unknown[0]!r} in optimizer.operators; registered: "
             f"{', '.join(sorted(OPERATORS))} (a plugin registers more with register_operator)"
-        ) from None
-    return factory(**context)
+        )
+
+
+def build_operator(name: str, **context: Any) -> MutationOperator:
+    check_operator_names([name])
+    return OPERATORS[name](**context)
 
 
 register_operator("reflective", lambda *, reflector, **_: ReflectiveOperator(reflector))

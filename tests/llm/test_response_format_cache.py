@@ -4,9 +4,11 @@ policies derive a new signature class per call, which must not rebuild the schem
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Literal
 
 import dspy
+import pydantic
 
 from evolve.llm import adapter
 from evolve.llm.adapter import response_format_for
@@ -26,22 +28,37 @@ class Label(dspy.Signature):
     label: Literal["a", "b"] = dspy.OutputField()
 
 
+def fresh_signature(instructions: str = "Pick an option.") -> type[dspy.Signature]:
+    """A signature whose output field no other test uses: its schema is not cached yet."""
+    field = f"choice_{uuid.uuid4().hex[:12]}"
+    return dspy.Signature(f"question: str -> {field}: int", instructions)
+
+
+def counting_schema_builds(monkeypatch) -> list[type]:
+    """Every pydantic JSON schema built from now on (the costly step the cache saves)."""
+    built: list[type] = []
+    original = pydantic.BaseModel.model_json_schema.__func__
+
+    def counting(cls, *args, **kwargs):
+        built.append(cls)
+        return original(cls, *args, **kwargs)
+
+    monkeypatch.setattr(pydantic.BaseModel, "model_json_schema", classmethod(counting))
+    return built
+
+
 def test_same_output_fields_share_one_schema_build(monkeypatch):
-    built = []
-    original = adapter._response_format
-    monkeypatch.setattr(
-        adapter,
-        "_response_format",
-        lambda sig, dialect: built.append(sig) or original(sig, dialect),
-    )
-    monkeypatch.setattr(adapter, "_FORMATS", {})
-    first = response_format_for(Choose.with_instructions("one"), "json_schema")
-    second = response_format_for(Choose.with_instructions("two"), "json_schema")
-    assert first == second == original(Choose, "json_schema")
+    signature = fresh_signature()
+    built = counting_schema_builds(monkeypatch)
+    first = response_format_for(signature.with_instructions("one"), "json_schema")
+    second = response_format_for(signature.with_instructions("two"), "json_schema")
+    assert first == second
+    assert list(first["json_schema"]["schema"]["properties"]) == list(signature.output_fields)
     assert len(built) == 1
     # Callers get their own copy: changing one leaves the next untouched.
     first["json_schema"]["schema"]["properties"].clear()
-    assert response_format_for(Choose, "json_schema") == second
+    assert response_format_for(signature, "json_schema") == second
+    assert len(built) == 1
 
 
 def test_different_output_fields_or_dialects_get_their_own_schema():
@@ -54,7 +71,6 @@ def test_different_output_fields_or_dialects_get_their_own_schema():
 
 
 def test_field_structure_is_dspy_own_and_built_once_per_field_set(monkeypatch):
-    monkeypatch.setattr(adapter, "_STRUCTURES", {})
     built = []
     original = dspy.JSONAdapter.format_field_structure
 
@@ -64,12 +80,13 @@ def test_field_structure_is_dspy_own_and_built_once_per_field_set(monkeypatch):
 
     monkeypatch.setattr(dspy.JSONAdapter, "format_field_structure", counting)
     structured = adapter.StructuredJSONAdapter()
-    one = structured.format_field_structure(Choose.with_instructions("one"))
-    two = structured.format_field_structure(Choose.with_instructions("two"))
-    assert one == two == original(dspy.JSONAdapter(), Choose)
+    choose, other = fresh_signature(), fresh_signature()
+    one = structured.format_field_structure(choose.with_instructions("one"))
+    two = structured.format_field_structure(choose.with_instructions("two"))
+    assert one == two == original(dspy.JSONAdapter(), choose)
     assert len(built) == 1
-    label = structured.format_field_structure(Label)
-    assert label == original(dspy.JSONAdapter(), Label) != one
+    different = structured.format_field_structure(other)
+    assert different == original(dspy.JSONAdapter(), other) != one
     assert len(built) == 2
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -208,23 +210,46 @@ def test_spec_switches_parse_as_booleans():
         build_policy("in_context:update_every=true")
 
 
-def test_plugin_modules_named_in_the_environment_are_imported(monkeypatch, tmp_path):
+# Builds one policy in a fresh process: plugins are imported once per process.
+PLUGIN_CHILD = """
+import sys
+from memory_policies import PolicyError, build_policy
+try:
+    print(build_policy(sys.argv[1]).kind)
+except PolicyError as error:
+    print(f"PolicyError: {error}")
+"""
+
+
+def build_in_a_fresh_process(kind: str, plugins: str, directory: Path) -> str:
+    """What `build_policy(kind)` gives in a new process whose environment names `plugins`."""
+    env = {
+        **os.environ,
+        registry.PLUGINS_ENV: plugins,
+        "PYTHONPATH": os.pathsep.join([str(directory), str(ROOT)]),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", PLUGIN_CHILD, kind],
+        env=env,
+        cwd=directory,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.strip().splitlines()[-1]
+
+
+def test_plugin_modules_named_in_the_environment_are_imported(tmp_path):
     (tmp_path / "plugin_bm25_copy.py").write_text(
         EXAMPLE.read_text(encoding="utf-8").replace('kind = "bm25"', 'kind = "bm25_plugin"')
     )
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv(registry.PLUGINS_ENV, "plugin_bm25_copy")
-    monkeypatch.setattr(registry, "_plugins_loaded", False)
-    try:
-        assert build_policy("bm25_plugin").kind == "bm25_plugin"
-    finally:
-        registry.POLICY_KINDS.pop("bm25_plugin", None)
-        sys.modules.pop("plugin_bm25_copy", None)
-    monkeypatch.setenv(registry.PLUGINS_ENV, "no_such_plugin_module")
-    monkeypatch.setattr(registry, "_plugins_loaded", False)
-    with pytest.raises(PolicyError, match="cannot import policy plugin module 'no_such_plugin"):
-        build_policy("native")
-    monkeypatch.setattr(registry, "_plugins_loaded", True)
+    assert build_in_a_fresh_process("bm25_plugin", "plugin_bm25_copy", tmp_path) == "bm25_plugin"
+    # Without the plugin the kind is unknown; a plugin that cannot be imported is named.
+    unknown = build_in_a_fresh_process("bm25_plugin", "", tmp_path)
+    assert unknown.startswith("PolicyError: unknown policy kind 'bm25_plugin'")
+    missing = build_in_a_fresh_process("native", "no_such_plugin_module", tmp_path)
+    assert "cannot import policy plugin module 'no_such_plugin" in missing
 
 
 def test_evolve_run_refuses_an_external_system(tmp_path, bm25_module):

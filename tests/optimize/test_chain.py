@@ -17,119 +17,19 @@ import re
 import signal
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
-from optimize.evolve_helpers import SCHEMA, make_item, output_fields, sections
-from scripted_lm import ScriptedLM, scripted_role_lms
+from optimize.chain_world import SIGNATURES, World, run, token, write_world
+from optimize.evolve_helpers import output_fields, sections
 
 import memory_policies
 from evolve.config import load_spec
-from evolve.optimize import CandidateStatus, run_experiment
+from evolve.optimize import CandidateStatus
 from evolve.optimize.feedback import BLIND_FEEDBACK
-from evolve.simulator.environment import Environment, save_environment
 
-SIGNATURES = {"user-0": "Alice", "user-1": "Bob"}
 TESTS_DIR = Path(__file__).resolve().parents[1]
-
-
-def token(name: str) -> str:
-    return f"SIGNED_{name.upper()}"
-
-
-def write_world(directory: Path, feedback: str = "complete", concurrency: int = 2) -> Path:
-    items = []
-    for user_id, name in SIGNATURES.items():
-        item = make_item(user_id)
-        for period in item["periods"]:
-            for session in period["sessions"]:
-                session["query"] = f"{session['query']} -- {name}"
-        items.append(item)
-    save_environment(Environment.from_original(items), directory / "env.json")
-    spec = directory / "chains.toml"
-    spec.write_text(
-        textwrap.dedent(
-            f"""
-            name = "chains"
-            seed = 3
-            concurrency = {concurrency}
-            protocol = "paper"
-
-            [environment]
-            file = "env.json"
-            train_users = 2
-            heldout_users = 0
-
-            [policy]
-            kind = "in_context"
-            # The scripted agent reads DSPy fields; the paper preset's chat messages are
-            # pinned in tests/memory_policies/test_mp_paper.py. This file tests the chains.
-            preset = "evolve"
-            parameters = {{ update_every = 1, short_term_len = 0 }}
-
-            [optimizer]
-            schedule = "per_period"
-            feedback = "{feedback}"
-            mutate_components = ["write.types_to_remember"]
-            objective = "accuracy"
-
-            [tracking]
-            enabled = false
-            """
-        ),
-        encoding="utf-8",
-    )
-    return spec
-
-
-def agent(call) -> dict[str, Any]:
-    fields, inputs = output_fields(call.system), sections(call.user)
-    if "new_text" in fields:  # the reflector: under the paper protocol, the agent's model
-        current = inputs.get("current_text", "").strip()
-        added = [
-            token(name)
-            for name in SIGNATURES.values()
-            if f"signature: {name}" in inputs.get("feedback", "") and token(name) not in current
-        ]
-        return {"new_text": "\n".join([current, *(f"- {t}" for t in added)])}
-    if "choice" in fields:
-        return {"choice": 1}
-    if "updates" in fields:
-        text = inputs.get("messages", "")
-        updates = [
-            {"label": variable, "value": value}
-            for variable, values in SCHEMA.items()
-            for value in values
-            if value.lower() in text.lower()
-        ]
-        updates += [
-            {"label": "signature", "value": name}
-            for name in SIGNATURES.values()
-            if f"-- {name}" in text
-        ]
-        return {"updates": updates}
-    return {name: "Noted." for name in fields}
-
-
-class World:
-    def __init__(self, respond=agent) -> None:
-        self.agent = ScriptedLM(respond, model="agent-model")
-        self.reflector = ScriptedLM(lambda call: {"new_text": "unused"}, model="other-model")
-        self.simulator = ScriptedLM(lambda call: {"message": "Tell me more."}, model="sim")
-        self.lms = scripted_role_lms(
-            simulator=self.simulator, agent=self.agent, reflector=self.reflector
-        )
-
-
-def run(directory: Path, world: World, spec: Path):
-    return run_experiment(
-        load_spec(spec),
-        world.lms,
-        runs_dir=directory / "runs",
-        upper_bound_cache=directory / "ub",
-    )
 
 
 def reflections(world: World) -> list[Any]:
@@ -218,7 +118,7 @@ CHILD = """
 import os, signal, sys
 from pathlib import Path
 sys.path[:0] = [{tests!r}]
-from optimize import test_chain
+from optimize import chain_world
 
 directory, log, kill_at = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
 
@@ -227,9 +127,9 @@ def dying(call):
         handle.write("call\\n")
     if sum(1 for _ in open(log)) == kill_at:
         os.kill(os.getpid(), signal.SIGKILL)
-    return test_chain.agent(call)
+    return chain_world.agent(call)
 
-test_chain.run(directory, test_chain.World(dying), directory / "chains.toml")
+chain_world.run(directory, chain_world.World(dying), directory / "chains.toml")
 """
 
 

@@ -19,7 +19,8 @@ from stub_server import StubServer
 
 import memory_policies
 from evolve.llm import EndpointConfig, RoleLMs, build_lm
-from evolve.optimize.gepa_engine import AMemGymAdapter, GepaSettings, run_gepa, seed_candidate
+from evolve.optimize.gepa_adapter import AMemGymAdapter, seed_candidate
+from evolve.optimize.gepa_engine import GepaSettings, run_gepa
 from evolve.optimize.operators import build_operator
 from evolve.optimize.reflect import Reflector
 from evolve.simulator.environment import Environment

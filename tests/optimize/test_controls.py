@@ -21,7 +21,8 @@ from scripted_lm import ScriptedLM
 from evolve.config import load_spec, resolve
 from evolve.optimize import run_experiment
 from evolve.optimize.feedback import BLIND_FEEDBACK
-from evolve.optimize.gepa_engine import AMemGymAdapter, GepaSettings, run_gepa
+from evolve.optimize.gepa_adapter import AMemGymAdapter
+from evolve.optimize.gepa_engine import GepaSettings, run_gepa
 from evolve.optimize.operators import build_operator
 from evolve.optimize.parameters import RandomStepProposer
 from evolve.optimize.reflect import Reflector

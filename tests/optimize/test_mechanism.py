@@ -23,9 +23,10 @@ from pathlib import Path
 import pytest
 from optimize.noise_world import BASE_TYPES, HELDOUT, ORACLE_TYPES, TRAIN, NoiseWorld
 
-from evolve.optimize import gepa_engine
+from evolve.optimize import gepa_adapter
 from evolve.optimize.feedback import Feedback
-from evolve.optimize.gepa_engine import AMemGymAdapter, GepaSettings, run_gepa
+from evolve.optimize.gepa_adapter import AMemGymAdapter
+from evolve.optimize.gepa_engine import GepaSettings, run_gepa
 from evolve.optimize.operators import build_operator
 from evolve.optimize.reflect import Reflector
 from evolve.simulator.runner import EpisodeConfig
@@ -89,7 +90,7 @@ def without_causes(*args, **kwargs) -> Feedback:
     return feedback.model_copy(update={"text": "\n".join(lines)})
 
 
-build_feedback = gepa_engine.build_feedback
+build_feedback = gepa_adapter.build_feedback
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +103,7 @@ def closed(tmp_path_factory) -> Iterator[dict[str, list[float]]]:
         runs["diagnostic"].append(gap_closed(world, root, "diagnostic", seed, "diagnostic"))
         runs["blind"].append(gap_closed(world, root, "blind", seed, "blind"))
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(gepa_engine, "build_feedback", without_causes)
+            patch.setattr(gepa_adapter, "build_feedback", without_causes)
             runs["no_causes"].append(gap_closed(world, root, "diagnostic", seed, "no-causes"))
     for label, values in runs.items():
         print(f"{label}: gap closed per seed {[round(v, 2) for v in values]}")

@@ -17,7 +17,8 @@ from optimize.evolve_helpers import SCHEMA, make_item, output_fields, sections
 from scripted_lm import ScriptedLM, scripted_role_lms
 
 import memory_policies
-from evolve.optimize.gepa_engine import AMemGymAdapter, GepaSettings, run_gepa, seed_candidate
+from evolve.optimize.gepa_adapter import AMemGymAdapter, seed_candidate
+from evolve.optimize.gepa_engine import GepaSettings, run_gepa
 from evolve.optimize.operators import build_operator
 from evolve.optimize.parameters import RandomStepProposer
 from evolve.simulator.environment import Environment

@@ -11,7 +11,9 @@ import textwrap
 import time
 from pathlib import Path
 
+import optuna
 from optimize.evolve_helpers import make_item
+from optuna.trial import TrialState
 from stub_server import StubServer
 
 from evolve.simulator.environment import Environment, save_environment
@@ -172,3 +174,39 @@ def run_in_process(home: Path, *args: str) -> int:
             os.environ.pop(CACHE_DIR_ENV, None)
         else:
             os.environ[CACHE_DIR_ENV] = previous
+
+
+# The [environment] of a tuning spec over `write_tune_spec`'s env.json with one train user.
+ONE_TRAIN_USER = 'file = "env.json"\ntrain_users = 1\nheldout_users = 1'
+
+
+def tune_process(spec: Path, tmp_path: Path, stub: StubServer, *extra: str) -> subprocess.Popen:
+    """`evolve tune SPEC` as its own process against the stub (no LLM cache, no tracking)."""
+    command = [sys.executable, "-m", "evolve.cli", "tune", str(spec), "--no-progress"]
+    command += ["--no-tracking", "--no-llm-cache", "--base-url", stub.base_url, "--model", "stub"]
+    command += ["--runs-dir", str(tmp_path / "runs"), "--upper-bound-cache", str(tmp_path / "ub")]
+    env = {**os.environ, "EVOLVE_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(REPO)}
+    return subprocess.Popen(
+        [*command, *extra],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def load_tune_study(tmp_path: Path) -> optuna.Study:
+    """The study named "tune" in `tmp_path/optuna.db` (`write_tune_spec`'s default storage)."""
+    return optuna.load_study(study_name="tune", storage=f"sqlite:///{tmp_path / 'optuna.db'}")
+
+
+def running_trial(tmp_path: Path) -> optuna.trial.FrozenTrial | None:
+    """The study's RUNNING trial, or None (also while the study does not exist yet)."""
+    if not (tmp_path / "optuna.db").is_file():
+        return None
+    try:
+        running = load_tune_study(tmp_path).get_trials(states=(TrialState.RUNNING,))
+    except Exception:  # the study is not created yet (any storage error while it is made)
+        return None
+    return running[0] if running else None

@@ -19,7 +19,7 @@ from simulator.eval_helpers import (
     sections,
     simulator_responder,
 )
-from simulator.test_metrics import item, period
+from simulator.result_helpers import item, period
 
 from evolve.simulator.metrics import summarize
 from evolve.simulator.original_format import (

@@ -10,8 +10,7 @@ import optuna
 import pytest
 from optimize.evolve_helpers import World
 from optuna.trial import TrialState, create_trial
-from tuning.test_tune_study import tune
-from tuning.tune_helpers import PAPER_GRID, write_tune_spec
+from tuning.tune_helpers import PAPER_GRID, tune, write_tune_spec
 
 from evolve.cli import main
 from evolve.commands.tune import _Bars

@@ -13,16 +13,18 @@ import pytest
 from optimize.evolve_helpers import World
 from tuning.tune_helpers import (
     BEST,
+    GRID,
     PAPER_GRID,
     TuneWorld,
     make_tuned_agent,
+    tune,
     write_tune_spec,
 )
 
 from evolve.cli import main
 from evolve.errors import ConfigError, ResumeMismatchError
+from evolve.objective import objective_value
 from evolve.optimize.feedback import load_period_results
-from evolve.optimize.loop import objective_value
 from evolve.simulator.metrics import summarize_periods
 from evolve.tune import format_result, load_tune_spec, resolve_tuning, run_tuning
 from evolve.tuning.report import render_tuning_dir, render_tuning_experiment, tuning_dir_for
@@ -30,21 +32,6 @@ from evolve.tuning.storage import open_storage, prepare_storage_directory
 from evolve.tuning.study import TuningStore
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
-GRID = f'sampler = "grid"\n[tuning.parameters]\n{PAPER_GRID}'
-
-
-def tune(tmp_path: Path, spec_path: Path, world: TuneWorld | None = None, **kwargs):
-    world = world or TuneWorld()
-    result = run_tuning(
-        kwargs.pop("spec", None) or load_tune_spec(spec_path),
-        world.lms,
-        runs_dir=tmp_path / "runs",
-        upper_bound_cache=tmp_path / "ub",
-        **kwargs,
-    )
-    return result, world
-
-
 # ----- specs -------------------------------------------------------------------------------------
 
 

@@ -28,10 +28,14 @@ from optimize.evolve_helpers import SCHEMA, _latest_option, output_fields, secti
 from optimize.evolve_helpers import write_environment as write_environment  # re-export
 from scripted_lm import ScriptedLM, scripted_role_lms
 
+from evolve.tune import load_tune_spec, run_tuning
+
 TARGET_BATCH = 4
 MAX_CONVERSATION = 4
 BEST = {"update_every": 4, "short_term_len": 0}
 PAPER_GRID = "update_every = [2, 4, 8]\nshort_term_len = [0, 4, 8]"
+# The [tuning] lines of a grid study over PAPER_GRID (9 points).
+GRID = f'sampler = "grid"\n[tuning.parameters]\n{PAPER_GRID}'
 
 _MESSAGE = re.compile(r"^(?:User|Assistant): ", re.M)
 
@@ -118,3 +122,17 @@ def write_tune_spec(
     path = directory / f"{name}.toml"
     path.write_text(text, encoding="utf-8")
     return path
+
+
+def tune(tmp_path: Path, spec_path: Path, world: TuneWorld | None = None, **kwargs: Any):
+    """Run (or resume) the study of `spec_path` under `tmp_path` with scripted LMs; returns
+    (result, world). `spec=` passes an already loaded spec instead of reading the file."""
+    world = world or TuneWorld()
+    result = run_tuning(
+        kwargs.pop("spec", None) or load_tune_spec(spec_path),
+        world.lms,
+        runs_dir=tmp_path / "runs",
+        upper_bound_cache=tmp_path / "ub",
+        **kwargs,
+    )
+    return result, world

@@ -1,4 +1,4 @@
-"""Issue 10 item 5: Ctrl-C and SIGTERM stop `eval`, `run` and `tune` within one call's latency
+"""Ctrl-C and SIGTERM stop `eval`, `run` and `tune` within one call's latency
 + 2 s, exit 130 with one line, leave no LLM call behind, and a rerun completes the work with
 the results of an uninterrupted run."""
 

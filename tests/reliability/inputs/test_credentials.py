@@ -1,4 +1,4 @@
-"""Issue 10 item 7: credentials in an endpoint URL never reach output, logs or caches.
+"""Credentials in an endpoint URL never reach output, logs or caches.
 
 A `user:password@` URL is refused in one line (the key goes in the variable named by
 `api_key_env`), with the password redacted; DSPy's response cache keeps no endpoint

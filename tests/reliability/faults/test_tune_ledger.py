@@ -1,4 +1,4 @@
-"""Issue 10 item 4 for `evolve tune`: the spend ledger survives `kill -9` mid-trial.
+"""The spend ledger of `evolve tune` survives `kill -9` mid-trial.
 
 A standalone tuning study journals every LLM request under its run directory before it is
 sent (`runs/<name>/spend/<study>/`, one file per trial and one per process), so:
@@ -23,16 +23,15 @@ from pathlib import Path
 import optuna
 import pytest
 from optuna.trial import TrialState
-from reliability.process_helpers import run_in_process
-from reliability.test_tuning_trials import (
-    GRID,
+from reliability.process_helpers import (
     ONE_TRAIN_USER,
-    _running_trial,
-    _study,
-    _tune_process,
+    load_tune_study,
+    run_in_process,
+    running_trial,
+    tune_process,
 )
 from stub_server import StubServer
-from tuning.tune_helpers import TuneWorld, write_tune_spec
+from tuning.tune_helpers import GRID, TuneWorld, write_tune_spec
 
 from evolve.simulator.storage import safe_name
 from evolve.tuning import load_tune_spec, run_tuning
@@ -60,13 +59,13 @@ def test_tune_ledger_after_kill_9_mid_trial_is_within_the_in_flight_calls(tmp_pa
         environment=ONE_TRAIN_USER,
     )
     with StubServer(latency=0.2) as stub:
-        first = _tune_process(spec, tmp_path, stub)
+        first = tune_process(spec, tmp_path, stub)
         deadline = time.monotonic() + 180  # a loaded machine starts Python slowly
         killed_trial, started = None, 0
         while time.monotonic() < deadline:
             assert first.poll() is None, first.communicate()
             if killed_trial is None:
-                killed_trial = _running_trial(tmp_path)
+                killed_trial = running_trial(tmp_path)
                 started = stub.stats()["chat_requests"]
             elif stub.stats()["chat_requests"] >= started + 4:
                 break  # mid-trial: some of its LLM calls are done, none of its attributes set
@@ -80,14 +79,14 @@ def test_tune_ledger_after_kill_9_mid_trial_is_within_the_in_flight_calls(tmp_pa
         # Each request was journaled before it was sent: none the server received is missing.
         assert served <= recorded <= served + CONCURRENCY, (served, recorded)
 
-        rerun = _tune_process(spec, tmp_path, stub)
+        rerun = tune_process(spec, tmp_path, stub)
         out, err = rerun.communicate(timeout=300)
         assert rerun.returncode == 0, err[-3000:]
         time.sleep(0.2)
         served_after = stub.stats()["chat_requests"]
     assert f"{requested}/{requested} trials finished" in out, out
     # The killed trial was retried (its calls paid twice, both counted once each).
-    assert _study(tmp_path).trials[killed_trial.number].state == TrialState.FAIL
+    assert load_tune_study(tmp_path).trials[killed_trial.number].state == TrialState.FAIL
     assert served_after > served
     recorded_after = _compared_spend(tmp_path, capsys)
     assert served_after <= recorded_after <= served_after + CONCURRENCY, (

@@ -1,4 +1,4 @@
-"""Issue 10 item 4 for `evolve eval --out DIR`: a spend journal per output directory.
+"""`evolve eval --out DIR` keeps a spend journal per output directory.
 
 Each completed LLM call is appended to `DIR/spend.jsonl` as it completes, so after a
 `kill -9` the spend it records is short of the server's count only by the calls in flight,

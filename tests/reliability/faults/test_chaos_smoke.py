@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-CHAOS = Path(__file__).resolve().parents[2] / "benchmarks" / "chaos.py"
+CHAOS = Path(__file__).resolve().parents[3] / "benchmarks" / "chaos.py"
 
 
 @pytest.mark.parametrize(("cache", "kills"), [("off", 2), ("on", 1)])

@@ -1,4 +1,4 @@
-"""Issue 10 item 3: one evolve process per run directory; MLflow DB creation serialized."""
+"""One evolve process per run directory; MLflow DB creation serialized."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 10 item 8: bad files, bad flags and failing storage give one line and the README's
+"""Bad files, bad flags and failing storage give one line and the README's
 exit code, never a traceback (and never minutes of retries first)."""
 
 from __future__ import annotations

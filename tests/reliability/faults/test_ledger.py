@@ -20,7 +20,7 @@ from pathlib import Path
 
 from evolve.optimize.store import ExperimentStore
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 CONCURRENCY = 2
 
 

@@ -1,4 +1,4 @@
-"""Issue 10, item 6: Optuna's trial loop survives a killed worker and uses public APIs only.
+"""Optuna's trial loop survives a killed worker and uses public APIs only.
 
 - a `kill -9` of the main `evolve tune` process mid-trial leaves a RUNNING trial; the rerun
   (here with an extra `--worker` beside it) fails it by heartbeat after `heartbeat_grace_s`,
@@ -13,8 +13,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 import tomllib
 from importlib.metadata import version
@@ -24,46 +22,21 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 from packaging.specifiers import SpecifierSet
+from reliability.process_helpers import (
+    ONE_TRAIN_USER,
+    load_tune_study,
+    running_trial,
+    tune_process,
+)
 from stub_server import StubServer
-from tuning.tune_helpers import PAPER_GRID, TuneWorld, write_tune_spec
+from tuning.tune_helpers import GRID, TuneWorld, write_tune_spec
 
 from evolve.errors import ConfigError
 from evolve.tuning import load_tune_spec, resolve_tuning, run_tuning
 from evolve.tuning.records import trial_records
 
-ROOT = Path(__file__).resolve().parents[2]
-GRID = f'sampler = "grid"\n[tuning.parameters]\n{PAPER_GRID}'
-ONE_TRAIN_USER = 'file = "env.json"\ntrain_users = 1\nheldout_users = 1'
+ROOT = Path(__file__).resolve().parents[3]
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
-
-
-def _tune_process(spec: Path, tmp_path: Path, stub: StubServer, *extra: str) -> subprocess.Popen:
-    command = [sys.executable, "-m", "evolve.cli", "tune", str(spec), "--no-progress"]
-    command += ["--no-tracking", "--no-llm-cache", "--base-url", stub.base_url, "--model", "stub"]
-    command += ["--runs-dir", str(tmp_path / "runs"), "--upper-bound-cache", str(tmp_path / "ub")]
-    env = {**os.environ, "EVOLVE_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen(
-        [*command, *extra],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def _study(tmp_path: Path) -> optuna.Study:
-    return optuna.load_study(study_name="tune", storage=f"sqlite:///{tmp_path / 'optuna.db'}")
-
-
-def _running_trial(tmp_path: Path) -> optuna.trial.FrozenTrial | None:
-    if not (tmp_path / "optuna.db").is_file():
-        return None
-    try:
-        running = _study(tmp_path).get_trials(states=(TrialState.RUNNING,))
-    except (KeyError, optuna.exceptions.OptunaError, Exception):  # study not created yet
-        return None
-    return running[0] if running else None
 
 
 def test_a_rerun_after_kill_9_mid_trial_finishes_the_study(tmp_path):
@@ -74,13 +47,13 @@ def test_a_rerun_after_kill_9_mid_trial_finishes_the_study(tmp_path):
         environment=ONE_TRAIN_USER,
     )
     with StubServer(latency=0.2) as stub:
-        first = _tune_process(spec, tmp_path, stub)
+        first = tune_process(spec, tmp_path, stub)
         deadline = time.monotonic() + 180  # a loaded CI machine starts Python slowly
         killed_trial, started = None, 0
         while time.monotonic() < deadline:
             assert first.poll() is None, first.communicate()
             if killed_trial is None:
-                killed_trial = _running_trial(tmp_path)
+                killed_trial = running_trial(tmp_path)
                 started = stub.stats()["chat_requests"]
             elif stub.stats()["chat_requests"] >= started + 3:
                 break  # mid-trial: some of its LLM calls are done
@@ -88,17 +61,17 @@ def test_a_rerun_after_kill_9_mid_trial_finishes_the_study(tmp_path):
         assert killed_trial is not None, "no trial started within 180 s"
         os.kill(first.pid, signal.SIGKILL)
         first.communicate(timeout=10)
-        assert [t.state for t in _study(tmp_path).trials].count(TrialState.RUNNING) == 1
+        assert [t.state for t in load_tune_study(tmp_path).trials].count(TrialState.RUNNING) == 1
 
         # The rerun: the main process and an extra worker, together.
-        rerun = _tune_process(spec, tmp_path, stub)
-        worker = _tune_process(spec, tmp_path, stub, "--worker")
+        rerun = tune_process(spec, tmp_path, stub)
+        worker = tune_process(spec, tmp_path, stub, "--worker")
         out, err = rerun.communicate(timeout=300)
         worker_out, worker_err = worker.communicate(timeout=120)
     assert rerun.returncode == 0, err[-3000:]
     assert worker.returncode == 0, worker_err[-3000:]
     assert f"{requested}/{requested} trials finished" in out, out
-    study = _study(tmp_path)
+    study = load_tune_study(tmp_path)
     finished = study.get_trials(states=FINISHED)
     assert len(finished) == requested
     points = [tuple(sorted(t.params.items())) for t in finished]
@@ -135,7 +108,7 @@ def test_grid_points_enqueued_twice_are_evaluated_once(tmp_path):
     assert len({tuple(sorted(r.parameters.items())) for r in finished}) == requested
     # The duplicates were discarded before any evaluation, and none is left waiting.
     assert {r.state for r in result.trials} <= {"complete", "pruned", "surplus"}
-    assert not [t for t in _study(tmp_path).trials if t.state == TrialState.WAITING]
+    assert not [t for t in load_tune_study(tmp_path).trials if t.state == TrialState.WAITING]
     assert len(list((tmp_path / "runs" / "tune" / "trials" / "tune").iterdir())) == requested
 
 

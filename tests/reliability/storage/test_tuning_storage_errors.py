@@ -1,4 +1,4 @@
-"""Issue 10, item 8 (storage): a bad study storage is a one-line error, at once.
+"""A bad study storage is a one-line error, at once.
 
 - an unknown URL scheme and a missing database driver are refused before any LLM call, and
   the driver message says what to install (SQLAlchemy 2.1 opens postgresql:// with psycopg 3);

@@ -1,4 +1,4 @@
-"""Issue 10 item 2: eval with a partly filled response cache at concurrency > 1.
+"""Eval with a partly filled response cache at concurrency > 1.
 
 Worker threads used to race through the LM client's lazy imports (litellm through
 importlib's LazyLoader, litellm's own lazy attributes, and unpickling cached responses
@@ -20,7 +20,7 @@ from dspy.clients.cache import Cache
 
 from evolve.cli import main
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _eval(stub, tmp_path: Path, out: str, *extra: str) -> subprocess.CompletedProcess[str]:

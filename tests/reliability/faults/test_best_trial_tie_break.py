@@ -1,4 +1,4 @@
-"""Issue 10 / chaos: the best trial among tied trials does not depend on trial numbers.
+"""The best trial among tied trials does not depend on trial numbers (as after kills).
 
 A `kill -9` during `evolve tune` makes the rerun retry the killed grid point under a new
 trial number, so the order in which grid points got their numbers differs from an
@@ -55,22 +55,30 @@ def test_a_better_value_still_wins_over_the_tie_break() -> None:
     assert best_parameters(study) == [GRID[1]]
 
 
-def test_a_study_killed_before_its_heldout_check_is_not_recorded_complete(tmp_path, monkeypatch):
+def test_a_study_killed_before_its_heldout_check_is_not_recorded_complete(tmp_path):
     """tuning.json is rewritten after each trial; when the last trial is done but the
     held-out check is not (a kill there), it must not say complete: a rerun must do it."""
-    from tuning.test_tune_study import GRID, tune
-    from tuning.tune_helpers import write_tune_spec
+    from tuning.tune_helpers import GRID, TuneWorld, make_tuned_agent, tune, write_tune_spec
 
-    from evolve.tuning import study
+    from evolve.tuning.study import TuningStore
 
     spec = write_tune_spec(tmp_path, f'trials = 2\nheldout = "best"\n{GRID}')
+    store = TuningStore(tmp_path / "runs" / "tune")
+    answer = make_tuned_agent()
 
-    def killed(self) -> None:
-        raise KeyboardInterrupt
+    def killed_after_the_trials(call):
+        # The first LM call once both trials are stored is the held-out check's.
+        if store.result_file.exists():
+            stored = store.load_result()
+            if sum(t.state == "complete" for t in stored.trials) == 2:
+                raise KeyboardInterrupt
+        return answer(call)
 
-    monkeypatch.setattr(study._Worker, "_evaluate_heldout", killed)
+    world = TuneWorld()
+    world.agent.respond = killed_after_the_trials
     with pytest.raises(KeyboardInterrupt):
-        tune(tmp_path, spec)
-    stored = study.TuningStore(tmp_path / "runs" / "tune").load_result()
+        tune(tmp_path, spec, world)
+    stored = store.load_result()
     assert sum(t.state == "complete" for t in stored.trials) == 2
     assert stored.complete is False
+    assert stored.heldout == []

@@ -176,8 +176,8 @@ def test_parse_failures_on_more_than_half_of_the_items_flag_the_summary():
 # ----- the memory score of a minority of periods -------------------------------------------
 
 
-def issue_example() -> list[UserResult]:
-    """The issue's case in small: 6 user-periods of one three-option question (random 1/3);
+def three_option_example() -> list[UserResult]:
+    """A case in small: 6 user-periods of one three-option question (random 1/3);
     in 4 the upper bound is wrong (degenerate) and so is the policy, in the 2 others both are
     right. The per-period mean used to report 1.0 from the 2 non-degenerate periods alone."""
     periods = [[item(0, correct=False, ub=False)] for _ in range(4)]
@@ -186,7 +186,7 @@ def issue_example() -> list[UserResult]:
 
 
 def test_more_than_a_quarter_degenerate_periods_leave_the_memory_score_undefined():
-    summary = summarize(issue_example())
+    summary = summarize(three_option_example())
     assert summary.degenerate_periods == 4
     assert summary.memory_score is None
     assert "4 of 6 user-periods are degenerate" in summary.memory_score_undefined
@@ -250,7 +250,7 @@ def test_eval_table_prints_undefined_with_the_count_and_the_pooled_score():
 
 
 def test_selection_and_pruning_use_the_pooled_score_and_say_so():
-    from evolve.optimize.loop import objective_used
+    from evolve.objective import objective_used
 
     users = users_of(
         [

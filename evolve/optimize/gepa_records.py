@@ -1,0 +1,280 @@
+"""GEPA's state into our frozen records: candidates with lineage and one generation record
+per GEPA iteration, stored once and logged to MLflow as iterations finish.
+
+Why hand-written: GEPA keeps no operator, seed or held-out score per candidate, and it
+does not record the proposals that never joined its pool (rejected on their minibatch, or
+invalid). The adapter keeps those (`AMemGymAdapter.proposals`, `.discovered`, `.heldout`);
+this module turns them, with GEPA's pool, into `CandidateRecord`s and `GenerationRecord`s in
+one place, so that lineage, statuses and held-out checks cannot drift between two files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from gepa.core.callbacks import GEPACallback
+
+from evolve.optimize.context import EvolutionContext
+from evolve.optimize.gepa_adapter import AMemGymAdapter
+from evolve.optimize.operators import is_parameter
+from evolve.records import (
+    CandidateRecord,
+    CandidateStatus,
+    GenerationRecord,
+    Mutation,
+    best_of,
+    candidate_id,
+    candidate_record,
+)
+from evolve.seeds import derive_seed
+
+
+class GepaRecordSync(GEPACallback):
+    """One GEPA iteration = one generation: its spend is noted and our records are synced
+    from GEPA's state at its end (so MLflow steps follow iterations as they finish)."""
+
+    def __init__(self, context: EvolutionContext, adapter: AMemGymAdapter, total: int) -> None:
+        self.context, self.adapter, self.total = context, adapter, total
+        self.start: Any = None
+        self.final_state: Any = None
+        # Pool indices evaluated on the held-out users besides GEPA's new bests (heldout =
+        # "final": the base and the final best), set by the schedule before the last sync.
+        self.final_heldout: set[int] = set()
+
+    # ----- GEPA callbacks ---------------------------------------------------------------------
+
+    def on_iteration_start(self, event: Any) -> None:
+        self.context.progress.generation_started(int(event["iteration"]), self.total)
+        self.start = self.context.budget.spent()
+
+    def on_iteration_end(self, event: Any) -> None:
+        end = self.context.budget.spent()
+        start = self.start or end
+        self.adapter.iterations.append(
+            {
+                "iteration": int(event["iteration"]),
+                "accepted": bool(event["proposal_accepted"]),
+                "llm_calls_start": start.llm_calls,
+                "llm_calls_end": end.llm_calls,
+                "tokens_start": start.tokens,
+                "tokens_end": end.tokens,
+                "wall_time_s": end.wall_time_s - start.wall_time_s,
+            }
+        )
+        self.sync(event["state"])
+
+    def on_optimization_end(self, event: Any) -> None:
+        self.final_state = event["final_state"]
+
+    # ----- records ----------------------------------------------------------------------------
+
+    def gepa_id(self, index: int) -> str:
+        """Our id of GEPA's pool candidate `index` (the generation that discovered it)."""
+        return candidate_id(self.adapter.discovered.get(index, 0), 0)
+
+    def sync(self, state: Any) -> None:
+        """Our frozen records from GEPA's state: every pool candidate (train scores, held-out
+        scores of each new best) and every finished generation; stored once, logged once."""
+        context, adapter = self.context, self.adapter
+        train = [item.id for item in context.resolved.train.items]
+        heldout_users = [item.id for item in context.resolved.heldout.items]
+        heldout_idx = {entry["candidate_idx"] for entry in adapter.heldout} | self.final_heldout
+        # Every evaluation the records below still need, played at once under the one call
+        # limit (e.g. the final held-out checks of the base and the best).
+        needed: list[tuple[int, str, list[str]]] = []
+        for index in range(len(state.program_candidates)):
+            record = context.records.get(self.gepa_id(index))
+            if record is None or record.train is None:
+                needed.append((index, "train", train))
+            missing_heldout = record is None or record.heldout is None
+            if missing_heldout and index in heldout_idx and heldout_users:
+                needed.append((index, "heldout", heldout_users))
+        results = iter(
+            adapter.run_jobs(
+                [
+                    (state.program_candidates[index], user, split)
+                    for index, split, users in needed
+                    for user in users
+                ]
+            )
+        )
+        played = {(i, split): [next(results) for _ in users] for i, split, users in needed}
+        for index, candidate in enumerate(state.program_candidates):
+            record = context.records.get(self.gepa_id(index))
+            if record is None:
+                record = self._pool_candidate(index, candidate, state)
+            if record.train is None:
+                users = played[(index, "train")]
+                scores = context.scores(users, self._evaluation_dir("train", candidate), 0.0)
+                record = context.save(
+                    record.model_copy(update={"train": scores, "status": CandidateStatus.EVALUATED})
+                )
+                context.evaluation_logged(record, "train")
+            if record.heldout is None and index in heldout_idx and heldout_users:
+                users = played[(index, "heldout")]
+                scores = context.scores(users, self._evaluation_dir("heldout", candidate), 0.0)
+                record = context.save(record.model_copy(update={"heldout": scores}))
+                context.evaluation_logged(record, "heldout")
+        pooled = {adapter.discovered.get(i, 0) for i in range(len(state.program_candidates))}
+        for entry in adapter.iterations:
+            generation = int(entry["iteration"])
+            if generation not in pooled and candidate_id(generation, 0) not in context.records:
+                self._outside_pool(generation, state)
+        front = sorted(
+            {self.gepa_id(i) for ids in state.program_at_pareto_front_valset.values() for i in ids}
+        )
+        entries = [{"iteration": 0}, *adapter.iterations]
+        for entry in entries:
+            self._store_generation(int(entry["iteration"]), entry, front, state)
+
+    def _evaluation_dir(self, split: str, candidate: Mapping[str, str]) -> Path:
+        return self.adapter.work_dir / split / self.adapter.fingerprint(candidate)[:16]
+
+    def _pool_candidate(
+        self, index: int, candidate: Mapping[str, str], state: Any
+    ) -> CandidateRecord:
+        """The record of a candidate in GEPA's pool (index 0: the base)."""
+        generation = self.adapter.discovered.get(index, 0)
+        parents = [p for p in state.parent_program_for_candidate[index] if p is not None]
+        return self._record(
+            generation, candidate, [self.gepa_id(p) for p in parents], CandidateStatus.PROPOSED
+        )
+
+    def _outside_pool(self, generation: int, state: Any) -> CandidateRecord | None:
+        """A generation whose proposal did not join GEPA's pool: rejected on its minibatch,
+        or invalid (no usable text). None: nothing was proposed (e.g. a skipped merge)."""
+        proposals = [p for p in self.adapter.proposals if p["iteration"] == generation]
+        if not proposals or proposals[0].get("parent") is None:
+            return None
+        parent_idx = int(proposals[0]["parent"])
+        candidate = dict(state.program_candidates[parent_idx])
+        for proposal in proposals:
+            candidate.update(proposal["components"])
+        usable = any(p["components"] for p in proposals)
+        status = CandidateStatus.REJECTED if usable else CandidateStatus.INVALID
+        reason = None if usable else next((p["invalid"] for p in proposals if p["invalid"]), None)
+        return self._record(
+            generation, candidate, [self.gepa_id(parent_idx)], status, invalid_reason=reason
+        )
+
+    def _mutation(
+        self, generation: int, policy: Any, parent_ids: Sequence[str], proposals: list[dict]
+    ) -> tuple[Mutation, int]:
+        """How generation `generation`'s candidate was made, and its seed."""
+        context = self.context
+        if generation == 0:
+            return Mutation(kind="base"), context.spec.seed
+        parent = context.records[parent_ids[0]]
+        changes = {
+            name: (parent.parameters[name], value)
+            for name, value in policy.parameters().items()
+            if name in parent.parameters and value != parent.parameters[name]
+        }
+        # No operator proposal in a generation that made a candidate: GEPA merged two.
+        kind = proposals[0]["operator"] if proposals else "merge"
+        texts = [c for c in (proposals[0]["feedback"] if proposals else {}) if not is_parameter(c)]
+        # Text components are proposed by the reflector (reflective, list_edit, plugins).
+        reflected = bool(texts)
+        edits = {
+            component: dict(applied)
+            for p in proposals
+            for component, applied in p.get("detail", {}).items()
+            if isinstance(applied, dict) and {"added", "removed"} <= set(applied)
+        }
+        mutation = Mutation(
+            kind=kind,
+            component=texts[0] if texts else None,
+            feedback=context.optimizer.feedback if reflected else None,
+            temperature=context.reflector.temperature if reflected else None,
+            parameter_changes=changes,
+            rollout_id=proposals[0]["seed"] if proposals else None,
+            edits=edits,
+        )
+        seed = (
+            proposals[0]["seed"]
+            if proposals
+            else derive_seed(context.spec.seed, "propose", generation)
+        )
+        return mutation, seed
+
+    def _record(
+        self,
+        generation: int,
+        candidate: Mapping[str, str],
+        parent_ids: Sequence[str],
+        status: CandidateStatus,
+        invalid_reason: str | None = None,
+    ) -> CandidateRecord:
+        context = self.context
+        cid = candidate_id(generation, 0)
+        policy = self.adapter.policy(candidate)
+        proposals = [p for p in self.adapter.proposals if p["iteration"] == generation]
+        mutation, seed = self._mutation(generation, policy, parent_ids, proposals)
+        record = candidate_record(
+            cid,
+            generation=generation,
+            policy=policy,
+            mutation=mutation,
+            seed=seed,
+            parent_ids=parent_ids,
+            status=status,
+            invalid_reason=invalid_reason,
+            reflection_parse_failures=sum(int(p.get("parse_failed", False)) for p in proposals),
+            reflection_calls=sum(int(p.get("llm_calls", 0)) for p in proposals),
+            reflection_tokens=sum(int(p.get("tokens", 0)) for p in proposals),
+        )
+        feedback = "\n\n".join(
+            text for p in proposals for text in p.get("feedback", {}).values() if text
+        )
+        if feedback:
+            context.store.save_feedback(cid, feedback)
+        if status != CandidateStatus.INVALID and not context.store.policy_dir(cid).exists():
+            policy.save(context.store.policy_dir(cid), provenance=context.provenance(record))
+        return context.record_proposal(record)
+
+    def _store_generation(
+        self, generation: int, entry: Mapping[str, Any], front: Sequence[str], state: Any
+    ) -> None:
+        context = self.context
+        known = [
+            context.records[self.gepa_id(i)]
+            for i in range(len(state.program_candidates))
+            if self.adapter.discovered.get(i, 0) <= generation
+            and self.gepa_id(i) in context.records
+        ]
+        new = [r.id for r in known if r.generation == generation]
+        proposed = (
+            [candidate_id(generation, 0)] if candidate_id(generation, 0) in context.records else []
+        )
+        best = best_of(known, "train")
+        scores = [r.train.score for r in known if r.train is not None]
+        if generation == 0:
+            base = context.records[candidate_id(0, 0)]
+            spent = [s for s in (base.train, base.heldout) if s is not None]
+            calls = sum(s.summary.llm_calls for s in spent)
+            tokens = sum(s.summary.tokens for s in spent)
+        else:
+            calls = int(entry["llm_calls_end"] - entry["llm_calls_start"])
+            tokens = int(entry["tokens_end"] - entry["tokens_start"])
+        record = GenerationRecord(
+            generation=generation,
+            candidate_ids=proposed,
+            evaluated_ids=new,
+            population=list(front),
+            best_id=best.id if best is not None else None,
+            best_train_score=best.train.score if best is not None and best.train else None,
+            mean_train_score=sum(scores) / len(scores) if scores else None,
+            best_heldout_score=best.heldout.score if best is not None and best.heldout else None,
+            llm_calls=calls,
+            tokens=tokens,
+            wall_time_s=float(entry.get("wall_time_s", 0.0)),
+        )
+        stored = context.store.load_generation(generation)
+        if stored is not None and (
+            stored.model_copy(update={"population": record.population}) == record
+        ):
+            return
+        context.store.save_generation(record)
+        context.tracker.log_generation(record, spent=context.budget.spent())

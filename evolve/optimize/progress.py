@@ -1,0 +1,26 @@
+"""Progress events of an evolution run: every hook is optional (the CLI draws tqdm bars)."""
+
+from __future__ import annotations
+
+from evolve.records import CandidateRecord
+from evolve.simulator.runner import ProgressSink
+
+
+class LoopProgress:
+    """Progress events of the loop; every hook is optional (the CLI draws tqdm bars)."""
+
+    def stage(self, text: str) -> None:
+        """A preparatory step started (e.g. computing the upper bound)."""
+
+    def generation_started(self, generation: int, total: int) -> None:
+        """`total` is the number of generations (periods for the per_period schedule)."""
+
+    def candidate_proposed(self, record: CandidateRecord) -> None:
+        """A candidate was proposed (or loaded from disk), possibly a duplicate/invalid."""
+
+    def evaluation_started(self, record: CandidateRecord, split: str) -> ProgressSink | None:
+        """An evaluation starts; the returned sink receives the runner's events."""
+        return None
+
+    def evaluation_finished(self, record: CandidateRecord, split: str) -> None:
+        """The evaluation is stored (`record` carries its scores)."""

@@ -1,0 +1,86 @@
+"""The operator door: one file registers an operator, the spec's `optimizer.operators` selects
+it, and the population schedule records what it proposed (the example of docs/extending.md)."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from optimize.evolve_helpers import World, write_spec
+
+from evolve.config import load_spec
+from evolve.errors import ConfigError
+from evolve.optimize import CandidateStatus, run_experiment
+from evolve.optimize.operators import OPERATORS
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "drop_line_operator.py"
+LIST = "write.types_to_remember"
+
+
+@pytest.fixture
+def drop_line() -> Iterator[None]:
+    """The example operator module, imported as a plugin would be (and unregistered after)."""
+    spec = importlib.util.spec_from_file_location("drop_line_operator", EXAMPLE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["drop_line_operator"] = module
+    spec.loader.exec_module(module)
+    yield
+    OPERATORS.pop("drop_line", None)
+    sys.modules.pop("drop_line_operator", None)
+
+
+def operator_spec(tmp_path: Path, operators: str) -> Path:
+    return write_spec(
+        tmp_path,
+        optimizer=f"""
+            generations = 2
+            reflection_minibatch_size = 2
+            operators = {operators}
+            mutate_components = ["{LIST}"]
+        """,
+    )
+
+
+def test_the_docs_show_the_example_file_as_it_is():
+    page = (ROOT / "docs" / "extending.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", page, re.S)
+    assert EXAMPLE.read_text(encoding="utf-8") in blocks
+
+
+def test_a_registered_operator_is_selected_by_the_spec_and_its_proposals_recorded(
+    tmp_path, drop_line
+):
+    world = World()
+    result = run_experiment(
+        load_spec(operator_spec(tmp_path, '["drop_line"]')),
+        world.lms,
+        runs_dir=tmp_path / "runs",
+        upper_bound_cache=tmp_path / "ub",
+    )
+    children = [record for record in result.candidates if record.generation > 0]
+    assert children, "the operator proposed nothing"
+    for child in children:
+        assert child.mutation.kind == "drop_line" and child.mutation.component == LIST
+        assert child.status in (CandidateStatus.EVALUATED, CandidateStatus.REJECTED)
+        parent = result.candidate(child.parent_ids[0]).components[LIST].splitlines()
+        lines = child.components[LIST].splitlines()
+        # One line fewer, the others kept in order.
+        assert len(lines) == len(parent) - 1
+        assert any(parent[:index] + parent[index + 1 :] == lines for index in range(len(parent)))
+    # The operator makes no reflector call: nothing reached the reflector role.
+    assert world.calls()["reflector"] == 0
+
+
+def test_an_unknown_operator_is_refused_before_any_llm_call(tmp_path):
+    world = World()
+    spec = load_spec(operator_spec(tmp_path, '["no_such_operator", "reflective"]'))
+    with pytest.raises(ConfigError, match="no_such_operator.*registered: .*reflective"):
+        run_experiment(spec, world.lms, runs_dir=tmp_path / "runs", upper_bound_cache=tmp_path)
+    assert world.calls() == {"agent": 0, "reflector": 0, "simulator": 0}
+    assert not (tmp_path / "runs").exists()
