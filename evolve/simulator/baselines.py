@@ -44,6 +44,10 @@ from pydantic import BaseModel, Field
 from evolve.files import atomic_write_json
 from evolve.llm.response_cache import held_until_parsed
 from evolve.protocol import Protocol
+
+# Defined with the metrics (original_format needs it and sits below this module); kept
+# importable from here, where the upper bound's counterpart lives.
+from evolve.simulator.metrics import random_score as random_score
 from evolve.simulator.storage import read_json
 
 if TYPE_CHECKING:
@@ -57,14 +61,6 @@ UPPER_BOUND_FORMAT_VERSION = 2
 UPPER_BOUND_PROMPT_VERSION = 2
 # Entries are saved in batches so an interrupted computation loses little and writes rarely.
 _SAVE_EVERY = 8
-
-
-def random_score(option_states: Sequence[Sequence[str]], gold_state: Sequence[str]) -> float:
-    """Expected accuracy of a uniform random pick (the original random.py, accuracy metric)."""
-    if not option_states:
-        return 0.0
-    gold = list(gold_state)
-    return sum(list(state) == gold for state in option_states) / len(option_states)
 
 
 class AnswerWithKnownState(dspy.Signature):

@@ -205,8 +205,8 @@ class StudyBudget(Budget):
 def recorded_spend(run_dir: str | Path, study_name: str | None = None) -> Spend:
     """The LLM calls and tokens a tuning run directory has recorded for its study (every
     study under `spend/` when `study_name` is None and no `tuning.json` names it)."""
+    from evolve.tuning.layout import RESULT_FILE
     from evolve.tuning.records import TuningResult
-    from evolve.tuning.study import RESULT_FILE
 
     run_dir = Path(run_dir)
     records: list[TrialRecord] = []

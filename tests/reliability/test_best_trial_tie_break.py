@@ -65,10 +65,10 @@ def test_a_study_killed_before_its_heldout_check_is_not_recorded_complete(tmp_pa
 
     spec = write_tune_spec(tmp_path, f'trials = 2\nheldout = "best"\n{GRID}')
 
-    def killed(self) -> None:
+    def killed(run) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(study._Worker, "_evaluate_heldout", killed)
+    monkeypatch.setattr(study, "evaluate_heldout", killed)
     with pytest.raises(KeyboardInterrupt):
         tune(tmp_path, spec)
     stored = study.TuningStore(tmp_path / "runs" / "tune").load_result()
