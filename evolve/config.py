@@ -200,7 +200,7 @@ def _base_policy(spec: ExperimentSpec, label: str) -> Any:
 
 def _check_optimizer(optimizer: OptimizerSpec, base_policy: Any, label: str) -> None:
     """What the optimizer mutates must exist in the base policy, within bounds it can move in."""
-    from memory_policies.base import parameter_problem
+    from memory_policies.parameters import parameter_problem
 
     components = base_policy.components()
     unknown = [name for name in optimizer.mutate_components if name not in components]
