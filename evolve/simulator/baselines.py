@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -41,7 +40,7 @@ import dspy
 from dspy.utils.exceptions import AdapterParseError
 from pydantic import BaseModel, Field
 
-from evolve.files import atomic_write_json
+from evolve.files import atomic_write_json, safe_name
 from evolve.llm.response_cache import held_until_parsed
 from evolve.protocol import Protocol
 
@@ -158,10 +157,9 @@ def upper_bound_cache_key(
 def upper_bound_cache_path(
     cache_dir: Path, environment_hash: str, agent_model: str, cache_key: str
 ) -> Path:
-    model_slug = re.sub(r"[^A-Za-z0-9._-]+", "_", agent_model).strip("_") or "model"
+    model_slug = safe_name(agent_model, fallback="model", max_length=60)
     return (
-        Path(cache_dir)
-        / f"upper_bound-{environment_hash[:12]}-{model_slug[:60]}-{cache_key[:16]}.json"
+        Path(cache_dir) / f"upper_bound-{environment_hash[:12]}-{model_slug}-{cache_key[:16]}.json"
     )
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from evolve.files import atomic_write_json
-from evolve.simulator.storage import read_json, safe_name
+from evolve.files import atomic_write_json, safe_name
+from evolve.simulator.storage import read_json
 from evolve.tuning.records import IN_MEMORY_STORAGE, TuningResult
 from evolve.tuning.spec import parameter_slug
 from evolve.tuning.storage import redact_storage_url

@@ -34,7 +34,7 @@ from reliability.test_tuning_trials import (
 from stub_server import StubServer
 from tuning.tune_helpers import TuneWorld, write_tune_spec
 
-from evolve.simulator.storage import safe_name
+from evolve.files import safe_name
 from evolve.tuning import load_tune_spec, run_tuning
 
 CONCURRENCY = 1  # write_tune_spec's `concurrency`: calls in flight at most
