@@ -1,7 +1,7 @@
 """AMemGym environment data: one item per simulated user, exactly the original `data.json`.
 
-Why over 400 lines: the data model, its lossless import/export and its consistency checks
-(what `evolve env validate` runs) change together.
+The data model, its lossless import/export and its consistency checks (what `evolve env
+validate` runs) change together, so they share this module.
 
 An environment file is a JSON list of items::
 
