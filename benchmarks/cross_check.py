@@ -37,6 +37,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from evolve.files import safe_name
 from evolve.llm.config import EmbeddedModelConfig
 from evolve.llm.server import EmbeddedServer, free_loopback_port
 from evolve.simulator.environment import Environment, load_environment, save_environment
@@ -47,7 +48,6 @@ from evolve.simulator.original_format import (
     period_results_from_original,
 )
 from evolve.simulator.records import UserResult
-from evolve.simulator.storage import safe_name
 from evolve.simulator.synthesis.offline import PRESETS, get_preset, synthesize_environment
 
 HERE = Path(__file__).resolve().parent

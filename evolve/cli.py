@@ -26,6 +26,7 @@ from evolve.errors import (
     ToolkitError,
 )
 from evolve.paths import use_toolkit_caches
+from evolve.spec_base import format_validation_error
 from memory_policies.errors import PolicyError
 
 COMMAND_MODULES = ["doctor", "env", "eval", "run", "compare", "export", "tune", "schema"]
@@ -89,7 +90,9 @@ def _run_handler(args: argparse.Namespace) -> int:
         print(f"evolve: error: {message}", file=sys.stderr)
         return code
     except ValidationError as error:  # a value no command-level check caught
-        print(f"evolve: error: invalid value: {_one_line(error)}", file=sys.stderr)
+        # Which model failed is not known here: no valid keys to list, only the problems.
+        message = format_validation_error("invalid value", error, None)
+        print(f"evolve: error: {message}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except RecursionError:
         print(

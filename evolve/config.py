@@ -1,489 +1,55 @@
-"""Experiment specs: one TOML file under `experiments/` describes a whole self-evolution run.
+"""Experiment specs, resolved: `resolve()` checks everything that can be checked without an
+LLM (environment, users, policy, components and parameter bounds) before the first call.
 
-Why one module: every spec table and the one `resolve()` that checks them before any call
-are read together; the error messages name key paths across tables.
-
-A spec names the environment (a generator preset + seed + user count, or a `data.json` file)
-split into disjoint train and held-out users, the base policy, the LM per role (an `[llm]`
-table parsed into `evolve.llm.LLMConfig`), the optimizer, the budget, the concurrency, the
-seed and the MLflow experiment. Every table forbids unknown keys, and `resolve()` checks
-everything that can be checked without an LLM (environment, users, policy, components and
-parameter bounds) before the first call. See `experiments/quickstart.toml` for an annotated
-example.
-
-Paths inside a spec (`environment.file`, `policy.path`) are relative to the spec file.
+The spec tables themselves are `evolve.experiment_spec`; they are importable from here too,
+as they always were.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Literal
-
-from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
+from typing import Any
 
 from evolve.errors import ConfigError, EnvironmentDataError
-from evolve.files import read_toml_file
-from evolve.llm.config import LLMConfig
-from evolve.mlflow_limits import description_problem, experiment_name_problem
-from evolve.objective import Objective
-from evolve.protocol import DEFAULT_PROTOCOL, Protocol, rules_for
-from evolve.registered_names import registered_model_name_problem
+from evolve.experiment_spec import (
+    RETIRED_OPTIMIZER_KEYS,
+    BudgetSpec,
+    EnvironmentSpec,
+    EpisodeSpec,
+    ExperimentSpec,
+    FeedbackKind,
+    OptimizerSpec,
+    PolicySpec,
+    RunSpec,
+    Schedule,
+    TrackingSpec,
+    load_spec,
+    read_toml,
+    spec_from_dict,
+)
+from evolve.protocol import rules_for
 from evolve.simulator.environment import Environment
-from evolve.simulator.runner import EpisodeConfig, ProbeScope, probe_scope_problem
+from evolve.simulator.runner import EpisodeConfig
 from evolve.simulator.storage import config_hash
-from evolve.spec_base import IntRange, format_validation_error
-from evolve.spec_base import StrictTable as _Strict
-from evolve.tracking_uri import DEFAULT_TRACKING_URI, resolve_tracking_uri
 
-_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-
-Schedule = Literal["population", "per_period"]
-# complete / question_only: the paper's (no ground truth); diagnostic: ours (with the truth);
-# blind: no feedback (the selection-on-noise control); none: no evolution. evolve.optimize.feedback
-FeedbackKind = Literal["complete", "question_only", "diagnostic", "blind", "none"]
-
-
-class EnvironmentSpec(_Strict):
-    """Where the users come from and how they are split."""
-
-    preset: str | None = Field(default=None, description="Generator preset: tiny, v1.base, ...")
-    file: Path | None = Field(default=None, description="An environment in data.json format.")
-    seed: int = Field(default=0, description="Generator seed (preset only).")
-    users: int | None = Field(
-        default=None, ge=1, description="Users to generate (preset only); default train+held-out."
-    )
-    train_users: int | list[str] = Field(
-        default=2, description="The first N users, or a list of user ids."
-    )
-    heldout_users: int | list[str] = Field(
-        default=1,
-        description="The next N users after the train users, or a list of user ids; 0 only "
-        'for schedule = "per_period" (the paper\'s per-user chains need no held-out users).',
-    )
-
-    @model_validator(mode="after")
-    def _one_source(self) -> EnvironmentSpec:
-        if (self.preset is None) == (self.file is None):
-            raise ValueError(
-                "give exactly one of 'preset' (e.g. preset = \"tiny\") or 'file' "
-                '(e.g. file = "data/env.json")'
-            )
-        if self.file is not None and {"seed", "users"} & self.model_fields_set:
-            raise ValueError("'seed' and 'users' only apply to a generator 'preset', not 'file'")
-        for name in ("train_users", "heldout_users"):
-            value = getattr(self, name)
-            minimum = 0 if name == "heldout_users" else 1
-            if isinstance(value, int) and value < minimum:
-                raise ValueError(f"'{name}' must be at least {minimum}, got {value}")
-            if isinstance(value, list) and not value:
-                raise ValueError(f"'{name}' must list at least one user id")
-            if isinstance(value, list) and len(set(value)) != len(value):
-                raise ValueError(f"'{name}' lists a user id twice: {value}")
-        return self
-
-
-class EpisodeSpec(_Strict):
-    """Episode settings; unset rounds come from the preset, for a data file from the protocol
-    (paper: 1 then 2, as the published v1.base; evolve: 1 and 1)."""
-
-    rounds_initial: int | None = Field(default=None, ge=1)
-    rounds_update: int | None = Field(default=None, ge=1)
-    seed: int | None = Field(default=None, description="Simulated-user seed; default: `seed`.")
-    probes: ProbeScope = Field(
-        default="all",
-        description="wrong_only: probe only the variables of wrongly answered items (fewer "
-        "calls; protocol evolve only, the original's diagnosis needs every probe).",
-    )
-
-
-class PolicySpec(_Strict):
-    """The base policy: a kind with parameters/components, or a saved bundle."""
-
-    kind: str | None = None
-    path: Path | None = None
-    # The policy's information flow; unset follows the spec's protocol (a bundle keeps its own).
-    preset: Protocol | None = None
-    parameters: dict[str, int] = Field(default_factory=dict)
-    components: dict[str, str] = Field(default_factory=dict)
-
-    @model_validator(mode="after")
-    def _one_source(self) -> PolicySpec:
-        if (self.kind is None) == (self.path is None):
-            raise ValueError(
-                "give exactly one of 'kind' (e.g. kind = \"in_context\") or 'path' (a bundle)"
-            )
-        if self.path is not None and (self.parameters or self.components or self.preset):
-            raise ValueError(
-                "a bundle 'path' takes no 'parameters', 'components' or 'preset' (the bundle "
-                "records its own)"
-            )
-        return self
-
-
-# Keys of the hand-written population loop that GEPA replaced, with what to write instead.
-RETIRED_OPTIMIZER_KEYS = {
-    "candidates_per_generation": "each generation (GEPA iteration) proposes one candidate; "
-    "raise `generations` instead",
-    "population_size": "GEPA keeps every accepted candidate; choose parents with "
-    "`candidate_selection`",
-    "selection": "use `candidate_selection` (pareto, current_best, epsilon_greedy, top_k_pareto)",
-    "parameter_mutation_rate": "components (text and numeric) are mutated in turn; use "
-    "`module_selector` (round_robin or all)",
-}
-
-
-class OptimizerSpec(_Strict):
-    """How candidates are proposed, evaluated and selected (see `evolve.optimize`)."""
-
-    schedule: Schedule = Field(
-        default="population",
-        description="population: generations of candidates over whole episodes; per_period: "
-        "the paper's single chain, one mutation after each period of the train run.",
-    )
-    generations: int = Field(
-        default=3, ge=0, description="GEPA iterations; each proposes (at most) one candidate."
-    )
-    candidate_selection: Literal["pareto", "current_best", "epsilon_greedy", "top_k_pareto"] = (
-        Field(
-            default="pareto",
-            description="How GEPA picks the parent: pareto = the per-user front over train users.",
-        )
-    )
-    use_merge: bool = Field(default=False, description="GEPA merge proposals between lineages.")
-    reflection_minibatch_size: int = Field(
-        default=3, ge=1, description="Train users a child is first tried on (GEPA minibatch)."
-    )
-    acceptance: Literal["strict_improvement", "improvement_or_equal"] = Field(
-        default="strict_improvement",
-        description="A child joins the pool if its minibatch score beats (or equals) the parent's.",
-    )
-    module_selector: Literal["round_robin", "all"] = Field(
-        default="round_robin",
-        description="Which components a generation mutates: one in turn, or all at once.",
-    )
-    max_metric_calls: int | None = Field(
-        default=None,
-        ge=1,
-        description="GEPA's budget of user evaluations; None: enough for `generations`.",
-    )
-    objective: Objective = "memory_score"
-    feedback: FeedbackKind = Field(
-        default="diagnostic",
-        description="What the reflector is shown: complete / question_only (the paper's, no "
-        "ground truth), diagnostic (ours: failures with the truth), blind (the control: the "
-        "same reflective proposals and acceptance with no feedback, so a gain it also makes is "
-        "selection on noise), none (no reflective proposal).",
-    )
-    operators: list[str] | None = Field(
-        default=None,
-        description="Mutation operators in ownership order (the first that owns a component "
-        "mutates it), by registered name: reflective (free-text rewrite), list_edit (the "
-        "reflector names list items to add or remove; for small models), parameter, tuned. "
-        "None: tuned (with tune_every), parameter (with [optimizer.parameters]), reflective.",
-    )
-    mutate_components: list[str] = Field(
-        default_factory=lambda: ["write.types_to_remember"],
-        description="Policy components the reflector may rewrite.",
-    )
-    parameters: dict[str, IntRange] = Field(
-        default_factory=dict, description="Numeric parameters that may mutate, with bounds."
-    )
-    max_feedback_failures: int = Field(default=4, ge=1, description="Failures shown per proposal.")
-    max_feedback_chars: int = Field(default=1600, ge=200)
-    max_instruction_chars: int = Field(default=1200, ge=50)
-    reflector_temperature: float = Field(
-        default=0.7,
-        ge=0.0,
-        le=2.0,
-        description='Unset under protocol = "paper": 0, as the paper (the agent\'s own model).',
-    )
-    proposal_attempts: int = Field(
-        default=2,
-        ge=1,
-        description="per_period: reflector tries per step when its output is unusable.",
-    )
-    heldout: Literal["every_generation", "final"] = Field(
-        default="every_generation",
-        description="Evaluate each generation's best on the held-out users, or only the "
-        "base and the final best.",
-    )
-    parameter_proposer: Literal["random", "optuna"] = Field(
-        default="random",
-        description="Who proposes parameter mutations: random = a seeded step of +-1..2 in one "
-        "parameter; optuna = an Optuna TPE sampler over `parameters` (ask/tell), told every "
-        "evaluated candidate's train score, so later proposals follow what scored well.",
-    )
-    tune_every: int | None = Field(
-        default=None,
-        ge=1,
-        description="After every N-th generation, run a short Optuna study over `parameters` "
-        "on that generation's best candidate; a better setting becomes a 'tuned' candidate "
-        "(parent: that candidate) that is evaluated and competes in selection. None: never.",
-    )
-    tune_trials: int = Field(
-        default=4, ge=1, description="Trials of each tune_every study (each a train evaluation)."
-    )
-    tune_sampler: Literal["tpe", "random", "grid"] = Field(
-        default="tpe", description="Sampler of each tune_every study."
-    )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_retired_keys(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            for key, replacement in RETIRED_OPTIMIZER_KEYS.items():
-                if key in data:
-                    raise ValueError(f"'{key}' no longer applies (GEPA engine): {replacement}")
-        return data
-
-    @model_validator(mode="after")
-    def _schedule_fits(self) -> OptimizerSpec:
-        if self.schedule == "per_period":
-            misplaced = sorted(
-                {
-                    "generations",
-                    "candidate_selection",
-                    "use_merge",
-                    "reflection_minibatch_size",
-                    "acceptance",
-                    "module_selector",
-                    "max_metric_calls",
-                    "parameters",
-                    "parameter_proposer",
-                    "tune_every",
-                    "tune_trials",
-                    "tune_sampler",
-                    "operators",
-                }
-                & self.model_fields_set
-            )
-            if misplaced:
-                raise ValueError(
-                    f'{misplaced} do not apply to schedule = "per_period" (one chain, one '
-                    "instruction mutation after each period); remove them or use schedule = "
-                    '"population"'
-                )
-        tunable = [name for name, bounds in self.parameters.items() if bounds.low < bounds.high]
-        if self.tune_every is not None and not tunable:
-            raise ValueError(
-                f"tune_every = {self.tune_every} tunes numeric parameters, but "
-                "[optimizer.parameters] has none with low < high; add one (e.g. update_every = "
-                "{ low = 1, high = 8 }) or remove tune_every"
-            )
-        if self.parameter_proposer == "optuna" and not tunable:
-            raise ValueError(
-                'parameter_proposer = "optuna" proposes numeric parameters, but '
-                "[optimizer.parameters] has none with low < high; add one (e.g. update_every = "
-                "{ low = 1, high = 8 }) or remove parameter_proposer"
-            )
-        if self.operators is not None and (
-            not self.operators or len(set(self.operators)) != len(self.operators)
-        ):
-            raise ValueError(
-                f"'operators' must name each operator once and at least one, got {self.operators}"
-            )
-        if self.operators is not None and "tuned" in self.operators and self.tune_every is None:
-            raise ValueError(
-                "'operators' lists tuned, which runs every tune_every generations: set "
-                "tune_every (e.g. 2) or remove tuned"
-            )
-        if len(set(self.mutate_components)) != len(self.mutate_components):
-            raise ValueError(
-                f"'mutate_components' lists a component twice: {self.mutate_components}"
-            )
-        return self
-
-    def reflective_enabled(self) -> bool:
-        return self.feedback != "none" and bool(self.mutate_components)
-
-    def tunable_parameters(self) -> list[str]:
-        """Numeric parameters a mutation can change (low < high)."""
-        return [name for name, bounds in self.parameters.items() if bounds.low < bounds.high]
-
-
-class BudgetSpec(_Strict):
-    """Limits over the whole experiment (cumulated across resumed invocations).
-
-    LLM calls count requests sent to an endpoint, each retry its own and those whose outcome
-    a kill left unknown included (DSPy cache hits are free); the loop
-    checks before each unit of work and at every period barrier of an evaluation, and stops
-    cleanly, keeping everything finished. Raise a limit and rerun to continue.
-    """
-
-    max_llm_calls: int | None = Field(default=None, ge=1)
-    max_tokens: int | None = Field(default=None, ge=1)
-    max_wall_time_s: float | None = Field(default=None, gt=0)
-
-
-class TrackingSpec(_Strict):
-    enabled: bool = True
-    experiment_name: str | None = Field(
-        default=None, description="MLflow experiment; default 'amemgym-evolve/<name>'."
-    )
-    tracking_uri: str | None = Field(
-        default=None,
-        description="Overridden by --tracking-uri; when unset, MLFLOW_TRACKING_URI, else "
-        f"{DEFAULT_TRACKING_URI} (relative to the cwd).",
-    )
-    registered_model: str | None = Field(
-        default=None, description="Model-registry name for `evolve export`; default '<name>'."
-    )
-
-    @field_validator("registered_model")
-    @classmethod
-    def _registrable(cls, value: str | None) -> str | None:
-        problem = None if value is None else registered_model_name_problem(value)
-        if problem is not None:
-            raise ValueError(problem)
-        return value
-
-    traces: Literal["none", "heldout", "all"] = Field(
-        default="none",
-        description="MLflow traces of evaluations (one per user episode: its periods, sessions, "
-        "memory at each checkpoint, questions): none, held-out evaluations only, or all.",
-    )
-
-    @field_validator("experiment_name")
-    @classmethod
-    def _mlflow_experiment_name(cls, value: str | None) -> str | None:
-        problem = None if value is None else experiment_name_problem(value)
-        if problem:
-            raise ValueError(f"the MLflow experiment name {problem}; choose a shorter name")
-        return value
-
-
-class RunSpec(_Strict):
-    """What every spec file shares (`evolve run` and `evolve tune`): the environment and its
-    users, the policy, the episodes, the LMs, budget, tracking and seeds."""
-
-    name: str = Field(description="Results go to runs/<name>/.")
-    description: str = ""
-    seed: int = 0
-    protocol: Protocol = Field(
-        default=DEFAULT_PROTOCOL,
-        description="'paper': the reference AMemGym code's information flow (comparable with "
-        "published numbers); 'evolve': this toolkit's (see the table of docs/protocols.md).",
-    )
-    concurrency: int = Field(
-        default=0,
-        ge=0,
-        description="LLM calls in flight (users, questions, probes). Unset or 0: the embedded "
-        "server's slot count when it serves a role, else 2.",
-    )
-    environment: EnvironmentSpec
-    episode: EpisodeSpec = EpisodeSpec()
-    policy: PolicySpec
-    budget: BudgetSpec = BudgetSpec()
-    tracking: TrackingSpec = TrackingSpec()
-    llm: LLMConfig = LLMConfig()
-
-    _source: Path | None = PrivateAttr(default=None)
-
-    @model_validator(mode="after")
-    def _default_concurrency(self) -> RunSpec:
-        if self.concurrency == 0:
-            # More calls in flight than slots would only queue at the server; fewer would
-            # leave slots idle.
-            default = self.llm.embedded.slots if self.llm.needs_embedded_server() else 2
-            object.__setattr__(self, "concurrency", default)  # frozen model: set once, here
-        return self
-
-    @model_validator(mode="after")
-    def _probes_for_protocol(self) -> RunSpec:
-        problem = probe_scope_problem(self.protocol, self.episode.probes)
-        if problem:
-            raise ValueError(f"episode.probes: {problem}")
-        return self
-
-    @field_validator("description")
-    @classmethod
-    def _mlflow_description(cls, value: str) -> str:
-        problem = description_problem(value)
-        if problem:
-            raise ValueError(
-                f"the description {problem}; shorten it (put long notes in a file next to the spec)"
-            )
-        return value
-
-    @model_validator(mode="after")
-    def _valid_name(self) -> RunSpec:
-        if not _NAME_PATTERN.match(self.name):
-            raise ValueError(
-                f"name {self.name!r} must start with a letter or digit and contain only letters, "
-                "digits, '.', '_' and '-' (it names the directory runs/<name>/)"
-            )
-        return self
-
-    @property
-    def source(self) -> Path | None:
-        """The spec file this spec was loaded from, if any."""
-        return self._source
-
-    @property
-    def base_dir(self) -> Path:
-        return self._source.parent if self._source is not None else Path.cwd()
-
-    def mlflow_experiment_name(self) -> str:
-        return self.tracking.experiment_name or f"amemgym-evolve/{self.name}"
-
-    def registered_model_name(self) -> str:
-        return self.tracking.registered_model or self.name
-
-    def tracking_uri(self) -> str:
-        """This spec's tracking URI: [tracking] tracking_uri, else MLFLOW_TRACKING_URI, else
-        the default (a command's --tracking-uri overrides all: `resolve_tracking_uri`)."""
-        return resolve_tracking_uri(None, self.tracking.tracking_uri).uri
-
-
-class ExperimentSpec(RunSpec):
-    """An evolution experiment (`evolve run`): a run spec plus the optimizer."""
-
-    optimizer: OptimizerSpec = OptimizerSpec()
-
-    def identity(self) -> dict[str, Any]:
-        """What results depend on: the resume guard hashes this.
-
-        Budget, concurrency, tracking, the LLM endpoints (the models actually used are added
-        by the loop) and the number of generations are left out, so a run can be continued
-        with a larger budget or more generations.
-        """
-        # Defaults are left out so that adding an option (with a default) to the spec format
-        # does not make every earlier experiment directory refuse to resume.
-        data = self.model_dump(
-            mode="json",
-            exclude={"budget", "concurrency", "tracking", "llm", "description"},
-            exclude_defaults=True,
-        )
-        data["protocol"] = self.protocol  # always: results differ by protocol
-        optimizer = data.pop("optimizer", {})
-        optimizer.pop("generations", None)
-        if optimizer:
-            data["optimizer"] = optimizer
-        return data
-
-
-def read_toml(path: Path, what: str, example: str) -> dict[str, Any]:
-    """A spec file's TOML table; errors name the file and say what to pass instead."""
-    return read_toml_file(path, what, missing_hint=f"pass a TOML file such as {example}")
-
-
-def load_spec(path: str | Path) -> ExperimentSpec:
-    """Read and validate a TOML experiment spec; errors name the file and the key path."""
-    path = Path(path)
-    data = read_toml(path, "experiment spec", "experiments/quickstart.toml")
-    return spec_from_dict(data, source=path)
-
-
-def spec_from_dict(data: dict[str, Any], source: Path | None = None) -> ExperimentSpec:
-    label = str(source) if source is not None else "experiment spec"
-    try:
-        spec = ExperimentSpec.model_validate(data)
-    except ValidationError as error:
-        raise ConfigError(format_validation_error(label, error, ExperimentSpec)) from None
-    spec._source = source.resolve() if source is not None else None
-    return spec
+__all__ = [
+    "RETIRED_OPTIMIZER_KEYS",
+    "BudgetSpec",
+    "EnvironmentSpec",
+    "EpisodeSpec",
+    "ExperimentSpec",
+    "FeedbackKind",
+    "OptimizerSpec",
+    "PolicySpec",
+    "ResolvedExperiment",
+    "RunSpec",
+    "Schedule",
+    "TrackingSpec",
+    "load_spec",
+    "read_toml",
+    "resolve",
+    "spec_from_dict",
+]
 
 
 # ----- resolution: everything checked before the first LLM call ---------------------------------
@@ -521,60 +87,18 @@ def resolve(spec: ExperimentSpec) -> ResolvedExperiment:
 
     Raises `ConfigError` / `EnvironmentDataError` / `PolicyError` naming the spec file.
     """
-    from memory_policies import build_policy
-    from memory_policies.base import parameter_problem
-    from memory_policies.errors import PolicyError
-    from memory_policies.external_system import ExternalSystemPolicy
-
     label = str(spec.source) if spec.source is not None else "experiment spec"
-    env_spec = spec.environment
-    rules = rules_for(spec.protocol)
-    rounds_initial, rounds_update = rules.data_file_rounds
-    if env_spec.preset is not None:
-        from evolve.simulator.synthesis.offline import get_preset, synthesize_environment
-
-        try:
-            preset = get_preset(env_spec.preset)
-        except ConfigError as error:
-            raise ConfigError(f"{label}: environment.preset: {error}") from None
-        rounds_initial, rounds_update = preset.rounds_initial, preset.rounds_update
-        needed = _users_needed(env_spec)
-        count = env_spec.users if env_spec.users is not None else needed
-        if needed is not None and count is not None and count < needed:
-            raise ConfigError(
-                f"{label}: environment.users = {count} but train_users + heldout_users need "
-                f"{needed}; raise users or lower the splits"
-            )
-        if count is None:
-            raise ConfigError(
-                f"{label}: environment.users is required when train/held-out users are given "
-                "as id lists with a preset (how many users to generate?)"
-            )
-        environment = synthesize_environment(preset, env_spec.seed, count)
-        description = f"preset {env_spec.preset} seed {env_spec.seed} ({count} users)"
-    else:
-        from evolve.simulator.environment import load_environment
-
-        path = env_spec.file if env_spec.file.is_absolute() else spec.base_dir / env_spec.file
-        if rules.data_file_is_published and not path.exists():
-            raise EnvironmentDataError(
-                f"{label}: environment.file: {path} does not exist; download the published "
-                "AMemGym data.json there (docs/environments.md, 'Published data') or name "
-                "another data.json"
-            )
-        try:
-            environment = load_environment(path)
-        except EnvironmentDataError as error:
-            raise EnvironmentDataError(f"{label}: environment.file: {error}") from None
-        description = f"file {path} ({len(environment.items)} users)"
-
-    train_items, heldout_items = _split_users(label, environment, env_spec)
+    environment, description, (rounds_initial, rounds_update) = _environment(spec, label)
+    train_items, heldout_items = _split_users(label, environment, spec.environment)
     if not heldout_items and spec.optimizer.schedule != "per_period":
         raise ConfigError(
             f"{label}: environment.heldout_users = 0: the population schedule checks each new "
             'best on held-out users; give at least 1, or use schedule = "per_period"'
         )
-    if not rules.complete_feedback_allowed and spec.optimizer.feedback == "complete":
+    if (
+        not rules_for(spec.protocol).complete_feedback_allowed
+        and spec.optimizer.feedback == "complete"
+    ):
         raise ConfigError(
             f'{label}: optimizer.feedback = "complete" was renamed: write feedback = '
             '"diagnostic" for the failure feedback with ground truth, or set protocol = '
@@ -588,6 +112,67 @@ def resolve(spec: ExperimentSpec) -> ResolvedExperiment:
         protocol=spec.protocol,
         probes=spec.episode.probes,
     )
+    base_policy = _base_policy(spec, label)
+    _check_optimizer(spec.optimizer, base_policy, label)
+    return ResolvedExperiment(
+        spec=spec,
+        environment=environment,
+        train=Environment(items=train_items),
+        heldout=Environment(items=heldout_items),
+        episode=episode,
+        base_policy=base_policy,
+        environment_description=description,
+    )
+
+
+def _environment(spec: ExperimentSpec, label: str) -> tuple[Environment, str, tuple[int, int]]:
+    """The spec's environment, how to describe it, and its (initial, update) session rounds."""
+    env_spec = spec.environment
+    rounds = rules_for(spec.protocol).data_file_rounds
+    if env_spec.preset is not None:
+        from evolve.simulator.synthesis.offline import get_preset, synthesize_environment
+
+        try:
+            preset = get_preset(env_spec.preset)
+        except ConfigError as error:
+            raise ConfigError(f"{label}: environment.preset: {error}") from None
+        rounds = (preset.rounds_initial, preset.rounds_update)
+        needed = _users_needed(env_spec)
+        count = env_spec.users if env_spec.users is not None else needed
+        if needed is not None and count is not None and count < needed:
+            raise ConfigError(
+                f"{label}: environment.users = {count} but train_users + heldout_users need "
+                f"{needed}; raise users or lower the splits"
+            )
+        if count is None:
+            raise ConfigError(
+                f"{label}: environment.users is required when train/held-out users are given "
+                "as id lists with a preset (how many users to generate?)"
+            )
+        environment = synthesize_environment(preset, env_spec.seed, count)
+        return environment, f"preset {env_spec.preset} seed {env_spec.seed} ({count} users)", rounds
+    from evolve.simulator.environment import load_environment
+
+    path = env_spec.file if env_spec.file.is_absolute() else spec.base_dir / env_spec.file
+    if rules_for(spec.protocol).data_file_is_published and not path.exists():
+        raise EnvironmentDataError(
+            f"{label}: environment.file: {path} does not exist; download the published "
+            "AMemGym data.json there (docs/environments.md, 'Published data') or name "
+            "another data.json"
+        )
+    try:
+        environment = load_environment(path)
+    except EnvironmentDataError as error:
+        raise EnvironmentDataError(f"{label}: environment.file: {error}") from None
+    return environment, f"file {path} ({len(environment.items)} users)", rounds
+
+
+def _base_policy(spec: ExperimentSpec, label: str) -> Any:
+    """The spec's base policy, built (a `memory_policies.MemoryPolicy`); never an external
+    memory system, which has no instructions to evolve or tune."""
+    from memory_policies import build_policy
+    from memory_policies.errors import PolicyError
+    from memory_policies.external_system import ExternalSystemPolicy
 
     try:
         if spec.policy.path is not None:
@@ -603,7 +188,7 @@ def resolve(spec: ExperimentSpec) -> ResolvedExperiment:
                     "components": dict(spec.policy.components) or None,
                 },
                 # Under the paper protocol a policy naming no preset gets the paper preset.
-                default_preset=rules.policy_preset,
+                default_preset=rules_for(spec.protocol).policy_preset,
             )
     except PolicyError as error:
         raise ConfigError(f"{label}: policy: {error}") from None
@@ -613,8 +198,13 @@ def resolve(spec: ExperimentSpec) -> ResolvedExperiment:
             "baseline with no instructions to evolve or tune; evaluate it instead: "
             f"evolve eval --policy {base_policy.kind} --policy <your policy>"
         )
+    return base_policy
 
-    optimizer = spec.optimizer
+
+def _check_optimizer(optimizer: OptimizerSpec, base_policy: Any, label: str) -> None:
+    """What the optimizer mutates must exist in the base policy, within bounds it can move in."""
+    from memory_policies.parameters import parameter_problem
+
     components = base_policy.components()
     unknown = [name for name in optimizer.mutate_components if name not in components]
     if unknown:
@@ -652,15 +242,6 @@ def resolve(spec: ExperimentSpec) -> ResolvedExperiment:
             f"{label}: optimizer.mutate_components is empty: the per_period schedule "
             "rewrites instructions; name at least one component"
         )
-    return ResolvedExperiment(
-        spec=spec,
-        environment=environment,
-        train=Environment(items=train_items),
-        heldout=Environment(items=heldout_items),
-        episode=episode,
-        base_policy=base_policy,
-        environment_description=description,
-    )
 
 
 def _users_needed(env_spec: EnvironmentSpec) -> int | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import tomllib
 from pathlib import Path
@@ -135,6 +136,16 @@ def atomic_write_json(
     """`atomic_write_text` of `data` as JSON (non-ASCII kept as is)."""
     text = json.dumps(data, indent=indent, ensure_ascii=False)
     atomic_write_text(path, text + "\n" if final_newline else text)
+
+
+def safe_name(text: str, *, fallback: str = "user", max_length: int = 120) -> str:
+    """`text` as one file or directory name on any file system: every run of characters
+    other than letters, digits, `.`, `_` and `-` becomes `_`, the result is cut to
+    `max_length` (a long user id must not exceed the file system's name limit), and leading
+    or trailing `.` and `_` are dropped (never a hidden file, `.` or `..`); `fallback` when
+    nothing is left. The one rule for user ids, study names, host and model names."""
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", text)[:max_length].strip("._")
+    return name or fallback
 
 
 def _one_line(error: BaseException) -> str:

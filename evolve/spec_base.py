@@ -1,6 +1,7 @@
 """Building blocks shared by the experiment spec (`evolve.config`) and the tuning spec
 (`evolve.tuning.spec`): the strict table base, the one integer-range type, and the one
-formatter that turns a pydantic `ValidationError` into a one-line toolkit error.
+formatter that turns a pydantic `ValidationError` into a one-line toolkit error (every
+module that validates user input with pydantic formats its errors here).
 
 A leaf module (pydantic only), so both spec modules import it without importing each other.
 """
@@ -56,17 +57,32 @@ SKIP = ""
 def format_validation_error(
     label: str,
     error: ValidationError,
-    root: type[BaseModel],
+    root: type[BaseModel] | None,
     *,
     rule: ErrorRule | None = None,
     extra_tags: Collection[str] = (),
     limit: int = 4,
 ) -> str:
+    """`label: ` and the first `limit` lines of `problem_lines`, joined on one line."""
+    lines = problem_lines(error, root, rule=rule, extra_tags=extra_tags)
+    more = len(lines) - limit
+    text = "; ".join(lines[:limit]) + (f"; ... and {more} more" if more > 0 else "")
+    return f"{label}: {text}"
+
+
+def problem_lines(
+    error: ValidationError,
+    root: type[BaseModel] | None,
+    *,
+    rule: ErrorRule | None = None,
+    extra_tags: Collection[str] = (),
+) -> list[str]:
     """One line per problem: the key path, what was wrong, and what is expected.
 
-    `root` is the validated model (unknown keys are answered with the table's valid keys);
-    `extra_tags` names further location parts that are union alternatives, not keys (e.g. a
-    discriminated union's kinds); `rule` handles a spec's own cases first.
+    `root` is the validated model (unknown keys are answered with the table's valid keys;
+    None when the model is not known); `extra_tags` names further location parts that are
+    union alternatives, not keys (e.g. a discriminated union's kinds); `rule` handles a
+    spec's own cases first.
     """
 
     def is_tag(part: Any) -> bool:
@@ -102,15 +118,14 @@ def format_validation_error(
         elif kind == "extra_forbidden":
             parent = loc[:-1]
             table = f"[{'.'.join(map(str, parent))}]" if parent else "the top level"
-            valid = ", ".join(valid_keys(root, parent)) or "none"
-            lines.append(f"{where}: unknown key in {table}; valid keys: {valid}")
+            valid = ", ".join(valid_keys(root, parent)) if root is not None else ""
+            listed = "" if root is None else f"; valid keys: {valid or 'none'}"
+            lines.append(f"{where}: unknown key in {table}{listed}")
         elif kind == "missing":
             lines.append(f"{where}: required key is missing")
         else:
             lines.append(value_problem(where, detail))
-    more = len(lines) - limit
-    text = "; ".join(lines[:limit]) + (f"; ... and {more} more" if more > 0 else "")
-    return f"{label}: {text}"
+    return lines
 
 
 def value_problem(where: str, detail: Mapping[str, Any]) -> str:

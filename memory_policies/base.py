@@ -6,7 +6,6 @@ which endpoint serves it (``dspy.context(lm=..., adapter=dspy.JSONAdapter())``).
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import os
@@ -14,7 +13,7 @@ import re
 import secrets
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Literal, NamedTuple
+from typing import Any, ClassVar, Literal
 
 import dspy
 from dspy.utils.exceptions import AdapterParseError
@@ -22,7 +21,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from memory_policies.common import capped_call_config
 from memory_policies.errors import PolicyError
+from memory_policies.evolvable import EvolvableModule
 from memory_policies.paper import chat_turns, paper_chat, paper_question_prompt
+from memory_policies.parameters import validate_parameters
 from memory_policies.presets import DEFAULT_PRESET, Preset, PresetRules, check_preset, preset_rules
 
 logger = logging.getLogger(__name__)
@@ -30,43 +31,6 @@ logger = logging.getLogger(__name__)
 BUNDLE_FORMAT = "memory_policies.bundle"
 BUNDLE_FORMAT_VERSION = 1
 BUNDLE_FILE = "policy.json"
-
-
-class ParameterRule(NamedTuple):
-    """The valid range (inclusive) and meaning of one numeric policy parameter."""
-
-    low: int
-    high: int
-    meaning: str
-
-    def describe(self, name: str) -> str:
-        return f"{name} ({self.low}..{self.high}: {self.meaning})"
-
-
-# The upper bounds are documented maxima, not tuning advice: a policy runs outside any
-# environment (an exported bundle in a user's app), so it cannot bound by an episode's length.
-# 1000 messages is several times the longest AMemGym episode (158 messages for the longest
-# user of a generated v1.base), so a larger value is a typo (update_every =
-# 99999999999999999999 would silently never write memory), not a setting.
-PARAMETER_MAX = 1000
-PARAMETER_RULES: dict[str, ParameterRule] = {
-    "update_every": ParameterRule(
-        1, PARAMETER_MAX, "messages sent to `write` per memory update (paper: update_bsz)"
-    ),
-    "short_term_len": ParameterRule(
-        0, PARAMETER_MAX, "recent messages kept verbatim in context (paper: local_length)"
-    ),
-    "top_k": ParameterRule(1, PARAMETER_MAX, "memories retrieved per read"),
-}
-
-
-def parameter_problem(name: str, value: int) -> str | None:
-    """Why `value` is not valid for the numeric parameter `name`, or None when it is."""
-    rule = PARAMETER_RULES[name]
-    if rule.low <= value <= rule.high:
-        return None
-    side = f"at least {rule.low}" if value < rule.low else f"at most {rule.high}"
-    return f"must be {side} ({rule.meaning}; valid {rule.low}..{rule.high}), got {value}"
 
 
 _TIME_PATTERN = re.compile(r"\[Current Time:\s*([^\]\n]+?)\s*\]")
@@ -138,33 +102,7 @@ def render_options(options: Sequence[str]) -> str:
     return "\n".join(f"{i}. {option}" for i, option in enumerate(options, start=1))
 
 
-def validate_parameters(
-    kind: str, names: Sequence[str], values: Mapping[str, Any]
-) -> dict[str, int]:
-    """Check names and ranges; errors list the valid parameters of this kind."""
-    unknown = sorted(set(values) - set(names))
-    if unknown:
-        valid = ", ".join(PARAMETER_RULES[n].describe(n) for n in names)
-        raise PolicyError(
-            f"unknown parameter(s) {unknown} for policy kind '{kind}'; "
-            f"valid parameters: {valid or 'none'}"
-        )
-    checked: dict[str, int] = {}
-    for name in names:
-        value = values[name]
-        # bool is an int subclass; `top_k=True` is a mistake, not 1.
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise PolicyError(
-                f"parameter '{name}' of policy '{kind}' must be an integer, got {value!r}"
-            )
-        problem = parameter_problem(name, value)
-        if problem is not None:
-            raise PolicyError(f"parameter '{name}' of policy '{kind}' {problem}")
-        checked[name] = value
-    return checked
-
-
-class MemoryPolicy(dspy.Module):
+class MemoryPolicy(EvolvableModule):
     """Base class: subclasses build `write`, `read`, `use` and implement `_write`.
 
     Hooks for subclasses (the rest is shared):
@@ -224,10 +162,6 @@ class MemoryPolicy(dspy.Module):
     def _buffer_limit(self) -> int | None:
         """Short-term size that triggers a write; None means the buffer never flushes."""
         return self.update_every + self.short_term_len
-
-    def _shared_objects(self) -> list[Any]:
-        """Objects that copies share instead of duplicating (e.g. a loaded embedding model)."""
-        return []
 
     def describe_memory(self, state: MemoryState) -> str:
         raise NotImplementedError
@@ -411,59 +345,6 @@ class MemoryPolicy(dspy.Module):
             return None
 
     # ----- mutable parts and parameters -------------------------------------------------------
-
-    def components(self) -> dict[str, str]:
-        return {
-            name: predictor.signature.instructions
-            for name, predictor in self._instruction_predictors().items()
-        }
-
-    def with_components(self, updates: Mapping[str, str]) -> MemoryPolicy:
-        valid = list(self.components())
-        unknown = sorted(set(updates) - set(valid))
-        if unknown:
-            raise PolicyError(
-                f"unknown component(s) {unknown} for policy '{self.kind}'; valid: {valid}"
-            )
-        for name, text in updates.items():
-            if not isinstance(text, str) or not text.strip():
-                raise PolicyError(f"component '{name}' must be non-empty text, got {text!r}")
-        new = self._copy()
-        new._set_components(dict(updates))
-        return new
-
-    def _set_components(self, updates: dict[str, str]) -> None:
-        predictors = self._instruction_predictors()
-        for name, text in updates.items():
-            predictor = predictors[name]
-            predictor.signature = predictor.signature.with_instructions(text.strip())
-
-    def parameters(self) -> dict[str, int]:  # type: ignore[override]
-        # Overrides dspy's `BaseModule.parameters()` (a list of predictors); `reset_copy`, its
-        # only caller in DSPy, is overridden below to keep working.
-        return {name: getattr(self, name) for name in self.parameter_names}
-
-    def with_parameters(self, **values: int) -> MemoryPolicy:
-        checked = validate_parameters(
-            self.kind, self.parameter_names, {**self.parameters(), **values}
-        )
-        new = self._copy()
-        for name, value in checked.items():
-            setattr(new, name, value)
-        return new
-
-    def reset_copy(self) -> MemoryPolicy:
-        new = self._copy()
-        for _, predictor in new.named_parameters():
-            predictor.reset()
-        return new
-
-    def deepcopy(self) -> MemoryPolicy:
-        return self._copy()
-
-    def _copy(self) -> MemoryPolicy:
-        memo = {id(obj): obj for obj in self._shared_objects()}
-        return copy.deepcopy(self, memo)
 
     # ----- bundles ---------------------------------------------------------------------------
 

@@ -33,17 +33,11 @@ from typing import Any, ClassVar
 import dspy
 from pydantic import Field
 
-from memory_policies.base import (
-    PARAMETER_RULES,
-    MemoryPolicy,
-    MemoryState,
-    Message,
-    strip_time_header,
-    validate_parameters,
-)
+from memory_policies.base import MemoryPolicy, MemoryState, Message, strip_time_header
 from memory_policies.common import DEFAULT_MEMORY_USE, MemoryChoose, MemoryReply, latest_time
 from memory_policies.errors import PolicyError
 from memory_policies.paper import PAPER_STORE_USE, StoreChatChoose, StoreChatReply
+from memory_policies.parameters import PARAMETER_RULES, validate_parameters
 from memory_policies.presets import DEFAULT_PRESET
 
 Snapshot = dict[str, Any]

@@ -49,3 +49,22 @@ def test_atomic_write_json_layout_options_keep_each_writers_bytes(tmp_path):
     atomic_write_json(tmp_path / "b.json", {"k": [1]}, indent=1, final_newline=False)
     assert (tmp_path / "a.json").read_text() == '{\n  "k": [\n    1\n  ]\n}\n'
     assert (tmp_path / "b.json").read_text() == '{\n "k": [\n  1\n ]\n}'
+
+
+def test_safe_name_is_one_rule_for_every_name_on_disk():
+    from evolve.files import safe_name
+
+    assert safe_name("a/b c:d") == "a_b_c_d"
+    assert safe_name("..") == "user" and safe_name("") == "user"
+    assert safe_name("_x.") == "x"  # never hidden, never a trailing dot
+    assert safe_name("m" * 200) == "m" * 120  # under every file system's name limit
+    # Cut first, then trimmed: a cut that ends on a dot still yields a clean name.
+    assert safe_name("a" * 59 + "._b", fallback="model", max_length=60) == "a" * 59
+    assert safe_name("///", fallback="model") == "model"
+
+
+def test_the_synthesis_work_dir_names_users_by_the_same_rule(tmp_path):
+    from evolve.simulator.synthesis.store import WorkDir
+
+    work = WorkDir(tmp_path, "key", {"config": 1})
+    assert work.user("../u 1.").directory.name == "u_1"

@@ -1,9 +1,21 @@
-"""No import cycle between evolve packages.
+"""No import cycle: neither between the packages of `evolve` nor between any two modules of
+`evolve` and `memory_policies`.
 
 The graph is built from the source with `ast`, so it sees every import a module can make:
 module-level and function-level imports count; imports under `if TYPE_CHECKING:` do not (they
-never run). A "package" is the first level under `evolve` (`evolve.optimize`,
-`evolve.tracking`, ...); imports inside one package are its own business.
+never run). A function-level import is how a cycle hides (it only breaks the import-time
+error), so it counts like any other: a cycle is broken by moving the shared piece down into a
+lower module.
+
+Two graphs:
+
+- packages: a "package" is the first level under `evolve` (`evolve.optimize`,
+  `evolve.tuning`, ...); this is the layer rule of the README.
+- modules: every module of `evolve` and `memory_policies`, packages' `__init__` included. An
+  import of `a.b.c` is an edge to `a.b.c` only: Python runs the parents' `__init__` first, but
+  a package that re-exports its modules would otherwise be in a cycle with each of them.
+  `from a.b import c` is an edge to the module `a.b.c` when there is one, else to `a.b` (the
+  name is an attribute of the package).
 """
 
 from __future__ import annotations
@@ -11,11 +23,13 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-EVOLVE = Path(__file__).resolve().parent.parent / "evolve"
+ROOT = Path(__file__).resolve().parent.parent
+EVOLVE = ROOT / "evolve"
+PACKAGES = (EVOLVE, ROOT / "memory_policies")
 
 
 def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(EVOLVE.parent).with_suffix("").parts)
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
@@ -28,8 +42,15 @@ def _is_type_checking(test: ast.expr) -> bool:
 
 
 def _imports(tree: ast.AST, module: str, is_package: bool) -> set[str]:
-    """Every module `module` may import at run time (TYPE_CHECKING blocks skipped)."""
-    found: set[str] = set()
+    """Every name `module` may import at run time (TYPE_CHECKING blocks skipped): for
+    `from x import y`, both `x` and `x.y` (`_module_edges` decides which one is a module)."""
+    return {target for target, _ in _import_targets(tree, module, is_package)}
+
+
+def _import_targets(tree: ast.AST, module: str, is_package: bool) -> list[tuple[str, str]]:
+    """(imported name, the module it is imported from) pairs; for `import x.y`, (`x.y`, `x.y`);
+    for `from x import y`, (`x`, `x`) and (`x.y`, `x`)."""
+    found: list[tuple[str, str]] = []
 
     def visit(node: ast.AST) -> None:
         if isinstance(node, ast.If) and _is_type_checking(node.test):
@@ -37,7 +58,7 @@ def _imports(tree: ast.AST, module: str, is_package: bool) -> set[str]:
                 visit(child)
             return
         if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
+            found.extend((alias.name, alias.name) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = module.split(".")
@@ -46,13 +67,22 @@ def _imports(tree: ast.AST, module: str, is_package: bool) -> set[str]:
                 target = ".".join(base + ([node.module] if node.module else []))
             else:
                 target = node.module or ""
-            found.add(target)
-            found.update(f"{target}.{alias.name}" for alias in node.names)
+            found.append((target, target))
+            found.extend((f"{target}.{alias.name}", target) for alias in node.names)
         for child in ast.iter_child_nodes(node):
             visit(child)
 
     visit(tree)
     return found
+
+
+def _sources() -> list[Path]:
+    return sorted(path for package in PACKAGES for path in package.rglob("*.py"))
+
+
+def _parse(path: Path) -> tuple[str, ast.AST, bool]:
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    return _module_name(path), tree, path.name == "__init__.py"
 
 
 def _package(module: str) -> str | None:
@@ -67,12 +97,11 @@ def package_graph() -> dict[str, dict[str, list[str]]]:
     known = {_module_name(p) for p in EVOLVE.rglob("*.py")}
     graph: dict[str, dict[str, list[str]]] = {}
     for path in sorted(EVOLVE.rglob("*.py")):
-        module = _module_name(path)
+        module, tree, is_package = _parse(path)
         source = _package(module)
         if source is None:
             continue
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-        for target in _imports(tree, module, path.name == "__init__.py"):
+        for target in _imports(tree, module, is_package):
             if target not in known:
                 continue
             destination = _package(target)
@@ -82,8 +111,41 @@ def package_graph() -> dict[str, dict[str, list[str]]]:
     return graph
 
 
+def _module_edges(tree: ast.AST, module: str, is_package: bool, known: set[str]) -> set[str]:
+    """The modules of `known` that `module` imports (see the module docstring)."""
+    edges: set[str] = set()
+    imported_from: dict[str, set[str]] = {}
+    for target, origin in _import_targets(tree, module, is_package):
+        imported_from.setdefault(origin, set()).add(target)
+    for origin, targets in imported_from.items():
+        names = targets - {origin}
+        if not names:  # `import x.y`
+            if origin in known:
+                edges.add(origin)
+            continue
+        submodules = {name for name in names if name in known}
+        edges.update(submodules)
+        if names - submodules:  # at least one attribute of `origin` itself
+            while origin and origin not in known:  # `from x.y.z import w` where z is a name
+                origin = origin.rpartition(".")[0]
+            if origin:
+                edges.add(origin)
+    edges.discard(module)
+    return edges
+
+
+def module_graph() -> dict[str, dict[str, list[str]]]:
+    """module -> imported module -> [module] (the shape `find_cycles` and `_describe` take)."""
+    parsed = [_parse(path) for path in _sources()]
+    known = {module for module, _, _ in parsed}
+    return {
+        module: {target: [module] for target in _module_edges(tree, module, is_package, known)}
+        for module, tree, is_package in parsed
+    }
+
+
 def find_cycles(graph: dict[str, dict[str, list[str]]]) -> list[list[str]]:
-    """Strongly connected components with more than one package (Tarjan)."""
+    """Strongly connected components with more than one node (Tarjan)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -117,6 +179,19 @@ def find_cycles(graph: dict[str, dict[str, list[str]]]) -> list[list[str]]:
     return components
 
 
+def _describe(graph: dict[str, dict[str, list[str]]], cycles: list[list[str]]) -> str:
+    return "\n".join(
+        f"{' <-> '.join(cycle)}: "
+        + "; ".join(
+            f"{src}->{dst} via {sorted(set(graph[src][dst]))}"
+            for src in cycle
+            for dst in graph.get(src, {})
+            if dst in cycle
+        )
+        for cycle in cycles
+    )
+
+
 def test_the_walker_sees_function_level_imports_and_skips_type_checking() -> None:
     source = (
         "from typing import TYPE_CHECKING\n"
@@ -133,17 +208,38 @@ def test_the_cycle_finder_reports_a_two_package_cycle() -> None:
     assert find_cycles({"evolve.a": {"evolve.b": ["evolve.a.m"]}}) == []
 
 
+def test_module_edges_go_to_submodules_not_to_their_parent_package() -> None:
+    known = {"evolve.p", "evolve.p.a", "evolve.p.b", "evolve.p.c"}
+    source = (
+        "from evolve.p import a\n"  # a submodule: an edge to it, not to `evolve.p`
+        "from evolve.p.b import thing\n"  # a name of a module: an edge to that module
+        "def later():\n    from evolve.p import helper\n"  # a name of the package itself
+    )
+    edges = _module_edges(ast.parse(source), "evolve.p.c", False, known)
+    assert edges == {"evolve.p.a", "evolve.p.b", "evolve.p"}
+    relative = _module_edges(ast.parse("from . import a\n"), "evolve.p.c", False, known)
+    assert relative == {"evolve.p.a"}
+
+
+def test_the_module_graph_sees_a_function_level_cycle() -> None:
+    first = "def f():\n    from evolve.p.b import g\n"
+    second = "from evolve.p.a import h\n"
+    known = {"evolve.p.a", "evolve.p.b"}
+    graph = {
+        "evolve.p.a": dict.fromkeys(_module_edges(ast.parse(first), "evolve.p.a", False, known)),
+        "evolve.p.b": dict.fromkeys(_module_edges(ast.parse(second), "evolve.p.b", False, known)),
+    }
+    assert find_cycles(graph) == [["evolve.p.a", "evolve.p.b"]]
+
+
 def test_no_import_cycle_between_evolve_packages() -> None:
     graph = package_graph()
     cycles = find_cycles(graph)
-    detail = [
-        f"{' <-> '.join(cycle)}: "
-        + "; ".join(
-            f"{src}->{dst} via {sorted(set(graph[src][dst]))}"
-            for src in cycle
-            for dst in graph.get(src, {})
-            if dst in cycle
-        )
-        for cycle in cycles
-    ]
-    assert not cycles, "import cycles between evolve packages:\n" + "\n".join(detail)
+    assert not cycles, "import cycles between evolve packages:\n" + _describe(graph, cycles)
+
+
+def test_no_import_cycle_between_modules() -> None:
+    graph = module_graph()
+    assert "memory_policies.base" in graph and "evolve.simulator.storage" in graph
+    cycles = find_cycles(graph)
+    assert not cycles, "import cycles between modules:\n" + _describe(graph, cycles)

@@ -46,3 +46,34 @@ def test_the_formatter_names_the_key_and_the_valid_keys_of_its_root():
     assert text.startswith("range: ")
     assert "hgh: unknown key in the top level; valid keys: low, high, step" in text
     assert "high: required key is missing" in text
+
+
+def test_every_pydantic_input_error_is_worded_by_the_one_formatter(tmp_path):
+    """The LLM synthesis config, the catalogs and environment items use the spec wording:
+    unknown keys answered with the valid ones, a wrong value shown with what was received."""
+    from evolve.simulator.environment import Environment, InconsistentEnvironmentError
+    from evolve.simulator.synthesis import synthesis_config_from_dict
+    from evolve.simulator.synthesis.catalogs import load_catalog
+
+    with pytest.raises(ConfigError) as caught:
+        synthesis_config_from_dict({"preset": "tiny", "workerz": 2})
+    assert "workerz: unknown key in the top level; valid keys: " in str(caught.value)
+    assert "generate_llm.toml" in str(caught.value)
+
+    (tmp_path / "broken.json").write_text('{"variables": 3}', encoding="utf-8")
+    with pytest.raises(ConfigError) as caught:
+        load_catalog([tmp_path])
+    assert "broken.json" in str(caught.value) and "(got 3)" in str(caught.value)
+
+    with pytest.raises(InconsistentEnvironmentError) as caught:
+        Environment.from_original([{"id": "u1", "start_time": 5}])
+    assert any("start_time" in line and "(got 5)" in line for line in caught.value.problems)
+
+
+def test_without_its_model_the_formatter_still_names_each_problem():
+    try:
+        IntRange.model_validate({"low": "one", "high": 2, "extra": 1})
+    except ValidationError as error:
+        text = format_validation_error("invalid value", error, None)
+    assert "low: " in text and "(got 'one')" in text
+    assert "extra: unknown key in the top level" in text and "valid keys" not in text

@@ -21,8 +21,9 @@ from evolve.locking import lock_holder
 from evolve.optimize import ExperimentStore, format_lineage, format_table
 from evolve.optimize.store import experiment_dir_for
 from evolve.simulator.metrics import MetricSummary
+from evolve.tuning.readback import render_tuning_dir, tuning_dir_for
 from evolve.tuning.records import TuningResult
-from evolve.tuning.report import format_result, render_tuning_dir, tuning_dir_for
+from evolve.tuning.report import format_result
 from evolve.tuning.spec import TuneSpec
 from evolve.tuning.spend import SPEND_DIR, recorded_spend
 
@@ -139,8 +140,8 @@ def _is_tuning_target(args: argparse.Namespace) -> bool:
 
 
 def _compare_tuning(args: argparse.Namespace) -> int:
+    from evolve.tuning.layout import TuningStore
     from evolve.tuning.live import live_storage_url, load_live_result
-    from evolve.tuning.study import TuningStore
 
     spec = _tuning_spec(args.experiment)
     directory = tuning_dir_for(args.experiment, args.runs_dir)

@@ -26,6 +26,7 @@ from tqdm import tqdm
 from evolve.commands import interrupt
 from evolve.commands.progress import stderr_is_terminal
 from evolve.errors import ConfigError
+from evolve.files import safe_name
 from evolve.llm import RoleLMs, add_llm_arguments, open_role_lms_from_args
 from evolve.llm.usage import UsageEvent
 from evolve.locking import run_lock
@@ -43,7 +44,6 @@ from evolve.simulator.runner import (
     probe_scope_problem,
     run_evaluation,
 )
-from evolve.simulator.storage import safe_name
 from evolve.simulator.synthesis.offline import PRESETS, get_preset, synthesize_environment
 from memory_policies import MemoryPolicy, build_policy
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -42,9 +41,13 @@ import dspy
 from dspy.utils.exceptions import AdapterParseError
 from pydantic import BaseModel, Field
 
-from evolve.files import atomic_write_json
+from evolve.files import atomic_write_json, safe_name
 from evolve.llm.response_cache import held_until_parsed
 from evolve.protocol import DEFAULT_PROTOCOL, Protocol, rules_for
+
+# Defined with the metrics (original_format needs it and sits below this module); kept
+# importable from here, where the upper bound's counterpart lives.
+from evolve.simulator.metrics import random_score as random_score
 from evolve.simulator.storage import read_json
 
 if TYPE_CHECKING:
@@ -58,14 +61,6 @@ UPPER_BOUND_FORMAT_VERSION = 2
 UPPER_BOUND_PROMPT_VERSION = 2
 # Entries are saved in batches so an interrupted computation loses little and writes rarely.
 _SAVE_EVERY = 8
-
-
-def random_score(option_states: Sequence[Sequence[str]], gold_state: Sequence[str]) -> float:
-    """Expected accuracy of a uniform random pick (the original random.py, accuracy metric)."""
-    if not option_states:
-        return 0.0
-    gold = list(gold_state)
-    return sum(list(state) == gold for state in option_states) / len(option_states)
 
 
 class AnswerWithKnownState(dspy.Signature):
@@ -163,10 +158,9 @@ def upper_bound_cache_key(
 def upper_bound_cache_path(
     cache_dir: Path, environment_hash: str, agent_model: str, cache_key: str
 ) -> Path:
-    model_slug = re.sub(r"[^A-Za-z0-9._-]+", "_", agent_model).strip("_") or "model"
+    model_slug = safe_name(agent_model, fallback="model", max_length=60)
     return (
-        Path(cache_dir)
-        / f"upper_bound-{environment_hash[:12]}-{model_slug[:60]}-{cache_key[:16]}.json"
+        Path(cache_dir) / f"upper_bound-{environment_hash[:12]}-{model_slug}-{cache_key[:16]}.json"
     )
 
 

@@ -1,7 +1,7 @@
 """AMemGym environment data: one item per simulated user, exactly the original `data.json`.
 
-Why over 400 lines: the data model, its lossless import/export and its consistency checks
-(what `evolve env validate` runs) change together.
+The data model, its lossless import/export and its consistency checks (what `evolve env
+validate` runs) change together, so they share this module.
 
 An environment file is a JSON list of items::
 
@@ -47,6 +47,7 @@ from pydantic import (
 
 from evolve.errors import EnvironmentDataError
 from evolve.files import atomic_write_text, read_json_file
+from evolve.spec_base import problem_lines
 
 # Types of answer choices, as the original generator names them.
 CHOICE_EXPERIENCED = "experience"
@@ -261,9 +262,8 @@ class Environment(BaseModel):
                 label = f"item #{index}"
                 if isinstance(raw, dict) and isinstance(raw.get("id"), str):
                     label += f" ({raw['id']!r})"
-                for detail in error.errors():
-                    where = ".".join(str(part) for part in detail["loc"]) or "(item)"
-                    problems.append(f"{label}: {where}: {detail['msg']}")
+                lines = problem_lines(error, EnvironmentItem)
+                problems.extend(f"{label}: {line}" for line in lines)
         if total:
             raise InconsistentEnvironmentError(source, problems, total)
         return cls(items=items)

@@ -69,6 +69,14 @@ PARSE_FAILURE_SHARE_LIMIT = 0.5
 OBJECTIVE_MEMORY_SCORE_KIND = "pooled"
 
 
+def random_score(option_states: Sequence[Sequence[str]], gold_state: Sequence[str]) -> float:
+    """Expected accuracy of a uniform random pick (the original random.py, accuracy metric)."""
+    if not option_states:
+        return 0.0
+    gold = list(gold_state)
+    return sum(list(state) == gold for state in option_states) / len(option_states)
+
+
 class MetricSummary(BaseModel):
     """Scores over a set of user-periods (a whole run, one user, or one period)."""
 

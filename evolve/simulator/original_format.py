@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from evolve.simulator.metrics import diagnose
+from evolve.simulator.metrics import diagnose, random_score
 from evolve.simulator.records import (
     ItemResult,
     PeriodResult,
@@ -215,8 +215,6 @@ def period_results_from_original(
     code scores them (`metrics.summarize`). An answer the original replaced by a random
     choice (`json_error`) is stored as unparseable, scored as the original scored its draw.
     Without `diagnosis` the items carry no variable checks."""
-    from evolve.simulator.baselines import random_score  # baselines -> storage -> this module
-
     periods = []
     for period_index, row in enumerate(overall):
         state = {k: str(v) for k, v in item.periods[period_index].state.items()}

@@ -25,13 +25,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evolve.errors import ResumeMismatchError
 from evolve.files import atomic_write_json, atomic_write_text
+
+# Re-exported for the runner and the chain schedule, which name users' directories with it.
+from evolve.files import safe_name as safe_name
 from evolve.simulator.original_format import diagnosis_entries, diagnosis_metrics
 from evolve.simulator.records import (
     CallUsage,
@@ -127,12 +129,6 @@ def config_differences(stored: Mapping[str, Any], current: Mapping[str, Any]) ->
 
 
 # ----- layout ----------------------------------------------------------------------------------
-
-
-def safe_name(text: str) -> str:
-    """A file-system-safe directory name for a user id."""
-    name = re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._")
-    return name or "user"
 
 
 class RunLayout:

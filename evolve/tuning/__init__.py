@@ -3,7 +3,8 @@
 The public entry point is `evolve.tune` (which re-exports this package's surface): load and
 resolve a tuning spec, run the study, read its result, and plug Optuna into evolution.
 Storage, samplers, spend journals, trackers and report rendering are internals of the
-submodules (`storage`, `samplers`, `spend`, `tracking`, `report`, `study`).
+submodules (`storage`, `samplers`, `spend`, `tracking`, `report`, `readback`; the worker:
+`study` with its `job`, `layout`, `trials` and `heldout`).
 """
 
 from evolve.spec_base import IntRange

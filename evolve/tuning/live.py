@@ -46,8 +46,8 @@ def load_live_result(
     directory: Path | None,
 ) -> TuningResult:
     """The study as its storage holds it now (spend from the local journals when present)."""
+    from evolve.tuning.layout import STUDY_ATTR_HASH
     from evolve.tuning.spend import StudySpendJournals
-    from evolve.tuning.study import STUDY_ATTR_HASH
 
     url = normalize_storage_url(storage_url)
     for prefix in ("sqlite:///", "journal:"):

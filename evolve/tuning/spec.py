@@ -49,7 +49,7 @@ from evolve.tuning.storage import (
     check_storage_url,
     prepare_storage_directory,
 )
-from memory_policies.base import PARAMETER_RULES, parameter_problem
+from memory_policies.parameters import PARAMETER_RULES, parameter_problem
 
 DEFAULT_STORAGE = "sqlite:///mlruns/optuna.db"
 COST_OBJECTIVE = "tokens"

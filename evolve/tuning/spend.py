@@ -9,7 +9,7 @@ spend holds every request the server received, plus at most those in flight at t
 (reported as of unknown outcome).
 
 Layout under the tuning run directory `runs/<name>/` (`<study>` is the study name made
-file-system safe, `evolve.simulator.storage.safe_name`)::
+file-system safe, `evolve.files.safe_name`)::
 
     spend/<study>/trial-NNNN.jsonl           calls made while trial NNNN ran (written by
                                              the one process that ran it; a retried trial
@@ -50,8 +50,9 @@ from pathlib import Path
 from typing import Any
 
 from evolve.budget import Budget, Spend, SpendJournal
+from evolve.files import safe_name
 from evolve.llm.usage import UsageEvent, UsageTracker
-from evolve.simulator.storage import read_json, safe_name
+from evolve.simulator.storage import read_json
 from evolve.tuning.records import TrialRecord
 
 SPEND_DIR = "spend"
@@ -205,8 +206,8 @@ class StudyBudget(Budget):
 def recorded_spend(run_dir: str | Path, study_name: str | None = None) -> Spend:
     """The LLM calls and tokens a tuning run directory has recorded for its study (every
     study under `spend/` when `study_name` is None and no `tuning.json` names it)."""
+    from evolve.tuning.layout import RESULT_FILE
     from evolve.tuning.records import TuningResult
-    from evolve.tuning.study import RESULT_FILE
 
     run_dir = Path(run_dir)
     records: list[TrialRecord] = []

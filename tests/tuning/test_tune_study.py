@@ -27,9 +27,9 @@ from evolve.objective import objective_value
 from evolve.optimize.feedback import load_period_results
 from evolve.simulator.metrics import summarize_periods
 from evolve.tune import format_result, load_tune_spec, resolve_tuning, run_tuning
-from evolve.tuning.report import render_tuning_dir, render_tuning_experiment, tuning_dir_for
+from evolve.tuning.layout import TuningStore
+from evolve.tuning.readback import render_tuning_dir, render_tuning_experiment, tuning_dir_for
 from evolve.tuning.storage import open_storage, prepare_storage_directory
-from evolve.tuning.study import TuningStore
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 # ----- specs -------------------------------------------------------------------------------------

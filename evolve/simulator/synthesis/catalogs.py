@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from evolve.errors import ConfigError
 from evolve.files import read_json_file
+from evolve.spec_base import format_validation_error
 
 CATALOG_DIR = Path(__file__).with_name("catalog")
 
@@ -172,11 +173,11 @@ def _read_catalog_file(path: Path) -> _CatalogFile:
     try:
         return _CatalogFile.model_validate(data)
     except ValidationError as error:
-        details = "; ".join(
-            f"{'.'.join(str(p) for p in detail['loc'])}: {detail['msg']}"
-            for detail in error.errors()[:5]
-        )
         raise ConfigError(
-            f"catalog file {path} does not follow the catalog format (see catalog/README.md): "
-            f"{details}"
+            format_validation_error(
+                f"catalog file {path} does not follow the catalog format (see catalog/README.md)",
+                error,
+                _CatalogFile,
+                limit=5,
+            )
         ) from None

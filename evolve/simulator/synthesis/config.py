@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from evolve.errors import ConfigError
 from evolve.files import read_toml_file
 from evolve.simulator.synthesis.offline import PRESETS, OfflineSynthesisConfig
+from evolve.spec_base import format_validation_error
 
 # Bumped whenever prompts or stage semantics change, so work dirs of older runs are not reused.
 PIPELINE_VERSION = "1"
@@ -139,13 +140,11 @@ def synthesis_config_from_dict(data: dict[str, Any], source: str = "config") -> 
     try:
         return LLMSynthesisConfig.model_validate({**base, **data})
     except ValidationError as error:
-        details = "; ".join(
-            f"{'.'.join(str(part) for part in detail['loc']) or '(config)'}: {detail['msg']}"
-            for detail in error.errors()[:5]
+        problems = format_validation_error(
+            f"{source}: invalid LLM synthesis config", error, LLMSynthesisConfig, limit=5
         )
         raise ConfigError(
-            f"{source}: invalid LLM synthesis config: {details} "
-            "(see experiments/generate_llm.toml for an annotated example)"
+            f"{problems} (see experiments/generate_llm.toml for an annotated example)"
         ) from None
 
 

@@ -1,7 +1,7 @@
 """Offline AMemGym environment synthesis: seeded sampling over a built-in catalog, no LLM.
 
-Why about 570 lines: one seeded sampling procedure whose steps share private helpers and
-the RNG order (moving a draw changes every file); the catalog format is in `catalogs.py`.
+One seeded sampling procedure whose steps share private helpers and the RNG order (moving
+a draw changes every file); the catalog format is in `catalogs.py`.
 
 It follows the original generator's structure and constraints (questions first, the schema
 is exactly the variables they require, an initial state exposed in period 0, then periods of

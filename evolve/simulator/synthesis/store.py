@@ -10,19 +10,14 @@ atomically: a crash leaves either the previous state or the finished unit, never
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
 from evolve.errors import ResumeMismatchError
-from evolve.files import atomic_write_json
+from evolve.files import atomic_write_json, safe_name
 
 OUTCOME_FILE = "outcome"
 PERSONA_FILE = "persona"
-
-
-def _safe_name(user_id: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", user_id)[:120] or "user"
 
 
 class UserStore:
@@ -81,4 +76,4 @@ class WorkDir:
             atomic_write_json(manifest, description, indent=1, final_newline=False)
 
     def user(self, user_id: str) -> UserStore:
-        return UserStore(self.directory / "users" / _safe_name(user_id))
+        return UserStore(self.directory / "users" / safe_name(user_id))
