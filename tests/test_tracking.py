@@ -64,13 +64,15 @@ def test_parent_and_child_runs_carry_lineage(tracked):
     assert parent.data.params["optimizer.feedback"] == "diagnostic"
     assert parent.data.params["model.agent"] == "agent-model"
     assert parent.data.tags["evolve.best_candidate"] == result.best_id
-    evaluated = [r for r in result.candidates if r.train is not None]
+    # Every proposal is a run, rejected and invalid ones included.
     assert sorted(c.data.tags["evolve.candidate_id"] for c in children) == sorted(
-        r.id for r in evaluated
+        r.id for r in result.candidates
     )
     for child in children:
         tags = child.data.tags
         record = result.candidate(tags["evolve.candidate_id"])
+        if record.train is None:
+            continue
         assert tags["mlflow.parentRunId"] == parent.info.run_id
         assert tags["evolve.generation"] == str(record.generation)
         assert tags["evolve.parent_ids"] == ",".join(record.parent_ids)
@@ -279,6 +281,8 @@ def test_every_component_text_is_a_prompt_version_with_lineage(tracked):
     _, uri, _, result, _ = tracked
     client, _, children = runs_by_kind(uri, "amemgym-evolve/exp")
     seen: dict[tuple[str, str], str] = {}
+    # Only evaluated candidates register their texts (a rejected proposal's are artifacts).
+    children = [c for c in children if c.data.tags["evolve.candidate_status"] != "rejected"]
     for child in children:
         record = result.candidate(child.data.tags["evolve.candidate_id"])
         for component, text in record.components.items():

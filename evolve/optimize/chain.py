@@ -240,6 +240,12 @@ class ChainSchedule:
         if status == CandidateStatus.PROPOSED:
             policy.save(self.store.policy_dir(cid), provenance=self._provenance(record))
         self.progress.candidate_proposed(record)
+        self.tracker.log_proposal(
+            record,
+            parent=current,
+            policy_dir=self.store.policy_dir(cid),
+            feedback=feedback_text or None,
+        )
         return self._save(record)
 
     def _reflect(

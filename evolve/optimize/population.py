@@ -67,10 +67,19 @@ class _GenerationSync(GEPACallback):
         self.evolution, self.total = evolution, total
         self.start: Any = None
         self.final_state: Any = None
+        self.rejected: dict[str, Any] | None = None  # this iteration's minibatch verdict
 
     def on_iteration_start(self, event: Any) -> None:
         self.evolution.progress.generation_started(int(event["iteration"]), self.total)
         self.start = self.evolution.budget.spent()
+        self.rejected = None
+
+    def on_candidate_rejected(self, event: Any) -> None:
+        self.rejected = {
+            "minibatch_score": float(event["new_score"]),
+            "minibatch_parent_score": float(event["old_score"]),
+            "reason": str(event["reason"]),
+        }
 
     def on_iteration_end(self, event: Any) -> None:
         end = self.evolution.budget.spent()
@@ -84,6 +93,7 @@ class _GenerationSync(GEPACallback):
                 "tokens_start": start.tokens,
                 "tokens_end": end.tokens,
                 "wall_time_s": end.wall_time_s - start.wall_time_s,
+                "rejected": self.rejected,
             }
         )
         self.evolution._sync_gepa(event["state"])
@@ -389,7 +399,28 @@ class PopulationSchedule:
         if status != CandidateStatus.INVALID and not self.store.policy_dir(cid).exists():
             policy.save(self.store.policy_dir(cid), provenance=self._provenance(record))
         self.progress.candidate_proposed(record)
+        self.tracker.log_proposal(record, **self._proposal_details(record, candidate))
         return self._save(record)
+
+    def _proposal_details(
+        self, record: CandidateRecord, candidate: Mapping[str, str]
+    ) -> dict[str, Any]:
+        """What the tracker is told of a proposal: its parent, files, and for one GEPA
+        rejected on its minibatch, where that was played, the scores and GEPA's reason."""
+        details: dict[str, Any] = {
+            "parent": self.records.get(record.parent_ids[0]) if record.parent_ids else None,
+            "policy_dir": self.store.policy_dir(record.id),
+            "feedback": self.store.load_feedback(record.id),
+        }
+        if record.status == CandidateStatus.REJECTED:
+            entry = next(
+                (e for e in self.adapter.iterations if e["iteration"] == record.generation), {}
+            )
+            verdict = dict(entry.get("rejected") or {})
+            details["reason"] = verdict.pop("reason", None)
+            details["scores"] = verdict
+            details["evaluation_dir"] = self._gepa_dir("train", candidate)
+        return details
 
     def _store_gepa_generation(
         self, generation: int, entry: Mapping[str, Any], front: Sequence[str], state: Any
