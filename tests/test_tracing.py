@@ -106,6 +106,32 @@ def test_each_user_episode_is_a_trace_of_periods_sessions_memory_and_questions(t
         assert trace.info.trace_id in {t.info.trace_id for t in linked}
 
 
+def test_every_llm_call_of_a_period_is_a_span_with_its_role_texts_tokens_and_time(traced_all):
+    _, _, _, _, traces = traced_all
+    calls = []
+    for trace in traces:
+        spans = trace.data.spans
+        periods = {s.span_id: s for s in spans if s.name.startswith("period ")}
+        for span in spans:
+            if not span.name.startswith("llm "):
+                continue
+            assert span.parent_id in periods  # filed under its own period
+            period = periods[span.parent_id]
+            assert period.start_time_ns <= span.start_time_ns < span.end_time_ns
+            assert span.end_time_ns <= period.end_time_ns
+            role = span.attributes["role"]
+            assert span.name == f"llm {role}" and span.span_type == "CHAT_MODEL"
+            assert span.inputs["messages"] and span.outputs["completions"]
+            assert {"prompt_tokens", "completion_tokens", "latency_s", "cached"} <= set(
+                span.attributes
+            )
+            calls.append((role, span.inputs["messages"][-1]["content"]))
+    # This world's sessions are one round (the scripted user never speaks): agent calls.
+    assert {role for role, _ in calls} == {"agent"}
+    # The questions' calls (answered on the runner's question threads) are there too.
+    assert any("options" in str(text).lower() for role, text in calls if role == "agent")
+
+
 def test_no_trace_holds_a_key_or_a_credentialed_url(traced_all):
     tmp_path, _, _, _, traces = traced_all
     assert traces

@@ -34,6 +34,7 @@ A hash of the resolved configuration guards the directory (see `storage.RunLayou
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import copy
 import functools
 import hashlib
@@ -292,7 +293,9 @@ class _Run:
         """Run independent tasks, concurrently when allowed; results in task order."""
         if self.question_pool is None or len(tasks) <= 1:
             return [task() for task in tasks]
-        return [future.result() for future in [self.question_pool.submit(t) for t in tasks]]
+        # Each task sees the unit's context variables (e.g. which episode a trace records).
+        submitted = [self.question_pool.submit(contextvars.copy_context().run, t) for t in tasks]
+        return [future.result() for future in submitted]
 
 
 def run_evaluation(
