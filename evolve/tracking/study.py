@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -336,6 +337,8 @@ class MLflowStudyTracker(StudyTracker):
             tags=tags,
         )
         status = "FINISHED" if record.state in ("complete", "pruned") else "FAILED"
+        # The runs table shows names without configuring columns: the outcome goes there.
+        self.client.update_run(run_id, name=trial_run_name(record))
         self.client.set_terminated(run_id, status)
         self._adopt_earliest_parent()
 
@@ -454,6 +457,14 @@ def study_tracker_for(
 
 def _quoted(text: str) -> str:
     return text.replace("'", "\\'")
+
+
+def trial_run_name(record: TrialRecord) -> str:
+    """`trial 3 complete value 0.42`: what the runs table shows without configuring it."""
+    name = f"trial {record.number} {record.state}"
+    if record.values and math.isfinite(record.values[0]):
+        name += f" value {record.values[0]:.2f}"
+    return name
 
 
 def study_summary(result: TuningResult) -> tuple[dict[str, float], list[Any]]:
