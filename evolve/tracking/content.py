@@ -17,7 +17,20 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from evolve.tracking.tags import PER_PERIOD_METRICS
+from evolve.tracking.tags import (
+    NOTE_TAG,
+    PARENT_RUN_TAG,
+    PER_PERIOD_METRICS,
+    TAG_CANDIDATE,
+    TAG_CANDIDATE_REASON,
+    TAG_CANDIDATE_STATUS,
+    TAG_EXPERIMENT,
+    TAG_GENERATION,
+    TAG_KIND,
+    TAG_MUTATION,
+    TAG_PARENTS,
+    TAG_STATUS,
+)
 
 if TYPE_CHECKING:
     from evolve.budget import Spend
@@ -328,3 +341,50 @@ def candidates_markdown(table: dict[str, list[Any]]) -> str:
 
 def best_candidate(result: ExperimentResult) -> CandidateRecord | None:
     return result.candidate(result.best_id) if result.best_id is not None else None
+
+
+def candidate_tags(
+    record: CandidateRecord,
+    context: TrackingContext,
+    parent_run_id: str | None,
+    status: str,
+    reason: str,
+) -> dict[str, str]:
+    """A candidate run's tags: lineage, what became of the proposal, and where it runs."""
+    from evolve.tracking.store import run_context_tags
+
+    tags = {
+        **run_context_tags(),
+        NOTE_TAG: candidate_description(record, context, reason),
+        PARENT_RUN_TAG: parent_run_id or "",
+        TAG_KIND: "candidate",
+        TAG_EXPERIMENT: context.name,
+        TAG_CANDIDATE: record.id,
+        TAG_GENERATION: str(record.generation),
+        TAG_PARENTS: ",".join(record.parent_ids),
+        TAG_MUTATION: record.mutation.kind,
+        TAG_STATUS: str(record.status),
+        TAG_CANDIDATE_STATUS: status,
+        TAG_CANDIDATE_REASON: reason[:500],
+    }
+    if record.mutation.component:
+        tags["evolve.component"] = record.mutation.component
+    return tags
+
+
+def final_metrics(result: ExperimentResult, best: CandidateRecord | None) -> dict[str, float]:
+    """The parent run's totals at the end of an invocation."""
+    metrics: dict[str, float] = {
+        "total_llm_calls": result.llm_calls,
+        "total_tokens": result.tokens,
+        "total_wall_time_s": result.wall_time_s,
+        "reflection_parse_failures": result.reflection_parse_failures,
+        "total_candidates_evaluated": sum(r.train is not None for r in result.candidates),
+    }
+    if best is not None and best.train is not None:
+        metrics["final_best_train_score"] = best.train.score
+    if best is not None and best.heldout is not None:
+        metrics["final_best_heldout_score"] = best.heldout.score
+    if result.chain_summary is not None:
+        metrics.update(result.chain_summary.flat_metrics("chain_"))
+    return metrics

@@ -1,6 +1,6 @@
 """MLflow tracking of an experiment: one parent run, one child run per proposal.
 
-Why about 490 lines: the tracker's hooks follow one experiment's runs from start to finish
+Why about 450 lines: the tracker's hooks follow one experiment's runs from start to finish
 (proposal, evaluations, generations, resume state); what the runs say is in `content`.
 
 Called by the optimizer loop and the commands only (never by the simulator or a policy).
@@ -36,7 +36,6 @@ experiment continues the same parent run and never logs a candidate twice.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -48,15 +47,16 @@ from evolve.tracking.content import (
     CANDIDATES_TABLE,
     INVALID,
     best_candidate,
-    candidate_description,
     candidate_params,
     candidate_run_name,
+    candidate_tags,
     candidates_markdown,
     candidates_table,
     evaluation_window,
     experiment_description,
     experiment_params,
     experiment_run_name,
+    final_metrics,
     generation_metrics,
     instruction_diff,
     instruction_diff_html,
@@ -72,22 +72,18 @@ from evolve.tracking.store import (
     mlflow_client,
     normalize_tracking_uri,
     now_ms,
+    replace_table,
     run_context_tags,
+    run_is_active,
     tracking_location,
 )
 from evolve.tracking.tags import (
     NOTE_TAG,
-    PARENT_RUN_TAG,
     STATE_FILE,
     TAG_CANDIDATE,
-    TAG_CANDIDATE_REASON,
-    TAG_CANDIDATE_STATUS,
     TAG_CONFIG_HASH,
     TAG_EXPERIMENT,
-    TAG_GENERATION,
     TAG_KIND,
-    TAG_MUTATION,
-    TAG_PARENTS,
     TAG_RUN_DIR,
     TAG_STATUS,
 )
@@ -99,9 +95,6 @@ if TYPE_CHECKING:
     from evolve.config import ExperimentSpec
     from evolve.records import CandidateRecord, EvaluationScores, ExperimentResult, GenerationRecord
     from evolve.simulator.runner import ProgressSink
-
-# MLflow's tag listing a run's table artifacts (what `log_table` sets; the UI reads it).
-LOGGED_ARTIFACTS_TAG = "mlflow.loggedArtifacts"
 
 
 class MLflowTracker(ExperimentTracker):
@@ -132,20 +125,12 @@ class MLflowTracker(ExperimentTracker):
         )
         describe_experiment(self.client, experiment_id, context.spec.description)
         self._state_file = context.run_dir / STATE_FILE
-        state = read_json(self._state_file) if self._state_file.exists() else {}
         identity = {
             "tracking_uri": self.tracking_uri,
             "experiment_id": experiment_id,
             "config_hash": context.config_hash,
         }
-        same_store = all(state.get(k) == v for k, v in identity.items()) and self._run_exists(
-            state.get("parent_run_id")
-        )
-        if not same_store:
-            state = {**identity, "parent_run_id": None, "candidates": {}, "generations": {}}
-        # Added after the first release of this file: states written before lack them.
-        for key in ("evaluated_per_generation", "heldout_scores", "prompt_versions"):
-            state.setdefault(key, {})
+        state = resumed_state(self._state_file, identity, self.client)
         if state["parent_run_id"] is None:
             run = self.client.create_run(
                 experiment_id,
@@ -176,14 +161,6 @@ class MLflowTracker(ExperimentTracker):
         )
         self._save_state()
 
-    def _run_exists(self, run_id: str | None) -> bool:
-        if not run_id:
-            return False
-        try:
-            return self.client.get_run(run_id).info.lifecycle_stage == "active"
-        except Exception:  # noqa: BLE001 - any lookup failure means: make a new run
-            return False
-
     def _save_state(self) -> None:
         if self._state_file is not None:
             atomic_write_json(self._state_file, self._state)
@@ -197,21 +174,9 @@ class MLflowTracker(ExperimentTracker):
         # Totals sit at the last generation's step: at step 0 they would draw every curve
         # back to the start (the per-generation `candidates_evaluated` is a running count).
         last_step = max((g.generation for g in result.generations), default=0)
-        metrics = {
-            "total_llm_calls": result.llm_calls,
-            "total_tokens": result.tokens,
-            "total_wall_time_s": result.wall_time_s,
-            "reflection_parse_failures": result.reflection_parse_failures,
-            "total_candidates_evaluated": sum(r.train is not None for r in result.candidates),
-        }
         best = best_candidate(result)
-        if best is not None and best.train is not None:
-            metrics["final_best_train_score"] = best.train.score
-        if best is not None and best.heldout is not None:
-            metrics["final_best_heldout_score"] = best.heldout.score
-        if result.chain_summary is not None:
-            metrics.update(result.chain_summary.flat_metrics("chain_"))
-        table = candidates_table(result.candidates, self._statuses())
+        metrics = final_metrics(result, best)
+        table = candidates_table(result.candidates, proposal_statuses(self._state))
         description = f"{experiment_description(self.context)}\n\n{candidates_markdown(table)}"
         tags = [
             RunTag("evolve.complete", str(result.complete).lower()),
@@ -236,20 +201,9 @@ class MLflowTracker(ExperimentTracker):
         self.traces.write(self.client)
         if report:
             self.client.log_text(run_id, report, "compare.txt")
-        self._log_table(run_id, table, CANDIDATES_TABLE)
+        replace_table(self.client, run_id, table, CANDIDATES_TABLE)
         self.client.update_run(run_id, name=experiment_run_name(self.context.name, best))
         self.client.set_terminated(run_id, "FINISHED")
-
-    def _log_table(self, run_id: str, table: dict[str, list[Any]], artifact_file: str) -> None:
-        """`table` as an MLflow table artifact, replaced (MLflow's `log_table` appends to an
-        existing one: a resumed experiment would list its candidates twice)."""
-        columns = list(table)
-        rows = [list(row) for row in zip(*table.values(), strict=True)]
-        self.client.log_text(run_id, json.dumps({"columns": columns, "data": rows}), artifact_file)
-        listed = json.loads(self.client.get_run(run_id).data.tags.get(LOGGED_ARTIFACTS_TAG, "[]"))
-        entry = {"path": artifact_file, "type": "table"}
-        if entry not in listed:
-            self.client.set_tag(run_id, LOGGED_ARTIFACTS_TAG, json.dumps([*listed, entry]))
 
     def fail(self) -> None:
         import contextlib
@@ -327,7 +281,7 @@ class MLflowTracker(ExperimentTracker):
             return
         window = evaluation_window(evaluation_dir) if evaluation_dir is not None else None
         run_id = self.candidate_run(record, start_ms=window[0] if window else None)
-        self._log_candidate_artifacts(run_id, record, parent, policy_dir, feedback)
+        log_candidate_artifacts(self.client, run_id, record, parent, policy_dir, feedback)
         if scores:
             timestamp = now_ms()
             metrics = [Metric(k, float(v), timestamp, record.generation) for k, v in scores.items()]
@@ -359,7 +313,7 @@ class MLflowTracker(ExperimentTracker):
         run_id = self.candidate_run(record, start_ms=window[0] if window else None)
         # State written before the "artifacts" flag existed: a logged split had them.
         if not entry.get("artifacts", bool(entry["logged"])):
-            self._log_candidate_artifacts(run_id, record, parent, policy_dir, feedback)
+            log_candidate_artifacts(self.client, run_id, record, parent, policy_dir, feedback)
             self.prompts.register(run_id, record, entry)
             entry["artifacts"] = True
             self._save_state()
@@ -393,21 +347,13 @@ class MLflowTracker(ExperimentTracker):
     def _candidate_entry(self, record: CandidateRecord) -> dict[str, Any]:
         return self._state["candidates"].setdefault(record.id, {"run_id": None, "logged": []})
 
-    def _statuses(self) -> dict[str, list[str]]:
-        """candidate id -> [status, reason] of every proposal logged."""
-        return {
-            cid: [entry["status"], entry.get("reason", "")]
-            for cid, entry in self._state.get("candidates", {}).items()
-            if entry.get("status")
-        }
-
     def candidate_run(self, record: CandidateRecord, start_ms: int | None = None) -> str:
         """The id of `record`'s run, created (with its params) on first use, starting at
         `start_ms` (its evaluation's start) when given."""
         from mlflow.entities import Param
 
         entry = self._candidate_entry(record)
-        if entry["run_id"] is None or not self._run_exists(entry["run_id"]):
+        if entry["run_id"] is None or not run_is_active(self.client, entry["run_id"]):
             run_id = self._create_candidate_run(record, entry, start_ms)
             entry.update(run_id=run_id, logged=[], artifacts=False)
             entry["fingerprint"] = record.fingerprint  # GEPA evaluates by fingerprint
@@ -423,22 +369,7 @@ class MLflowTracker(ExperimentTracker):
         assert self.context is not None
         status, reason = proposal_status(record)
         status, reason = entry.get("status", status), entry.get("reason", reason)
-        tags = {
-            **run_context_tags(),
-            NOTE_TAG: candidate_description(record, self.context, reason),
-            PARENT_RUN_TAG: self.parent_run_id,
-            TAG_KIND: "candidate",
-            TAG_EXPERIMENT: self.context.name,
-            TAG_CANDIDATE: record.id,
-            TAG_GENERATION: str(record.generation),
-            TAG_PARENTS: ",".join(record.parent_ids),
-            TAG_MUTATION: record.mutation.kind,
-            TAG_STATUS: str(record.status),
-            TAG_CANDIDATE_STATUS: status,
-            TAG_CANDIDATE_REASON: reason[:500],
-        }
-        if record.mutation.component:
-            tags["evolve.component"] = record.mutation.component
+        tags = candidate_tags(record, self.context, self.parent_run_id, status, reason)
         run = self.client.create_run(
             self._state["experiment_id"],
             run_name=candidate_run_name(record, status),
@@ -446,27 +377,6 @@ class MLflowTracker(ExperimentTracker):
             tags=tags,
         )
         return run.info.run_id
-
-    def _log_candidate_artifacts(
-        self,
-        run_id: str,
-        record: CandidateRecord,
-        parent: CandidateRecord | None,
-        policy_dir: Path,
-        feedback: str | None,
-    ) -> None:
-        for name, text in sorted(record.components.items()):
-            self.client.log_text(run_id, text + "\n", f"components/{name}.txt")
-            if parent is not None and parent.components.get(name) != text:
-                old = parent.components.get(name, "")
-                diff = instruction_diff(old, text, name, parent.id, record.id)
-                self.client.log_text(run_id, diff, f"diffs/{name}.diff")
-                page = instruction_diff_html(old, text, name, parent.id, record.id)
-                self.client.log_text(run_id, page, f"diffs/{name}.html")
-        if Path(policy_dir).is_dir():
-            self.client.log_artifacts(run_id, str(policy_dir), "policy")
-        if feedback:
-            self.client.log_text(run_id, feedback + "\n", "feedback.txt")
 
     def log_generation(self, record: GenerationRecord, *, spent: Spend) -> None:
         from mlflow.entities import Metric
@@ -491,3 +401,50 @@ def tracker_for(spec: ExperimentSpec, *, tracking_uri: str | None = None, enable
         return NullTracker()
     location = tracking_location(tracking_uri, spec)
     return MLflowTracker(location.uri, spec.mlflow_experiment_name(), location)
+
+
+def log_candidate_artifacts(
+    client: Any,
+    run_id: str,
+    record: CandidateRecord,
+    parent: CandidateRecord | None,
+    policy_dir: Path,
+    feedback: str | None,
+) -> None:
+    """Instructions, diffs against the parent, the bundle and the reflector's feedback."""
+    for name, text in sorted(record.components.items()):
+        client.log_text(run_id, text + "\n", f"components/{name}.txt")
+        if parent is not None and parent.components.get(name) != text:
+            old = parent.components.get(name, "")
+            diff = instruction_diff(old, text, name, parent.id, record.id)
+            client.log_text(run_id, diff, f"diffs/{name}.diff")
+            page = instruction_diff_html(old, text, name, parent.id, record.id)
+            client.log_text(run_id, page, f"diffs/{name}.html")
+    if Path(policy_dir).is_dir():
+        client.log_artifacts(run_id, str(policy_dir), "policy")
+    if feedback:
+        client.log_text(run_id, feedback + "\n", "feedback.txt")
+
+
+def resumed_state(state_file: Path, identity: dict[str, str], client: Any) -> dict[str, Any]:
+    """The tracker's state of an earlier invocation on the same store, experiment and
+    configuration (its parent run still there), or a fresh one."""
+    state = read_json(state_file) if state_file.exists() else {}
+    same_store = all(state.get(k) == v for k, v in identity.items()) and run_is_active(
+        client, state.get("parent_run_id")
+    )
+    if not same_store:
+        state = {**identity, "parent_run_id": None, "candidates": {}, "generations": {}}
+    # Added after the first release of this file: states written before lack them.
+    for key in ("evaluated_per_generation", "heldout_scores", "prompt_versions"):
+        state.setdefault(key, {})
+    return state
+
+
+def proposal_statuses(state: dict[str, Any]) -> dict[str, list[str]]:
+    """candidate id -> [status, reason] of every proposal the tracker was told of."""
+    return {
+        cid: [entry["status"], entry.get("reason", "")]
+        for cid, entry in state.get("candidates", {}).items()
+        if entry.get("status")
+    }

@@ -188,3 +188,33 @@ def use_tracking_uri(uri: str) -> Iterator[None]:
 
     with use_uri(uri):
         yield
+
+
+def run_is_active(client: Any, run_id: str | None) -> bool:
+    """Whether `run_id` names a run of the store that is not deleted."""
+    if not run_id:
+        return False
+    try:
+        return client.get_run(run_id).info.lifecycle_stage == "active"
+    except Exception:  # noqa: BLE001 - any lookup failure means: make a new run
+        return False
+
+
+# MLflow's tag listing a run's table artifacts (what `log_table` sets; the UI reads it).
+LOGGED_ARTIFACTS_TAG = "mlflow.loggedArtifacts"
+
+
+def replace_table(
+    client: Any, run_id: str, table: dict[str, list[Any]], artifact_file: str
+) -> None:
+    """`table` (column -> values) as an MLflow table artifact, replaced: MLflow's `log_table`
+    appends to an existing one, so a resumed experiment would list its rows twice."""
+    import json
+
+    columns = list(table)
+    rows = [list(row) for row in zip(*table.values(), strict=True)]
+    client.log_text(run_id, json.dumps({"columns": columns, "data": rows}), artifact_file)
+    listed = json.loads(client.get_run(run_id).data.tags.get(LOGGED_ARTIFACTS_TAG, "[]"))
+    entry = {"path": artifact_file, "type": "table"}
+    if entry not in listed:
+        client.set_tag(run_id, LOGGED_ARTIFACTS_TAG, json.dumps([*listed, entry]))
