@@ -472,10 +472,13 @@ def _score_tags(candidate: CandidateRecord | None) -> dict[str, str]:
     if candidate is None:
         return {}
     tags = {TAG_CANDIDATE: candidate.id}
-    if candidate.heldout_score is not None:
-        tags["heldout_score"] = f"{candidate.heldout_score:.6g}"
-    if candidate.train_score is not None:
-        tags["train_score"] = f"{candidate.train_score:.6g}"
+    for split in ("heldout", "train"):
+        scores = getattr(candidate, split)
+        if scores is None:
+            continue
+        tags[f"{split}_score"] = f"{scores.score:.6g}"
+        if scores.summary.accuracy is not None:  # unknown for a record rebuilt from a run
+            tags[f"{split}_accuracy"] = f"{scores.summary.accuracy:.6g}"
     return tags
 
 

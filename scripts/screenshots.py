@@ -234,6 +234,11 @@ def _pages(tracking_uri: str) -> list[Page]:
             )
             route = f"#/models/{model.name}/versions/{version}"
             pages.append(("mlflow-registered-model.png", route, "", ""))
+            # Its LoggedModel: the champion's metrics, figures and linked prompts.
+            source = client.get_model_version(model.name, str(version)).source
+            logged = client.get_logged_model(source.removeprefix("models:/"))
+            route = f"#/experiments/{logged.experiment_id}/models/{logged.model_id}"
+            pages.append(("mlflow-logged-model.png", route, "", ""))
             break
     tuning = client.get_experiment_by_name("amemgym-evolve/tune-quick")
     if tuning is not None:

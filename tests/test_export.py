@@ -137,6 +137,10 @@ def test_registered_model_carries_metrics_figures_and_its_prompts(experiment):
     version = client.get_model_version(exported.registered_name, exported.registered_version)
     logged = client.get_logged_model(version.source.removeprefix("models:/"))
     best = result.candidate(result.best_id)
+    # The version page shows tags, not metrics: the accuracy is a tag there too.
+    assert float(version.tags["heldout_accuracy"]) == pytest.approx(
+        best.heldout.summary.accuracy, abs=1e-5
+    )
     metrics = {m.key: m.value for m in logged.metrics}
     assert metrics["heldout_score"] == pytest.approx(best.heldout.score)
     assert metrics["heldout_accuracy"] == pytest.approx(best.heldout.summary.accuracy)

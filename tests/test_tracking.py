@@ -359,13 +359,13 @@ def test_scores_show_without_configuring_the_runs_table(tracked):
         record = result.candidate(child.data.tags["evolve.candidate_id"])
         if record.train is None:
             continue
-        name = child.info.run_name
-        assert name.startswith(f"{record.id} train acc {record.train.summary.accuracy:.2f}")
-        if record.heldout is not None:
-            assert f"heldout acc {record.heldout.summary.accuracy:.2f}" in name
+        heldout = "-" if record.heldout is None else f"{record.heldout.summary.accuracy:.2f}"
+        expected = f"{record.id} {record.train.summary.accuracy:.2f}/{heldout}"
+        assert child.info.run_name == expected  # train/held-out accuracy
     parent = parents[0]
     best = result.candidate(result.best_id)
-    assert parent.info.run_name.startswith(f"exp best {best.id} train acc")
+    best_accuracy = f"{best.train.summary.accuracy:.2f}/{best.heldout.summary.accuracy:.2f}"
+    assert parent.info.run_name == f"best {best_accuracy} {best.id}"
     # The parent's description lists every candidate; its table artifact too.
     for record in result.candidates:
         assert f"| {record.id} |" in parent.data.tags["mlflow.note.content"]

@@ -1,11 +1,12 @@
 """What the runs say: params, descriptions, run names, per-period curves, diffs, tables and
 the candidate table, built from the records (pure functions; the trackers log them).
 
-MLflow's runs table has no server-side default columns: a new user sees run names, times,
-durations and descriptions, and the parent run collapsed. So the scores a researcher looks
-for first are carried there too: each candidate run's name holds its train and held-out
-accuracy (`g03-c0 train acc 0.42 heldout acc 0.38`), the parent run's name the best one, and
-the parent run's description and its `candidates` table artifact list every candidate.
+MLflow's runs table has no server-side default columns: a new user sees run names, creation
+time, duration, source and models, with the parent run collapsed. So the scores a researcher
+looks for first are carried there too: each candidate run's name holds its train and
+held-out accuracy (`g03-c0 0.42/0.38`; the name column shows about 17 characters, so no
+labels), the parent run's name the best one, and the parent run's description and its
+`candidates` table artifact list every candidate.
 """
 
 from __future__ import annotations
@@ -246,24 +247,30 @@ def _score_text(value: float | None) -> str:
     return "-" if value is None or math.isnan(value) else f"{value:.2f}"
 
 
+def accuracies(record: CandidateRecord) -> str:
+    """`0.42/0.38`: train and held-out accuracy, `-` for a split not evaluated."""
+    return "/".join(
+        _score_text(scores.summary.accuracy if scores is not None else None)
+        for scores in (record.train, record.heldout)
+    )
+
+
 def candidate_run_name(record: CandidateRecord, status: str | None = None) -> str:
     """What the runs table shows for a candidate without configuring columns: its id and
-    train and held-out accuracy (or what became of it, when it was never evaluated)."""
-    parts = [record.id]
-    for split in ("train", "heldout"):
-        scores = getattr(record, split)
-        if scores is not None:
-            parts.append(f"{split} acc {_score_text(scores.summary.accuracy)}")
+    train/held-out accuracy (`g03-c0 0.42/0.38`), or what became of a proposal that was
+    never evaluated (`g02-c0 rejected`)."""
     if record.train is None and status not in (None, ACCEPTED, BASE):
-        parts.append(status)
-    return " ".join(parts)
+        return f"{record.id} {status}"
+    return f"{record.id} {accuracies(record)}"
 
 
 def experiment_run_name(name: str, best: CandidateRecord | None) -> str:
-    """The parent run's name: the experiment, and its best candidate's accuracy once known."""
+    """The parent run's name: the experiment's until a best candidate is known, then that
+    candidate's train/held-out accuracy first (`best 0.42/0.38 g03-c0`), where the
+    collapsed table's name column shows it."""
     if best is None:
         return name
-    return f"{name} best {candidate_run_name(best)}"
+    return f"best {accuracies(best)} {best.id}"
 
 
 def evaluation_window(directory: Path) -> tuple[int, int] | None:
