@@ -14,10 +14,12 @@ accuracy and failures as output) > `session <s>` (the opening query and the mess
 `probe <variable>` (the diagnosis probes). The runner reports a user-period once it is done,
 so those content spans sit at its end; the period span has its real start and end.
 
-Every LLM call of a period is a span `llm <role>` of the period, with its real start and end:
-the messages sent, the completions, prompt and completion tokens, latency, and whether the
-response cache answered it (`evolve.llm.call_events`; the runner's threads carry the unit
-being played in a context variable, so a call is filed under its own user's period).
+Every LLM call of a period is a span `llm <role>` of the period, with its real start and
+end: the messages sent, the completions, prompt and completion tokens, latency, and whether
+the response cache answered it (`evolve.llm.call_events`; the runner's threads carry the unit
+being played in a context variable, so a call is filed under its own user's period). A
+reflector's proposal is a trace `reflection <candidate>` of its LLM calls, linked to the
+candidate's run. Other calls outside an episode (the upper bound's) are not traced.
 
 What goes into a trace is what the runner stores in the unit's `result.json` and those LLM
 calls' messages and completions, never an LM, an endpoint or a key. MLflow's autologging does
@@ -55,12 +57,69 @@ _CURRENT_UNIT: contextvars.ContextVar[tuple[EpisodeTracer, str, int] | None] = (
 )
 
 
+# Reflector calls made outside any episode, waiting for the proposal they belong to.
+_REFLECTIONS: list[call_events.LMCall] = []
+_REFLECTIONS_LOCK = threading.Lock()
+REFLECTION = "reflection"
+_REFLECTIONS_MAX = 1000
+
+
 def _file_call(call: call_events.LMCall) -> None:
-    """An LM call made while a traced unit is played: kept for that unit's period span."""
+    """An LM call made while a traced unit is played: kept for that unit's period span; a
+    reflector call outside any episode: kept for its proposal's trace."""
     unit = _CURRENT_UNIT.get()
     if unit is not None:
         tracer, user_id, period = unit
         tracer.note_call(user_id, period, call)
+    elif call.purpose == REFLECTION:
+        with _REFLECTIONS_LOCK:
+            if len(_REFLECTIONS) < _REFLECTIONS_MAX:  # nobody takes them when traces are off
+                _REFLECTIONS.append(call)
+
+
+def collect_llm_calls() -> None:
+    """From now on, LM calls are filed for traces (episodes' periods, proposals)."""
+    call_events.add_observer(_file_call)
+
+
+def take_reflection_calls() -> list[call_events.LMCall]:
+    """The reflector calls made since the last take (proposals are made one at a time)."""
+    with _REFLECTIONS_LOCK:
+        calls = list(_REFLECTIONS)
+        _REFLECTIONS.clear()
+    return calls
+
+
+def record_calls_trace(
+    name: str,
+    calls: list[call_events.LMCall],
+    *,
+    experiment_id: str,
+    tags: dict[str, str],
+    source_run_id: str | None = None,
+) -> str | None:
+    """One trace `name` whose root spans `calls` (each an `llm <role>` span); its id, or
+    None when it could not be recorded (a trace never fails the experiment)."""
+    import mlflow
+
+    if not calls:
+        return None
+    with _never_fails(f"record the trace {name!r}"):
+        metadata = {SOURCE_RUN_METADATA: source_run_id} if source_run_id else None
+        root = mlflow.start_span_no_context(
+            name,
+            span_type="CHAIN",
+            inputs={"calls": len(calls), **tags},
+            tags=tags,
+            metadata=metadata,
+            experiment_id=experiment_id,
+            start_time_ns=min(call.started_ns for call in calls),
+        )
+        for call in calls:
+            EpisodeTracer._llm_span(root, call)
+        root.end(end_time_ns=max(call.ended_ns for call in calls))
+        return root.trace_id
+    return None
 
 
 @contextlib.contextmanager
@@ -115,7 +174,7 @@ class EpisodeTracer(ProgressSink):
         self._unit_started_ns: dict[tuple[str, int], int] = {}
         self._calls: dict[tuple[str, int], list[call_events.LMCall]] = {}
         self.trace_ids: list[str] = []
-        call_events.add_observer(_file_call)
+        collect_llm_calls()
 
     def note_call(self, user_id: str, period: int, call: call_events.LMCall) -> None:
         with self._lock:

@@ -69,10 +69,11 @@ def traced_all(tmp_path_factory):
 
 
 def test_each_user_episode_is_a_trace_of_periods_sessions_memory_and_questions(traced_all):
-    _, result, client, experiment, traces = traced_all
-    assert traces, "traces = 'all' recorded no trace"
-    splits = {t.info.tags.get("evolve.split") for t in traces}
-    assert splits == {"train", "heldout"}
+    _, result, client, experiment, all_traces = traced_all
+    assert all_traces, "traces = 'all' recorded no trace"
+    splits = {t.info.tags.get("evolve.split") for t in all_traces}
+    assert splits == {"train", "heldout", "reflection"}
+    traces = [t for t in all_traces if t.info.tags["evolve.split"] != "reflection"]
     for trace in traces:
         spans = trace.data.spans
         root = next(s for s in spans if s.parent_id is None)
@@ -110,6 +111,8 @@ def test_every_llm_call_of_a_period_is_a_span_with_its_role_texts_tokens_and_tim
     _, _, _, _, traces = traced_all
     calls = []
     for trace in traces:
+        if trace.info.tags["evolve.split"] == "reflection":
+            continue
         spans = trace.data.spans
         periods = {s.span_id: s for s in spans if s.name.startswith("period ")}
         for span in spans:
@@ -130,6 +133,31 @@ def test_every_llm_call_of_a_period_is_a_span_with_its_role_texts_tokens_and_tim
     assert {role for role, _ in calls} == {"agent"}
     # The questions' calls (answered on the runner's question threads) are there too.
     assert any("options" in str(text).lower() for role, text in calls if role == "agent")
+
+
+def test_each_proposal_is_a_trace_of_its_reflector_calls_linked_to_its_run(traced_all):
+    _, result, client, experiment, traces = traced_all
+    reflections = {
+        t.info.tags["evolve.candidate_id"]: t
+        for t in traces
+        if next(s for s in t.data.spans if s.parent_id is None).name.startswith("reflection ")
+    }
+    proposed = [r for r in result.candidates if r.reflection_calls]
+    assert proposed and sorted(reflections) == sorted(r.id for r in proposed)
+    runs = {
+        r.data.tags["evolve.candidate_id"]: r.info.run_id
+        for r in client.search_runs([experiment.experiment_id], max_results=500)
+        if "evolve.candidate_id" in r.data.tags
+    }
+    for record in proposed:
+        trace = reflections[record.id]
+        calls = [s for s in trace.data.spans if s.name.startswith("llm ")]
+        assert len(calls) == record.reflection_calls
+        assert {s.attributes["role"] for s in calls} == {"reflector"}
+        linked = client.search_traces(
+            locations=[experiment.experiment_id], run_id=runs[record.id], max_results=500
+        )
+        assert trace.info.trace_id in {t.info.trace_id for t in linked}
 
 
 def test_no_trace_holds_a_key_or_a_credentialed_url(traced_all):

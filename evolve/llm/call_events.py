@@ -8,14 +8,18 @@ it is never given. With no observer, nothing is built (one check per call).
 
 from __future__ import annotations
 
+import collections
+import contextlib
+import contextvars
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 
 @dataclass(frozen=True)
 class LMCall:
+    call_id: str  # DSPy's id of the call
     role: str
     messages: list[dict[str, Any]]
     completions: list[Any]
@@ -25,6 +29,28 @@ class LMCall:
     ended_ns: int
     cached: bool  # answered from the response cache: no request, no tokens
     error: str | None = None
+    purpose: str | None = None  # e.g. "reflection" (see `purpose`)
+
+
+# What the calls made in this context are for, when the caller says (`purpose`).
+_PURPOSE: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "evolve_lm_call_purpose", default=None
+)
+
+
+@contextlib.contextmanager
+def purpose(name: str) -> Iterator[None]:
+    """Label the LM calls made inside the block (e.g. "reflection": the reflector proposing
+    an instruction), so an observer can file calls made outside any episode."""
+    token = _PURPOSE.set(name)
+    try:
+        yield
+    finally:
+        _PURPOSE.reset(token)
+
+
+def current_purpose() -> str | None:
+    return _PURPOSE.get()
 
 
 Observer = Callable[[LMCall], None]
@@ -49,7 +75,19 @@ def observed() -> bool:
     return bool(_observers)
 
 
+# Ids of the calls notified lately: an LM given two usage callbacks (role LMs built twice
+# from the same LM objects) reports each call twice, observers hear of it once.
+_recent: collections.OrderedDict[str, None] = collections.OrderedDict()
+_RECENT_MAX = 4096
+
+
 def notify(call: LMCall) -> None:
+    with _lock:
+        if call.call_id in _recent:
+            return
+        _recent[call.call_id] = None
+        if len(_recent) > _RECENT_MAX:
+            _recent.popitem(last=False)
     for observer in list(_observers):
         observer(call)
 

@@ -54,6 +54,7 @@ class UsageCallback(BaseCallback):
         if sent is not None:
             call_events.notify(
                 call_events.LMCall(
+                    call_id=call_id,
                     role=self.role,
                     messages=sent[1],
                     completions=list(outputs) if isinstance(outputs, list) else [outputs],
@@ -63,6 +64,7 @@ class UsageCallback(BaseCallback):
                     ended_ns=time.time_ns(),
                     cached=not usage,  # a cached response reports no usage
                     error=None if exception is None else type(exception).__name__,
+                    purpose=call_events.current_purpose(),
                 )
             )
 

@@ -159,6 +159,8 @@ class MLflowTracker(ExperimentTracker):
         self.prompts = PromptVersions(
             self.client, context, state["prompt_versions"], self.tracking_uri
         )
+        if context.spec.tracking.traces == "all":
+            self.traces.start_reflections()
         self._save_state()
 
     def _save_state(self) -> None:
@@ -206,19 +208,8 @@ class MLflowTracker(ExperimentTracker):
         self.client.set_terminated(run_id, "FINISHED")
 
     def fail(self) -> None:
-        import contextlib
-
         if self.client is not None and self.parent_run_id is not None:
-            # Never hide the original error behind a tracking failure.
-            with contextlib.suppress(Exception):
-                self.traces.write(self.client)
-            with contextlib.suppress(Exception):
-                # Runs opened for a traced evaluation that never finished.
-                for entry in self._state.get("candidates", {}).values():
-                    if entry.get("run_id") and not entry.get("logged") and not entry.get("closed"):
-                        self.client.set_terminated(entry["run_id"], "KILLED")
-            with contextlib.suppress(Exception):
-                self.client.set_terminated(self.parent_run_id, "KILLED")
+            end_after_failure(self.client, self._state, self.parent_run_id, self.traces)
 
     # ----- traces -------------------------------------------------------------------------------
 
@@ -275,12 +266,17 @@ class MLflowTracker(ExperimentTracker):
         status, reason = proposal_status(record, reason)
         entry = self._candidate_entry(record)
         entry.update(status=status, reason=reason)
+        assert self.context is not None
+        if self.context.spec.tracking.traces == "all":  # "heldout": held-out evaluations only
+            tags = {TAG_EXPERIMENT: self.context.name, "evolve.split": "reflection"}
+            self.traces.reflection(record.id, experiment_id=self._state["experiment_id"], tags=tags)
         if status in (ACCEPTED, BASE) or entry.get("closed"):
             # Its run starts with its evaluation (`log_candidate`): a real start time.
             self._save_state()
             return
         window = evaluation_window(evaluation_dir) if evaluation_dir is not None else None
         run_id = self.candidate_run(record, start_ms=window[0] if window else None)
+        self.traces.link(record.id, run_id)
         log_candidate_artifacts(self.client, run_id, record, parent, policy_dir, feedback)
         if scores:
             timestamp = now_ms()
@@ -334,6 +330,7 @@ class MLflowTracker(ExperimentTracker):
             self._state["heldout_scores"][record.id] = scores.score
         self.traces.close(record.id)
         self.traces.adopt(record.id, record.fingerprint, run_id)
+        self.traces.link(record.id, run_id)
         self.prompts.tag_scores(entry, split, scores.score)
         self.client.log_text(run_id, per_period_table(scores), f"scores/{split}_per_period.csv")
         self.client.set_tag(run_id, TAG_STATUS, str(record.status))
@@ -448,3 +445,19 @@ def proposal_statuses(state: dict[str, Any]) -> dict[str, list[str]]:
         for cid, entry in state.get("candidates", {}).items()
         if entry.get("status")
     }
+
+
+def end_after_failure(client: Any, state: dict[str, Any], parent_run_id: str, traces: Any) -> None:
+    """The invocation failed: write the traces, and end as KILLED the parent run and the
+    candidate runs opened for an evaluation that never finished. Never hides the original
+    error behind a tracking failure."""
+    import contextlib
+
+    with contextlib.suppress(Exception):
+        traces.write(client)
+    with contextlib.suppress(Exception):
+        for entry in state.get("candidates", {}).values():
+            if entry.get("run_id") and not entry.get("logged") and not entry.get("closed"):
+                client.set_terminated(entry["run_id"], "KILLED")
+    with contextlib.suppress(Exception):
+        client.set_terminated(parent_run_id, "KILLED")

@@ -24,6 +24,38 @@ class TraceBook:
         # (trace ids, candidate id, run id) of GEPA's traces, tagged once they are written.
         self._adopted: list[tuple[list[str], str, str]] = []
         self._traced = False  # a tracer was handed out in this invocation
+        # candidate id -> its reflection traces, linked once its run exists (`link`).
+        self._waiting: dict[str, list[str]] = {}
+
+    def start_reflections(self) -> None:
+        """Collect the reflector's calls from now on (earlier ones belong to no proposal of
+        this invocation: dropped)."""
+        from evolve.tracing import collect_llm_calls, take_reflection_calls
+
+        collect_llm_calls()
+        take_reflection_calls()
+
+    def reflection(self, candidate_id: str, *, experiment_id: str, tags: dict[str, str]) -> None:
+        """The reflector calls made since the last proposal, as the trace `reflection
+        <candidate>` (proposals are made and reported one at a time)."""
+        from evolve.tracing import record_calls_trace, take_reflection_calls
+
+        calls = take_reflection_calls()
+        trace_id = record_calls_trace(
+            f"reflection {candidate_id}",
+            calls,
+            experiment_id=experiment_id,
+            tags={**tags, TAG_CANDIDATE: candidate_id},
+        )
+        if trace_id is not None:
+            self._traced = True
+            self._waiting.setdefault(candidate_id, []).append(trace_id)
+
+    def link(self, candidate_id: str, run_id: str) -> None:
+        """Link the candidate's reflection traces to its run (once they are written)."""
+        trace_ids = self._waiting.pop(candidate_id, [])
+        if trace_ids:
+            self._adopted.append((trace_ids, candidate_id, run_id))
 
     def sink(
         self,
