@@ -460,11 +460,14 @@ def _quoted(text: str) -> str:
 
 
 def trial_run_name(record: TrialRecord) -> str:
-    """`trial 3 complete value 0.42`: what the runs table shows without configuring it."""
-    name = f"trial {record.number} {record.state}"
+    """`trial 3 0.42` (its value), `trial 4 0.30 pruned`, `trial 5 failed`: what the runs
+    table's name column (about 17 characters) shows without configuring it."""
+    parts = [f"trial {record.number}"]
     if record.values and math.isfinite(record.values[0]):
-        name += f" value {record.values[0]:.2f}"
-    return name
+        parts.append(f"{record.values[0]:.2f}")
+    if record.state != "complete":
+        parts.append(record.state)
+    return " ".join(parts)
 
 
 def study_summary(result: TuningResult) -> tuple[dict[str, float], list[Any]]:

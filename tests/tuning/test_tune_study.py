@@ -264,9 +264,11 @@ def test_trials_are_tracked_in_mlflow_under_the_study_parent_run(tmp_path):
         assert child.data.params["param.update_every"] == str(record.parameters["update_every"])
         assert child.data.tags["mlflow.note.content"].startswith(f"Trial {record.number} of")
         # The outcome is in the name: the runs table shows it without configuring columns.
-        named = f"trial {record.number} {record.state}"
+        named = f"trial {record.number}"
         if record.values:
-            named += f" value {record.values[0]:.2f}"
+            named += f" {record.values[0]:.2f}"
+        if record.state != "complete":
+            named += f" {record.state}"
         assert child.info.run_name == named
         history = client.get_metric_history(child.info.run_id, "reported_value")
         assert [m.step for m in history] == sorted(record.periods)
