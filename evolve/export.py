@@ -1,6 +1,6 @@
 """Export the best evolved policy as a bundle and register it in the MLflow model registry.
 
-Why about 440 lines: finding the target, where it registers and the registration are one
+Why about 500 lines: finding the target, where it registers and the registration are one
 sequence whose checks (name, store) must all run before the bundle is written; splitting the
 registry part out is the next step when this module grows.
 
@@ -17,8 +17,11 @@ mlflow, dspy and numpy are installed; its LM endpoint is read at load time from
 `model_config` or environment variables, never stored. It is an MLflow 3 LoggedModel whose
 source is the candidate's run (linked by id; the run is not reopened), and the registered
 version carries a description, the candidate id, its held-out and train scores, and the
-alias `champion`. The champion's instructions in the Prompt Registry (the versions its
-candidate run names in its `evolve.prompt.<component>` tags) get the alias `champion` too.
+alias `champion`. The logged model carries the candidate's train and held-out metrics and
+the experiment's evolution plot (`figures/`), which the registered version's page shows. The
+champion's instructions in the Prompt Registry (the versions its candidate run names in its
+`evolve.prompt.<component>` tags) get the alias `champion`, are linked to the model (MLflow's
+prompt-model link), and each prompt's own tags name the champion's candidate and version.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import contextlib
 import logging
 import shutil
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,6 +57,8 @@ from evolve.tracking_uri import SOURCE_SPEC, TrackingLocation, resolve_tracking_
 from memory_policies import LocalMiniLMEmbedder
 
 CHAMPION_ALIAS = "champion"
+# On a prompt: the version its champion uses (the candidate: `evolve.candidate_id`).
+CHAMPION_VERSION_TAG = "evolve.champion_version"
 MODEL_NAME_IN_RUN = "memory_policy"
 EXPORTS_EXPERIMENT = "amemgym-evolve/exports"
 # The model's code (models from code: no pickle, nothing from `evolve` inside the model).
@@ -163,10 +169,24 @@ def export_policy(
     )
     if not register:
         return export
-    version, model_uri = register_model_version(
-        exported, name, tracking_uri=tracking_uri, run_id=run_id, candidate=best
+    with tempfile.TemporaryDirectory() as tmp:
+        figures = evolution_figures(result, Path(tmp)) if result is not None else []
+        version, model_uri = register_model_version(
+            exported,
+            name,
+            tracking_uri=tracking_uri,
+            run_id=run_id,
+            candidate=best,
+            figures=figures,
+        )
+    registered = mlflow_client(tracking_uri).get_model_version(name, version)
+    # A version registered from a LoggedModel has the source `models:/<model id>`.
+    model_id = registered.model_id or registered.source.removeprefix("models:/")
+    prompts = (
+        alias_champion_prompts(tracking_uri, run_id, model_id=model_id)
+        if run_id is not None
+        else {}
     )
-    prompts = alias_champion_prompts(tracking_uri, run_id) if run_id is not None else {}
     return ExportResult(
         **{
             **export.__dict__,
@@ -315,11 +335,13 @@ def register_model_version(
     tracking_uri: str,
     run_id: str | None = None,
     candidate: CandidateRecord | None = None,
+    figures: Sequence[Path] = (),
 ) -> tuple[str, str]:
     """Log the bundle as a self-contained pyfunc model, register it as `name`, alias `champion`.
 
     The model is an MLflow 3 LoggedModel whose source run is the candidate's run (when known),
-    linked by id: the run is never reopened. Returns (version, model URI).
+    linked by id: the run is never reopened. It carries the candidate's metrics (logged on
+    the source run, for the model) and `figures` under `figures/`. Returns (version, model URI).
     """
     # Imported here: importing MLflow sets a variable in the caller's environment
     # (its telemetry session id), and `import evolve.export` must not.
@@ -372,17 +394,32 @@ def register_model_version(
         )
         if run_id is not None:
             client.log_outputs(run_id, [LoggedModelOutput(logged.model_id, step=0)])
+            metrics = model_metrics(candidate)
+            if metrics and candidate is not None:
+                # The model's metrics live on its source run (MLflow's LoggedModel rule):
+                # the same values at the same step as the candidate's own points.
+                mlflow.log_metrics(
+                    metrics, step=candidate.generation, run_id=run_id, model_id=logged.model_id
+                )
+        for figure in figures:
+            client.log_model_artifact(logged.model_id, str(figure), "figures")
         version = mlflow.register_model(info.model_uri, name, tags=scores)
     client.update_model_version(name, version.version, description=_description(candidate))
     client.set_registered_model_alias(name, CHAMPION_ALIAS, version.version)
     return str(version.version), f"models:/{name}@{CHAMPION_ALIAS}"
 
 
-def alias_champion_prompts(tracking_uri: str, run_id: str) -> dict[str, str]:
+def alias_champion_prompts(
+    tracking_uri: str, run_id: str, *, model_id: str | None = None
+) -> dict[str, str]:
     """Point the `champion` alias of each prompt at the version the candidate run names
-    (`evolve.prompt.<component>` = `<prompt name>/<version>`); reads the run, never writes it.
+    (`evolve.prompt.<component>` = `<prompt name>/<version>`), name the champion's candidate
+    and version in the prompt's own tags, and link the version to the registered model's
+    `model_id`; reads the run, never writes it.
 
     Returns component -> `prompts:/<name>@champion`."""
+    from evolve.tracking.store import use_tracking_uri
+
     client = mlflow_client(tracking_uri)
     tags = client.get_run(run_id).data.tags
     aliased: dict[str, str] = {}
@@ -391,8 +428,36 @@ def alias_champion_prompts(tracking_uri: str, run_id: str) -> dict[str, str]:
             continue
         name, _, version = reference.rpartition("/")
         client.set_prompt_alias(name, CHAMPION_ALIAS, int(version))
+        client.set_prompt_tag(name, TAG_CANDIDATE, tags.get(TAG_CANDIDATE, ""))
+        client.set_prompt_tag(name, CHAMPION_VERSION_TAG, version)
+        if model_id is not None:
+            # Resolved from the process-wide tracking URI (as the run link), not the client's.
+            with use_tracking_uri(tracking_uri):
+                client.link_prompt_version_to_model(name, version, model_id)
         aliased[key.removeprefix(TAG_PROMPT_PREFIX)] = f"prompts:/{name}@{CHAMPION_ALIAS}"
     return aliased
+
+
+def model_metrics(candidate: CandidateRecord | None) -> dict[str, float]:
+    """The registered model's metrics: the candidate's train and held-out scores and, where
+    the evaluation's summary is known, its defined metrics (undefined ones stay absent)."""
+    metrics: dict[str, float] = {}
+    for split in ("train", "heldout"):
+        scores = getattr(candidate, split) if candidate is not None else None
+        if scores is None:
+            continue
+        metrics[f"{split}_score"] = float(scores.score)
+        if scores.summary.n_items:  # a record rebuilt from a run has no summary
+            metrics.update(scores.summary.flat_metrics(f"{split}_"))
+    return metrics
+
+
+def evolution_figures(result: ExperimentResult, directory: Path) -> list[Path]:
+    """The experiment's evolution plot (what `evolve compare --plot` draws), as PNG."""
+    from evolve.plots import plot_evolution, save_figure
+
+    written = save_figure(plot_evolution(result), directory / "evolution.png")
+    return [path for path in written if path.suffix == ".png"]
 
 
 def model_requirements(bundle: dict[str, Any]) -> list[str]:
@@ -407,10 +472,13 @@ def _score_tags(candidate: CandidateRecord | None) -> dict[str, str]:
     if candidate is None:
         return {}
     tags = {TAG_CANDIDATE: candidate.id}
-    if candidate.heldout_score is not None:
-        tags["heldout_score"] = f"{candidate.heldout_score:.6g}"
-    if candidate.train_score is not None:
-        tags["train_score"] = f"{candidate.train_score:.6g}"
+    for split in ("heldout", "train"):
+        scores = getattr(candidate, split)
+        if scores is None:
+            continue
+        tags[f"{split}_score"] = f"{scores.score:.6g}"
+        if scores.summary.accuracy is not None:  # unknown for a record rebuilt from a run
+            tags[f"{split}_accuracy"] = f"{scores.summary.accuracy:.6g}"
     return tags
 
 

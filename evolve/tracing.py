@@ -12,11 +12,20 @@ accuracy and failures as output) > `session <s>` (the opening query and the mess
 `memory checkpoint` (the policy's description of its memory after the sessions),
 `question <q>` (question and options in; raw answer, choice, gold, diagnosis out) and
 `probe <variable>` (the diagnosis probes). The runner reports a user-period once it is done,
-so the spans inside a period carry content and sit at its end; the period span has its time.
+so those content spans sit at its end; the period span has its real start and end.
 
-What goes into a trace is only what the runner stores in the unit's `result.json`: texts of
-the conversation and the answers, never an LM, an endpoint or a key (no DSPy autologging,
-whose spans would hold the LM's kwargs, `api_base` and `api_key` included).
+Every LLM call of a period is a span `llm <role>` of the period, with its real start and
+end: the messages sent, the completions, prompt and completion tokens, latency, and whether
+the response cache answered it (`evolve.llm.call_events`; the runner's threads carry the unit
+being played in a context variable, so a call is filed under its own user's period). A
+reflector's proposal is a trace `reflection <candidate>` of its LLM calls, linked to the
+candidate's run. Other calls outside an episode (the upper bound's) are not traced.
+
+What goes into a trace is what the runner stores in the unit's `result.json` and those LLM
+calls' messages and completions, never an LM, an endpoint or a key. MLflow's autologging does
+not fit: `mlflow.dspy.autolog` records the LM's kwargs (`api_base`, `api_key` included), and
+`mlflow.openai.autolog` patches `chat.completions.create`, which our thin client does not
+call (it posts the request on the client's raw route, see `evolve.llm.openai_client`).
 
 Overhead: measured in docs/mlflow.md (traces).
 """
@@ -24,12 +33,14 @@ Overhead: measured in docs/mlflow.md (traces).
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 import threading
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from evolve.llm import call_events
 from evolve.simulator.runner import ProgressSink
 
 if TYPE_CHECKING:
@@ -40,6 +51,75 @@ logger = logging.getLogger(__name__)
 TRACE_MODES = ("none", "heldout", "all")
 # MLflow's trace metadata key that links a trace to a run (the run page lists its traces).
 SOURCE_RUN_METADATA = "mlflow.sourceRun"
+# The unit the current thread plays, for a traced evaluation: (tracer, user id, period).
+_CURRENT_UNIT: contextvars.ContextVar[tuple[EpisodeTracer, str, int] | None] = (
+    contextvars.ContextVar("evolve_traced_unit", default=None)
+)
+
+
+# Reflector calls made outside any episode, waiting for the proposal they belong to.
+_REFLECTIONS: list[call_events.LMCall] = []
+_REFLECTIONS_LOCK = threading.Lock()
+REFLECTION = "reflection"
+_REFLECTIONS_MAX = 1000
+
+
+def _file_call(call: call_events.LMCall) -> None:
+    """An LM call made while a traced unit is played: kept for that unit's period span; a
+    reflector call outside any episode: kept for its proposal's trace."""
+    unit = _CURRENT_UNIT.get()
+    if unit is not None:
+        tracer, user_id, period = unit
+        tracer.note_call(user_id, period, call)
+    elif call.purpose == REFLECTION:
+        with _REFLECTIONS_LOCK:
+            if len(_REFLECTIONS) < _REFLECTIONS_MAX:  # nobody takes them when traces are off
+                _REFLECTIONS.append(call)
+
+
+def collect_llm_calls() -> None:
+    """From now on, LM calls are filed for traces (episodes' periods, proposals)."""
+    call_events.add_observer(_file_call)
+
+
+def take_reflection_calls() -> list[call_events.LMCall]:
+    """The reflector calls made since the last take (proposals are made one at a time)."""
+    with _REFLECTIONS_LOCK:
+        calls = list(_REFLECTIONS)
+        _REFLECTIONS.clear()
+    return calls
+
+
+def record_calls_trace(
+    name: str,
+    calls: list[call_events.LMCall],
+    *,
+    experiment_id: str,
+    tags: dict[str, str],
+    source_run_id: str | None = None,
+) -> str | None:
+    """One trace `name` whose root spans `calls` (each an `llm <role>` span); its id, or
+    None when it could not be recorded (a trace never fails the experiment)."""
+    import mlflow
+
+    if not calls:
+        return None
+    with _never_fails(f"record the trace {name!r}"):
+        metadata = {SOURCE_RUN_METADATA: source_run_id} if source_run_id else None
+        root = mlflow.start_span_no_context(
+            name,
+            span_type="CHAIN",
+            inputs={"calls": len(calls), **tags},
+            tags=tags,
+            metadata=metadata,
+            experiment_id=experiment_id,
+            start_time_ns=min(call.started_ns for call in calls),
+        )
+        for call in calls:
+            EpisodeTracer._llm_span(root, call)
+        root.end(end_time_ns=max(call.ended_ns for call in calls))
+        return root.trace_id
+    return None
 
 
 @contextlib.contextmanager
@@ -92,7 +172,13 @@ class EpisodeTracer(ProgressSink):
         self._lock = threading.Lock()
         self._episodes: dict[str, Any] = {}  # user id -> open root span
         self._unit_started_ns: dict[tuple[str, int], int] = {}
+        self._calls: dict[tuple[str, int], list[call_events.LMCall]] = {}
         self.trace_ids: list[str] = []
+        collect_llm_calls()
+
+    def note_call(self, user_id: str, period: int, call: call_events.LMCall) -> None:
+        with self._lock:
+            self._calls.setdefault((user_id, period), []).append(call)
 
     # ----- forwarded ------------------------------------------------------------------------
 
@@ -117,9 +203,12 @@ class EpisodeTracer(ProgressSink):
             self._unit_started_ns[(user_id, period_index)] = now
             if user_id not in self._episodes:
                 self._episodes[user_id] = self._start_episode(user_id, now)
+        # This thread plays the unit until its result: its LM calls are filed under it.
+        _CURRENT_UNIT.set((self, user_id, period_index))
         self.inner.unit_started(user_id, period_index)
 
     def unit_result(self, result: PeriodResult) -> None:
+        _CURRENT_UNIT.set(None)
         with _never_fails("record a period in its trace"):
             self._record_period(result)
         self.inner.unit_result(result)
@@ -133,6 +222,7 @@ class EpisodeTracer(ProgressSink):
         with self._lock:
             root = self._episodes.get(result.user_id)
             started = self._unit_started_ns.pop((result.user_id, result.period_index), None)
+            calls = self._calls.pop((result.user_id, result.period_index), [])
         if root is not None:
             end = time.time_ns()
             period = mlflow.start_span_no_context(
@@ -194,6 +284,8 @@ class EpisodeTracer(ProgressSink):
                     {"value": probe.value, "gold": probe.gold, "correct": probe.correct},
                     end,
                 )
+            for call in calls:
+                self._llm_span(period, call)
             correct = sum(item.correct for item in result.items)
             period.end(
                 outputs={"accuracy": correct / len(result.items) if result.items else None},
@@ -232,6 +324,30 @@ class EpisodeTracer(ProgressSink):
             root = self._episodes.pop(user_id, None)
         if root is not None:
             root.end(outputs={"user": user_id})
+
+    @staticmethod
+    def _llm_span(parent: Any, call: call_events.LMCall) -> None:
+        """One LLM call: messages in, completions out, tokens and latency as attributes."""
+        import mlflow
+
+        span = mlflow.start_span_no_context(
+            f"llm {call.role}",
+            span_type="CHAT_MODEL",
+            parent_span=parent,
+            inputs={"messages": call.messages},
+            attributes={
+                "role": call.role,
+                "prompt_tokens": call.prompt_tokens,
+                "completion_tokens": call.completion_tokens,
+                "total_tokens": call.prompt_tokens + call.completion_tokens,
+                "latency_s": round((call.ended_ns - call.started_ns) / 1e9, 6),
+                "cached": call.cached,
+            },
+            start_time_ns=call.started_ns,
+        )
+        if call.error is not None:
+            span.set_attribute("error", call.error)
+        span.end(outputs={"completions": call.completions}, end_time_ns=call.ended_ns)
 
     @staticmethod
     def _leaf(parent: Any, name: str, kind: str, inputs: Any, outputs: Any, at_ns: int) -> None:

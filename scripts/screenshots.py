@@ -15,7 +15,8 @@ What it does, all on this machine:
 2. `evolve compare --plot` of both into docs/img/ (PNG and PDF).
 3. `mlflow ui` on the demo's mlruns/, and headless Chromium (Debian: `apt-get install
    chromium`), driven over its DevTools protocol (aiohttp, a dependency of LiteLLM), shoots:
-   the runs table (candidates expanded, score columns), a candidate's per-period charts, the
+   the runs table as first opened and with the parent expanded (no column set: the scores
+   are in the run names), the parent run's page (its candidate table), a candidate's charts, the
    prompt registry and one prompt (when it holds prompts), a trace (when the run recorded
    any; `--traces all`), the registered model and the tuning study's trials.
 
@@ -28,7 +29,6 @@ import argparse
 import asyncio
 import base64
 import contextlib
-import json
 import os
 import re
 import shutil
@@ -178,48 +178,16 @@ EXPAND_PARENT_RUN = (
 )
 
 
-def _runs_table_columns(experiment_id: str, columns: list[str]) -> str:
-    """A script that makes the runs table of `experiment_id` show `columns` (e.g.
-    "metrics.`train_score`"): it writes the table's state where the UI keeps it (local
-    storage; the page is reloaded after it) and keeps the Assistant panel closed."""
-    key = f'MLflowLocalStorage-1.1-ExperimentPage-["{experiment_id}"]-ReactComponentState'
-    widths = {column: 170 for column in columns}
-    return (
-        f"const key = {json.dumps(key)};"
-        "const state = JSON.parse(localStorage.getItem(key) || '{}');"
-        f"state.selectedColumns = {json.dumps(columns)};"
-        f"state.columnWidths = {json.dumps(widths)};"
-        "localStorage.setItem(key, JSON.stringify(state));"
-        "localStorage.setItem('mlflow.assistant.panelOpen_v1', 'false');"
-    )
-
-
-# The trace opens on its root span; the later-period session (two rounds: the simulated user
-# follows up) shows a conversation. Its "session 0" label is the second one in the tree.
-SELECT_LATER_SESSION = (
+# The trace opens on its root span; an LLM call's span shows its messages, completion,
+# tokens and latency. The first "llm agent" label in the tree is clicked.
+SELECT_LLM_CALL = (
     "const labels = [...document.querySelectorAll('span, div')].filter("
-    "element => element.children.length === 0 && element.innerText.trim() === 'session 0');"
-    "(labels[1] ?? labels[0])?.click();"
+    "element => element.children.length === 0 && element.innerText.trim() === 'llm agent');"
+    "labels[0]?.click();"
 )
 
 
 Page = tuple[str, str, str, str]
-
-
-# What a reader compares across candidates and trials (the table shows none by default).
-CANDIDATE_COLUMNS = [
-    "metrics.`train_score`",
-    "metrics.`heldout_score`",
-    "params.`generation`",
-    "params.`mutation`",
-    "params.`param.update_every`",
-]
-TRIAL_COLUMNS = [
-    "metrics.`value`",
-    "metrics.`train_accuracy`",
-    "params.`param.update_every`",
-    "params.`param.short_term_len`",
-]
 
 
 def _pages(tracking_uri: str) -> list[Page]:
@@ -233,8 +201,14 @@ def _pages(tracking_uri: str) -> list[Page]:
     if experiment is None:
         raise SystemExit("screenshots: the demo store has no amemgym-evolve/quickstart experiment")
     eid = experiment.experiment_id
-    columns = _runs_table_columns(eid, CANDIDATE_COLUMNS)
-    pages.append(("mlflow-runs.png", f"#/experiments/{eid}/runs", columns, EXPAND_PARENT_RUN))
+    # As a new user first sees the table (no column or browser-side setting): the parent
+    # run collapsed; then with the parent expanded (one click), the candidates' names.
+    pages.append(("mlflow-runs-first-open.png", f"#/experiments/{eid}/runs", "", ""))
+    pages.append(("mlflow-runs.png", f"#/experiments/{eid}/runs", "", EXPAND_PARENT_RUN))
+    parents = client.search_runs([eid], filter_string="tags.`evolve.kind` = 'experiment'")
+    if parents:
+        route = f"#/experiments/{eid}/runs/{parents[0].info.run_id}"
+        pages.append(("mlflow-parent-run.png", route, "", ""))
     candidates = client.search_runs(
         [eid], filter_string="tags.`evolve.kind` = 'candidate'", order_by=["start_time ASC"]
     )
@@ -252,7 +226,7 @@ def _pages(tracking_uri: str) -> list[Page]:
         if traces:
             trace_id = traces[0].info.trace_id
             route = f"#/experiments/{eid}/traces?selectedEvaluationId={trace_id}"
-            pages.append(("mlflow-trace.png", route, "", SELECT_LATER_SESSION))
+            pages.append(("mlflow-trace.png", route, "", SELECT_LLM_CALL))
     for model in client.search_registered_models():
         if model.name.startswith("quickstart"):
             version = max(
@@ -260,12 +234,16 @@ def _pages(tracking_uri: str) -> list[Page]:
             )
             route = f"#/models/{model.name}/versions/{version}"
             pages.append(("mlflow-registered-model.png", route, "", ""))
+            # Its LoggedModel: the champion's metrics, figures and linked prompts.
+            source = client.get_model_version(model.name, str(version)).source
+            logged = client.get_logged_model(source.removeprefix("models:/"))
+            route = f"#/experiments/{logged.experiment_id}/models/{logged.model_id}"
+            pages.append(("mlflow-logged-model.png", route, "", ""))
             break
     tuning = client.get_experiment_by_name("amemgym-evolve/tune-quick")
     if tuning is not None:
         route = f"#/experiments/{tuning.experiment_id}/runs"
-        columns = _runs_table_columns(tuning.experiment_id, TRIAL_COLUMNS)
-        pages.append(("mlflow-tuning-runs.png", route, columns, EXPAND_PARENT_RUN))
+        pages.append(("mlflow-tuning-runs.png", route, "", EXPAND_PARENT_RUN))
     return pages
 
 

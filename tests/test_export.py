@@ -128,6 +128,35 @@ def test_registered_as_champion_and_loadable_as_pyfunc(experiment):
     assert named.registered_name == "other" and named.registered_version == "1"
 
 
+def test_registered_model_carries_metrics_figures_and_its_prompts(experiment):
+    tmp_path, uri, _, result = experiment
+    exported = export_policy(
+        "exp", tmp_path / "carried", runs_dir=tmp_path / "runs", tracking_uri=uri
+    )
+    client = mlflow_client(uri)
+    version = client.get_model_version(exported.registered_name, exported.registered_version)
+    logged = client.get_logged_model(version.source.removeprefix("models:/"))
+    best = result.candidate(result.best_id)
+    # The version page shows tags, not metrics: the accuracy is a tag there too.
+    assert float(version.tags["heldout_accuracy"]) == pytest.approx(
+        best.heldout.summary.accuracy, abs=1e-5
+    )
+    metrics = {m.key: m.value for m in logged.metrics}
+    assert metrics["heldout_score"] == pytest.approx(best.heldout.score)
+    assert metrics["heldout_accuracy"] == pytest.approx(best.heldout.summary.accuracy)
+    assert "train_score" in metrics
+    artifacts = [a.path for a in client.list_logged_model_artifacts(logged.model_id, "figures")]
+    assert artifacts == ["figures/evolution.png"]
+    linked = logged.tags.get("mlflow.linkedPrompts", "")
+    for component in best.components:
+        prompt = client.get_prompt(f"exp.{component}")
+        champion = client.get_prompt_version_by_alias(f"exp.{component}", CHAMPION_ALIAS)
+        # The prompt's own tags name the champion, whichever candidate registered it last.
+        assert prompt.tags["evolve.candidate_id"] == best.id
+        assert prompt.tags["evolve.champion_version"] == str(champion.version)
+        assert f'"name": "exp.{component}", "version": "{champion.version}"' in linked
+
+
 def _candidate_runs(uri: str) -> dict:
     client = mlflow_client(uri)
     exp = client.get_experiment_by_name("amemgym-evolve/exp")

@@ -69,10 +69,11 @@ def traced_all(tmp_path_factory):
 
 
 def test_each_user_episode_is_a_trace_of_periods_sessions_memory_and_questions(traced_all):
-    _, result, client, experiment, traces = traced_all
-    assert traces, "traces = 'all' recorded no trace"
-    splits = {t.info.tags.get("evolve.split") for t in traces}
-    assert splits == {"train", "heldout"}
+    _, result, client, experiment, all_traces = traced_all
+    assert all_traces, "traces = 'all' recorded no trace"
+    splits = {t.info.tags.get("evolve.split") for t in all_traces}
+    assert splits == {"train", "heldout", "reflection"}
+    traces = [t for t in all_traces if t.info.tags["evolve.split"] != "reflection"]
     for trace in traces:
         spans = trace.data.spans
         root = next(s for s in spans if s.parent_id is None)
@@ -102,6 +103,59 @@ def test_each_user_episode_is_a_trace_of_periods_sessions_memory_and_questions(t
         assert result.candidate(candidate).heldout is not None
         linked = client.search_traces(
             locations=[experiment.experiment_id], run_id=runs[candidate], max_results=500
+        )
+        assert trace.info.trace_id in {t.info.trace_id for t in linked}
+
+
+def test_every_llm_call_of_a_period_is_a_span_with_its_role_texts_tokens_and_time(traced_all):
+    _, _, _, _, traces = traced_all
+    calls = []
+    for trace in traces:
+        if trace.info.tags["evolve.split"] == "reflection":
+            continue
+        spans = trace.data.spans
+        periods = {s.span_id: s for s in spans if s.name.startswith("period ")}
+        for span in spans:
+            if not span.name.startswith("llm "):
+                continue
+            assert span.parent_id in periods  # filed under its own period
+            period = periods[span.parent_id]
+            assert period.start_time_ns <= span.start_time_ns < span.end_time_ns
+            assert span.end_time_ns <= period.end_time_ns
+            role = span.attributes["role"]
+            assert span.name == f"llm {role}" and span.span_type == "CHAT_MODEL"
+            assert span.inputs["messages"] and span.outputs["completions"]
+            assert {"prompt_tokens", "completion_tokens", "latency_s", "cached"} <= set(
+                span.attributes
+            )
+            calls.append((role, span.inputs["messages"][-1]["content"]))
+    # This world's sessions are one round (the scripted user never speaks): agent calls.
+    assert {role for role, _ in calls} == {"agent"}
+    # The questions' calls (answered on the runner's question threads) are there too.
+    assert any("options" in str(text).lower() for role, text in calls if role == "agent")
+
+
+def test_each_proposal_is_a_trace_of_its_reflector_calls_linked_to_its_run(traced_all):
+    _, result, client, experiment, traces = traced_all
+    reflections = {
+        t.info.tags["evolve.candidate_id"]: t
+        for t in traces
+        if next(s for s in t.data.spans if s.parent_id is None).name.startswith("reflection ")
+    }
+    proposed = [r for r in result.candidates if r.reflection_calls]
+    assert proposed and sorted(reflections) == sorted(r.id for r in proposed)
+    runs = {
+        r.data.tags["evolve.candidate_id"]: r.info.run_id
+        for r in client.search_runs([experiment.experiment_id], max_results=500)
+        if "evolve.candidate_id" in r.data.tags
+    }
+    for record in proposed:
+        trace = reflections[record.id]
+        calls = [s for s in trace.data.spans if s.name.startswith("llm ")]
+        assert len(calls) == record.reflection_calls
+        assert {s.attributes["role"] for s in calls} == {"reflector"}
+        linked = client.search_traces(
+            locations=[experiment.experiment_id], run_id=runs[record.id], max_results=500
         )
         assert trace.info.trace_id in {t.info.trace_id for t in linked}
 

@@ -3,6 +3,7 @@ tags, metrics per generation, artifacts, idempotent resume, and no API key anywh
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -13,7 +14,15 @@ from scripted_lm import ScriptedLM
 from evolve.config import load_spec
 from evolve.llm import EndpointConfig, RoleLMs
 from evolve.optimize import run_experiment
-from evolve.tracking import MLflowTracker, instruction_diff, mlflow_client
+from evolve.records import EvaluationScores
+from evolve.simulator.metrics import MetricSummary
+from evolve.tracking import (
+    MLflowTracker,
+    evaluation_window,
+    instruction_diff,
+    mlflow_client,
+    per_period_metrics,
+)
 
 SECRET = "sk-test-VERYSECRET-0123456789abcdef"
 DESCRIPTION = "Does a sharper use instruction help the in-context policy?"
@@ -64,13 +73,15 @@ def test_parent_and_child_runs_carry_lineage(tracked):
     assert parent.data.params["optimizer.feedback"] == "diagnostic"
     assert parent.data.params["model.agent"] == "agent-model"
     assert parent.data.tags["evolve.best_candidate"] == result.best_id
-    evaluated = [r for r in result.candidates if r.train is not None]
+    # Every proposal is a run, rejected and invalid ones included.
     assert sorted(c.data.tags["evolve.candidate_id"] for c in children) == sorted(
-        r.id for r in evaluated
+        r.id for r in result.candidates
     )
     for child in children:
         tags = child.data.tags
         record = result.candidate(tags["evolve.candidate_id"])
+        if record.train is None:
+            continue
         assert tags["mlflow.parentRunId"] == parent.info.run_id
         assert tags["evolve.generation"] == str(record.generation)
         assert tags["evolve.parent_ids"] == ",".join(record.parent_ids)
@@ -279,6 +290,8 @@ def test_every_component_text_is_a_prompt_version_with_lineage(tracked):
     _, uri, _, result, _ = tracked
     client, _, children = runs_by_kind(uri, "amemgym-evolve/exp")
     seen: dict[tuple[str, str], str] = {}
+    # Only evaluated candidates register their texts (a rejected proposal's are artifacts).
+    children = [c for c in children if c.data.tags["evolve.candidate_status"] != "rejected"]
     for child in children:
         record = result.candidate(child.data.tags["evolve.candidate_id"])
         for component, text in record.components.items():
@@ -315,3 +328,93 @@ def test_no_traces_unless_asked(tracked):
     client = mlflow_client(uri)
     experiment = client.get_experiment_by_name("amemgym-evolve/exp")
     assert list(client.search_traces(locations=[experiment.experiment_id])) == []
+
+
+def test_every_proposal_is_a_run_with_its_status(tracked):
+    _, uri, _, result, _ = tracked
+    client, _, children = runs_by_kind(uri, "amemgym-evolve/exp")
+    by_id = {c.data.tags["evolve.candidate_id"]: c for c in children}
+    never_evaluated = [r for r in result.candidates if r.train is None]
+    assert never_evaluated, "the fixture's world should reject a proposal"
+    for record in never_evaluated:
+        run = by_id[record.id]
+        status = run.data.tags["evolve.candidate_status"]
+        assert status == str(record.status) and status in ("rejected", "invalid")
+        assert run.data.tags["evolve.candidate_reason"]
+        assert run.info.status in ("FINISHED", "FAILED")
+        assert status in run.info.run_name
+        if status == "rejected":  # GEPA's minibatch verdict
+            assert "minibatch_score" in run.data.metrics
+            assert "minibatch_parent_score" in run.data.metrics
+    for record in result.candidates:
+        if record.train is not None:
+            expected = "base" if record.generation == 0 else "accepted"
+            assert by_id[record.id].data.tags["evolve.candidate_status"] == expected
+
+
+def test_scores_show_without_configuring_the_runs_table(tracked):
+    tmp_path, uri, _, result, _ = tracked
+    client, parents, children = runs_by_kind(uri, "amemgym-evolve/exp")
+    for child in children:
+        record = result.candidate(child.data.tags["evolve.candidate_id"])
+        if record.train is None:
+            continue
+        heldout = "-" if record.heldout is None else f"{record.heldout.summary.accuracy:.2f}"
+        expected = f"{record.id} {record.train.summary.accuracy:.2f}/{heldout}"
+        assert child.info.run_name == expected  # train/held-out accuracy
+    parent = parents[0]
+    best = result.candidate(result.best_id)
+    best_accuracy = f"{best.train.summary.accuracy:.2f}/{best.heldout.summary.accuracy:.2f}"
+    assert parent.info.run_name == f"best {best_accuracy} {best.id}"
+    # The parent's description lists every candidate; its table artifact too.
+    for record in result.candidates:
+        assert f"| {record.id} |" in parent.data.tags["mlflow.note.content"]
+    listed = json.loads(parent.data.tags["mlflow.loggedArtifacts"])
+    assert {"path": "candidates.json", "type": "table"} in listed
+    path = client.download_artifacts(parent.info.run_id, "candidates.json", str(tmp_path / "t"))
+    table = json.loads(Path(path).read_text())
+    assert table["columns"][:2] == ["candidate", "status"]
+    assert sorted(row[0] for row in table["data"]) == sorted(r.id for r in result.candidates)
+
+
+def test_candidate_runs_last_as_long_as_their_evaluations(tracked):
+    tmp_path, uri, _, result, tracker = tracked
+    _, _, children = runs_by_kind(uri, "amemgym-evolve/exp")
+    run_dir = tracker.context.run_dir
+    for child in children:
+        record = result.candidate(child.data.tags["evolve.candidate_id"])
+        if record.train is None:
+            continue
+        start, _ = evaluation_window(run_dir / record.train.run_dir)
+        last = record.heldout or record.train
+        _, end = evaluation_window(run_dir / last.run_dir)
+        assert child.info.start_time == start
+        assert child.info.end_time == end
+
+
+def test_undefined_scores_have_no_point():
+    summary = MetricSummary(accuracy=0.5, memory_score=None, random_score=0.25)
+    nan = MetricSummary(accuracy=0.5, memory_score=float("nan"))
+    scores = EvaluationScores(
+        users=["u"],
+        score=0.5,
+        objective="accuracy",
+        per_user={"u": 0.5},
+        summary=summary,
+        per_period=[summary, nan],
+        run_dir="x",
+    )
+    keys = [(m.key, m.step) for m in per_period_metrics(scores, "heldout", 0)]
+    assert ("heldout_period/accuracy", 0) in keys and ("heldout_period/accuracy", 1) in keys
+    assert not [k for k in keys if k[0] == "heldout_period/memory_score"]
+    assert ("heldout_period/random_score", 0) in keys
+
+
+def test_a_prompt_names_no_candidate_before_export(tracked):
+    _, uri, _, result, _ = tracked
+    client = mlflow_client(uri)
+    best = result.candidate(result.best_id)
+    prompt = client.get_prompt(f"exp.{best.mutation.component}")
+    # The header tags are the experiment's; the candidate that wrote a text is on its version.
+    assert prompt.tags["evolve.experiment"] == "exp"
+    assert "evolve.candidate_id" not in prompt.tags

@@ -12,6 +12,7 @@ from typing import Any
 import dspy
 from dspy.utils.callback import BaseCallback
 
+from evolve.llm import call_events
 from evolve.llm.attempts import CALLER
 from evolve.llm.usage import UsageTracker
 
@@ -32,6 +33,8 @@ class UsageCallback(BaseCallback):
         token = CALLER.set((self.role, self.tracker))
         self._starts()[call_id] = (time.perf_counter(), token)
         self._local.usage = None
+        if call_events.observed():  # e.g. traces are on: the call becomes a span
+            self._sent()[call_id] = (time.time_ns(), call_events.sent_messages(inputs))
 
     def on_lm_end(self, call_id: str, outputs: Any, exception: Exception | None = None) -> None:
         started, token = self._starts().pop(call_id, (None, None))
@@ -39,16 +42,39 @@ class UsageCallback(BaseCallback):
             with suppress(ValueError):  # set in another context: nothing of ours to undo
                 CALLER.reset(token)
         latency = time.perf_counter() - started if started is not None else 0.0
+        usage = getattr(self._local, "usage", None)
         self.tracker.record(
             self.role,
-            getattr(self._local, "usage", None),
+            usage,
             latency,
             failed=exception is not None,
             requests_recorded=self.requests_recorded,
         )
+        sent = self._sent().pop(call_id, None)
+        if sent is not None:
+            call_events.notify(
+                call_events.LMCall(
+                    call_id=call_id,
+                    role=self.role,
+                    messages=sent[1],
+                    completions=list(outputs) if isinstance(outputs, list) else [outputs],
+                    prompt_tokens=int((usage or {}).get("prompt_tokens") or 0),
+                    completion_tokens=int((usage or {}).get("completion_tokens") or 0),
+                    started_ns=sent[0],
+                    ended_ns=time.time_ns(),
+                    cached=not usage,  # a cached response reports no usage
+                    error=None if exception is None else type(exception).__name__,
+                    purpose=call_events.current_purpose(),
+                )
+            )
 
     def note_history_entry(self, entry: dict[str, Any]) -> None:
         self._local.usage = dict(entry.get("usage") or {})
+
+    def _sent(self) -> dict[str, tuple[int, list[dict[str, Any]]]]:
+        if not hasattr(self._local, "sent"):
+            self._local.sent = {}
+        return self._local.sent
 
     def _starts(self) -> dict[str, tuple[float, Token[Any]]]:
         if not hasattr(self._local, "starts"):

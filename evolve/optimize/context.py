@@ -82,9 +82,19 @@ class EvolutionContext:
         self.store.save_spend(self.budget.spent())
         return record
 
-    def record_proposal(self, record: CandidateRecord) -> CandidateRecord:
-        """A proposal's outcome is known (its status says which): announce and store it."""
+    def record_proposal(self, record: CandidateRecord, **details: Any) -> CandidateRecord:
+        """A proposal's outcome is known (its status says which): announce it, give it to the
+        tracker (every proposal is an MLflow run, rejected and invalid ones included) and
+        store it. `details`: what the schedule knows beyond the record (for one GEPA rejected
+        on its minibatch: `reason`, `scores`, `evaluation_dir`)."""
         self.progress.candidate_proposed(record)
+        self.tracker.log_proposal(
+            record,
+            parent=self.parent(record),
+            policy_dir=self.store.policy_dir(record.id),
+            feedback=self.store.load_feedback(record.id) or None,
+            **details,
+        )
         return self.save(record)
 
     def policy(self, record: CandidateRecord) -> Any:

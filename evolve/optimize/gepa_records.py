@@ -39,6 +39,7 @@ class GepaRecordSync(GEPACallback):
         self.context, self.adapter, self.total = context, adapter, total
         self.start: Any = None
         self.final_state: Any = None
+        self.rejected: dict[str, Any] | None = None  # this iteration's minibatch verdict
         # Pool indices evaluated on the held-out users besides GEPA's new bests (heldout =
         # "final": the base and the final best), set by the schedule before the last sync.
         self.final_heldout: set[int] = set()
@@ -48,6 +49,14 @@ class GepaRecordSync(GEPACallback):
     def on_iteration_start(self, event: Any) -> None:
         self.context.progress.generation_started(int(event["iteration"]), self.total)
         self.start = self.context.budget.spent()
+        self.rejected = None
+
+    def on_candidate_rejected(self, event: Any) -> None:
+        self.rejected = {
+            "minibatch_score": float(event["new_score"]),
+            "minibatch_parent_score": float(event["old_score"]),
+            "reason": str(event["reason"]),
+        }
 
     def on_iteration_end(self, event: Any) -> None:
         end = self.context.budget.spent()
@@ -61,6 +70,7 @@ class GepaRecordSync(GEPACallback):
                 "tokens_start": start.tokens,
                 "tokens_end": end.tokens,
                 "wall_time_s": end.wall_time_s - start.wall_time_s,
+                "rejected": self.rejected,
             }
         )
         self.sync(event["state"])
@@ -232,7 +242,26 @@ class GepaRecordSync(GEPACallback):
             context.store.save_feedback(cid, feedback)
         if status != CandidateStatus.INVALID and not context.store.policy_dir(cid).exists():
             policy.save(context.store.policy_dir(cid), provenance=context.provenance(record))
-        return context.record_proposal(record)
+        return context.record_proposal(record, **self._rejection_details(record, candidate))
+
+    def _rejection_details(
+        self, record: CandidateRecord, candidate: Mapping[str, str]
+    ) -> dict[str, Any]:
+        """For a proposal GEPA rejected on its minibatch: where that was played, the scores
+        and GEPA's reason (the tracker's run of a candidate never evaluated in full)."""
+        if record.status != CandidateStatus.REJECTED:
+            return {}
+        entry = next(
+            (e for e in self.adapter.iterations if e["iteration"] == record.generation), {}
+        )
+        verdict = dict(entry.get("rejected") or {})
+        return {
+            "reason": verdict.pop("reason", None),
+            "scores": verdict,
+            "evaluation_dir": self.adapter.work_dir
+            / "train"
+            / self.adapter.fingerprint(candidate)[:16],
+        }
 
     def _store_generation(
         self, generation: int, entry: Mapping[str, Any], front: Sequence[str], state: Any

@@ -13,6 +13,7 @@ from typing import Any
 import dspy
 from dspy.utils.exceptions import AdapterParseError
 
+from evolve.llm import call_events
 from evolve.optimize.edits import (
     MAX_ADDED_ITEMS,
     AddedItem,
@@ -83,7 +84,10 @@ class ListEditOperator(MutationOperator):
                 "seed": seed,
             }
             try:
-                with self.reflector.lms.context(self.reflector.role):
+                with (
+                    call_events.purpose("reflection"),
+                    self.reflector.lms.context(self.reflector.role),
+                ):
                     prediction = self.predictor(
                         failures=failure_lines(feedback) if feedback else "(no feedback)",
                         current_list=parent[component],

@@ -16,7 +16,7 @@ from typing import Any
 import dspy
 from dspy.utils.exceptions import AdapterParseError
 
-from evolve.llm import RoleLMs
+from evolve.llm import RoleLMs, call_events
 from evolve.optimize.edits import proposal_problem
 
 REFLECT_INSTRUCTIONS = (
@@ -89,7 +89,7 @@ class Reflector:
         part = COMPONENT_ROLES.get(component, f"the '{component}' instruction")
         config = {"rollout_id": rollout_id, "temperature": self.temperature, "seed": seed}
         try:
-            with self.lms.context(self.role):
+            with call_events.purpose("reflection"), self.lms.context(self.role):
                 prediction = self.predictor(
                     part=part,
                     current_text=current_text,

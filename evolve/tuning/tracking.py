@@ -1,484 +1,62 @@
-"""MLflow tracking of a tuning study: one parent run per study, one child run per trial.
-
-Why one module: the parent/trial run layout below is one contract with `evolve compare` and
-the MLflow UI; split, it would be described twice.
-
-- parent run (tags `evolve.kind = tuning`, `evolve.study`, `evolve.config_hash`): params
-  (the spec's settings, models, users), metrics `best_value` / `trials_finished` as trials
-  finish, and at the end the best parameters as tags `evolve.best.<name>` (tags, not
-  params: a resumed study may find a better setting), the held-out metrics of the best
-  (`heldout_*`), and the trial table as `tuning.txt` (+ `best_parameters.json`).
-- child run per trial (tag `mlflow.parentRunId`, `evolve.kind = trial`, `evolve.trial`):
-  params `param.<name>`, per-period metrics with `step = period` (`running_accuracy`,
-  `running_memory_score`, `reported_value`), final train metrics (`train_*`, `value`,
-  `value_tokens`), and the outcome as tag `evolve.trial_state` (complete / pruned /
-  failed); pruned and complete runs end FINISHED, failed ones FAILED.
-
-Several workers of one study share the parent run: each looks it up by its tags and creates
-one when there is none. Workers starting together may each create one; the earliest (start
-time, then run id) is the parent. A run's start time is taken before it is stored, so a
-worker can store its run after another worker already checked and kept its own: every worker
-therefore looks again before each trial, after each trial and at the end, and on finding an
-earlier parent moves its trial runs there and deletes its own. A worker ends after the last
-run was created (creation happens at start, before any trial), so the study ends with one.
-"""
+"""Tuning's door to the study tracker (`evolve.tracking.study`, where the run layout of a
+study is described): the same names, and a factory that hands the tracker tuning's own
+report formatter (tracking never imports tuning)."""
 
 from __future__ import annotations
 
-import contextlib
-import json
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from evolve.tracking import (
-    NOTE_TAG,
-    PARENT_RUN_TAG,
-    TAG_CONFIG_HASH,
-    TAG_EXPERIMENT,
-    TAG_KIND,
-    TAG_RUN_DIR,
-    TrackingContext,
-    describe_experiment,
-    experiment_params,
-    get_or_create_experiment,
-    mlflow_client,
-    normalize_tracking_uri,
-    run_context_tags,
-    tracking_location,
+from evolve.tracking.store import mlflow_client
+from evolve.tracking.study import (
+    KIND_TRIAL,
+    KIND_TUNING,
+    TAG_BEST_PREFIX,
+    TAG_OBJECTIVES,
+    TAG_STORAGE,
+    TAG_STUDY,
+    TAG_TRIAL,
+    TAG_TRIAL_STATE,
+    MLflowStudyTracker,
+    NullStudyTracker,
+    StudyContext,
+    StudyTracker,
+    study_description,
+    study_params,
+    study_summary,
+    trial_description,
 )
-from evolve.tracking_uri import TrackingLocation
+from evolve.tracking.study import study_tracker_for as _study_tracker_for
 
 if TYPE_CHECKING:
-    from evolve.simulator.metrics import MetricSummary
-    from evolve.simulator.runner import ProgressSink
-    from evolve.tuning.records import TrialRecord, TuningResult
     from evolve.tuning.spec import TuneSpec
 
-KIND_TUNING = "tuning"
-KIND_TRIAL = "trial"
-TAG_STUDY = "evolve.study"
-TAG_STORAGE = "evolve.storage"
-TAG_TRIAL = "evolve.trial"
-TAG_TRIAL_STATE = "evolve.trial_state"
-TAG_BEST_PREFIX = "evolve.best."
-TAG_OBJECTIVES = "evolve.objectives"
-
-
-@dataclass(frozen=True)
-class StudyContext:
-    name: str
-    study_name: str
-    storage: str
-    config_hash: str
-    spec: TuneSpec
-    run_dir: Path
-    model_names: dict[str, str]
-    environment: str
-    train_users: list[str] = field(default_factory=list)
-    heldout_users: list[str] = field(default_factory=list)
-    requested_trials: int = 0
-
-
-class StudyTracker:
-    """The worker's view of tracking; every hook is a no-op here (see `MLflowStudyTracker`)."""
-
-    # Where runs are logged and why there (printed at start); None when tracking is off.
-    location: TrackingLocation | None = None
-
-    def start(self, context: StudyContext) -> None:
-        """The worker opened the study."""
-
-    def trial_started(self, number: int, parameters: dict[str, int], seed: int) -> str | None:
-        """A trial starts; returns the id of its run (stored on the Optuna trial), if any."""
-        return None
-
-    def trial_period(self, number: int, period: int, summary: MetricSummary, value: float) -> None:
-        """A trial finished `period` (running `summary`, `value` reported to the pruner)."""
-
-    def trial_finished(self, record: TrialRecord) -> None:
-        """A trial is complete, pruned or failed."""
-
-    def finish(self, result: TuningResult) -> None:
-        """The worker is done (the study may still have other workers' trials running)."""
-
-    def fail(self) -> None:
-        """The worker was interrupted by an error or Ctrl-C."""
-
-    def evaluation_sink(
-        self,
-        split: str,
-        inner: ProgressSink | None,
-        *,
-        trial: int | None = None,
-        label: str | None = None,
-    ) -> ProgressSink | None:
-        """The runner's progress sink for a trial's evaluation ("train") or a held-out check
-        (`label`): `inner`, or a sink that forwards to it and records traces."""
-        return inner
-
-
-class NullStudyTracker(StudyTracker):
-    """Tracking disabled."""
-
-
-class MLflowStudyTracker(StudyTracker):
-    def __init__(
-        self, tracking_uri: str, experiment_name: str, location: TrackingLocation | None = None
-    ) -> None:
-        self.tracking_uri = normalize_tracking_uri(tracking_uri)
-        # What the command prints at start: the URI and where it came from.
-        self.location = location or TrackingLocation(self.tracking_uri, "the caller")
-        self.experiment_name = experiment_name
-        self.client: Any = None
-        self.experiment_id: str | None = None
-        self.parent_run_id: str | None = None
-        self.context: StudyContext | None = None
-        self._trial_runs: dict[int, str] = {}
-        self._created_parent: str | None = None  # the parent run this worker created, if any
-        self._children: list[str] = []  # every trial run this worker created
-        self._tracers: list[Any] = []
-
-    def evaluation_sink(
-        self,
-        split: str,
-        inner: ProgressSink | None,
-        *,
-        trial: int | None = None,
-        label: str | None = None,
-    ) -> ProgressSink | None:
-        from evolve.tracing import EpisodeTracer, traces_wanted
-
-        assert self.context is not None
-        if not traces_wanted(self.context.spec.tracking.traces, split):
-            return inner
-        tags = {
-            TAG_EXPERIMENT: self.context.name,
-            TAG_STUDY: self.context.study_name,
-            "evolve.split": split,
-        }
-        if trial is not None:
-            tags[TAG_TRIAL] = str(trial)
-        if label is not None:
-            tags["evolve.evaluation"] = label
-        run_id = self._trial_runs.get(trial) if trial is not None else self.parent_run_id
-        tracer = EpisodeTracer(
-            inner,
-            tracking_uri=self.tracking_uri,
-            experiment_id=str(self.experiment_id),
-            tags=tags,
-            source_run_id=run_id,
-        )
-        self._tracers.append(tracer)
-        return tracer
-
-    def _write_traces(self) -> None:
-        """End open episodes and wait once for the traces to be written."""
-        if not self._tracers:
-            return
-        from evolve.tracing import flush_traces
-
-        for tracer in self._tracers:
-            tracer.close()
-        self._tracers = []
-        flush_traces()
-
-    def start(self, context: StudyContext) -> None:
-        from mlflow.entities import Param
-
-        self.context = context
-        self.client = mlflow_client(self.tracking_uri)
-        self.experiment_id = get_or_create_experiment(
-            self.client, self.experiment_name, self.tracking_uri
-        )
-        describe_experiment(self.client, self.experiment_id, context.spec.description)
-        existing = self._parents()
-        if existing:
-            self.parent_run_id = existing[0].info.run_id
-            self.client.update_run(self.parent_run_id, status="RUNNING")
-        else:
-            run = self.client.create_run(
-                self.experiment_id,
-                run_name=f"tune {context.study_name}",
-                tags=self._parent_tags(context),
-            )
-            own = run.info.run_id
-            # Params before the check: whichever run stays the parent has them.
-            params = [Param(k, v) for k, v in study_params(context).items()]
-            self.client.log_batch(own, params=params)
-            self._created_parent = self.parent_run_id = own
-            self._adopt_earliest_parent()
-        self._tag_parent()
-
-    def _tag_parent(self) -> None:
-        from mlflow.entities import RunTag
-
-        assert self.context is not None
-        self.client.log_batch(
-            self.parent_run_id,
-            tags=[
-                RunTag(TAG_RUN_DIR, str(self.context.run_dir)),
-                RunTag("evolve.trials_requested", str(self.context.requested_trials)),
-            ],
-        )
-
-    def _adopt_earliest_parent(self) -> None:
-        """Make the earliest parent run of the study ours; if this worker created a later one
-        (workers starting together), move its trial runs to the earliest and delete it."""
-        parents = self._parents()
-        if not parents or parents[0].info.run_id == self.parent_run_id:
-            return
-        earliest = parents[0].info.run_id
-        for child in self._children:
-            self.client.set_tag(child, PARENT_RUN_TAG, earliest)
-        if self._created_parent == self.parent_run_id:
-            self.client.delete_run(self._created_parent)
-            self._created_parent = None
-        self.parent_run_id = earliest
-        self._tag_parent()
-
-    def _parent_tags(self, context: StudyContext) -> dict[str, str]:
-        return {
-            **run_context_tags(),
-            NOTE_TAG: study_description(context),
-            TAG_KIND: KIND_TUNING,
-            TAG_EXPERIMENT: context.name,
-            TAG_STUDY: context.study_name,
-            TAG_CONFIG_HASH: context.config_hash,
-            TAG_STORAGE: context.storage,
-            TAG_OBJECTIVES: ",".join(context.spec.tuning.objectives),
-        }
-
-    def _parents(self) -> list[Any]:
-        assert self.context is not None
-        runs = self.client.search_runs(
-            [self.experiment_id],
-            filter_string=(
-                f"tags.`{TAG_KIND}` = '{KIND_TUNING}' and "
-                f"tags.`{TAG_STUDY}` = '{_quoted(self.context.study_name)}' and "
-                f"tags.`{TAG_CONFIG_HASH}` = '{self.context.config_hash}'"
-            ),
-        )
-        return sorted(runs, key=lambda run: (run.info.start_time, run.info.run_id))
-
-    def trial_started(self, number: int, parameters: dict[str, int], seed: int) -> str | None:
-        from mlflow.entities import Param
-
-        assert self.context is not None
-        context = self.context
-        self._adopt_earliest_parent()
-        run = self.client.create_run(
-            self.experiment_id,
-            run_name=f"trial {number}",
-            tags={
-                **run_context_tags(),
-                NOTE_TAG: trial_description(number, parameters, context),
-                PARENT_RUN_TAG: self.parent_run_id,
-                TAG_KIND: KIND_TRIAL,
-                TAG_EXPERIMENT: context.name,
-                TAG_STUDY: context.study_name,
-                TAG_TRIAL: str(number),
-                TAG_TRIAL_STATE: "running",
-            },
-        )
-        params = {
-            "trial": str(number),
-            "policy_kind": str(context.spec.policy.kind or "bundle"),
-            "seed.trial": str(seed),
-            "seed.experiment": str(context.spec.seed),
-            "protocol": context.spec.protocol,  # results differ by information flow
-        }
-        params.update({f"param.{name}": str(value) for name, value in sorted(parameters.items())})
-        params.update(
-            {f"model.{role}": model for role, model in sorted(context.model_names.items())}
-        )
-        self.client.log_batch(run.info.run_id, params=[Param(k, v) for k, v in params.items()])
-        self._trial_runs[number] = run.info.run_id
-        self._children.append(run.info.run_id)
-        return run.info.run_id
-
-    def trial_period(self, number: int, period: int, summary: MetricSummary, value: float) -> None:
-        from mlflow.entities import Metric
-
-        run_id = self._trial_runs.get(number)
-        if run_id is None:
-            return
-        timestamp = _now_ms()
-        values = {"reported_value": value}
-        for name in ("accuracy", "memory_score"):
-            metric = getattr(summary, name)
-            if metric is not None:
-                values[f"running_{name}"] = float(metric)
-        values["running_tokens"] = float(summary.tokens)
-        metrics = [Metric(k, float(v), timestamp, period) for k, v in values.items()]
-        self.client.log_batch(run_id, metrics=metrics)
-
-    def trial_finished(self, record: TrialRecord) -> None:
-        from mlflow.entities import Metric, RunTag
-
-        run_id = self._trial_runs.pop(record.number, None) or record.mlflow_run_id
-        if run_id is None:
-            return
-        step = record.last_period or 0
-        timestamp = _now_ms()
-        values = {f"train_{k}": v for k, v in record.metrics.items()}
-        if record.values:
-            values["value"] = record.values[0]
-            if len(record.values) > 1:
-                values["value_tokens"] = record.values[1]
-        values["llm_calls_spent"] = float(record.llm_calls)
-        if record.wall_time_s is not None:
-            values["wall_time_s"] = record.wall_time_s
-        tags = [RunTag(TAG_TRIAL_STATE, record.state)]
-        if record.objective_used:
-            tags.append(RunTag("evolve.objective_used", record.objective_used))
-        if record.note:
-            tags.append(RunTag("evolve.note", record.note[:500]))
-        self.client.log_batch(
-            run_id,
-            metrics=[Metric(k, float(v), timestamp, step) for k, v in values.items()],
-            tags=tags,
-        )
-        status = "FINISHED" if record.state in ("complete", "pruned") else "FAILED"
-        self.client.set_terminated(run_id, status)
-        self._adopt_earliest_parent()
-
-    def finish(self, result: TuningResult) -> None:
-        from mlflow.entities import Metric, RunTag
-
-        from evolve.tuning.report import format_result
-
-        if self.parent_run_id is None:
-            return
-        self._adopt_earliest_parent()
-        run_id = self.parent_run_id
-        self._write_traces()
-        self._close_failed_children(result)
-        timestamp = _now_ms()
-        finished = result.finished_trials
-        metrics: dict[str, float] = {
-            "trials_finished": finished,
-            "trials_complete": result.count("complete"),
-            "trials_pruned": result.count("pruned"),
-            "trials_failed": result.count("failed"),
-        }
-        tags = [
-            RunTag("evolve.complete", str(result.complete).lower()),
-            RunTag(TAG_OBJECTIVES, ",".join(result.objectives)),
-        ]
-        if result.best:
-            best = result.trial(result.best[0])
-            if best.values:
-                metrics["best_value"] = best.values[0]
-            tags.append(RunTag("evolve.best_trial", ",".join(map(str, result.best))))
-            for name, value in sorted(best.parameters.items()):
-                tags.append(RunTag(f"{TAG_BEST_PREFIX}{name}", str(value)))
-        for heldout in result.heldout:
-            if heldout.label in ("best", "pareto") and heldout.trial == (
-                result.best[0] if result.best else None
-            ):
-                metrics["heldout_score"] = heldout.score
-                metrics.update({f"heldout_{k}": v for k, v in heldout.metrics.items()})
-            elif heldout.label == "base":
-                metrics["heldout_base_score"] = heldout.score
-        if result.stopped:
-            tags.append(RunTag("evolve.stopped", result.stopped[:500]))
-        self.client.log_batch(
-            run_id,
-            metrics=[Metric(k, float(v), timestamp, finished) for k, v in metrics.items()],
-            tags=tags,
-        )
-        self.client.log_text(run_id, format_result(result) + "\n", "tuning.txt")
-        best_doc = {
-            "best_trials": result.best,
-            "parameters": result.best_parameters,
-            "objectives": result.objectives,
-            "pareto_front": (
-                [result.trial(n).model_dump(mode="json") for n in result.best]
-                if result.multi_objective
-                else None
-            ),
-        }
-        self.client.log_text(run_id, json.dumps(best_doc, indent=2) + "\n", "best_parameters.json")
-        active = any(r.state in ("running", "waiting") for r in result.trials)
-        if not active:
-            self.client.set_terminated(run_id, "FINISHED")
-
-    def _close_failed_children(self, result: TuningResult) -> None:
-        """Runs of trials failed elsewhere (a dead worker's, failed by heartbeat) still say
-        RUNNING in MLflow; close them."""
-        for record in result.trials:
-            if record.state != "failed" or not record.mlflow_run_id:
-                continue
-            with contextlib.suppress(Exception):
-                run = self.client.get_run(record.mlflow_run_id)
-                if run.info.status == "RUNNING":
-                    self.client.set_tag(record.mlflow_run_id, TAG_TRIAL_STATE, "failed")
-                    self.client.set_terminated(record.mlflow_run_id, "FAILED")
-
-    def fail(self) -> None:
-        if self.client is None:
-            return
-        with contextlib.suppress(Exception):  # never hide the original error
-            self._write_traces()
-        with contextlib.suppress(Exception):
-            for run_id in self._trial_runs.values():
-                self.client.set_terminated(run_id, "KILLED")
-            if self.parent_run_id is not None:
-                self.client.set_terminated(self.parent_run_id, "KILLED")
-
-
-def study_description(context: StudyContext) -> str:
-    spec = context.spec
-    names = ", ".join(spec.tuning.parameters) or "-"
-    summary = (
-        f"amemgym-evolve tuning study {context.study_name} of {context.name}: "
-        f"{spec.policy.kind or 'bundle'} policy, parameters {names}, objectives "
-        f"{', '.join(spec.tuning.objectives)}, protocol {spec.protocol}."
-    )
-    description = spec.description.strip()
-    return f"{description}\n\n{summary}" if description else summary
-
-
-def trial_description(number: int, parameters: dict[str, int], context: StudyContext) -> str:
-    settings = ", ".join(f"{k}={v}" for k, v in sorted(parameters.items())) or "defaults"
-    text = f"Trial {number} of study {context.study_name}: {settings}."
-    description = context.spec.description.strip()
-    return f"{text}\n\n{description}" if description else text
-
-
-def study_params(context: StudyContext) -> dict[str, str]:
-    """The parent run's params: the spec's settings (no endpoint, key or storage secret)."""
-    params = experiment_params(
-        TrackingContext(
-            name=context.name,
-            config_hash=context.config_hash,
-            spec=context.spec,  # type: ignore[arg-type]  (same field names are used)
-            run_dir=context.run_dir,
-            model_names=context.model_names,
-            environment=context.environment,
-            train_users=context.train_users,
-            heldout_users=context.heldout_users,
-        )
-    )
-    params["tuning.storage"] = context.storage[:500]
-    params["tuning.study_name"] = context.study_name
-    return params
+__all__ = [
+    "KIND_TRIAL",
+    "KIND_TUNING",
+    "TAG_BEST_PREFIX",
+    "TAG_OBJECTIVES",
+    "TAG_STORAGE",
+    "TAG_STUDY",
+    "TAG_TRIAL",
+    "TAG_TRIAL_STATE",
+    "MLflowStudyTracker",
+    "NullStudyTracker",
+    "StudyContext",
+    "StudyTracker",
+    "mlflow_client",
+    "study_description",
+    "study_params",
+    "study_summary",
+    "study_tracker_for",
+    "trial_description",
+]
 
 
 def study_tracker_for(spec: TuneSpec, *, tracking_uri: str | None = None, enabled: bool = True):
-    """The tracker a command should use (a `NullStudyTracker` when disabled)."""
-    if not enabled or not spec.tracking.enabled:
-        return NullStudyTracker()
-    location = tracking_location(tracking_uri, spec)
-    return MLflowStudyTracker(location.uri, spec.mlflow_experiment_name(), location)
+    """The tracker a command should use (a `NullStudyTracker` when disabled), logging the
+    trial table as `tuning.txt` at the end."""
+    from evolve.tuning.report import format_result
 
-
-def _quoted(text: str) -> str:
-    return text.replace("'", "\\'")
-
-
-def _now_ms() -> int:
-    import time
-
-    return int(time.time() * 1000)
+    return _study_tracker_for(
+        spec, tracking_uri=tracking_uri, enabled=enabled, format_report=format_result
+    )

@@ -250,6 +250,13 @@ def test_trials_are_tracked_in_mlflow_under_the_study_parent_run(tmp_path):
         assert child.info.status == "FINISHED"
         assert child.data.params["param.update_every"] == str(record.parameters["update_every"])
         assert child.data.tags["mlflow.note.content"].startswith(f"Trial {record.number} of")
+        # The outcome is in the name: the runs table shows it without configuring columns.
+        named = f"trial {record.number}"
+        if record.values:
+            named += f" {record.values[0]:.2f}"
+        if record.state != "complete":
+            named += f" {record.state}"
+        assert child.info.run_name == named
         history = client.get_metric_history(child.info.run_id, "reported_value")
         assert [m.step for m in history] == sorted(record.periods)
         assert [m.value for m in history] == [record.periods[p] for p in sorted(record.periods)]
@@ -258,6 +265,8 @@ def test_trials_are_tracked_in_mlflow_under_the_study_parent_run(tmp_path):
     assert traces and {t.info.tags["evolve.split"] for t in traces} == {"heldout"}
     assert {t.info.tags["evolve.study"] for t in traces} == {parent.data.tags["evolve.study"]}
     assert all(t.info.trace_metadata["mlflow.sourceRun"] == parent.info.run_id for t in traces)
+    # The trial table as text, formatted by tuning and handed to the tracker.
+    assert "tuning.txt" in {a.path for a in client.list_artifacts(parent.info.run_id)}
     text = render_tuning_experiment(uri, "tune-test")
     assert "pruned" in text and "best: trial" in text and "short_term_len=0" in text
     # A resumed invocation (nothing left to do) reuses the same parent run.

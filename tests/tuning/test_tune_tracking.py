@@ -15,7 +15,7 @@ import pytest
 from tuning.tune_helpers import write_tune_spec
 
 from evolve.tracking import PARENT_RUN_TAG, TAG_KIND, mlflow_client
-from evolve.tuning import tracking as tuning_tracking
+from evolve.tracking import study as tuning_tracking
 from evolve.tuning.records import TrialRecord
 from evolve.tuning.spec import load_tune_spec
 from evolve.tuning.tracking import KIND_TUNING, MLflowStudyTracker, StudyContext

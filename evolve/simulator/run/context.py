@@ -10,6 +10,7 @@ hand in one that keeps everything in memory).
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import copy
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -202,4 +203,6 @@ class RunContext:
         """Run independent tasks, concurrently when allowed; results in task order."""
         if self.question_pool is None or len(tasks) <= 1:
             return [task() for task in tasks]
-        return [future.result() for future in [self.question_pool.submit(t) for t in tasks]]
+        # Each task sees the unit's context variables (e.g. which episode a trace records).
+        submitted = [self.question_pool.submit(contextvars.copy_context().run, t) for t in tasks]
+        return [future.result() for future in submitted]

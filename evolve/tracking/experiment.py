@@ -1,0 +1,463 @@
+"""MLflow tracking of an experiment: one parent run, one child run per proposal.
+
+Why about 450 lines: the tracker's hooks follow one experiment's runs from start to finish
+(proposal, evaluations, generations, resume state); what the runs say is in `content`.
+
+Called by the optimizer loop and the commands only (never by the simulator or a policy).
+
+- the experiment: the spec's `description` as its description (`mlflow.note.content`) and the
+  kind "custom model development", so the MLflow UI opens on the runs table.
+- parent run: params (experiment, seeds, environment, optimizer, budget, models per role);
+  metrics per generation (`step` = generation): best and mean train and held-out scores,
+  calls and tokens spent, candidates evaluated so far (a running count: never re-logged at
+  step 0); at the end the totals (at the last generation's step), the compare table and
+  lineage as text, the `candidates` table (an MLflow table artifact, shown in the run's
+  artifacts) and, in its name and description, the best candidate and every candidate's
+  accuracy.
+- child run per proposal, evaluated or not (tags: generation, candidate id, parent ids,
+  mutation kind, `evolve.candidate_status` = base / accepted / rejected / invalid /
+  duplicate and `evolve.candidate_reason`; tag `mlflow.parentRunId`), named with its train
+  and held-out accuracy. Its start and end are those of its evaluations (read from the unit
+  result files: each holds its wall time and is written when the unit ends), not of the
+  logging. Params (policy kind, numeric parameters, models, seeds, mutation), summary
+  metrics with `step` = generation for the train and held-out evaluations, per-period curves
+  with `step` = period (`train_period/memory_score`, ..., with `random_score` and
+  `upper_bound_score` beside them; an undefined score has no point), and artifacts: each
+  component's instruction, the diff against the parent (`.diff` and a side-by-side `.html`),
+  the policy bundle, the per-period tables, the reflector's feedback. A rejected proposal
+  carries its minibatch scores (`minibatch_score`, `minibatch_parent_score`).
+- every run: a description and the source, user and git tags the fluent API sets.
+- Prompt Registry: see `evolve.tracking.prompts`. Traces: see `evolve.tracking.traces`.
+
+Nothing logged comes from an endpoint description: models are logged by name, never a URL,
+and never a key. Logging is idempotent (state in `<run dir>/mlflow.json`), so a resumed
+experiment continues the same parent run and never logs a candidate twice.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from evolve.files import atomic_write_json
+from evolve.simulator.storage import read_json
+from evolve.tracking.content import (
+    ACCEPTED,
+    BASE,
+    CANDIDATES_TABLE,
+    INVALID,
+    best_candidate,
+    candidate_params,
+    candidate_run_name,
+    candidate_tags,
+    candidates_markdown,
+    candidates_table,
+    evaluation_window,
+    experiment_description,
+    experiment_params,
+    experiment_run_name,
+    final_metrics,
+    generation_metrics,
+    instruction_diff,
+    instruction_diff_html,
+    per_period_metrics,
+    per_period_table,
+    proposal_status,
+)
+from evolve.tracking.hooks import ExperimentTracker, NullTracker, TrackingContext
+from evolve.tracking.prompts import PromptVersions
+from evolve.tracking.store import (
+    describe_experiment,
+    get_or_create_experiment,
+    mlflow_client,
+    normalize_tracking_uri,
+    now_ms,
+    replace_table,
+    run_context_tags,
+    run_is_active,
+    tracking_location,
+)
+from evolve.tracking.tags import (
+    NOTE_TAG,
+    STATE_FILE,
+    TAG_CANDIDATE,
+    TAG_CONFIG_HASH,
+    TAG_EXPERIMENT,
+    TAG_KIND,
+    TAG_RUN_DIR,
+    TAG_STATUS,
+)
+from evolve.tracking.traces import FINGERPRINT_TAG, TraceBook
+from evolve.tracking_uri import TrackingLocation
+
+if TYPE_CHECKING:
+    from evolve.budget import Spend
+    from evolve.config import ExperimentSpec
+    from evolve.records import CandidateRecord, EvaluationScores, ExperimentResult, GenerationRecord
+    from evolve.simulator.runner import ProgressSink
+
+
+class MLflowTracker(ExperimentTracker):
+    def __init__(
+        self, tracking_uri: str, experiment_name: str, location: TrackingLocation | None = None
+    ) -> None:
+        self.tracking_uri = normalize_tracking_uri(tracking_uri)
+        # What the command prints at start: the URI and where it came from.
+        self.location = location or TrackingLocation(self.tracking_uri, "the caller")
+        self.experiment_name = experiment_name
+        self.client: Any = None
+        self.parent_run_id: str | None = None
+        self.context: TrackingContext | None = None
+        self.prompts: PromptVersions | None = None
+        self.traces = TraceBook(self.tracking_uri)
+        self._state: dict[str, Any] = {}
+        self._state_file: Path | None = None
+
+    # ----- lifecycle -----------------------------------------------------------------------
+
+    def start(self, context: TrackingContext) -> None:
+        from mlflow.entities import Param, RunTag
+
+        self.context = context
+        self.client = mlflow_client(self.tracking_uri)
+        experiment_id = get_or_create_experiment(
+            self.client, self.experiment_name, self.tracking_uri
+        )
+        describe_experiment(self.client, experiment_id, context.spec.description)
+        self._state_file = context.run_dir / STATE_FILE
+        identity = {
+            "tracking_uri": self.tracking_uri,
+            "experiment_id": experiment_id,
+            "config_hash": context.config_hash,
+        }
+        state = resumed_state(self._state_file, identity, self.client)
+        if state["parent_run_id"] is None:
+            run = self.client.create_run(
+                experiment_id,
+                run_name=context.name,
+                tags={
+                    **run_context_tags(),
+                    NOTE_TAG: experiment_description(context),
+                    TAG_KIND: "experiment",
+                    TAG_EXPERIMENT: context.name,
+                    TAG_CONFIG_HASH: context.config_hash,
+                    TAG_RUN_DIR: str(context.run_dir),
+                },
+            )
+            state["parent_run_id"] = run.info.run_id
+            params = [Param(k, v) for k, v in experiment_params(context).items()]
+            self.client.log_batch(run.info.run_id, params=params)
+        else:
+            self.client.update_run(state["parent_run_id"], status="RUNNING")
+            self.client.log_batch(
+                state["parent_run_id"], tags=[RunTag(TAG_RUN_DIR, str(context.run_dir))]
+            )
+        self.parent_run_id = state["parent_run_id"]
+        # `evolve export <name>` finds the store and the registry name here.
+        state["registered_model"] = context.registered_model
+        self._state = state
+        self.prompts = PromptVersions(
+            self.client, context, state["prompt_versions"], self.tracking_uri
+        )
+        if context.spec.tracking.traces == "all":
+            self.traces.start_reflections()
+        self._save_state()
+
+    def _save_state(self) -> None:
+        if self._state_file is not None:
+            atomic_write_json(self._state_file, self._state)
+
+    def finish(self, result: ExperimentResult, *, report: str = "") -> None:
+        from mlflow.entities import Metric, RunTag
+
+        run_id = self.parent_run_id
+        assert run_id is not None and self.context is not None
+        timestamp = now_ms()
+        # Totals sit at the last generation's step: at step 0 they would draw every curve
+        # back to the start (the per-generation `candidates_evaluated` is a running count).
+        last_step = max((g.generation for g in result.generations), default=0)
+        best = best_candidate(result)
+        metrics = final_metrics(result, best)
+        table = candidates_table(result.candidates, proposal_statuses(self._state))
+        description = f"{experiment_description(self.context)}\n\n{candidates_markdown(table)}"
+        tags = [
+            RunTag("evolve.complete", str(result.complete).lower()),
+            RunTag(NOTE_TAG, description),
+        ]
+        if best is not None:
+            tags.append(RunTag("evolve.best_candidate", best.id))
+        if result.stopped:
+            tags.append(RunTag("evolve.stopped", result.stopped[:500]))
+        # A resumed run logs only the totals that changed (no second point of the same one).
+        before = self._state.get("final_metrics") or {}
+        changed = {
+            k: float(v) for k, v in metrics.items() if before.get(k) != [last_step, float(v)]
+        }
+        self.client.log_batch(
+            run_id,
+            metrics=[Metric(k, v, timestamp, last_step) for k, v in changed.items()],
+            tags=tags,
+        )
+        self._state["final_metrics"] = {k: [last_step, float(v)] for k, v in metrics.items()}
+        self._save_state()
+        self.traces.write(self.client)
+        if report:
+            self.client.log_text(run_id, report, "compare.txt")
+        replace_table(self.client, run_id, table, CANDIDATES_TABLE)
+        self.client.update_run(run_id, name=experiment_run_name(self.context.name, best))
+        self.client.set_terminated(run_id, "FINISHED")
+
+    def fail(self) -> None:
+        if self.client is not None and self.parent_run_id is not None:
+            end_after_failure(self.client, self._state, self.parent_run_id, self.traces)
+
+    # ----- traces -------------------------------------------------------------------------------
+
+    def evaluation_sink(
+        self,
+        split: str,
+        inner: ProgressSink | None,
+        *,
+        record: CandidateRecord | None = None,
+        fingerprint: str | None = None,
+    ) -> ProgressSink | None:
+        from evolve.tracing import traces_wanted
+
+        assert self.context is not None
+        if not traces_wanted(self.context.spec.tracking.traces, split):
+            return inner
+        tags = {TAG_EXPERIMENT: self.context.name, "evolve.split": split}
+        source_run_id = None
+        if record is not None:
+            tags[TAG_CANDIDATE] = record.id
+            # The candidate's run exists from its first traced evaluation on: the trace
+            # links to it (and the run's duration covers the evaluation).
+            source_run_id = self.candidate_run(record)
+        elif fingerprint is not None:
+            tags[FINGERPRINT_TAG] = fingerprint
+            # GEPA's held-out evaluations come after the train one was logged: link those.
+            for candidate_id, entry in self._state["candidates"].items():
+                if entry.get("fingerprint") == fingerprint and entry.get("run_id"):
+                    tags[TAG_CANDIDATE] = candidate_id
+                    source_run_id = entry["run_id"]
+                    break
+        return self.traces.sink(
+            inner,
+            experiment_id=self._state["experiment_id"],
+            tags=tags,
+            source_run_id=source_run_id,
+        )
+
+    # ----- proposals, candidates and generations -----------------------------------------------
+
+    def log_proposal(
+        self,
+        record: CandidateRecord,
+        *,
+        parent: CandidateRecord | None,
+        policy_dir: Path,
+        feedback: str | None,
+        reason: str | None = None,
+        evaluation_dir: Path | None = None,
+        scores: dict[str, float] | None = None,
+    ) -> None:
+        from mlflow.entities import Metric
+
+        status, reason = proposal_status(record, reason)
+        entry = self._candidate_entry(record)
+        entry.update(status=status, reason=reason)
+        assert self.context is not None
+        if self.context.spec.tracking.traces == "all":  # "heldout": held-out evaluations only
+            tags = {TAG_EXPERIMENT: self.context.name, "evolve.split": "reflection"}
+            self.traces.reflection(record.id, experiment_id=self._state["experiment_id"], tags=tags)
+        if status in (ACCEPTED, BASE) or entry.get("closed"):
+            # Its run starts with its evaluation (`log_candidate`): a real start time.
+            self._save_state()
+            return
+        window = evaluation_window(evaluation_dir) if evaluation_dir is not None else None
+        run_id = self.candidate_run(record, start_ms=window[0] if window else None)
+        self.traces.link(record.id, run_id)
+        log_candidate_artifacts(self.client, run_id, record, parent, policy_dir, feedback)
+        if scores:
+            timestamp = now_ms()
+            metrics = [Metric(k, float(v), timestamp, record.generation) for k, v in scores.items()]
+            self.client.log_batch(run_id, metrics=metrics)
+        run_status = "FAILED" if status == INVALID else "FINISHED"
+        self.client.set_terminated(run_id, run_status, end_time=window[1] if window else None)
+        entry["closed"] = True
+        self._save_state()
+
+    def log_candidate(
+        self,
+        record: CandidateRecord,
+        *,
+        split: str,
+        parent: CandidateRecord | None,
+        policy_dir: Path,
+        feedback: str | None,
+    ) -> None:
+        from mlflow.entities import Metric
+
+        assert self.context is not None and self.prompts is not None
+        scores: EvaluationScores | None = getattr(record, split)
+        if scores is None:
+            return
+        entry = self._candidate_entry(record)
+        if split in entry["logged"]:
+            return
+        window = evaluation_window(self.context.run_dir / scores.run_dir)
+        run_id = self.candidate_run(record, start_ms=window[0] if window else None)
+        # State written before the "artifacts" flag existed: a logged split had them.
+        if not entry.get("artifacts", bool(entry["logged"])):
+            log_candidate_artifacts(self.client, run_id, record, parent, policy_dir, feedback)
+            self.prompts.register(run_id, record, entry)
+            entry["artifacts"] = True
+            self._save_state()
+        timestamp = now_ms()
+        values = scores.summary.flat_metrics(f"{split}_")
+        values[f"{split}_score"] = scores.score
+        # GEPA's evaluations report no wall time of their own: the units' window is it.
+        wall_time = scores.wall_time_s or ((window[1] - window[0]) / 1000 if window else 0.0)
+        values[f"{split}_wall_time_s"] = wall_time
+        if split == "train":
+            values["reflection_llm_calls"] = record.reflection_calls
+            values["reflection_tokens"] = record.reflection_tokens
+            values["reflection_parse_failures"] = record.reflection_parse_failures
+        metrics = [Metric(k, float(v), timestamp, record.generation) for k, v in values.items()]
+        metrics += per_period_metrics(scores, split, timestamp)
+        self.client.log_batch(run_id, metrics=metrics)
+        if split == "heldout":
+            self._state["heldout_scores"][record.id] = scores.score
+        self.traces.close(record.id)
+        self.traces.adopt(record.id, record.fingerprint, run_id)
+        self.traces.link(record.id, run_id)
+        self.prompts.tag_scores(entry, split, scores.score)
+        self.client.log_text(run_id, per_period_table(scores), f"scores/{split}_per_period.csv")
+        self.client.set_tag(run_id, TAG_STATUS, str(record.status))
+        if scores.objective_used:  # e.g. pooled_memory_score: what `score` is
+            self.client.set_tag(run_id, f"evolve.{split}_objective_used", scores.objective_used)
+        self.client.update_run(run_id, name=candidate_run_name(record))
+        self.client.set_terminated(run_id, "FINISHED", end_time=window[1] if window else None)
+        entry["logged"].append(split)
+        self._save_state()
+
+    def _candidate_entry(self, record: CandidateRecord) -> dict[str, Any]:
+        return self._state["candidates"].setdefault(record.id, {"run_id": None, "logged": []})
+
+    def candidate_run(self, record: CandidateRecord, start_ms: int | None = None) -> str:
+        """The id of `record`'s run, created (with its params) on first use, starting at
+        `start_ms` (its evaluation's start) when given."""
+        from mlflow.entities import Param
+
+        entry = self._candidate_entry(record)
+        if entry["run_id"] is None or not run_is_active(self.client, entry["run_id"]):
+            run_id = self._create_candidate_run(record, entry, start_ms)
+            entry.update(run_id=run_id, logged=[], artifacts=False)
+            entry["fingerprint"] = record.fingerprint  # GEPA evaluates by fingerprint
+            assert self.context is not None
+            params = candidate_params(record, self.context)
+            self.client.log_batch(run_id, params=[Param(k, v) for k, v in params.items()])
+            self._save_state()
+        return entry["run_id"]
+
+    def _create_candidate_run(
+        self, record: CandidateRecord, entry: dict[str, Any], start_ms: int | None
+    ) -> str:
+        assert self.context is not None
+        status, reason = proposal_status(record)
+        status, reason = entry.get("status", status), entry.get("reason", reason)
+        tags = candidate_tags(record, self.context, self.parent_run_id, status, reason)
+        run = self.client.create_run(
+            self._state["experiment_id"],
+            run_name=candidate_run_name(record, status),
+            start_time=start_ms,
+            tags=tags,
+        )
+        return run.info.run_id
+
+    def log_generation(self, record: GenerationRecord, *, spent: Spend) -> None:
+        from mlflow.entities import Metric
+
+        key = str(record.generation)
+        digest = record.model_dump_json()
+        if self._state["generations"].get(key) == digest:
+            return
+        evaluated = self._state["evaluated_per_generation"]
+        evaluated[key] = len(record.evaluated_ids)
+        values = generation_metrics(record, spent, evaluated, self._state["heldout_scores"])
+        timestamp = now_ms()
+        metrics = [Metric(k, float(v), timestamp, record.generation) for k, v in values.items()]
+        self.client.log_batch(self.parent_run_id, metrics=metrics)
+        self._state["generations"][key] = digest
+        self._save_state()
+
+
+def tracker_for(spec: ExperimentSpec, *, tracking_uri: str | None = None, enabled: bool = True):
+    """The tracker a command should use for `spec` (a `NullTracker` when disabled)."""
+    if not enabled or not spec.tracking.enabled:
+        return NullTracker()
+    location = tracking_location(tracking_uri, spec)
+    return MLflowTracker(location.uri, spec.mlflow_experiment_name(), location)
+
+
+def log_candidate_artifacts(
+    client: Any,
+    run_id: str,
+    record: CandidateRecord,
+    parent: CandidateRecord | None,
+    policy_dir: Path,
+    feedback: str | None,
+) -> None:
+    """Instructions, diffs against the parent, the bundle and the reflector's feedback."""
+    for name, text in sorted(record.components.items()):
+        client.log_text(run_id, text + "\n", f"components/{name}.txt")
+        if parent is not None and parent.components.get(name) != text:
+            old = parent.components.get(name, "")
+            diff = instruction_diff(old, text, name, parent.id, record.id)
+            client.log_text(run_id, diff, f"diffs/{name}.diff")
+            page = instruction_diff_html(old, text, name, parent.id, record.id)
+            client.log_text(run_id, page, f"diffs/{name}.html")
+    if Path(policy_dir).is_dir():
+        client.log_artifacts(run_id, str(policy_dir), "policy")
+    if feedback:
+        client.log_text(run_id, feedback + "\n", "feedback.txt")
+
+
+def resumed_state(state_file: Path, identity: dict[str, str], client: Any) -> dict[str, Any]:
+    """The tracker's state of an earlier invocation on the same store, experiment and
+    configuration (its parent run still there), or a fresh one."""
+    state = read_json(state_file) if state_file.exists() else {}
+    same_store = all(state.get(k) == v for k, v in identity.items()) and run_is_active(
+        client, state.get("parent_run_id")
+    )
+    if not same_store:
+        state = {**identity, "parent_run_id": None, "candidates": {}, "generations": {}}
+    # Added after the first release of this file: states written before lack them.
+    for key in ("evaluated_per_generation", "heldout_scores", "prompt_versions"):
+        state.setdefault(key, {})
+    return state
+
+
+def proposal_statuses(state: dict[str, Any]) -> dict[str, list[str]]:
+    """candidate id -> [status, reason] of every proposal the tracker was told of."""
+    return {
+        cid: [entry["status"], entry.get("reason", "")]
+        for cid, entry in state.get("candidates", {}).items()
+        if entry.get("status")
+    }
+
+
+def end_after_failure(client: Any, state: dict[str, Any], parent_run_id: str, traces: Any) -> None:
+    """The invocation failed: write the traces, and end as KILLED the parent run and the
+    candidate runs opened for an evaluation that never finished. Never hides the original
+    error behind a tracking failure."""
+    import contextlib
+
+    with contextlib.suppress(Exception):
+        traces.write(client)
+    with contextlib.suppress(Exception):
+        for entry in state.get("candidates", {}).values():
+            if entry.get("run_id") and not entry.get("logged") and not entry.get("closed"):
+                client.set_terminated(entry["run_id"], "KILLED")
+    with contextlib.suppress(Exception):
+        client.set_terminated(parent_run_id, "KILLED")
