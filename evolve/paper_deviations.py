@@ -111,8 +111,7 @@ def parse_deviations(text: str, source: str = DEVIATIONS_FILE) -> list[Deviation
         except ValidationError as error:
             label = row.get("id", f"#{index + 1}") if isinstance(row, dict) else f"#{index + 1}"
             problems = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc']) or 'row'}: {e['msg']}"
-                for e in error.errors()
+                f"{'.'.join(str(p) for p in e['loc']) or 'row'}: {e['msg']}" for e in error.errors()
             )
             raise ValueError(f"{source}: deviation {label}: {problems}") from None
     ids = [deviation.id for deviation in deviations]
