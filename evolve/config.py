@@ -28,7 +28,7 @@ from evolve.files import read_toml_file
 from evolve.llm.config import LLMConfig
 from evolve.mlflow_limits import description_problem, experiment_name_problem
 from evolve.objective import Objective
-from evolve.protocol import DATA_FILE_ROUNDS, Protocol
+from evolve.protocol import DATA_FILE_ROUNDS, Protocol, rules_for
 from evolve.registered_names import registered_model_name_problem
 from evolve.simulator.environment import Environment
 from evolve.simulator.runner import EpisodeConfig, ProbeScope, probe_scope_problem
@@ -578,6 +578,14 @@ def resolve(spec: ExperimentSpec) -> ResolvedExperiment:
             f'{label}: optimizer.feedback = "complete" was renamed: write feedback = '
             '"diagnostic" for the failure feedback with ground truth, or set protocol = '
             '"paper" for the paper\'s complete feedback (no ground truth)'
+        )
+    operators = spec.optimizer.operators or []
+    if "list_edit" in operators and not rules_for(spec.protocol).structured_edits:
+        raise ConfigError(
+            f"{label}: optimizer.operators: list_edit (structured list edits for small models) "
+            f"is not part of protocol {spec.protocol!r}: the reference's reflector rewrites the "
+            'text itself; remove list_edit (e.g. operators = ["reflective"]) or set protocol = '
+            '"evolve"'
         )
     episode = EpisodeConfig(
         rounds_initial=spec.episode.rounds_initial or rounds_initial,

@@ -30,10 +30,41 @@ class ProtocolRules:
     # Rounds per session (period 0, later periods) when a data file does not say: the paper's
     # v1.base uses 1 then 2; ours keeps 1/1 unless the spec sets them.
     data_file_rounds: tuple[int, int]
+    # The reflector's prompt: "reference" = the reference's content (an empty system message,
+    # improve the part from the feedback in a similar format, no length cap); "hinted" = ours
+    # (failures must not happen again, store changed facts, stay general, at most 120 words).
+    reflector_prompt: Literal["reference", "hinted"]
+    # Structured list edits (the `list_edit` operator) and proposal checks (edits.py): built
+    # for the bundled small model; the reference uses the reflector's text as it is.
+    structured_edits: bool
+    # Completion limit of the agent and the simulated user when neither the spec nor the
+    # command line sets one: the reference's configs use 8192; None = the endpoint's own.
+    default_max_tokens: int | None
+    # MetricSummary field printed as "the paper's number" of a per-period chain: the
+    # reference's plain mean with random fallback, or our memory score.
+    headline_memory_score: Literal["memory_score_original", "memory_score"]
+    # Print the kept rows of evolve/paper_deviations.toml before a run's first call.
+    prints_deviations: bool
 
 
-PAPER = ProtocolRules(name="paper", data_file_rounds=(1, 2))
-EVOLVE = ProtocolRules(name="evolve", data_file_rounds=(1, 1))
+PAPER = ProtocolRules(
+    name="paper",
+    data_file_rounds=(1, 2),
+    reflector_prompt="reference",
+    structured_edits=False,
+    default_max_tokens=8192,
+    headline_memory_score="memory_score_original",
+    prints_deviations=True,
+)
+EVOLVE = ProtocolRules(
+    name="evolve",
+    data_file_rounds=(1, 1),
+    reflector_prompt="hinted",
+    structured_edits=True,
+    default_max_tokens=None,
+    headline_memory_score="memory_score",
+    prints_deviations=False,
+)
 _RULES: dict[str, ProtocolRules] = {rules.name: rules for rules in (PAPER, EVOLVE)}
 
 

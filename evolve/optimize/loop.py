@@ -58,6 +58,7 @@ from evolve.optimize.population import PopulationSchedule, default_proposer
 from evolve.optimize.reflect import Reflector
 from evolve.optimize.report import format_lineage, format_table
 from evolve.optimize.store import ExperimentStore
+from evolve.protocol import rules_for
 from evolve.records import (
     CandidateRecord,
     CandidateStatus,
@@ -164,13 +165,20 @@ class _Evolution(PopulationSchedule, ChainSchedule):
         self.stop: threading.Event | None = None
         self.upper_bound_cache = upper_bound_cache
         self.reflector_role, temperature = reflector_setup(resolved.spec)
+        rules = rules_for(resolved.spec.protocol)
+        # The reference caps no reflector text: under its prompt, only a length the spec
+        # sets explicitly applies.
+        length_set = "max_instruction_chars" in self.optimizer.model_fields_set
         self.reflector = Reflector(
             lms,
             temperature=temperature,
-            max_chars=self.optimizer.max_instruction_chars,
+            max_chars=self.optimizer.max_instruction_chars
+            if rules.reflector_prompt == "hinted" or length_set
+            else None,
             role=self.reflector_role,
             # Proposal checks and structured edits are ours; the paper's reflector is unchecked.
-            check_proposals=resolved.spec.protocol == "evolve",
+            check_proposals=rules.structured_edits,
+            prompt=rules.reflector_prompt,
         )
         self.records: dict[str, CandidateRecord] = {}
         self.upper_bound: Any = None

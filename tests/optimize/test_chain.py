@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from optimize.evolve_helpers import SCHEMA, make_item, output_fields, sections
+from optimize.evolve_helpers import SCHEMA, make_item, output_fields, reflector_inputs, sections
 from scripted_lm import ScriptedLM, scripted_role_lms
 
 import memory_policies
@@ -86,7 +86,9 @@ def write_world(directory: Path, feedback: str = "complete", concurrency: int = 
 
 def agent(call) -> dict[str, Any]:
     fields, inputs = output_fields(call.system), sections(call.user)
-    if "new_text" in fields:  # the reflector: under the paper protocol, the agent's model
+    reflection = reflector_inputs(call)
+    if reflection is not None:  # the reflector: under the paper protocol, the agent's model
+        inputs = reflection
         current = inputs.get("current_text", "").strip()
         added = [
             token(name)
@@ -133,7 +135,7 @@ def run(directory: Path, world: World, spec: Path):
 
 
 def reflections(world: World) -> list[Any]:
-    return [c for c in world.agent.calls if "new_text" in output_fields(c.system)]
+    return [c for c in world.agent.calls if reflector_inputs(c) is not None]
 
 
 def test_each_user_evolves_its_own_chain(tmp_path):
@@ -154,7 +156,7 @@ def test_each_user_evolves_its_own_chain(tmp_path):
 
     # Each reflection saw one user's period only: the paper's complete feedback.
     for call in reflections(world):
-        feedback = sections(call.user)["feedback"]
+        feedback = reflector_inputs(call)["feedback"]
         signed = [name for name in SIGNATURES.values() if f"signature: {name}" in feedback]
         assert len(signed) == 1, feedback
         assert "The assistant chose: (A)" in feedback and "correct" not in feedback
@@ -322,7 +324,7 @@ def test_what_the_reflector_is_shown_per_kind(tmp_path, feedback):
     spec = write_world(tmp_path, feedback=feedback)
     world = World()
     run(tmp_path, world, spec)
-    shown = [sections(c.user)["feedback"] for c in reflections(world)]
+    shown = [reflector_inputs(c)["feedback"] for c in reflections(world)]
     assert len(shown) == 4
     for text in shown:
         assert "Can you suggest a dinner recipe for me?" in text
@@ -343,7 +345,7 @@ def test_blind_chains_propose_without_feedback(tmp_path):
     spec = write_world(tmp_path, feedback="blind")
     world = World()
     result = run(tmp_path, world, spec)
-    shown = [sections(c.user)["feedback"] for c in reflections(world)]
+    shown = [reflector_inputs(c)["feedback"] for c in reflections(world)]
     assert shown == [BLIND_FEEDBACK] * 4  # 2 users x 2 period barriers
     steps = [r for r in result.candidates if r.mutation.kind == "reflective"]
     assert len(steps) == 4 and {r.mutation.feedback for r in steps} == {"blind"}
