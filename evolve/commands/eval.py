@@ -25,6 +25,7 @@ from tqdm import tqdm
 
 from evolve.commands import interrupt
 from evolve.commands.progress import stderr_is_terminal
+from evolve.commands.protocol_start import print_protocol_start
 from evolve.errors import ConfigError
 from evolve.llm import RoleLMs, add_llm_arguments, open_role_lms_from_args
 from evolve.llm.usage import UsageEvent
@@ -349,6 +350,7 @@ def run_eval(args: argparse.Namespace) -> int:
         open_role_lms_from_args(args) as lms,
         journal_spend(args.out, lms) as store,
     ):
+        print_protocol_start(args.protocol, lms, ("simulator", "agent"))
         # A rerun with another environment or model is refused here, before any LLM call.
         for name, policy in zip(names, policies, strict=True):
             check_resumable(

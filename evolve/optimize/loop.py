@@ -256,6 +256,12 @@ class _Evolution(PopulationSchedule, ChainSchedule):
             tokens=spend.tokens,
             wall_time_s=spend.wall_time_s,
             reflection_parse_failures=sum(r.reflection_parse_failures for r in records),
+            max_tokens={
+                "simulator": self.lms.identity("simulator").get("max_tokens"),
+                "agent": self.lms.identity("agent").get("max_tokens"),
+                "reflector": self.lms.identity(self.reflector_role).get("max_tokens"),
+            },
+            protocol=self.spec.protocol,
         )
 
     def _prepare_upper_bound(self) -> None:

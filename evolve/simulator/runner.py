@@ -207,6 +207,11 @@ class EvaluationReport(BaseModel):
     )
     wall_time_s: float
     complete: bool = True
+    max_tokens: dict[str, int | None] = Field(
+        default_factory=dict,
+        description="Completion limit used per role (simulator, agent): under the paper "
+        "protocol the reference's 8192 unless the user set one.",
+    )
 
     def without_records(self) -> dict[str, Any]:
         """JSON-ready report minus the per-item records (those live in the unit files)."""
@@ -394,6 +399,7 @@ def run_evaluation(
             usage=lms.usage.snapshot().minus(usage_start).model_dump(mode="json"),
             wall_time_s=time.perf_counter() - started,
             complete=complete,
+            max_tokens={role: lms.identity(role).get("max_tokens") for role in EPISODE_ROLES},
         )
         atomic_write_json(layout.report_file, result.without_records())
         export_original_layout(
@@ -445,6 +451,10 @@ def run_evaluation(
             # After a failure, calls in flight are not waited for (they may hang).
             run.question_pool.shutdown(wait=not failed, cancel_futures=True)
     return latest if latest is not None and latest.complete else report(complete=True)
+
+
+# The roles an evaluation calls (the reflector plays no part in one).
+EPISODE_ROLES = ("simulator", "agent")
 
 
 def check_resumable(
