@@ -323,7 +323,8 @@ def add_llm_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-tokens",
         type=_positive_int,
         help="completion token limit of every role's calls (default: the endpoint's, 512; the "
-        "embedded server's, 256)",
+        "embedded server's, 256; under protocol paper the agent's and the simulated user's "
+        "8192, the reference's)",
     )
     group.add_argument("--no-llm-cache", action="store_true", help="disable the response cache")
     group.add_argument(
