@@ -21,7 +21,14 @@ from evolve.simulator.metrics import MetricSummary
 
 
 def kept_lines(stderr: str) -> list[str]:
-    return [line for line in stderr.splitlines() if line.startswith("  ") and ": " in line]
+    """The indented lines right after the heading."""
+    lines = stderr.splitlines()
+    block = []
+    for line in lines[lines.index(START_HEADING) + 1 :]:
+        if not line.startswith("  "):
+            break
+        block.append(line)
+    return block
 
 
 def assert_deviations_printed(stderr: str) -> None:
@@ -108,3 +115,28 @@ def test_the_chain_headline_is_the_protocols_memory_score():
     evolve = chain_headline(summary, "evolve")
     assert evolve.startswith("evolving train run: memory score 0.125")
     assert "paper" not in evolve and "0.750" not in evolve
+
+
+@pytest.mark.parametrize("protocol", ["paper", "evolve"])
+def test_tune_on_a_paper_spec_prints_them(tmp_path, monkeypatch, capsys, protocol):
+    from optimize.evolve_helpers import World
+    from tuning.tune_helpers import PAPER_GRID, write_tune_spec
+
+    @contextlib.contextmanager
+    def scripted(config):
+        yield World().lms
+
+    monkeypatch.setattr("evolve.commands.tune.open_role_lms", scripted)
+    spec = write_tune_spec(
+        tmp_path,
+        f'trials = 1\nsampler = "grid"\n[tuning.parameters]\n{PAPER_GRID}',
+        body=f'protocol = "{protocol}"',
+        policy='kind = "in_context"\npreset = "evolve"',
+    )
+    argv = ["tune", str(spec), "--runs-dir", str(tmp_path / "runs"), "--no-tracking"]
+    assert main([*argv, "--no-progress"]) == 0
+    stderr = capsys.readouterr().err
+    if protocol == "paper":
+        assert_deviations_printed(stderr)
+    else:
+        assert START_HEADING not in stderr
