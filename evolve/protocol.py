@@ -2,7 +2,8 @@
 
 - ``"paper"`` reproduces the reference AMemGym code's information flow (what each role is
   shown, rounds, agent I/O, probes, feedback), so numbers sit next to the paper's. It does
-  not reproduce the reference code's bugs (see the table of docs/protocols.md).
+  not reproduce the reference code's bugs; every remaining difference is a row of
+  `evolve/paper_deviations.toml` (rendered in docs/reference/paper-deviations.md).
 - ``"evolve"`` is this toolkit's own flow (state-aware simulated user, per-variable probes,
   failure-diagnostic feedback, held-out users).
 
