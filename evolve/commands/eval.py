@@ -350,12 +350,13 @@ def run_eval(args: argparse.Namespace) -> int:
         open_role_lms_from_args(args) as lms,
         journal_spend(args.out, lms) as store,
     ):
-        print_protocol_start(args.protocol, lms, ("simulator", "agent"))
         # A rerun with another environment or model is refused here, before any LLM call.
         for name, policy in zip(names, policies, strict=True):
             check_resumable(
                 env, policy, lms, args.out / name, config, off_policy_dir=args.off_policy
             )
+        # After the resume check (a refusal stays one line), before the first LLM call.
+        print_protocol_start(args.protocol, lms, ("simulator", "agent"))
         upper_bound = None
         if not args.no_upper_bound:
             started = time.perf_counter()
