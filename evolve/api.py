@@ -71,7 +71,7 @@ def run_experiment(
     (`evolve.errors.RunBusyError`, exit code 4 on the command line).
     """
     from evolve.config import resolve
-    from evolve.llm import open_role_lms
+    from evolve.llm import open_role_lms, protocol_llm_config
     from evolve.locking import run_lock
     from evolve.optimize import run_experiment as _run_experiment
     from evolve.tracking import tracker_for
@@ -82,7 +82,10 @@ def run_experiment(
     resolved = spec if isinstance(spec, ResolvedExperiment) else resolve(spec)
     tracker = tracker_for(resolved.spec, tracking_uri=tracking_uri, enabled=tracking)
     runs = Path(runs_dir)
-    with run_lock(runs / resolved.spec.name, "run"), open_role_lms(llm or resolved.spec.llm) as lms:
+    with (
+        run_lock(runs / resolved.spec.name, "run"),
+        open_role_lms(protocol_llm_config(llm or resolved.spec.llm, resolved.spec.protocol)) as lms,
+    ):
         return _run_experiment(resolved, lms, runs_dir=runs, tracker=tracker, progress=progress)
 
 
@@ -106,7 +109,7 @@ def evaluate_policies(
     Returns one report per name, in order.
     """
     from evolve.commands.eval import run_dir_names
-    from evolve.llm import open_role_lms
+    from evolve.llm import open_role_lms, protocol_llm_config
     from evolve.locking import run_lock
     from evolve.simulator.baselines import compute_upper_bound
     from evolve.simulator.environment import load_environment
@@ -131,7 +134,10 @@ def evaluate_policies(
         named = dict(zip(run_dir_names(specs), built, strict=True))
     out = Path(out_dir)
     reports: dict[str, EvaluationReport] = {}
-    with run_lock(out, "eval"), open_role_lms(llm or LLMConfig()) as lms:
+    with (
+        run_lock(out, "eval"),
+        open_role_lms(protocol_llm_config(llm or LLMConfig(), config.protocol)) as lms,
+    ):
         table = None
         if upper_bound:
             table = compute_upper_bound(
@@ -163,7 +169,7 @@ def run_tuning(
     `trials`, `storage` and `study_name` override the spec as the command's flags do; the
     MLflow store is chosen as for `run_experiment`.
     """
-    from evolve.llm import open_role_lms
+    from evolve.llm import open_role_lms, protocol_llm_config
     from evolve.locking import run_lock
     from evolve.tuning import resolve_tuning, study_tracker_for
     from evolve.tuning import run_tuning as _run_tuning
@@ -174,5 +180,8 @@ def run_tuning(
     resolved = resolve_tuning(spec, trials=trials, storage=storage, study_name=study_name)
     tracker = study_tracker_for(spec, tracking_uri=tracking_uri, enabled=tracking)
     runs = Path(runs_dir)
-    with run_lock(runs / spec.name, "tune"), open_role_lms(llm or spec.llm) as lms:
+    with (
+        run_lock(runs / spec.name, "tune"),
+        open_role_lms(protocol_llm_config(llm or spec.llm, spec.protocol)) as lms,
+    ):
         return _run_tuning(resolved, lms, runs_dir=runs, tracker=tracker, progress=progress)

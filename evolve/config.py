@@ -104,6 +104,14 @@ def resolve(spec: ExperimentSpec) -> ResolvedExperiment:
             '"diagnostic" for the failure feedback with ground truth, or set protocol = '
             '"paper" for the paper\'s complete feedback (no ground truth)'
         )
+    operators = spec.optimizer.operators or []
+    if "list_edit" in operators and not rules_for(spec.protocol).structured_edits:
+        raise ConfigError(
+            f"{label}: optimizer.operators: list_edit (structured list edits for small models) "
+            f"is not part of protocol {spec.protocol!r}: the reference's reflector rewrites the "
+            'text itself; remove list_edit (e.g. operators = ["reflective"]) or set protocol = '
+            '"evolve"'
+        )
     episode = EpisodeConfig(
         rounds_initial=spec.episode.rounds_initial or rounds_initial,
         rounds_update=spec.episode.rounds_update or rounds_update,

@@ -2,7 +2,8 @@
 
 - ``"paper"`` reproduces the reference AMemGym code's information flow (what each role is
   shown, rounds, agent I/O, probes, feedback), so numbers sit next to the paper's. It does
-  not reproduce the reference code's bugs (see the table of docs/protocols.md).
+  not reproduce the reference code's bugs; every remaining difference is a row of
+  `evolve/paper_deviations.toml` (rendered in docs/reference/paper-deviations.md).
 - ``"evolve"`` is this toolkit's own flow (state-aware simulated user, per-variable probes,
   failure-diagnostic feedback, held-out users).
 
@@ -61,9 +62,21 @@ class ProtocolRules:
     # The reflector defaults to the agent's own model at temperature 0 (the paper's), and its
     # role, model and temperature are then part of the experiment's identity.
     reflector_is_agent_model: bool
-    # Reflector proposals are checked (and structured edits offered); the paper's reflector
-    # is unchecked.
-    checks_reflector_proposals: bool
+    # The reflector's prompt: "reference" = the reference's content (an empty system message,
+    # improve the part from the feedback in a similar format, no length cap); "hinted" = ours
+    # (failures must not happen again, store changed facts, stay general, at most 120 words).
+    reflector_prompt: Literal["reference", "hinted"]
+    # Structured list edits (the `list_edit` operator) and proposal checks (edits.py): built
+    # for the bundled small model; the reference uses the reflector's text as it is.
+    structured_edits: bool
+    # Completion limit of the agent and the simulated user when neither the spec nor the
+    # command line sets one: the reference's configs use 8192; None = the endpoint's own.
+    default_max_tokens: int | None
+    # MetricSummary field printed as "the paper's number" of a per-period chain: the
+    # reference's plain mean with random fallback, or our memory score.
+    headline_memory_score: Literal["memory_score_original", "memory_score"]
+    # Print the kept rows of evolve/paper_deviations.toml before a run's first call.
+    prints_deviations: bool
 
 
 PAPER = ProtocolRules(
@@ -79,7 +92,11 @@ PAPER = ProtocolRules(
     upper_bound_layout="reference",
     complete_feedback_allowed=True,
     reflector_is_agent_model=True,
-    checks_reflector_proposals=False,
+    reflector_prompt="reference",
+    structured_edits=False,
+    default_max_tokens=8192,
+    headline_memory_score="memory_score_original",
+    prints_deviations=True,
 )
 EVOLVE = ProtocolRules(
     name="evolve",
@@ -93,7 +110,11 @@ EVOLVE = ProtocolRules(
     upper_bound_layout="compact",
     complete_feedback_allowed=False,
     reflector_is_agent_model=False,
-    checks_reflector_proposals=True,
+    reflector_prompt="hinted",
+    structured_edits=True,
+    default_max_tokens=None,
+    headline_memory_score="memory_score",
+    prints_deviations=False,
 )
 _RULES: dict[str, ProtocolRules] = {rules.name: rules for rules in (PAPER, EVOLVE)}
 

@@ -154,6 +154,16 @@ class ExperimentResult(_Frozen):
     tokens: int = 0
     wall_time_s: float = 0.0
     reflection_parse_failures: int = 0
+    max_tokens: dict[str, int | None] = Field(
+        default_factory=dict,
+        description="Completion limit used per role (simulator, agent, reflector): under the "
+        "paper protocol the reference's 8192 unless the user set one.",
+    )
+    protocol: str = Field(
+        default="evolve",
+        description="The information flow that produced the results (paper or evolve); it "
+        "chooses which memory score is the per-period chain's headline.",
+    )
 
     def candidate(self, candidate_id: str) -> CandidateRecord:
         for record in self.candidates:

@@ -25,6 +25,7 @@ from tqdm import tqdm
 
 from evolve.commands import interrupt
 from evolve.commands.progress import stderr_is_terminal
+from evolve.commands.protocol_start import print_protocol_start
 from evolve.errors import ConfigError
 from evolve.files import safe_name
 from evolve.llm import RoleLMs, add_llm_arguments, open_role_lms_from_args
@@ -354,6 +355,8 @@ def run_eval(args: argparse.Namespace) -> int:
             check_resumable(
                 env, policy, lms, args.out / name, config, off_policy_dir=args.off_policy
             )
+        # After the resume check (a refusal stays one line), before the first LLM call.
+        print_protocol_start(args.protocol, lms, ("simulator", "agent"))
         upper_bound = None
         if not args.no_upper_bound:
             started = time.perf_counter()

@@ -16,10 +16,18 @@ from tqdm import tqdm
 
 from evolve.commands import interrupt
 from evolve.commands.progress import EvaluationBar, make_bar
+from evolve.commands.protocol_start import print_protocol_start
 from evolve.config import ExperimentSpec, ResolvedExperiment, load_spec, resolve
-from evolve.llm import LLMConfig, add_llm_arguments, llm_config_from_args, open_role_lms
+from evolve.llm import (
+    LLMConfig,
+    add_llm_arguments,
+    llm_config_from_args,
+    open_role_lms,
+    protocol_llm_config,
+)
 from evolve.locking import run_lock
 from evolve.optimize import LoopProgress, format_lineage, format_table, run_experiment
+from evolve.optimize.loop import reflector_setup
 from evolve.optimize.report import format_outcome
 from evolve.records import CandidateRecord
 from evolve.simulator.runner import ProgressSink
@@ -61,7 +69,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_command(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec)
     resolved = resolve(spec)  # everything checkable is checked before the first LLM call
-    llm_config = llm_config_from_args(args, base=spec.llm)
+    llm_config = protocol_llm_config(llm_config_from_args(args, base=spec.llm), spec.protocol)
     tracker = tracker_for(spec, tracking_uri=args.tracking_uri, enabled=not args.no_tracking)
     # One process per run directory: a second one would spend the budget again.
     with run_lock(args.runs_dir / spec.name, "run"):
@@ -91,6 +99,8 @@ def _run_locked(
         optuna.logging.set_verbosity(optuna.logging.WARNING)
     progress = _Bars(enabled=not args.no_progress)
     with open_role_lms(llm_config) as lms:
+        reflector_role, _ = reflector_setup(spec)
+        print_protocol_start(spec.protocol, lms, ("simulator", "agent", reflector_role))
         try:
             result = run_experiment(
                 resolved,

@@ -19,8 +19,15 @@ from pathlib import Path
 from tqdm import tqdm
 
 from evolve.commands.progress import EvaluationBar, make_bar
+from evolve.commands.protocol_start import print_protocol_start
 from evolve.errors import ConfigError
-from evolve.llm import LLMConfig, add_llm_arguments, llm_config_from_args, open_role_lms
+from evolve.llm import (
+    LLMConfig,
+    add_llm_arguments,
+    llm_config_from_args,
+    open_role_lms,
+    protocol_llm_config,
+)
 from evolve.locking import run_lock
 from evolve.simulator.runner import ProgressSink
 from evolve.tracking_uri import masked_uri
@@ -117,7 +124,7 @@ def run_tune(args: argparse.Namespace) -> int:
         study_name=args.study_name,
         create_storage_dir=args.create_storage_dir,
     )
-    llm_config = llm_config_from_args(args, base=spec.llm)
+    llm_config = protocol_llm_config(llm_config_from_args(args, base=spec.llm), spec.protocol)
     tracker = study_tracker_for(spec, tracking_uri=args.tracking_uri, enabled=not args.no_tracking)
     # The main process owns the run directory; extra workers coordinate through the study
     # storage instead (each trial has its own directory).
@@ -155,6 +162,7 @@ def _tune_locked(
         print(f"warning: {note}", file=sys.stderr)
     progress = _Bars(enabled=not args.no_progress)
     with open_role_lms(llm_config) as lms:
+        print_protocol_start(spec.protocol, lms, ("simulator", "agent"))
         try:
             result = run_tuning(
                 resolved,

@@ -8,6 +8,7 @@ from evolve.llm.config import (
     Role,
     add_llm_arguments,
     llm_config_from_args,
+    protocol_llm_config,
 )
 from evolve.llm.roles import RoleLMs, build_lm, open_role_lms, open_role_lms_from_args
 from evolve.llm.server import EmbeddedServer
@@ -29,4 +30,5 @@ __all__ = [
     "llm_config_from_args",
     "open_role_lms",
     "open_role_lms_from_args",
+    "protocol_llm_config",
 ]

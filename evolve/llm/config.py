@@ -17,6 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from evolve.errors import ConfigError, MissingAPIKeyError
+from evolve.protocol import rules_for
 
 Role = Literal["simulator", "agent", "reflector"]
 ROLES: tuple[Role, ...] = ("simulator", "agent", "reflector")
@@ -235,6 +236,36 @@ class LLMConfig(BaseModel):
                 endpoint.resolve_api_key()
 
 
+# Roles whose completion limit a protocol may set (the reflector follows its own endpoint;
+# under the paper protocol it is the agent's model anyway).
+PROTOCOL_LIMITED_ROLES: tuple[Role, ...] = ("simulator", "agent")
+
+
+def protocol_llm_config(config: LLMConfig, protocol: str) -> LLMConfig:
+    """`config` with the protocol's completion limit (`ProtocolRules.default_max_tokens`:
+    the reference's 8192 under paper) for the simulator and agent roles where the user set
+    none (neither `max_tokens` in the role's table nor --max-tokens).
+
+    A role served by the embedded server gets at most one slot's context, which the server
+    can never exceed anyway; the embedded server then uses that limit for every role it
+    serves (under paper the reflector is the agent's model, so no other role is affected).
+    """
+    limit = rules_for(protocol).default_max_tokens
+    if limit is None:
+        return config
+    updates: dict[str, object] = {}
+    for role in PROTOCOL_LIMITED_ROLES:
+        endpoint = config.endpoint_for(role)
+        if endpoint is None:
+            if "max_tokens" not in config.embedded.model_fields_set:
+                updates["embedded"] = config.embedded.model_copy(
+                    update={"max_tokens": min(limit, config.embedded.ctx_per_slot)}
+                )
+        elif "max_tokens" not in endpoint.model_fields_set:
+            updates[role] = endpoint.model_copy(update={"max_tokens": limit})
+    return config.model_copy(update=updates)
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -292,7 +323,8 @@ def add_llm_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-tokens",
         type=_positive_int,
         help="completion token limit of every role's calls (default: the endpoint's, 512; the "
-        "embedded server's, 256)",
+        "embedded server's, 256; under protocol paper the agent's and the simulated user's "
+        "8192, the reference's)",
     )
     group.add_argument("--no-llm-cache", action="store_true", help="disable the response cache")
     group.add_argument(

@@ -32,6 +32,7 @@ from evolve.llm.config import (
     LLMConfig,
     Role,
     llm_config_from_args,
+    protocol_llm_config,
 )
 from evolve.llm.openai_client import OpenAIChatLM
 from evolve.llm.response_cache import answering, hold_in_adapters, scrub_cached_responses
@@ -370,5 +371,8 @@ def open_role_lms(config: LLMConfig) -> Iterator[RoleLMs]:
 
 
 def open_role_lms_from_args(args: argparse.Namespace, base: LLMConfig | None = None):
-    """`open_role_lms` for a command's parsed LLM flags (see `add_llm_arguments`)."""
-    return open_role_lms(llm_config_from_args(args, base))
+    """`open_role_lms` for a command's parsed LLM flags (see `add_llm_arguments`), with the
+    completion limits of its `--protocol`, if it has one (`protocol_llm_config`)."""
+    config = llm_config_from_args(args, base)
+    protocol = getattr(args, "protocol", None)
+    return open_role_lms(protocol_llm_config(config, protocol) if protocol else config)

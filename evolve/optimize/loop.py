@@ -120,13 +120,20 @@ def reflector_setup(spec: ExperimentSpec) -> tuple[str, float]:
 def build_reflector(spec: ExperimentSpec, lms: RoleLMs) -> Reflector:
     """The run's one reflector (every schedule and operator that reflects uses it)."""
     role, temperature = reflector_setup(spec)
+    rules = rules_for(spec.protocol)
+    # The reference caps no reflector text: under its prompt, only a length the spec sets
+    # explicitly applies.
+    length_set = "max_instruction_chars" in spec.optimizer.model_fields_set
     return Reflector(
         lms,
         temperature=temperature,
-        max_chars=spec.optimizer.max_instruction_chars,
+        max_chars=spec.optimizer.max_instruction_chars
+        if rules.reflector_prompt == "hinted" or length_set
+        else None,
         role=role,
         # Proposal checks and structured edits are ours; the paper's reflector is unchecked.
-        check_proposals=rules_for(spec.protocol).checks_reflector_proposals,
+        check_proposals=rules.structured_edits,
+        prompt=rules.reflector_prompt,
     )
 
 
@@ -258,4 +265,10 @@ class _ExperimentRun:
             tokens=spend.tokens,
             wall_time_s=spend.wall_time_s,
             reflection_parse_failures=sum(r.reflection_parse_failures for r in ordered),
+            max_tokens={
+                "simulator": self.lms.identity("simulator").get("max_tokens"),
+                "agent": self.lms.identity("agent").get("max_tokens"),
+                "reflector": self.lms.identity(self.reflector.role).get("max_tokens"),
+            },
+            protocol=self.spec.protocol,
         )

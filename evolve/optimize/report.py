@@ -7,7 +7,9 @@ run all show the same text.
 
 from __future__ import annotations
 
+from evolve.protocol import rules_for
 from evolve.records import CandidateRecord, ExperimentResult
+from evolve.simulator.metrics import MetricSummary
 
 
 def _score(value: float | None) -> str:
@@ -82,18 +84,33 @@ def format_table(result: ExperimentResult) -> str:
             f"(reflector parse failures: {result.reflection_parse_failures})"
         )
     if result.chain_summary is not None:
-        summary = result.chain_summary
-        lines.append(
-            f"evolving train run (the paper's number): memory score "
-            f"{_score(summary.memory_score)}, accuracy {_score(summary.accuracy)}, "
-            f"parse failures {summary.parse_failures_total}"
-        )
+        lines.append(chain_headline(result.chain_summary, result.protocol))
     status = "complete" if result.complete else f"stopped: {result.stopped or 'interrupted'}"
     lines.append(
         f"spent: {result.llm_calls} LLM calls, {result.tokens} tokens, "
         f"{result.wall_time_s:.0f} s ({status})"
     )
     return "\n".join(lines)
+
+
+def chain_headline(summary: MetricSummary, protocol: str) -> str:
+    """The per-period chain's headline: under paper the paper's number, the reference's
+    formula (`memory_score_original`: plain mean over every user-period, an unparseable
+    answer given its random score), with ours next to it; under evolve our memory score."""
+    headline = rules_for(protocol).headline_memory_score
+    if headline == "memory_score_original":
+        return (
+            f"evolving train run (the paper's number, the reference's formula): memory score "
+            f"{_score(summary.memory_score_original)}, accuracy with random fallback "
+            f"{_score(summary.accuracy_with_random_fallback)}; ours (parse failures wrong, "
+            f"degenerate periods left out): memory score {_score(summary.memory_score)}, "
+            f"accuracy {_score(summary.accuracy)}, parse failures "
+            f"{summary.parse_failures_total}"
+        )
+    return (
+        f"evolving train run: memory score {_score(getattr(summary, headline))}, accuracy "
+        f"{_score(summary.accuracy)}, parse failures {summary.parse_failures_total}"
+    )
 
 
 def accuracy_references(result: ExperimentResult) -> dict[str, float]:

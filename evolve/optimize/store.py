@@ -196,6 +196,8 @@ class ExperimentStore:
             tokens=spend.tokens,
             wall_time_s=spend.wall_time_s,
             reflection_parse_failures=sum(r.reflection_parse_failures for r in candidates),
+            max_tokens=stored.get("max_tokens", {}),
+            protocol=stored.get("protocol", "evolve"),
         )
 
 

@@ -12,7 +12,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from optimize.evolve_helpers import SCHEMA, make_item, output_fields, sections
+from optimize.evolve_helpers import SCHEMA, make_item, output_fields, reflector_inputs, sections
 from scripted_lm import ScriptedLM, scripted_role_lms
 
 from evolve.config import load_spec
@@ -73,7 +73,9 @@ def write_world(directory: Path, feedback: str = "complete", concurrency: int = 
 
 def agent(call) -> dict[str, Any]:
     fields, inputs = output_fields(call.system), sections(call.user)
-    if "new_text" in fields:  # the reflector: under the paper protocol, the agent's model
+    reflection = reflector_inputs(call)
+    if reflection is not None:  # the reflector: under the paper protocol, the agent's model
+        inputs = reflection
         current = inputs.get("current_text", "").strip()
         added = [
             token(name)

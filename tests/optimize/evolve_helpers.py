@@ -216,3 +216,26 @@ def write_spec(directory: Path, body: str = "", *, name: str = "exp", **tables: 
     path = directory / f"{name}.toml"
     path.write_text(text, encoding="utf-8")
     return path
+
+
+# The reference-style reflector request (protocol paper): an empty system message, then one
+# user message holding the current text and the feedback (evolve.optimize.reflect).
+_REFERENCE_REFLECTION = re.compile(
+    r"^Here is [^\n]*:\n\n(?P<current_text>.*)\n\nFeedback from its recent use:\n"
+    r"(?P<feedback>.*)\n\nRevise it using the feedback",
+    re.S,
+)
+
+
+def reflector_inputs(call: Any) -> dict[str, str] | None:
+    """`current_text` and `feedback` of a reflector call under either prompt (the hinted DSPy
+    signature, or the reference-style request), or None for any other call."""
+    if "new_text" in output_fields(call.system):
+        fields = sections(call.user)
+        return {"current_text": fields.get("current_text", ""), "feedback": fields["feedback"]}
+    first = call.messages[0] if call.messages else {}
+    if first.get("role") == "system" and first.get("content") == "":
+        match = _REFERENCE_REFLECTION.match(call.user)
+        if match:
+            return match.groupdict()
+    return None

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 from optimize.chain_world import SIGNATURES, World, run, token, write_world
-from optimize.evolve_helpers import output_fields, sections
+from optimize.evolve_helpers import output_fields, reflector_inputs, sections
 
 import memory_policies
 from evolve.config import load_spec
@@ -33,7 +33,7 @@ TESTS_DIR = Path(__file__).resolve().parents[1]
 
 
 def reflections(world: World) -> list[Any]:
-    return [c for c in world.agent.calls if "new_text" in output_fields(c.system)]
+    return [c for c in world.agent.calls if reflector_inputs(c) is not None]
 
 
 def test_each_user_evolves_its_own_chain(tmp_path):
@@ -54,7 +54,7 @@ def test_each_user_evolves_its_own_chain(tmp_path):
 
     # Each reflection saw one user's period only: the paper's complete feedback.
     for call in reflections(world):
-        feedback = sections(call.user)["feedback"]
+        feedback = reflector_inputs(call)["feedback"]
         signed = [name for name in SIGNATURES.values() if f"signature: {name}" in feedback]
         assert len(signed) == 1, feedback
         assert "The assistant chose: (A)" in feedback and "correct" not in feedback
@@ -222,7 +222,7 @@ def test_what_the_reflector_is_shown_per_kind(tmp_path, feedback):
     spec = write_world(tmp_path, feedback=feedback)
     world = World()
     run(tmp_path, world, spec)
-    shown = [sections(c.user)["feedback"] for c in reflections(world)]
+    shown = [reflector_inputs(c)["feedback"] for c in reflections(world)]
     assert len(shown) == 4
     for text in shown:
         assert "Can you suggest a dinner recipe for me?" in text
@@ -243,7 +243,7 @@ def test_blind_chains_propose_without_feedback(tmp_path):
     spec = write_world(tmp_path, feedback="blind")
     world = World()
     result = run(tmp_path, world, spec)
-    shown = [sections(c.user)["feedback"] for c in reflections(world)]
+    shown = [reflector_inputs(c)["feedback"] for c in reflections(world)]
     assert shown == [BLIND_FEEDBACK] * 4  # 2 users x 2 period barriers
     steps = [r for r in result.candidates if r.mutation.kind == "reflective"]
     assert len(steps) == 4 and {r.mutation.feedback for r in steps} == {"blind"}

@@ -82,10 +82,19 @@ class EvaluationReport(BaseModel):
     )
     wall_time_s: float
     complete: bool = True
+    max_tokens: dict[str, int | None] = Field(
+        default_factory=dict,
+        description="Completion limit used per role (simulator, agent): under the paper "
+        "protocol the reference's 8192 unless the user set one.",
+    )
 
     def without_records(self) -> dict[str, Any]:
         """JSON-ready report minus the per-item records (those live in the unit files)."""
         return self.model_dump(mode="json", exclude={"users"})
+
+
+# The roles an evaluation calls (the reflector plays no part in one).
+EPISODE_ROLES = ("simulator", "agent")
 
 
 def run_evaluation(
@@ -163,6 +172,7 @@ def run_evaluation(
             usage=lms.usage.snapshot().minus(usage_start).model_dump(mode="json"),
             wall_time_s=time.perf_counter() - started,
             complete=complete,
+            max_tokens={role: lms.identity(role).get("max_tokens") for role in EPISODE_ROLES},
         )
         atomic_write_json(layout.report_file, result.without_records())
         export_original_layout(

@@ -1,0 +1,221 @@
+"""The paper protocol's deviations from the reference AMemGym code, as data.
+
+`paper_deviations.toml` (package data, next to this module) lists every difference between
+what `protocol = "paper"` sends or scores and what the reference code does: the deliberate
+ones (`status = "kept"`, printed at the start of every paper run) and the closed ones
+(history). The same file is rendered into docs/reference/paper-deviations.md and read by the
+tests that compare each role's requests with the reference's, so the three cannot drift.
+
+    python -m evolve.paper_deviations --markdown > docs/reference/paper-deviations.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tomllib
+from collections.abc import Sequence
+from functools import cache
+from importlib import resources
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+# Who is shown something: the simulated user, each policy, the upper bound, the diagnosis
+# probe, the reflector and the embedding model.
+ROLES = (
+    "user",
+    "native",
+    "awi",
+    "awe",
+    "rag",
+    "upper_bound",
+    "probe",
+    "reflector",
+    "embedder",
+)
+# What a request carries (information items and call parameters), and how the reply is read.
+ITEMS = (
+    "profile",
+    "dates",
+    "state",
+    "schema",
+    "last_messages",
+    "memory",
+    "options",
+    "feedback",
+    "question",
+    "system_message",
+    "temperature",
+    "max_tokens",
+    "response_format",
+    "model",
+    "embedding_model",
+    "parsing",
+)
+DEVIATIONS_FILE = "paper_deviations.toml"
+
+
+class Deviation(BaseModel):
+    """One difference between the paper protocol and the reference code."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str = Field(pattern=r"^[a-z][a-z0-9_]*$", description="Short unique slug.")
+    status: Literal["kept", "closed"] = Field(
+        description="kept: deliberate, printed at every paper run's start; closed: history."
+    )
+    roles: list[str] = Field(description="Roles whose requests it changes.")
+    items: list[str] = Field(
+        description="What differs in those requests; empty: only how replies are scored."
+    )
+    ours: str = Field(min_length=1)
+    reference: str = Field(min_length=1)
+    why: str = Field(min_length=1)
+    affects: str = Field(min_length=1, description="Which reported numbers it moves.")
+
+    @field_validator("roles")
+    @classmethod
+    def _known_roles(cls, roles: list[str]) -> list[str]:
+        return _known("role", roles, ROLES)
+
+    @field_validator("items")
+    @classmethod
+    def _known_items(cls, items: list[str]) -> list[str]:
+        return _known("item", items, ITEMS)
+
+    def start_line(self) -> str:
+        """The one line printed at the start of a paper run."""
+        return f"  {self.id}: {self.ours}"
+
+
+def _known(what: str, values: list[str], vocabulary: tuple[str, ...]) -> list[str]:
+    unknown = [value for value in values if value not in vocabulary]
+    if unknown:
+        raise ValueError(f"unknown {what}(s) {unknown}; expected some of {', '.join(vocabulary)}")
+    if len(set(values)) != len(values):
+        raise ValueError(f"a {what} is listed twice: {list(values)}")
+    return values
+
+
+def parse_deviations(text: str, source: str = DEVIATIONS_FILE) -> list[Deviation]:
+    """Validated deviations from TOML text; ValueError naming the row and the problem."""
+    data = tomllib.loads(text)
+    extra = set(data) - {"deviation"}
+    if extra:
+        raise ValueError(f"{source}: unknown top-level key(s) {sorted(extra)}; only [[deviation]]")
+    deviations: list[Deviation] = []
+    for index, row in enumerate(data.get("deviation", [])):
+        try:
+            deviations.append(Deviation.model_validate(row))
+        except ValidationError as error:
+            label = row.get("id", f"#{index + 1}") if isinstance(row, dict) else f"#{index + 1}"
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or 'row'}: {e['msg']}" for e in error.errors()
+            )
+            raise ValueError(f"{source}: deviation {label}: {problems}") from None
+    ids = [deviation.id for deviation in deviations]
+    repeated = sorted({i for i in ids if ids.count(i) > 1})
+    if repeated:
+        raise ValueError(f"{source}: deviation id(s) {repeated} used more than once")
+    return deviations
+
+
+@cache
+def _load_cached() -> tuple[Deviation, ...]:
+    text = resources.files("evolve").joinpath(DEVIATIONS_FILE).read_text(encoding="utf-8")
+    return tuple(parse_deviations(text))
+
+
+def load_deviations() -> list[Deviation]:
+    """Every row of the packaged deviation table, in file order."""
+    return [deviation.model_copy(deep=True) for deviation in _load_cached()]
+
+
+def kept_deviations() -> list[Deviation]:
+    """The deliberate differences: printed at the start of every paper run."""
+    return [deviation for deviation in load_deviations() if deviation.status == "kept"]
+
+
+START_HEADING = (
+    "protocol paper: deliberate differences from the reference code (why: "
+    "docs/reference/paper-deviations.md):"
+)
+
+
+def start_lines() -> list[str]:
+    """What a paper run prints before its first call: a heading, then one line per kept
+    deviation."""
+    return [START_HEADING, *(deviation.start_line() for deviation in kept_deviations())]
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _table(deviations: Sequence[Deviation]) -> list[str]:
+    lines = [
+        "| id | roles | items | ours | reference | why | affects |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for d in deviations:
+        roles = ", ".join(d.roles) or "-"
+        items = ", ".join(d.items) or "- (scoring only)"
+        cells = [f"`{d.id}`", roles, items, d.ours, d.reference, d.why, d.affects]
+        lines.append("| " + " | ".join(_cell(cell) for cell in cells) + " |")
+    return lines
+
+
+def render_markdown(deviations: Sequence[Deviation] | None = None) -> str:
+    """The documentation page of the deviation table (docs/reference/paper-deviations.md)."""
+    rows = load_deviations() if deviations is None else list(deviations)
+    kept = [d for d in rows if d.status == "kept"]
+    closed = [d for d in rows if d.status == "closed"]
+    lines = [
+        "# Paper protocol: deviations from the reference code",
+        "",
+        "<!-- Generated from evolve/paper_deviations.toml by "
+        "`python -m evolve.paper_deviations --markdown`; do not edit by hand. -->",
+        "",
+        'Where `protocol = "paper"` differs from the reference AMemGym code '
+        "(AGI-Eval-Official/amemgym at `ffcd188`). The table is one machine-readable file, "
+        "`evolve/paper_deviations.toml`: this page is generated from it, every paper run "
+        "prints its kept rows at start (one line each), and the request-comparison tests "
+        "accept a difference from the reference only when a row names its role and item.",
+        "",
+        "Roles: the simulated user (`user`), the policies (`native`, `awi`, `awe`, `rag`), "
+        "the upper bound, the diagnosis `probe`, the `reflector` and the `embedder`. Items: "
+        "what a request carries (information and call parameters) or `parsing` (how the "
+        "reply is read); no item means only the scoring differs.",
+        "",
+        "## Kept: deliberate differences",
+        "",
+        *_table(kept),
+        "",
+        "## Closed: paper now does what the reference does",
+        "",
+        *_table(closed),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m evolve.paper_deviations",
+        description="Print the paper protocol's deviation table.",
+    )
+    parser.add_argument(
+        "--markdown", action="store_true", help="the documentation page (default: start lines)"
+    )
+    args = parser.parse_args(argv)
+    if args.markdown:
+        sys.stdout.write(render_markdown())
+    else:
+        for line in start_lines():
+            print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
