@@ -12,7 +12,7 @@ from scripted_lm import ScriptedLM, scripted_role_lms
 
 from evolve.config import load_spec, resolve
 from evolve.errors import ConfigError
-from evolve.optimize.loop import _Evolution
+from evolve.optimize.loop import build_reflector
 from evolve.optimize.reflect import Reflector
 
 TYPES = "1. Diet: what the user eats.\n2. Home: where the user lives."
@@ -77,16 +77,7 @@ def test_the_experiment_builds_its_protocols_reflector(
     tmp_path: Path, protocol, prompt, max_chars, checks
 ):
     spec = load_spec(write_spec(tmp_path, f'protocol = "{protocol}"'))
-    evolution = _Evolution(
-        resolve(spec),
-        scripted_role_lms(),
-        runs_dir=tmp_path / "runs",
-        tracker=None,  # type: ignore[arg-type]  # unused before run()
-        progress=None,  # type: ignore[arg-type]
-        proposer_factory=lambda: None,  # type: ignore[arg-type,return-value]
-        upper_bound_cache=None,
-    )
-    reflector = evolution.reflector
+    reflector = build_reflector(resolve(spec).spec, scripted_role_lms())
     assert (reflector.prompt, reflector.max_chars, reflector.check_proposals) == (
         prompt,
         max_chars,
