@@ -125,8 +125,12 @@ def test_the_users_hf_hub_offline_keeps_auto_off_the_network(tiny_preset, monkey
 
 
 def test_the_toolkits_own_hf_hub_offline_default_does_not_block_the_hub(tiny_preset, monkeypatch):
+    from huggingface_hub import constants
+
     monkeypatch.setitem(paths._TOOLKIT_DEFAULTS, "HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # as prepare_process_environment sets it
+    # ... and as huggingface_hub read it when imported after that default was set.
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     with FakeHub({(REPO, FILENAME): CONTENT}) as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
         assert resolve_bundled_model("0.5b", "auto").source == "hub"
