@@ -11,15 +11,41 @@ import argparse
 import ipaddress
 import os
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 
 from evolve.errors import ConfigError, MissingAPIKeyError
+from evolve.llm.dialects import BUILTIN_DIALECTS, DIALECTS, dialect_named
 from evolve.llm.model_source import MODEL_SOURCE_ENV, MODEL_SOURCES, ModelSource
 
 Role = Literal["simulator", "agent", "reflector"]
+
+
+def _registered_dialect(name: str) -> str:
+    try:
+        dialect_named(name)
+    except ConfigError as error:
+        raise ValueError(str(error)) from None
+    return name
+
+
+# A name from the dialect registry, checked when a config is validated (so a dialect a plugin
+# registers is accepted); the spec schema lists the built-in ones.
+StructuredOutputName = Annotated[
+    str,
+    AfterValidator(_registered_dialect),
+    WithJsonSchema({"enum": list(BUILTIN_DIALECTS), "type": "string"}),
+]
 ROLES: tuple[Role, ...] = ("simulator", "agent", "reflector")
 
 OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -99,10 +125,11 @@ class EndpointConfig(BaseModel):
         description="openai: the toolkit's thin client on the `openai` package (fast, "
         "OpenAI-compatible servers); litellm: DSPy's LiteLLM route, for providers that need it.",
     )
-    structured_output: Literal["json_schema", "llama_cpp", "json_object", "none"] = Field(
+    structured_output: StructuredOutputName = Field(
         default="json_schema",
-        description="How structured calls constrain decoding: OpenAI/vLLM/llama-server "
-        "json_schema, llama-cpp-python's json_object+schema, plain JSON mode, or none.",
+        description="How structured calls constrain decoding (a registered dialect): "
+        "OpenAI/vLLM/llama-server json_schema, llama-cpp-python's json_object+schema, plain "
+        "JSON mode, or none.",
     )
 
     @field_validator("api_key_env")
@@ -268,7 +295,7 @@ def add_llm_arguments(parser: argparse.ArgumentParser) -> None:
         group.add_argument(f"--{role}-model", help=f"model for the {role} role only")
     group.add_argument(
         "--structured-output",
-        choices=["json_schema", "llama_cpp", "json_object", "none"],
+        choices=list(DIALECTS),
         help="constrained decoding dialect of --base-url (json_schema: OpenAI, vLLM, "
         "llama-server; llama_cpp: llama-cpp-python's server)",
     )

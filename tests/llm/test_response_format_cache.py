@@ -28,17 +28,14 @@ class Label(dspy.Signature):
 
 def test_same_output_fields_share_one_schema_build(monkeypatch):
     built = []
-    original = adapter._response_format
-    monkeypatch.setattr(
-        adapter,
-        "_response_format",
-        lambda sig, dialect: built.append(sig) or original(sig, dialect),
-    )
+    original = adapter._output_schema
+    monkeypatch.setattr(adapter, "_output_schema", lambda sig: built.append(sig) or original(sig))
     monkeypatch.setattr(adapter, "_FORMATS", {})
     first = response_format_for(Choose.with_instructions("one"), "json_schema")
     second = response_format_for(Choose.with_instructions("two"), "json_schema")
-    assert first == second == original(Choose, "json_schema")
     assert len(built) == 1
+    assert first == second
+    assert first["json_schema"]["schema"] == original(Choose)
     # Callers get their own copy: changing one leaves the next untouched.
     first["json_schema"]["schema"]["properties"].clear()
     assert response_format_for(Choose, "json_schema") == second
