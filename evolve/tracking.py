@@ -56,6 +56,7 @@ from urllib.parse import urlparse
 from evolve.errors import ConfigError, StorageError
 from evolve.files import atomic_write_json
 from evolve.locking import exclusive_file_lock
+from evolve.simulator.metric_registry import metrics_in
 from evolve.simulator.storage import read_json
 from evolve.tracking_uri import TrackingLocation, check_tracking_uri, resolve_tracking_uri
 
@@ -87,14 +88,6 @@ NOTE_TAG = "mlflow.note.content"
 # Without it MLflow 3's UI guesses "GenAI" for an experiment and opens an empty traces page.
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"
-# Per-period curves of a candidate (`<split>_period/<name>`, step = period).
-PER_PERIOD_METRICS = (
-    "memory_score",
-    "accuracy",
-    "write_failure_rate",
-    "read_failure_rate",
-    "utilization_failure_rate",
-)
 
 
 @dataclass(frozen=True)
@@ -829,10 +822,12 @@ def per_period_metrics(scores: EvaluationScores, split: str, timestamp: int) -> 
     periods = scores.periods if scores.periods is not None else range(len(scores.per_period))
     metrics = []
     for period, summary in zip(periods, scores.per_period, strict=False):
-        for name in PER_PERIOD_METRICS:
-            value = getattr(summary, name)
+        # Per-period curves of a candidate (`<split>_period/<name>`, step = period).
+        for declaration in metrics_in("per_period"):
+            value = declaration.value_of(summary)
             if value is not None:
-                metrics.append(Metric(f"{split}_period/{name}", float(value), timestamp, period))
+                name = f"{split}_period/{declaration.name}"
+                metrics.append(Metric(name, value, timestamp, period))
         metrics.append(
             Metric(
                 f"{split}_period/parse_failures",
@@ -866,20 +861,14 @@ def instruction_diff(old: str, new: str, name: str, old_id: str, new_id: str) ->
 
 
 def per_period_table(scores: EvaluationScores) -> str:
-    columns = (
-        "accuracy",
-        "memory_score",
-        "write_failure_rate",
-        "read_failure_rate",
-        "utilization_failure_rate",
-        "n_items",
-        "llm_calls",
-        "tokens",
-    )
+    declared = metrics_in("per_period")
+    counts = ("n_items", "llm_calls", "tokens")
+    columns = [declaration.name for declaration in declared] + list(counts)
     periods = scores.periods if scores.periods is not None else range(len(scores.per_period))
     lines = ["period," + ",".join(columns) + ",parse_failures"]
     for period, summary in zip(periods, scores.per_period, strict=False):
-        values = [getattr(summary, column) for column in columns]
+        values = [declaration.value_of(summary) for declaration in declared]
+        values += [getattr(summary, count) for count in counts]
         cells = ["" if value is None else f"{value:g}" for value in values]
         lines.append(f"{period}," + ",".join(cells) + f",{summary.parse_failures_total}")
     return "\n".join(lines) + "\n"
