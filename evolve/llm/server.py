@@ -26,7 +26,8 @@ from types import TracebackType
 
 from evolve.errors import ModelFileError, ServerStartError
 from evolve.llm.config import EmbeddedModelConfig
-from evolve.llm.model_files import bundled_model, bundled_model_path, check_gguf_file
+from evolve.llm.model_files import bundled_model, check_gguf_file
+from evolve.llm.model_source import ResolvedModelFile, resolve_bundled_model
 from evolve.paths import cache_dir
 
 _PR_SET_PDEATHSIG = 1
@@ -130,6 +131,7 @@ class EmbeddedServer:
     def __init__(self, config: EmbeddedModelConfig | None = None):
         self.config = config or EmbeddedModelConfig()
         self.model_path: Path | None = None
+        self.bundled_file: ResolvedModelFile | None = None  # a preset's file and its source
         self.model_name = served_model_name(
             bundled_model(self.config.model_preset).name, self.config.slots
         )
@@ -148,7 +150,20 @@ class EmbeddedServer:
             path = check_gguf_file(self.config.model_path)
             self.model_name = served_model_name(path.stem, self.config.slots)
             return path
-        return bundled_model_path(self.config.model_preset)
+        self.bundled_file = resolve_bundled_model(
+            self.config.model_preset, self.config.model_source
+        )
+        if self.bundled_file.note:
+            print(f"model: {self.bundled_file.note}", file=sys.stderr)
+        return self.bundled_file.path
+
+    @property
+    def model_file_name(self) -> str:
+        """The weights' name in cache keys: a preset's, whichever source served its file
+        (both are the same bytes, held to one sha256)."""
+        if self.bundled_file is not None:
+            return f"{bundled_model(self.bundled_file.preset).name}.gguf"
+        return self.model_path.name if self.model_path is not None else self.model_name
 
     def command(self, binary: Path) -> list[str]:
         """The llama-server command line (model and port must be resolved)."""

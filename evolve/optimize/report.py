@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from evolve.protocol import rules_for
 from evolve.records import CandidateRecord, ExperimentResult
+from evolve.simulator.metric_registry import metrics_in
 from evolve.simulator.metrics import MetricSummary
 
 
@@ -40,9 +41,11 @@ def generation_rows(result: ExperimentResult) -> list[dict[str, object]]:
                 "heldout_best": (
                     best.heldout.score if best is not None and best.heldout is not None else None
                 ),
-                "write": summary.write_failure_rate if summary else None,
-                "read": summary.read_failure_rate if summary else None,
-                "util": summary.utilization_failure_rate if summary else None,
+                # The best candidate's diagnosis, under each metric's column name.
+                **{
+                    declaration.column: declaration.value_of(summary) if summary else None
+                    for declaration in metrics_in("report")
+                },
                 "parse_failures": summary.parse_failures_total if summary else None,
                 "tokens": generation.tokens,
                 "llm_calls": generation.llm_calls,
@@ -55,9 +58,10 @@ def format_table(result: ExperimentResult) -> str:
     objective = next(
         (r.train.objective for r in result.candidates if r.train is not None), "memory_score"
     )
+    diagnosis = [declaration.column for declaration in metrics_in("report")]
     header = (
         f"{'gen':>3} {'cands':>5} {'best':<8} {'best train':>10} {'mean train':>10} "
-        f"{'held-out':>8} {'write':>5} {'read':>5} {'util':>5} {'parse':>5} "
+        f"{'held-out':>8} {''.join(f'{column:>5} ' for column in diagnosis)}{'parse':>5} "
         f"{'tokens':>9} {'calls':>6}"
     )
     lines = [f"experiment {result.name} ({result.schedule}; score = {objective})", header]
@@ -67,8 +71,8 @@ def format_table(result: ExperimentResult) -> str:
         lines.append(
             f"{row['generation']:>3} {cands:>5} {str(row['best_id'] or '-'):<8} "
             f"{_score(row['best_train']):>10} {_score(row['mean_train']):>10} "  # type: ignore[arg-type]
-            f"{_score(row['heldout_best']):>8} {_rate(row['write']):>5} "  # type: ignore[arg-type]
-            f"{_rate(row['read']):>5} {_rate(row['util']):>5} {parse:>5} "  # type: ignore[arg-type]
+            f"{_score(row['heldout_best']):>8} "  # type: ignore[arg-type]
+            f"{''.join(f'{_rate(row[column]):>5} ' for column in diagnosis)}{parse:>5} "  # type: ignore[arg-type]
             f"{row['tokens']:>9} {row['llm_calls']:>6}"
         )
     if not result.generations:

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from pydantic import BaseModel, Field
 
+from evolve.simulator.metric_registry import METRICS, metric_description
 from evolve.simulator.records import (
     Diagnosis,
     ItemResult,
@@ -78,46 +79,45 @@ def random_score(option_states: Sequence[Sequence[str]], gold_state: Sequence[st
 
 
 class MetricSummary(BaseModel):
-    """Scores over a set of user-periods (a whole run, one user, or one period)."""
+    """Scores over a set of user-periods (a whole run, one user, or one period).
 
-    accuracy: float | None = None
-    memory_score: float | None = Field(
-        default=None,
-        description="Mean over user-periods; None: no upper bound, or more than a quarter of "
-        "the user-periods degenerate (see memory_score_undefined).",
-    )
+    Each score's meaning, direction and range are declared in `metric_registry`."""
+
+    accuracy: float | None = Field(default=None, description=metric_description("accuracy"))
+    memory_score: float | None = Field(default=None, description=metric_description("memory_score"))
     memory_score_undefined: str | None = Field(
         default=None, description="Why memory_score is None (None when it is defined)."
     )
     pooled_memory_score: float | None = Field(
-        default=None,
-        description="(mean S - mean S_rand) / (mean S_UB - mean S_rand) over all items; None: "
-        "no upper bound, or mean S_UB <= mean S_rand.",
+        default=None, description=metric_description("pooled_memory_score")
     )
     accuracy_with_random_fallback: float | None = Field(
-        default=None,
-        description="The original's rule: an unparseable answer earns its random score.",
+        default=None, description=metric_description("accuracy_with_random_fallback")
     )
     memory_score_original: float | None = Field(
-        default=None,
-        description="The reference's plain mean over all user-periods (no degenerate rule); "
-        "None where it would divide by zero, or without an upper bound.",
+        default=None, description=metric_description("memory_score_original")
     )
-    random_score: float | None = None
-    upper_bound_score: float | None = None
-    write_failure_rate: float | None = None
-    read_failure_rate: float | None = None
-    utilization_failure_rate: float | None = None
+    random_score: float | None = Field(default=None, description=metric_description("random_score"))
+    upper_bound_score: float | None = Field(
+        default=None, description=metric_description("upper_bound_score")
+    )
+    write_failure_rate: float | None = Field(
+        default=None, description=metric_description("write_failure_rate")
+    )
+    read_failure_rate: float | None = Field(
+        default=None, description=metric_description("read_failure_rate")
+    )
+    utilization_failure_rate: float | None = Field(
+        default=None, description=metric_description("utilization_failure_rate")
+    )
     original_write_failures: float | None = Field(
-        default=None, description="Original diagnosis: mean write-failed variables per item."
+        default=None, description=metric_description("original_write_failures")
     )
     original_read_failures: float | None = Field(
-        default=None, description="Original diagnosis: mean read-failed variables per item."
+        default=None, description=metric_description("original_read_failures")
     )
     memory_success: float | None = Field(
-        default=None,
-        description="Original diagnosis: share of items with no write or read failure; None "
-        "when probes were wrong_only (correct items were not probed).",
+        default=None, description=metric_description("memory_success")
     )
     n_items: int = 0
     n_user_periods: int = 0
@@ -140,24 +140,10 @@ class MetricSummary(BaseModel):
     def flat_metrics(self, prefix: str = "") -> dict[str, float]:
         """Defined numbers only, flat, for MLflow and tables."""
         values: dict[str, float] = {}
-        for name in (
-            "accuracy",
-            "accuracy_with_random_fallback",
-            "memory_score",
-            "memory_score_original",
-            "pooled_memory_score",
-            "random_score",
-            "upper_bound_score",
-            "write_failure_rate",
-            "read_failure_rate",
-            "utilization_failure_rate",
-            "original_write_failures",
-            "original_read_failures",
-            "memory_success",
-        ):
-            value = getattr(self, name)
+        for declaration in METRICS.values():  # declared metrics, derived ones included
+            value = declaration.value_of(self)
             if value is not None:
-                values[f"{prefix}{name}"] = float(value)
+                values[f"{prefix}{declaration.name}"] = value
         values[f"{prefix}n_items"] = float(self.n_items)
         values[f"{prefix}degenerate_periods"] = float(self.degenerate_periods)
         values[f"{prefix}parse_failures"] = float(self.parse_failures_total)

@@ -18,10 +18,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from evolve.simulator.metric_registry import metrics_in
 from evolve.tracking.tags import (
     NOTE_TAG,
     PARENT_RUN_TAG,
-    PER_PERIOD_METRICS,
     TAG_CANDIDATE,
     TAG_CANDIDATE_REASON,
     TAG_CANDIDATE_STATUS,
@@ -172,8 +172,9 @@ def per_period_metrics(scores: EvaluationScores, split: str, timestamp: int) -> 
     periods = scores.periods if scores.periods is not None else range(len(scores.per_period))
     metrics = []
     for period, summary in zip(periods, scores.per_period, strict=False):
-        for name in (*PER_PERIOD_METRICS, *PER_PERIOD_REFERENCES):
-            value = getattr(summary, name)
+        values = {d.name: d.value_of(summary) for d in metrics_in("per_period")}
+        values.update({name: getattr(summary, name) for name in PER_PERIOD_REFERENCES})
+        for name, value in values.items():
             # Undefined (e.g. the memory score of a degenerate period): no point at all.
             if value is not None and math.isfinite(value):
                 metrics.append(Metric(f"{split}_period/{name}", float(value), timestamp, period))
@@ -210,20 +211,14 @@ def instruction_diff(old: str, new: str, name: str, old_id: str, new_id: str) ->
 
 
 def per_period_table(scores: EvaluationScores) -> str:
-    columns = (
-        "accuracy",
-        "memory_score",
-        "write_failure_rate",
-        "read_failure_rate",
-        "utilization_failure_rate",
-        "n_items",
-        "llm_calls",
-        "tokens",
-    )
+    declared = metrics_in("per_period")
+    counts = ("n_items", "llm_calls", "tokens")
+    columns = [declaration.name for declaration in declared] + list(counts)
     periods = scores.periods if scores.periods is not None else range(len(scores.per_period))
     lines = ["period," + ",".join(columns) + ",parse_failures"]
     for period, summary in zip(periods, scores.per_period, strict=False):
-        values = [getattr(summary, column) for column in columns]
+        values = [declaration.value_of(summary) for declaration in declared]
+        values += [getattr(summary, count) for count in counts]
         cells = ["" if value is None else f"{value:g}" for value in values]
         lines.append(f"{period}," + ",".join(cells) + f",{summary.parse_failures_total}")
     return "\n".join(lines) + "\n"

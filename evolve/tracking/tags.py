@@ -3,6 +3,8 @@ contract with `evolve compare`, `evolve export` and the MLflow UI, hence one pla
 
 from __future__ import annotations
 
+from evolve.simulator.metric_registry import metrics_in
+
 STATE_FILE = "mlflow.json"
 TAG_KIND = "evolve.kind"
 TAG_EXPERIMENT = "evolve.experiment"
@@ -26,11 +28,6 @@ NOTE_TAG = "mlflow.note.content"
 # Without it MLflow 3's UI guesses "GenAI" for an experiment and opens an empty traces page.
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"
-# Per-period curves of a candidate (`<split>_period/<name>`, step = period).
-PER_PERIOD_METRICS = (
-    "memory_score",
-    "accuracy",
-    "write_failure_rate",
-    "read_failure_rate",
-    "utilization_failure_rate",
-)
+# Per-period curves of a candidate (`<split>_period/<name>`, step = period): the metrics
+# declared for the per-period view.
+PER_PERIOD_METRICS = tuple(declaration.name for declaration in metrics_in("per_period"))

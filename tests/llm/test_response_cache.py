@@ -230,6 +230,7 @@ def test_the_embedded_server_fingerprints_its_model_kind_slots_and_file(tmp_path
             self.model_name = f"tiny-model@llama-server-{config.slots}slots"
             self.base_url = "http://127.0.0.1:9/v1"
             self.model_path = model_file
+            self.model_file_name = model_file.name
 
         def __enter__(self) -> FakeServer:
             return self
