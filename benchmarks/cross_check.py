@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from evolve.llm.config import EmbeddedModelConfig
-from evolve.llm.server import EmbeddedServer, free_loopback_port
+from evolve.llm.server import EmbeddedServer
 from evolve.simulator.environment import Environment, load_environment, save_environment
 from evolve.simulator.metrics import MetricSummary, summarize
 from evolve.simulator.original_format import (
@@ -60,6 +60,10 @@ from evolve.simulator.synthesis.offline import PRESETS, get_preset, synthesize_e
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
+sys.path.insert(0, str(HERE))  # the stub's launcher, also when this file is loaded by path
+
+from stub_openai_server import StubServer  # noqa: E402
+
 # The reference agent kinds compared, with the reference's agent type.
 AGENTS = {"native": "native", "awi": "awi", "awe": "awe", "rag": "rag"}
 # The reference's evolution configs (configs/agent/awi-evolve/*.json): feedback -> its kinds.
@@ -137,25 +141,9 @@ def endpoint(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
         yield args.base_url, args.model or "local"
         return
     if args.stub:
-        port = free_loopback_port()
-        command = [sys.executable, str(HERE / "stub_openai_server.py"), "--port", str(port)]
-        command += ["--scripted", "--log", str(args.out / "requests.jsonl")]
-        process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
-        base_url = f"http://127.0.0.1:{port}/v1"
-        try:
-            deadline = time.monotonic() + 20
-            while True:
-                try:
-                    with urllib.request.urlopen(f"{base_url}/models", timeout=1):
-                        break
-                except OSError:
-                    if process.poll() is not None or time.monotonic() > deadline:
-                        raise RuntimeError("the stub server did not start") from None
-                    time.sleep(0.05)
-            yield base_url, args.model or "stub"
-        finally:
-            process.terminate()
-            process.wait(timeout=10)
+        log = args.out / "requests.jsonl"
+        with StubServer(latency=0.01, scripted=True, log=log) as stub:
+            yield stub.base_url, args.model or "stub"
         return
     # The paper's native agent sends the whole history: 4k tokens per slot were too few.
     with EmbeddedServer(EmbeddedModelConfig(ctx_per_slot=args.ctx_per_slot)) as server:

@@ -44,8 +44,11 @@ import itertools
 import json
 import os
 import re
+import subprocess
+import sys
 import threading
 import time
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -545,6 +548,89 @@ def serve(
         pass
     finally:
         server.server_close()
+
+
+# ----- launching it in its own process -----------------------------------------------------
+
+
+class StubServer:
+    """This server in its own process (the one launcher tests and benchmarks share).
+
+    with StubServer(latency=0.05) as stub:
+        stub.base_url            # http://127.0.0.1:PORT/v1
+        stub.set_fault("non_json", count=3)
+        stub.stats()["chat_requests"]
+        stub.tag("ours native")  # with log=...: labels the requests that follow
+    """
+
+    def __init__(
+        self,
+        latency: float = 0.01,
+        fault: str = "none",
+        scripted: bool = False,
+        log: Path | None = None,
+    ) -> None:
+        self.latency = latency
+        self.fault = fault
+        self.scripted = scripted
+        self.log = log
+        self.process: subprocess.Popen[str] | None = None
+        self.base_url = ""
+
+    def __enter__(self) -> StubServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        command = [sys.executable, str(Path(__file__).resolve()), "--port", "0"]
+        command += ["--latency", str(self.latency), "--fault", self.fault]
+        if self.scripted:
+            command.append("--scripted")
+        if self.log is not None:
+            command += ["--log", str(self.log)]
+        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+        assert self.process.stdout is not None
+        first_line = self.process.stdout.readline()
+        match = re.search(r"(http://\S+/v1)", first_line)
+        if not match:
+            self.stop()
+            raise RuntimeError(f"the stub server did not start: {first_line!r}")
+        self.base_url = match.group(1)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                self.stats()
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+    def _request(self, path: str, payload: dict[str, Any] | None = None) -> dict[str, Any]:
+        data = None if payload is None else json.dumps(payload).encode("utf-8")
+        request = urllib.request.Request(
+            f"{self.base_url}{path}", data=data, headers={"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return json.loads(response.read())
+
+    def stats(self) -> dict[str, Any]:
+        return self._request("/stats")
+
+    def set_fault(self, mode: str, count: int | None = None) -> dict[str, Any]:
+        return self._request("/fault", {"mode": mode, "count": count})
+
+    def tag(self, tag: str) -> dict[str, Any]:
+        return self._request("/log/tag", {"tag": tag})
 
 
 if __name__ == "__main__":
