@@ -93,7 +93,9 @@ def build(run: Path, target: Path) -> None:
         copy_user(chain / user, target / chain.name / user, diagnosis=False)
         dump(target / chain.name / user / "evolution_history.json", evolution_history(chain / user))
     entries = [e for e in load_request_log(run / "requests.jsonl") if e["tag"].startswith("ref")]
-    dump(target / "reference_requests.json", reduce_log(entries, environment))
+    reduced = reduce_log(entries, environment)
+    lines = ",\n".join(json.dumps(entry, ensure_ascii=False) for entry in reduced)
+    (target / "reference_requests.json").write_text(f"[\n{lines}\n]\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -112,16 +112,11 @@ def test_overall_accuracy_recomputed_from_answers_and_gold_equals_the_reference(
     item = item_of(user)
     raw = load(user_dir / "overall_results.json")
     assert recomputed_accuracy(item, raw) == load(user_dir / "overall_metrics.json")["accuracy"]
-    # Our metric code on the same records: a parse failure is wrong, never a random draw.
+    # Our metric code on the same records scores each answer as the reference did (a parse
+    # failure is recorded as one, with the reference's random draw scored as drawn).
     periods = period_results_from_original(item, parse_overall_results(raw))
     summary = summarize([UserResult(user_id=user, periods=periods)])
-    expected = [
-        float(option_state(item, q, e["response"]) == gold_state(item, p, q))
-        * (not e["json_error"])
-        for p, row in enumerate(raw)
-        for q, e in enumerate(row)
-    ]
-    assert summary.accuracy == mean(expected)
+    assert summary.accuracy == mean(v for row in recomputed_accuracy(item, raw) for v in row)
     assert summary.parse_failures.get("answer", 0) == sum(e["json_error"] for r in raw for e in r)
     # The reference's random baseline: the mean over options of holding the gold state.
     index = USERS.index(user)
@@ -268,20 +263,21 @@ def test_cross_check_scores_the_reference_layout_with_our_metric_code(agent):
     ub = recomputed_upper_bound(load(model_dir / "utilization_results.json"))
     assert summary.upper_bound_score == mean(v for user in ub for row in user for v in row)
     # The original's memory score: per user-period (S - S_random) / (S_UB - S_random), with
-    # S scored as the reference scored it (a parse failure earns its random draw's score).
+    # an unparseable answer earning its expected random score (1 / #options), not the
+    # reference's single draw (which its plot_figure.py would average instead).
     random_matrix = load(FIXTURE / "random_metrics.json")["accuracy"]
     per_period = []
     for index, user in enumerate(USERS):
-        accuracy = recomputed_accuracy(
-            item_of(user), load(FIXTURE / agent / user / "overall_results.json")
-        )
+        item = item_of(user)
+        results = load(FIXTURE / agent / user / "overall_results.json")
+        accuracy = recomputed_accuracy(item, results)
         for period, row in enumerate(accuracy):
-            s, s_random, s_ub = (
-                mean(row),
-                mean(random_matrix[index][period]),
-                mean(ub[index][period]),
-            )
-            per_period.append((s - s_random) / (s_ub - s_random))
+            fallback = [
+                1 / len(item.qas[q].answer_choices) if results[period][q]["json_error"] else v
+                for q, v in enumerate(row)
+            ]
+            s_random, s_ub = mean(random_matrix[index][period]), mean(ub[index][period])
+            per_period.append((mean(fallback) - s_random) / (s_ub - s_random))
     assert summary.memory_score_original == pytest.approx(mean(per_period), abs=1e-12)
 
 
