@@ -10,7 +10,7 @@ compared by what they carry, found by looking for the environment's own data in 
 | `dates` | the start date or a period's end date as a bare date (session timestamps excluded) |
 | `state` | a variable paired with one of its values (`"name": "value"`): the state given |
 | `schema` | a variable with every one of its possible values |
-| `last_messages` | earlier conversation messages (a scripted reply or follow-up, or an earlier opening) |
+| `last_messages` | earlier messages (a scripted reply or follow-up, or an earlier opening) |
 | `memory` | a stored memory (the stub's writes are marked `MEMO-<n>`) |
 | `options` | two or more answer options of a question |
 | `question` | a question of the environment |

@@ -64,6 +64,7 @@ def chain_spec(base_url: str, directory: Path) -> ExperimentSpec:
     data["concurrency"] = 1
     for endpoint in data["llm"].values():
         endpoint["base_url"] = base_url
+        endpoint["cache"] = False  # every request must reach the stub's log
     return spec_from_dict(data, source=PAPER_CHAIN_SPEC)
 
 
@@ -173,7 +174,7 @@ def test_every_row_of_the_deviation_table_uses_the_vocabulary():
     roles = {"user", "native", "awi", "awe", "rag", "upper_bound", "probe", "reflector"}
     roles |= {"embedder"}
     items = set(reduction.ITEMS) | set(reduction.PARAMETERS)
-    items |= {"feedback", "model", "embedding_model", "parsing"}
+    items |= {"feedback", "model", "embedding_model", "parsing", "calls"}
     rows = tomllib.loads(DEVIATIONS.read_text(encoding="utf-8"))["deviation"]
     assert len({row["id"] for row in rows}) == len(rows)
     for row in rows:
