@@ -263,7 +263,7 @@ class PaperChatAdapter(dspy.Adapter):
         messages: list[dict[str, str]] = []
         if "memory" in signature.input_fields:
             heading = signature.input_fields["memory"].json_schema_extra["desc"]
-            system = f"{signature.instructions.strip()}\n{heading}:\n"  # SCRATCH: memory dropped
+            system = f"{signature.instructions.strip()}\n{heading}:\n{inputs.get('memory', '')}"
             messages.append({"role": "system", "content": system})
         for turn in inputs.get("history") or []:
             messages.append({"role": str(turn["role"]), "content": str(turn["content"])})
