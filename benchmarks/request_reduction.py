@@ -211,6 +211,8 @@ class Deviation:
     status: str  # "kept" (deliberate, current) or "closed" (history: no longer differs)
     roles: tuple[str, ...]
     items: tuple[str, ...]
+    # Optional: the policies whose runs the row is about (empty: every policy).
+    policies: tuple[str, ...] = ()
 
 
 def load_deviations(path: Path) -> list[Deviation]:
@@ -222,6 +224,7 @@ def load_deviations(path: Path) -> list[Deviation]:
             status=row["status"],
             roles=tuple(row.get("roles", [])),
             items=tuple(row.get("items", [])),
+            policies=tuple(row.get("policies", [])),
         )
         for row in data.get("deviation", [])
     ]
@@ -243,9 +246,12 @@ class Difference:
         return f"role {self.key}: {self.item}: ours {self.ours!r}, reference {self.theirs!r}"
 
 
-def _covering(deviations: Sequence[Deviation], role: str, item: str) -> str | None:
+def _covering(deviations: Sequence[Deviation], key: str, item: str) -> str | None:
+    role, policy, _ = key.split("/", 2)
     for row in deviations:
-        if row.status == "kept" and role in row.roles and item in row.items:
+        if row.status != "kept" or role not in row.roles or item not in row.items:
+            continue
+        if not row.policies or policy in row.policies:
             return row.id
     return None
 
@@ -256,12 +262,12 @@ def compare(
     deviations: Sequence[Deviation] = (),
 ) -> list[Difference]:
     """Every difference between two summaries (`summarize`), each with the kept deviation row
-    that covers it (same role, same item) or None."""
+    that covers it (same role and item, and the same policy when the row names policies) or
+    None."""
     differences: list[Difference] = []
 
     def add(key: str, item: str, ours_value: Any, theirs_value: Any) -> None:
-        role = key.split("/", 1)[0]
-        covered = _covering(deviations, role, item)
+        covered = _covering(deviations, key, item)
         differences.append(Difference(key, item, ours_value, theirs_value, covered))
 
     for key in sorted(set(ours) | set(theirs)):

@@ -162,6 +162,21 @@ def test_an_undocumented_difference_names_role_item_ours_and_theirs(tmp_path):
     assert uncovered.covered_by is None
 
 
+def test_a_row_naming_policies_covers_only_their_runs(tmp_path):
+    table = tmp_path / "deviations.toml"
+    table.write_text(
+        '[[deviation]]\nid = "awe-store"\nstatus = "kept"\nroles = ["probe"]\n'
+        'items = ["memory"]\npolicies = ["awe"]\n'
+    )
+    ours = _summary({"probe/awe/probe": ["memory"], "probe/awi/probe": []})
+    theirs = _summary({"probe/awe/probe": [], "probe/awi/probe": ["memory"]})
+    found = reduction.compare(ours, theirs, reduction.load_deviations(table))
+    assert {d.key: d.covered_by for d in found} == {
+        "probe/awe/probe": "awe-store",
+        "probe/awi/probe": None,
+    }
+
+
 def test_a_changed_parameter_or_a_missing_call_is_a_difference():
     ours = _summary({"probe/awi/probe": ["schema"]})
     theirs = _summary({"probe/awi/probe": ["schema"], "reflector/-/reflector": ["question"]})
@@ -182,3 +197,4 @@ def test_every_row_of_the_deviation_table_uses_the_vocabulary():
         assert set(row["roles"]) <= roles, row["id"]
         assert set(row["items"]) <= items, row["id"]
         assert all(row.get(k) for k in ("ours", "reference", "why", "affects")), row["id"]
+        assert set(row.get("policies", [])) <= {*reduction.POLICIES, "awi-evolve"}, row["id"]
