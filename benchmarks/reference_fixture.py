@@ -77,8 +77,9 @@ def evolution_history(user_dir: Path) -> list[dict[str, Any]]:
 def build(run: Path, target: Path) -> None:
     reference = run / "reference"
     environment = load(run / "environment.json")
-    if target.exists():
-        shutil.rmtree(target)
+    for old in target.iterdir() if target.exists() else []:  # README.md is written by hand
+        if old.name != "README.md":
+            shutil.rmtree(old) if old.is_dir() else old.unlink()
     dump(target / "environment.json", environment)
     dump(target / "random_metrics.json", load(reference / "random_metrics.json"))
     users = [item["id"] for item in environment]

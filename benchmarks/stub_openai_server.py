@@ -25,15 +25,15 @@ Fault and accounting tests drive it through two extra routes:
 `--port 0` picks a free port; the first line printed is always `stub server on URL`.
 
 `--scripted` answers every request as its role expects, for this toolkit and for the reference
-AMemGym code alike (see `guess_role`): plain text for chat replies and simulated-user
-follow-ups, a fenced `{"answer": n}` for multiple-choice prompts (every fourth one
-unparseable, so the reference's random fallback runs), the asked-for variables for diagnosis
-probes (real keys with cycling values, so some are right and some wrong, and every fifth
-probe with placeholder keys), JSON memory writes, mem0-style fact lists and memory events,
-reflector proposals, and deterministic vectors on `POST /v1/embeddings`. `--log FILE`
-appends one JSON line per chat or embeddings request (role guess, messages, temperature,
-max_tokens, response_format, model; for embeddings the input texts) with the current tag,
-which `POST /log/tag` `{"tag": "native"}` sets (the run a request belongs to).
+AMemGym code alike (see `guess_role`): plain text for chat replies and simulated-user follow-
+ups, a fenced `{"answer": n}` for multiple-choice prompts (every fourth one unparseable, so the
+reference's random fallback runs; every fifth upper-bound answer wrong), the asked-for
+variables for diagnosis probes (real keys with cycling values, so some are right and some
+wrong, and every fifth probe with placeholder keys), JSON memory writes, mem0-style fact lists
+and memory events, reflector proposals, and deterministic vectors on `POST /v1/embeddings`.
+`--log FILE` appends one JSON line per chat or embeddings request (role guess, messages,
+temperature, max_tokens, response_format, model; for embeddings the input texts) with the
+current tag, which `POST /log/tag` `{"tag": "native"}` sets (the run a request belongs to).
 """
 
 from __future__ import annotations
@@ -301,6 +301,10 @@ class Script:
         if role in ("answer", "upper_bound"):
             options = max(1, len(_OPTION_LINE.findall(last)))
             choice = 1 + n % options
+            if role == "upper_bound" and n % 5 == 4:
+                # The reference asks for each option's state in turn, so `n % options` would
+                # always be right: every fifth upper-bound answer takes the next option.
+                choice = 1 + (n + 1) % options
             if properties:
                 return role, json.dumps({"choice": choice})
             if role == "answer" and n % 4 == 3:
