@@ -1,5 +1,9 @@
 """Cross-check: the reference AMemGym code and `evolve eval --protocol paper` on the same data.
 
+Why one long file: a standalone script run against a checkout of the reference code; its
+steps (export, the reference's configs and runs, ours, reading the outputs back, the table)
+share arguments and paths and are used nowhere else.
+
 Exports one environment (`evolve env generate`, default the tiny preset, 2 users), runs the
 reference code (a checkout of AGI-Eval-Official/amemgym with its own Python; never part of this
 repository) and this toolkit against the same OpenAI-compatible endpoint, native and AWI, AWE

@@ -1,5 +1,9 @@
 """A tiny OpenAI-compatible chat server for benchmarks: fixed latency, valid JSON outputs.
 
+Why one long file: the server runs as its own process from a bare path (tests, benchmarks
+and scripts start it with any Python, standard library only), so its routes, its scripted
+answers and the launcher that starts it (`StubServer`) live together.
+
 POST /v1/chat/completions sleeps `--latency` seconds, then answers with a JSON object that
 fills every requested output field with a minimal valid value. Field names and types come
 from the request's `response_format` JSON schema, or, without one, from DSPy's prompt
