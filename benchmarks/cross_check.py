@@ -1,27 +1,39 @@
 """Cross-check: the reference AMemGym code and `evolve eval --protocol paper` on the same data.
 
+Why one long file: a standalone script run against a checkout of the reference code; its
+steps (export, the reference's configs and runs, ours, reading the outputs back, the table)
+share arguments and paths and are used nowhere else.
+
 Exports one environment (`evolve env generate`, default the tiny preset, 2 users), runs the
-reference code (a checkout of AGI-Eval-Official/amemgym with its own Python; never part of
-this repository) and this toolkit against the same OpenAI-compatible endpoint, native and
-AWI, and prints both implementations' accuracy, memory score and original-style diagnosis
+reference code (a checkout of AGI-Eval-Official/amemgym with its own Python; never part of this
+repository) and this toolkit against the same OpenAI-compatible endpoint, native and AWI, AWE
+and RAG, and prints both implementations' accuracy, memory score and original-style diagnosis
 side by side. Both sides are scored by this toolkit's metric code (`evolve.simulator.
 original_format` reads the reference's per-item files), so a difference in a row is a
 difference in what the two implementations did, not in arithmetic.
 
     .venv/bin/python benchmarks/cross_check.py --reference /path/to/amemgym \\
         --reference-python /path/to/venv/bin/python [--base-url URL --model NAME | --stub] \\
-        [--users 2] [--preset tiny] [--seed 0] [--out DIR]
+        [--users 2] [--preset tiny] [--seed 0] [--agents native,awi,awe,rag] \\
+        [--evolution question_only] [--embeddings-base-url URL] [--out DIR]
 
-Without --base-url the embedded llama.cpp server with the bundled model is started (and
-stopped at the end); --stub starts `stub_openai_server.py` instead (plumbing only: the stub
-answers the reference code's prompts with `{}`, so its answers fall back to random choices
-and its upper bound crashes, which is reported, not fatal).
+Without --base-url the embedded llama.cpp server with the bundled model is started (and stopped
+at the end); --stub starts `stub_openai_server.py --scripted` instead, which answers every role
+of both implementations validly (scripted, not a model: the numbers test the plumbing and the
+branches, not memory) and logs every request to OUT/requests.jsonl, tagged with the step that
+sent it (`reference native overall`, `ours awe`, ...).
 
-The reference runs with its v1.base settings (rounds 1 then 2, agent temperature 0,
-simulator temperature 0.2) except `max_tokens` (--max-tokens), which keeps small models
-affordable. Its outputs hold the endpoint in `agent_config.json`: keep --out outside the
-repository.
-"""
+AWE and RAG (the reference's mem0 agent, with and without its LLM write) need `mem0ai` (0.1.x,
+whose v1.1 pipeline the reference's configs name) and `milvus-lite` in the reference's Python,
+and an OpenAI-compatible `/v1/embeddings` endpoint (--embeddings-base-url; default the chat
+endpoint, which the scripted stub serves). Our `external` and `raw_rag` policies embed through
+the same endpoint and model (`MEMORY_POLICIES_EMBEDDER=openai:<--embedding-model>`), so both
+sides retrieve alike. --evolution runs the reference's per-user evolution chain of AWI with
+that feedback (reference side only; `evolve run experiments/paper_table3_*.toml` is ours).
+
+The reference runs with its v1.base settings (rounds 1 then 2, agent temperature 0, simulator
+temperature 0.2) except `max_tokens` (--max-tokens), which keeps small models affordable. Its
+outputs hold the endpoint in `agent_config.json`: keep --out outside the repository."""
 
 from __future__ import annotations
 
@@ -39,7 +51,7 @@ from typing import Any
 
 from evolve.files import safe_name
 from evolve.llm.config import EmbeddedModelConfig
-from evolve.llm.server import EmbeddedServer, free_loopback_port
+from evolve.llm.server import EmbeddedServer
 from evolve.simulator.environment import Environment, load_environment, save_environment
 from evolve.simulator.metrics import MetricSummary, summarize
 from evolve.simulator.original_format import (
@@ -52,8 +64,18 @@ from evolve.simulator.synthesis.offline import PRESETS, get_preset, synthesize_e
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
+sys.path.insert(0, str(HERE))  # the stub's launcher, also when this file is loaded by path
+
+from stub_openai_server import StubServer  # noqa: E402
+
 # The reference agent kinds compared, with the reference's agent type.
-AGENTS = {"native": "native", "awi": "awi"}
+AGENTS = {"native": "native", "awi": "awi", "awe": "awe", "rag": "rag"}
+# The reference's evolution configs (configs/agent/awi-evolve/*.json): feedback -> its kinds.
+EVOLUTION_FEEDBACK = {
+    "question_only": ["vanilla_question_only"],
+    "complete": ["vanilla"],
+    "none": [],
+}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -70,12 +92,29 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--preset", choices=sorted(PRESETS), default="tiny")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--users", type=int, default=2)
-    parser.add_argument("--agents", default="native,awi", help="subset of native,awi")
+    parser.add_argument(
+        "--agents", default="native,awi,awe,rag", help="subset of native,awi,awe,rag"
+    )
     parser.add_argument(
         "--native-policy", default="native", help="our policy spec compared with native"
     )
     parser.add_argument(
         "--awi-policy", default="in_context", help="our policy spec compared with AWI"
+    )
+    parser.add_argument(
+        "--awe-policy", default="external", help="our policy spec compared with AWE"
+    )
+    parser.add_argument("--rag-policy", default="raw_rag", help="our policy spec compared with RAG")
+    parser.add_argument(
+        "--embeddings-base-url", help="OpenAI-compatible /v1 with embeddings (default: chat's)"
+    )
+    parser.add_argument(
+        "--embedding-model", default="text-embedding-3-small", help="embedding model (AWE)"
+    )
+    parser.add_argument(
+        "--evolution",
+        choices=sorted(EVOLUTION_FEEDBACK),
+        help="also run the reference's per-user AWI evolution chain with this feedback",
     )
     parser.add_argument(
         "--max-tokens", type=int, default=256, help="completion limit of both implementations"
@@ -88,7 +127,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     unknown = set(args.agents.split(",")) - set(AGENTS)
     if unknown:
-        parser.error(f"--agents: unknown {sorted(unknown)}; expected a subset of native,awi")
+        parser.error(
+            f"--agents: unknown {sorted(unknown)}; expected a subset of {','.join(AGENTS)}"
+        )
     if args.users < 2 and args.env is None:
         parser.error(f"--users must be at least 2 (got {args.users}): one user proves little")
     return args
@@ -104,26 +145,9 @@ def endpoint(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
         yield args.base_url, args.model or "local"
         return
     if args.stub:
-        port = free_loopback_port()
-        process = subprocess.Popen(
-            [sys.executable, str(HERE / "stub_openai_server.py"), "--port", str(port)],
-            stdout=subprocess.DEVNULL,
-        )
-        base_url = f"http://127.0.0.1:{port}/v1"
-        try:
-            deadline = time.monotonic() + 20
-            while True:
-                try:
-                    with urllib.request.urlopen(f"{base_url}/models", timeout=1):
-                        break
-                except OSError:
-                    if process.poll() is not None or time.monotonic() > deadline:
-                        raise RuntimeError("the stub server did not start") from None
-                    time.sleep(0.05)
-            yield base_url, args.model or "stub"
-        finally:
-            process.terminate()
-            process.wait(timeout=10)
+        log = args.out / "requests.jsonl"
+        with StubServer(latency=0.01, scripted=True, log=log) as stub:
+            yield stub.base_url, args.model or "stub"
         return
     # The paper's native agent sends the whole history: 4k tokens per slot were too few.
     with EmbeddedServer(EmbeddedModelConfig(ctx_per_slot=args.ctx_per_slot)) as server:
@@ -133,8 +157,16 @@ def endpoint(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
 # ----- the reference code ------------------------------------------------------------------------
 
 
-def reference_configs(config_dir: Path, model: str, max_tokens: int) -> dict[str, Path]:
-    """Its env config (v1.base settings) and one agent config per compared agent."""
+def reference_configs(
+    config_dir: Path,
+    model: str,
+    max_tokens: int,
+    embedding_model: str = "text-embedding-3-small",
+    embeddings_base_url: str | None = None,
+    evolution: str | None = None,
+) -> dict[str, Path]:
+    """Its env config (v1.base settings), one agent config per compared agent (AWE as its
+    configs/agent/awe-2-4-30.json) and, with `evolution`, its AWI evolution config."""
     config_dir.mkdir(parents=True, exist_ok=True)
 
     def llm(temperature: float, source: str) -> dict[str, Any]:
@@ -158,8 +190,50 @@ def reference_configs(config_dir: Path, model: str, max_tokens: int) -> dict[str
         agent["llm_config"] |= {"base_url": None, "api_key": None}
         if kind == "awi":
             agent["agent_config"] = {"update_bsz": 2, "local_length": 4}
+        if kind in ("awe", "rag"):  # the reference's awe-2-4-30 / rag-2-4-30 configs
+            agent["agent_config"] = {
+                "update_bsz": 2,
+                "top_k": 30,
+                "local_length": 4,
+                "enable_llm_mem_policy": kind == "awe",
+            }
+            agent["memory_config"] = {
+                "vector_store": {
+                    "provider": "milvus",
+                    "config": {"url": None, "collection_name": "mem_eval"},
+                },
+                "llm": {
+                    "provider": "openai",
+                    "config": {"openai_base_url": None, "api_key": None, "model": model},
+                },
+                "embedder": {
+                    "provider": "openai",
+                    "config": {
+                        "openai_base_url": embeddings_base_url,
+                        "api_key": None,
+                        "model": embedding_model,
+                    },
+                },
+                "history_db_path": None,
+                "version": "v1.1",
+            }
         paths[name] = config_dir / f"{name}.json"
         paths[name].write_text(json.dumps(agent, indent=2))
+    if evolution is not None:
+        evolve_config = {
+            "type": "awi-evolve",
+            "name": f"evolution-{evolution}",
+            "llm_config": llm(0.0, "agent:interaction") | {"base_url": None, "api_key": None},
+            "agent_config": {"update_bsz": 2, "local_length": 4},
+            "evolution_config": {
+                "cadence": "no_evolution" if evolution == "none" else "period",
+                "feedback_types": EVOLUTION_FEEDBACK[evolution],
+                "targets": ["memory_update_prompt"],
+                "init_prompt_type": "info_type",
+            },
+        }
+        paths["evolution"] = config_dir / "evolution.json"
+        paths["evolution"].write_text(json.dumps(evolve_config, indent=2))
     return paths
 
 
@@ -168,11 +242,19 @@ def run_reference(
 ) -> dict[str, str]:
     """Runs the reference modules; returns {step: failure} for the steps that failed."""
     out = args.out / "reference"
-    configs = reference_configs(args.out / "reference-configs", model, args.max_tokens)
+    configs = reference_configs(
+        args.out / "reference-configs",
+        model,
+        args.max_tokens,
+        args.embedding_model,
+        args.embeddings_base_url,
+        args.evolution,
+    )
     environ = os.environ | {
         "OPENAI_BASE_URL": base_url,
         "OPENAI_API_KEY": os.environ.get("OPENAI_API_KEY", "local-no-key"),
         "PYTHONPATH": str(args.reference.resolve() / "src"),
+        "MEM0_TELEMETRY": "False",  # mem0 would report usage over the network
     }
     steps: list[tuple[str, list[str]]] = []
     for name in agents:
@@ -194,6 +276,15 @@ def run_reference(
             ],
         )
     )
+    if args.evolution is not None:
+        steps.append(
+            (
+                f"evolution {args.evolution}",
+                ["amemgym.eval.evolution", "--agent_config", str(configs["evolution"]),
+                 "--env_config", str(configs["env"]), "--env_data", str(env_file),
+                 "--output_dir", str(out / "evolution")],
+            )
+        )  # fmt: skip
     if not args.no_upper_bound:
         steps.append(
             (
@@ -206,6 +297,7 @@ def run_reference(
     log_dir = args.out / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     for label, module_args in steps:
+        tag_requests(base_url, f"reference {label}")
         started = time.perf_counter()
         log = log_dir / f"reference-{label.replace(' ', '-')}.log"
         with open(log, "w") as handle:
@@ -223,6 +315,20 @@ def run_reference(
         if code != 0:
             failures[label] = f"exit {code}: {last_line(log)}"
     return failures
+
+
+def tag_requests(base_url: str, tag: str) -> None:
+    """Labels the requests that follow in the scripted stub's log (other endpoints: no-op)."""
+    request = urllib.request.Request(
+        f"{base_url}/log/tag",
+        data=json.dumps({"tag": tag}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=5):
+            pass
+    except OSError:
+        pass  # a real endpoint has no such route
 
 
 def last_line(path: Path) -> str:
@@ -274,25 +380,35 @@ def reference_results(
 
 
 def run_ours(
-    args: argparse.Namespace, base_url: str, model: str, env_file: Path, specs: list[str]
+    args: argparse.Namespace, base_url: str, model: str, env_file: Path, specs: dict[str, str]
 ) -> int:
-    command = [sys.executable, "-m", "evolve.cli", "eval", "--env", str(env_file)]
-    command += ["--protocol", "paper", "--base-url", base_url, "--model", model]
-    command += ["--out", str(args.out / "ours"), "--concurrency", "1", "--no-llm-cache"]
-    command += ["--max-tokens", str(args.max_tokens)]  # the reference's completion limit
-    command += ["--upper-bound-cache", str(args.out / "ours-upper-bound")]
-    if args.no_upper_bound:
-        command.append("--no-upper-bound")
-    for spec in specs:
+    """One `evolve eval --protocol paper` per policy (so the stub's log tags each); the
+    upper bound is computed once and shared through its cache. Returns the worst exit code."""
+    worst = 0
+    for agent, spec in specs.items():
+        command = [sys.executable, "-m", "evolve.cli", "eval", "--env", str(env_file)]
+        command += ["--protocol", "paper", "--base-url", base_url, "--model", model]
+        command += ["--out", str(args.out / "ours"), "--concurrency", "1", "--no-llm-cache"]
+        command += ["--max-tokens", str(args.max_tokens)]  # the reference's completion limit
+        command += ["--upper-bound-cache", str(args.out / "ours-upper-bound")]
         command += ["--policy", spec]
-    log = args.out / "logs" / "ours.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    environ = os.environ | {"PYTHONPATH": str(REPO)}
-    environ.setdefault("OPENAI_API_KEY", "local-no-key")
-    with open(log, "w") as handle:
-        code = subprocess.call(command, cwd=REPO, env=environ, stdout=handle, stderr=handle)
-    print(f"ours (evolve eval --protocol paper): exit {code} (log {log})", file=sys.stderr)
-    return code
+        if args.no_upper_bound:
+            command.append("--no-upper-bound")
+        log = args.out / "logs" / f"ours-{agent}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        environ = os.environ | {"PYTHONPATH": str(REPO)}
+        environ.setdefault("OPENAI_API_KEY", "local-no-key")
+        # Our external store embeds through the same endpoint and model as the reference's.
+        environ["MEMORY_POLICIES_EMBEDDER"] = f"openai:{args.embedding_model}"
+        environ["OPENAI_BASE_URL"] = args.embeddings_base_url or base_url
+        tag_requests(base_url, f"ours {agent}")
+        with open(log, "w") as handle:
+            code = subprocess.call(command, cwd=REPO, env=environ, stdout=handle, stderr=handle)
+        print(
+            f"ours {agent} (evolve eval --protocol paper): exit {code} (log {log})", file=sys.stderr
+        )
+        worst = worst or code
+    return worst
 
 
 def our_report(out: Path, spec: str) -> dict[str, Any] | None:
@@ -349,11 +465,16 @@ def main(argv: list[str] | None = None) -> int:
     env_file = args.out / "environment.json"
     save_environment(env, env_file)
     agents = args.agents.split(",")
-    specs = {"native": args.native_policy, "awi": args.awi_policy}
+    specs = {
+        "native": args.native_policy,
+        "awi": args.awi_policy,
+        "awe": args.awe_policy,
+        "rag": args.rag_policy,
+    }
     with endpoint(args) as (base_url, model):
         print(f"endpoint {base_url} model {model}; {len(env.items)} users", file=sys.stderr)
         failures = run_reference(args, base_url, model, env_file, agents)
-        our_code = run_ours(args, base_url, model, env_file, [specs[a] for a in agents])
+        our_code = run_ours(args, base_url, model, env_file, {a: specs[a] for a in agents})
     rows: list[tuple[str, MetricSummary | None, str]] = []
     for agent in agents:
         users, notes = reference_results(args.out / "reference", env, agent, model)

@@ -1,5 +1,9 @@
 """A tiny OpenAI-compatible chat server for benchmarks: fixed latency, valid JSON outputs.
 
+Why one long file: the server runs as its own process from a bare path (tests, benchmarks
+and scripts start it with any Python, standard library only), so its routes, its scripted
+answers and the launcher that starts it (`StubServer`) live together.
+
 POST /v1/chat/completions sleeps `--latency` seconds, then answers with a JSON object that
 fills every requested output field with a minimal valid value. Field names and types come
 from the request's `response_format` JSON schema, or, without one, from DSPy's prompt
@@ -23,18 +27,34 @@ Fault and accounting tests drive it through two extra routes:
   sets the same at start.
 
 `--port 0` picks a free port; the first line printed is always `stub server on URL`.
+
+`--scripted` answers every request as its role expects, for this toolkit and for the reference
+AMemGym code alike (see `guess_role`): plain text for chat replies and simulated-user follow-
+ups, a fenced `{"answer": n}` for multiple-choice prompts (every fourth one unparseable, so the
+reference's random fallback runs; every fifth upper-bound answer wrong), the asked-for
+variables for diagnosis probes (real keys with cycling values, so some are right and some
+wrong, and every fifth probe with placeholder keys), JSON memory writes, mem0-style fact lists
+and memory events, reflector proposals, and deterministic vectors on `POST /v1/embeddings`.
+`--log FILE` appends one JSON line per chat or embeddings request (role guess, messages,
+temperature, max_tokens, response_format, model; for embeddings the input texts) with the
+current tag, which `POST /log/tag` `{"tag": "native"}` sets (the run a request belongs to).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import itertools
 import json
 import os
 import re
+import subprocess
+import sys
 import threading
 import time
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 _ids = itertools.count(1)
@@ -152,7 +172,205 @@ def outputs_for(request: dict[str, Any]) -> dict[str, Any]:
     return outputs
 
 
-def make_handler(latency: float, state: ServerState | None = None) -> type[BaseHTTPRequestHandler]:
+# ----- the scripted, role-aware mode ----------------------------------------------------------
+
+ROLE_GUESSES = (
+    "user",  # a simulated-user follow-up
+    "reply",  # the assistant's chat reply
+    "answer",  # a multiple-choice question put to the policy
+    "upper_bound",  # a multiple-choice question with the state given
+    "probe",  # a diagnosis probe: the required variables and their possible values
+    "write",  # a JSON memory write (AWI)
+    "extract",  # a fact extraction (AWE, mem0 style)
+    "update",  # memory events against related memories (AWE, mem0 style)
+    "reflector",  # a proposal for a new memory-types section or instruction
+    "structured",  # any other structured (JSON schema) request
+    "embedding",  # POST /v1/embeddings
+)
+_OPTION_LINE = re.compile(r"^\d+: ", re.M)
+# Placeholder keys of the kind a template shows: a probe reply that copies them fills no variable.
+PLACEHOLDER_PROBE = {"info_type1": "choice", "info_type2": "choice"}
+EMBEDDING_DIMS = 1536  # text-embedding-3-small's size, which mem0's defaults assume
+
+
+def _text(message: dict[str, Any]) -> str:
+    content = message.get("content", "")
+    if isinstance(content, list):  # content parts
+        return "\n".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    return str(content or "")
+
+
+def _schema_properties(request: dict[str, Any]) -> set[str]:
+    response_format = request.get("response_format") or {}
+    if not isinstance(response_format, dict):
+        return set()
+    schema = (response_format.get("json_schema") or {}).get("schema") or {}
+    return set(schema.get("properties", {}))
+
+
+def probe_schema(text: str) -> dict[str, list[str]] | None:
+    """The first JSON object in `text` whose values are all lists of strings (a schema of
+    variables and their possible values), or None."""
+    decoder = json.JSONDecoder()
+    for match in re.finditer(r"\{", text):
+        try:
+            value, _ = decoder.raw_decode(text, match.start())
+        except ValueError:
+            continue
+        if (
+            isinstance(value, dict)
+            and value
+            and all(
+                isinstance(v, list) and all(isinstance(x, str) for x in v) for v in value.values()
+            )
+        ):
+            return value
+    return None
+
+
+def guess_role(request: dict[str, Any]) -> str:
+    """Which role a chat request plays, from its shape and the output it asks for (never from
+    an implementation's wording, so one rule serves this toolkit and the reference code)."""
+    messages = request.get("messages") or []
+    properties = _schema_properties(request)
+    full = "\n".join(_text(m) for m in messages)
+    if properties:  # a DSPy request with a JSON schema: its output field names say the role
+        if properties == {"message"}:
+            return "user"
+        if "choice" in properties:
+            return (
+                "upper_bound" if re.search(r"\b(current_state|known_state)\b", full) else "answer"
+            )
+        if properties & {"new_text", "new_types", "new_prompt"}:
+            return "reflector"
+        return "structured"
+    last = _text(messages[-1]) if messages else ""
+    json_mode = (request.get("response_format") or {}).get("type") == "json_object"
+    if len(_OPTION_LINE.findall(last)) >= 2 and '"answer"' in last:
+        return "upper_bound" if json_mode else "answer"
+    if '"new_types"' in full or '"new_prompt"' in full:
+        return "reflector"
+    if json_mode and "ADD" in full and "DELETE" in full and "event" in full:
+        return "update"
+    if json_mode and '"facts"' in full:
+        return "extract"
+    if probe_schema(last) is not None:
+        # The reference's simulated user sees the whole schema in a single message; a probe
+        # is asked inside the agent's conversation (history or a memory system message).
+        return "user" if len(messages) == 1 and not json_mode else "probe"
+    if json_mode:
+        return "write"
+    return "reply"
+
+
+def _fenced(value: Any) -> str:
+    return f"```json\n{json.dumps(value, ensure_ascii=False)}\n```"
+
+
+class Script:
+    """Per-role scripted answers and the request log (thread-safe; counters per role)."""
+
+    def __init__(self, log_path: Path | None = None) -> None:
+        self.lock = threading.Lock()
+        self.log_path = log_path
+        self.tag = ""
+        self.counts: dict[str, int] = {}
+
+    def _next(self, role: str) -> int:
+        with self.lock:
+            count = self.counts.get(role, 0)
+            self.counts[role] = count + 1
+            return count
+
+    def record(self, entry: dict[str, Any]) -> None:
+        if self.log_path is None:
+            return
+        with self.lock:
+            line = json.dumps({"tag": self.tag, **entry}, ensure_ascii=False)
+            with open(self.log_path, "a", encoding="utf-8") as handle:
+                handle.write(line + "\n")
+
+    def chat(self, request: dict[str, Any]) -> tuple[str, str]:
+        """(role guess, answer content) for one chat request."""
+        role = guess_role(request)
+        n = self._next(role)
+        messages = request.get("messages") or []
+        last = _text(messages[-1]) if messages else ""
+        properties = _schema_properties(request)
+        if role == "user":
+            text = f"Thanks, that helps. What else should I keep in mind? (follow-up {n})"
+            return role, json.dumps({"message": text}) if properties else text
+        if role == "reply":
+            return role, f"Here is one suggestion that could work for you (reply {n})."
+        if role in ("answer", "upper_bound"):
+            options = max(1, len(_OPTION_LINE.findall(last)))
+            choice = 1 + n % options
+            if role == "upper_bound" and n % 5 == 4:
+                # The reference asks for each option's state in turn, so `n % options` would
+                # always be right: every fifth upper-bound answer takes the next option.
+                choice = 1 + (n + 1) % options
+            if properties:
+                return role, json.dumps({"choice": choice})
+            if role == "answer" and n % 4 == 3:
+                return role, "I cannot tell which option fits best."
+            return role, _fenced({"answer": choice})
+        if role == "probe":
+            schema = probe_schema(last) or {}
+            if n % 5 == 4:
+                return role, _fenced(PLACEHOLDER_PROBE)
+            values = {
+                name: choices[(n + j) % len(choices)] if choices else ""
+                for j, (name, choices) in enumerate(schema.items())
+            }
+            return role, _fenced(values)
+        if role == "write":
+            return role, json.dumps({f"note_{n}": f"MEMO-{n}: the user shared a preference"})
+        if role == "extract":
+            return role, json.dumps({"facts": [f"MEMO-{n}: the user shared a preference"]})
+        if role == "update":
+            fact = f"MEMO-{n}: the user shared a preference"
+            if '"events"' in last or "events" in properties:  # this toolkit's event list
+                return role, json.dumps({"events": [{"event": "ADD", "id": 0, "text": fact}]})
+            return role, json.dumps({"memory": [{"id": "0", "text": fact, "event": "ADD"}]})
+        if role == "reflector":
+            section = (
+                "1. Current situation: what the user says is true for them now, with the date.\n"
+                f"2. Changes: a value the user revises replaces the old one (revision {n})."
+            )
+            if properties:
+                key = next(iter(properties & {"new_text", "new_types", "new_prompt"}))
+                return role, json.dumps({key: section})
+            changes = [f"track current values and their changes (revision {n})"]
+            if '"new_prompt"' in "\n".join(_text(m) for m in messages):
+                prompt = (
+                    f"{section}\nMemories: {{current_memories}}\nConversation: {{conversation}}"
+                )
+                return role, _fenced({"new_prompt": prompt, "changes": changes})
+            return role, _fenced({"new_types": section, "changes": changes})
+        return role, json.dumps(outputs_for(request))
+
+    def embed(self, request: dict[str, Any]) -> list[list[float]]:
+        texts = request.get("input", [])
+        texts = [texts] if isinstance(texts, str) else list(texts)
+        dims = int(request.get("dimensions") or EMBEDDING_DIMS)
+        return [hashed_vector(str(text), dims) for text in texts]
+
+
+def hashed_vector(text: str, dims: int) -> list[float]:
+    """A deterministic unit-free vector from the text's words (similar texts share words)."""
+    vector = [0.0] * dims
+    for word in re.findall(r"[a-z0-9]+", text.lower()):
+        digest = hashlib.sha256(word.encode()).digest()
+        vector[int.from_bytes(digest[:4], "big") % dims] += 1.0
+    if not any(vector):
+        vector[0] = 1.0
+    return vector
+
+
+def make_handler(
+    latency: float, state: ServerState | None = None, script: Script | None = None
+) -> type[BaseHTTPRequestHandler]:
+    """The request handler; with a `script`, answers are role-aware and requests are logged."""
     state = state or ServerState()
 
     class Handler(BaseHTTPRequestHandler):
@@ -213,6 +431,13 @@ def make_handler(latency: float, state: ServerState | None = None) -> type[BaseH
                     return
                 self._send(200, state.stats())
                 return
+            if self.path.rstrip("/").endswith("/log/tag") and script is not None:
+                script.tag = str(request.get("tag", ""))
+                self._send(200, {"tag": script.tag})
+                return
+            if self.path.rstrip("/").endswith("/embeddings") and script is not None:
+                self._embeddings(request)
+                return
             if not self.path.rstrip("/").endswith("/chat/completions"):
                 self._send(404, {"error": {"message": f"no route {self.path}"}})
                 return
@@ -227,13 +452,46 @@ def make_handler(latency: float, state: ServerState | None = None) -> type[BaseH
             finally:
                 self._finish_chat()
 
+        def _embeddings(self, request: dict[str, Any]) -> None:
+            with state.lock:
+                state.requests += 1
+            assert script is not None
+            vectors = script.embed(request)
+            script.record(
+                {"role": "embedding", "model": request.get("model"), "input": request.get("input")}
+            )
+            data = [
+                {"object": "embedding", "index": i, "embedding": vector}
+                for i, vector in enumerate(vectors)
+            ]
+            usage = {"prompt_tokens": len(vectors), "total_tokens": len(vectors)}
+            self._send(
+                200,
+                {"object": "list", "data": data, "model": request.get("model"), "usage": usage},
+            )
+
         def _complete(self, request: dict[str, Any]) -> None:
             fault = state.next_fault()
             if fault == "hang":
                 # Hold the connection without answering until the client gives up.
                 while True:
                     time.sleep(3600)
-            content = json.dumps(outputs_for(request))
+            if script is None:
+                content = json.dumps(outputs_for(request))
+            else:
+                role, content = script.chat(request)
+                script.record(
+                    {
+                        "role": role,
+                        "model": request.get("model"),
+                        "messages": request.get("messages"),
+                        "temperature": request.get("temperature"),
+                        "max_tokens": request.get(
+                            "max_tokens", request.get("max_completion_tokens")
+                        ),
+                        "response_format": request.get("response_format"),
+                    }
+                )
             time.sleep(latency)
             if fault == "http500":
                 self._send(500, {"error": {"message": "stub fault: internal error"}})
@@ -280,9 +538,16 @@ class _Server(ThreadingHTTPServer):
     request_queue_size = 256
 
 
-def serve(port: int, latency: float, fault: str = "none") -> None:
+def serve(
+    port: int,
+    latency: float,
+    fault: str = "none",
+    scripted: bool = False,
+    log_path: Path | None = None,
+) -> None:
     state = ServerState(fault)
-    server = _Server(("127.0.0.1", port), make_handler(latency, state))
+    script = Script(log_path) if scripted or log_path is not None else None
+    server = _Server(("127.0.0.1", port), make_handler(latency, state, script))
     server.daemon_threads = True
     print(f"stub server on http://127.0.0.1:{server.server_address[1]}/v1", flush=True)
     try:
@@ -293,10 +558,97 @@ def serve(port: int, latency: float, fault: str = "none") -> None:
         server.server_close()
 
 
+# ----- launching it in its own process -----------------------------------------------------
+
+
+class StubServer:
+    """This server in its own process (the one launcher tests and benchmarks share).
+
+    with StubServer(latency=0.05) as stub:
+        stub.base_url            # http://127.0.0.1:PORT/v1
+        stub.set_fault("non_json", count=3)
+        stub.stats()["chat_requests"]
+        stub.tag("ours native")  # with log=...: labels the requests that follow
+    """
+
+    def __init__(
+        self,
+        latency: float = 0.01,
+        fault: str = "none",
+        scripted: bool = False,
+        log: Path | None = None,
+    ) -> None:
+        self.latency = latency
+        self.fault = fault
+        self.scripted = scripted
+        self.log = log
+        self.process: subprocess.Popen[str] | None = None
+        self.base_url = ""
+
+    def __enter__(self) -> StubServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        command = [sys.executable, str(Path(__file__).resolve()), "--port", "0"]
+        command += ["--latency", str(self.latency), "--fault", self.fault]
+        if self.scripted:
+            command.append("--scripted")
+        if self.log is not None:
+            command += ["--log", str(self.log)]
+        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+        assert self.process.stdout is not None
+        first_line = self.process.stdout.readline()
+        match = re.search(r"(http://\S+/v1)", first_line)
+        if not match:
+            self.stop()
+            raise RuntimeError(f"the stub server did not start: {first_line!r}")
+        self.base_url = match.group(1)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                self.stats()
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+    def _request(self, path: str, payload: dict[str, Any] | None = None) -> dict[str, Any]:
+        data = None if payload is None else json.dumps(payload).encode("utf-8")
+        request = urllib.request.Request(
+            f"{self.base_url}{path}", data=data, headers={"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return json.loads(response.read())
+
+    def stats(self) -> dict[str, Any]:
+        return self._request("/stats")
+
+    def set_fault(self, mode: str, count: int | None = None) -> dict[str, Any]:
+        return self._request("/fault", {"mode": mode, "count": count})
+
+    def tag(self, tag: str) -> dict[str, Any]:
+        return self._request("/log/tag", {"tag": tag})
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, required=True, help="0 picks a free port")
     parser.add_argument("--latency", type=float, default=0.1, help="seconds slept per call")
     parser.add_argument("--fault", choices=FAULT_MODES, default="none", help="initial fault")
+    parser.add_argument(
+        "--scripted", action="store_true", help="role-aware answers for both implementations"
+    )
+    parser.add_argument("--log", type=Path, help="append every request as a JSON line (scripted)")
     args = parser.parse_args()
-    serve(args.port, args.latency, args.fault)
+    serve(args.port, args.latency, args.fault, args.scripted, args.log)

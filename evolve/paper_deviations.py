@@ -52,6 +52,7 @@ ITEMS = (
     "model",
     "embedding_model",
     "parsing",
+    "calls",  # the role makes calls on one side only
 )
 DEVIATIONS_FILE = "paper_deviations.toml"
 
@@ -73,6 +74,10 @@ class Deviation(BaseModel):
     reference: str = Field(min_length=1)
     why: str = Field(min_length=1)
     affects: str = Field(min_length=1, description="Which reported numbers it moves.")
+    policies: list[str] = Field(
+        default_factory=list,
+        description="The runs the row is about (native, awi, awe, rag, awi-evolve); empty: all.",
+    )
 
     @field_validator("roles")
     @classmethod

@@ -241,7 +241,8 @@ def period_results_from_original(
                             correct_at_last_update=then.score >= _CORRECT_SCORE,
                         )
                     )
-            correct = entry.scores.get("accuracy", 0.0) >= _CORRECT_SCORE
+            # From the record's states, not the reference's own score field.
+            correct = [str(v) for v in entry.response_state] == gold_state
             items.append(
                 ItemResult(
                     question_index=question_index,

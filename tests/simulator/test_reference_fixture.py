@@ -1,11 +1,16 @@
 """Fidelity against the reference AMemGym code's own outputs (no LLM, exact equality).
 
-`tests/fixtures/reference_output/` holds OUTPUT files of the reference code (AGI-Eval-
-Official/amemgym @ ffcd188) run on `environment.json` (written by `evolve env generate
---preset tiny --seed 0 --users 2`) against the embedded 0.5B model: native for both users
-(overall + diagnosis), AWI for user 0 (overall + diagnosis), and `random_metrics.json`. The probe
-prompt inside `diagnosis_results.json` (`query`) is redacted; nothing else is changed.
-Regenerate whenever the protocol changes (docs/reference/reference-run.md).
+`tests/fixtures/reference_output/` holds OUTPUT files of one run of the reference code
+(AGI-Eval-Official/amemgym @ ffcd188, unchanged) on `environment.json` (tiny preset, seed 0,
+3 users) against the scripted stub (`benchmarks/stub_openai_server.py --scripted`): native, AWI,
+AWE and RAG (overall + diagnosis), the upper bound, the random baseline and one per-user AWI
+evolution chain with question-only feedback. See the fixture's README and
+docs/reference/reference-run.md.
+
+Every figure is recomputed here from per-item records: the answer (parsed from the raw reply
+with the reference's rule) against the gold state of the environment, the probe's values
+against the period's state. The reference's own score fields are never read; its metric
+files are compared exactly with the recomputation and with this toolkit's metric code.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import importlib.util
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from scripted_lm import ScriptedLM, scripted_role_lms
@@ -22,70 +28,284 @@ from simulator.eval_helpers import agent_responder, simulator_responder
 
 import evolve.commands.eval as eval_command
 from evolve.cli import main
-from evolve.simulator.environment import load_environment
+from evolve.simulator.environment import EnvironmentItem, load_environment
 from evolve.simulator.metrics import summarize
 from evolve.simulator.original_format import (
     OriginalDiagnosisMetrics,
     diagnosis_metrics,
-    overall_accuracy_matrix,
     parse_diagnosis_results,
     parse_overall_results,
     period_results_from_original,
 )
 from evolve.simulator.records import UserResult
+from evolve.simulator.runner import last_update_period
+from memory_policies.paper import load_reference_json
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "reference_output"
-RUNS = {
-    "native-local": ["u000-samuel-adeyemi", "u001-amara-okafor"],
-    "awi-local": ["u000-samuel-adeyemi"],
-}
-DIAGNOSED = [(agent, user) for agent, users in RUNS.items() for user in users]
+AGENTS = ["native", "awi", "awe", "rag"]
+CHAIN = "evolution-question_only"
+ENV = load_environment(FIXTURE / "environment.json")
+USERS = [item.id for item in ENV.items]
+RUNS = [(agent, user) for agent in AGENTS for user in USERS]
 
 
-def load(path: Path):
+def load(path: Path) -> Any:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def cells(matrix) -> list[float]:
-    return [value for row in matrix for value in row]
-
-
 def mean(values) -> float:
+    values = list(values)
     return sum(values) / len(values)
 
 
-@pytest.mark.parametrize(("agent", "user"), [(a, u) for a, users in RUNS.items() for u in users])
-def test_our_metric_code_reproduces_the_stored_overall_metrics(agent, user):
-    user_dir = FIXTURE / agent / user
-    overall = parse_overall_results(load(user_dir / "overall_results.json"))
-    stored = load(user_dir / "overall_metrics.json")
-    assert overall_accuracy_matrix(overall) == stored["accuracy"]
-    env = load_environment(FIXTURE / "environment.json")
-    item = next(i for i in env.items if i.id == user)
-    periods = period_results_from_original(item, overall)
-    summary = summarize([UserResult(user_id=user, periods=periods)])
-    assert summary.accuracy == mean(cells(stored["accuracy"]))
-    # The reference's random baseline for this user, from its random_metrics.json.
-    random_matrix = load(FIXTURE / "random_metrics.json")["accuracy"][env.items.index(item)]
-    assert summary.random_score == mean(cells(random_matrix))
+def item_of(user: str) -> EnvironmentItem:
+    return next(item for item in ENV.items if item.id == user)
 
 
-@pytest.mark.parametrize(("agent", "user"), DIAGNOSED)
-def test_the_stored_diagnosis_parses_and_our_code_reproduces_its_metrics(agent, user):
+def gold_state(item: EnvironmentItem, period: int, question: int) -> list[str]:
+    state = item.periods[period].state
+    return [str(state[variable]) for variable in item.qas[question].required_info]
+
+
+def option_state(item: EnvironmentItem, question: int, number: int) -> list[str]:
+    return [str(v) for v in item.qas[question].answer_choices[number - 1].state]
+
+
+def reference_answer(raw: str) -> int | None:
+    """The option number as the reference reads it (`parse_json(raw)["answer"]`), or None."""
+    try:
+        return int(load_reference_json(raw)["answer"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def reference_probe(raw: str) -> dict[str, Any]:
+    """The probe's values as the reference reads them ({} when unparseable)."""
+    try:
+        values = load_reference_json(raw)
+    except ValueError:
+        return {}
+    return values if isinstance(values, dict) else {}
+
+
+def recomputed_accuracy(item: EnvironmentItem, results: list[list[dict]]) -> list[list[float]]:
+    """Per period and question: 1.0 when the option the reference scored (its parse, or its
+    random draw after a parse failure) holds the gold state; the record must agree with the
+    raw reply about which it was."""
+    matrix = []
+    for period, row in enumerate(results):
+        cells = []
+        for question, entry in enumerate(row):
+            parsed = reference_answer(entry["raw_response"])
+            assert entry["json_error"] == (parsed is None), entry["raw_response"]
+            if parsed is not None:
+                assert entry["response"] == parsed
+            chosen = option_state(item, question, entry["response"])
+            cells.append(float(chosen == gold_state(item, period, question)))
+        matrix.append(cells)
+    return matrix
+
+
+@pytest.mark.parametrize(("agent", "user"), RUNS)
+def test_overall_accuracy_recomputed_from_answers_and_gold_equals_the_reference(agent, user):
     user_dir = FIXTURE / agent / user
-    results = parse_diagnosis_results(load(user_dir / "diagnosis_results.json"))
-    stored = OriginalDiagnosisMetrics.model_validate(load(user_dir / "diagnosis_metrics.json"))
-    assert diagnosis_metrics(results) == stored
-    # The same numbers through the records and summary every evaluation reports.
-    env = load_environment(FIXTURE / "environment.json")
-    item = next(i for i in env.items if i.id == user)
-    overall = parse_overall_results(load(user_dir / "overall_results.json"))
-    periods = period_results_from_original(item, overall, results)
+    item = item_of(user)
+    raw = load(user_dir / "overall_results.json")
+    assert recomputed_accuracy(item, raw) == load(user_dir / "overall_metrics.json")["accuracy"]
+    # Our metric code on the same records scores each answer as the reference did (a parse
+    # failure is recorded as one, with the reference's random draw scored as drawn).
+    periods = period_results_from_original(item, parse_overall_results(raw))
     summary = summarize([UserResult(user_id=user, periods=periods)])
-    means = stored.means()
+    assert summary.accuracy == mean(v for row in recomputed_accuracy(item, raw) for v in row)
+    assert summary.parse_failures.get("answer", 0) == sum(e["json_error"] for r in raw for e in r)
+    # The reference's random baseline: the mean over options of holding the gold state.
+    index = USERS.index(user)
+    random_matrix = load(FIXTURE / "random_metrics.json")["accuracy"][index]
+    assert random_matrix == [
+        [
+            mean(option_state(item, q, n) == gold_state(item, p, q) for n in range(1, 4))
+            for q in range(len(item.qas))
+        ]
+        for p in range(len(item.periods))
+    ]
+    assert summary.random_score == mean(v for row in random_matrix for v in row)
+
+
+def test_the_fixture_exercises_the_random_fallback():
+    errors = [
+        entry["json_error"]
+        for agent, user in RUNS
+        for row in load(FIXTURE / agent / user / "overall_results.json")
+        for entry in row
+    ]
+    assert any(errors) and not all(errors)
+
+
+def recomputed_diagnosis(item: EnvironmentItem, results: list[list[dict]]) -> dict[str, list]:
+    """The original's write / read failures and memory success from the probes' values
+    against the period's state (the write score: the same question's probe at the period
+    that last updated the variable)."""
+    scores: list[list[list[bool]]] = []
+    for period, row in enumerate(results):
+        scores.append([])
+        for question, entry in enumerate(row):
+            values = reference_probe(entry["raw_response"])
+            state = item.periods[period].state
+            cells = []
+            for position, variable in enumerate(item.qas[question].required_info):
+                recall = entry["results"][position]
+                assert recall["info_type"] == variable
+                assert recall["json_error"] == (variable not in values)
+                assert recall["answer_state"] == state[variable]
+                assert recall["write_pos"] == last_update_period(item, variable, period)
+                cells.append(values.get(variable) == state[variable])
+            scores[period].append(cells)
+    metrics: dict[str, list] = {"write_failure": [], "read_failure": [], "memory_success": []}
+    for period, row in enumerate(scores):
+        writes_row, reads_row, success_row = [], [], []
+        for question, cells in enumerate(row):
+            writes = reads = 0
+            for position, correct in enumerate(cells):
+                if correct:
+                    continue
+                variable = item.qas[question].required_info[position]
+                written = last_update_period(item, variable, period)
+                if scores[written][question][position]:
+                    reads += 1
+                else:
+                    writes += 1
+            writes_row.append(writes)
+            reads_row.append(reads)
+            success_row.append(int(writes == 0 and reads == 0))
+        metrics["write_failure"].append(writes_row)
+        metrics["read_failure"].append(reads_row)
+        metrics["memory_success"].append(success_row)
+    return metrics
+
+
+@pytest.mark.parametrize(("agent", "user"), RUNS)
+def test_diagnosis_recomputed_from_probes_and_state_equals_the_reference(agent, user):
+    user_dir = FIXTURE / agent / user
+    item = item_of(user)
+    raw = load(user_dir / "diagnosis_results.json")
+    stored = load(user_dir / "diagnosis_metrics.json")
+    assert recomputed_diagnosis(item, raw) == stored
+    # Our metric code reproduces it, and so do the records every evaluation reports.
+    stored_metrics = OriginalDiagnosisMetrics.model_validate(stored)
+    assert diagnosis_metrics(parse_diagnosis_results(raw)) == stored_metrics
+    overall = parse_overall_results(load(user_dir / "overall_results.json"))
+    periods = period_results_from_original(item, overall, parse_diagnosis_results(raw))
+    summary = summarize([UserResult(user_id=user, periods=periods)])
+    means = stored_metrics.means()
     assert summary.original_write_failures == means["write_failure"]
     assert summary.original_read_failures == means["read_failure"]
     assert summary.memory_success == means["memory_success"]
+
+
+def test_the_fixture_has_write_failures_read_failures_and_successes():
+    totals = {"write_failure": 0, "read_failure": 0, "memory_success": 0}
+    for agent, user in RUNS:
+        for key, matrix in load(FIXTURE / agent / user / "diagnosis_metrics.json").items():
+            totals[key] += sum(v for row in matrix for v in row)
+    assert all(totals.values()), totals
+
+
+def recomputed_upper_bound(results: list) -> list:
+    """Per user, period and question: the upper-bound answer for the gold variant (its state
+    given) holds that state."""
+    matrix = []
+    for index, item in enumerate(ENV.items):
+        scores = {}
+        for question, variants in enumerate(results[index]):
+            for variant, entry in enumerate(variants):
+                parsed = reference_answer(entry["raw_response"])
+                assert entry["json_error"] == (parsed is None)
+                if parsed is not None:
+                    assert entry["response"] == parsed
+                given = option_state(item, question, variant + 1)
+                scores[question, variant] = float(
+                    option_state(item, question, entry["response"]) == given
+                )
+        user_rows = []
+        for period in range(len(item.periods)):
+            row = []
+            for question, qa in enumerate(item.qas):
+                gold = gold_state(item, period, question)
+                variant = next(
+                    v
+                    for v, choice in enumerate(qa.answer_choices)
+                    if [str(s) for s in choice.state] == gold
+                )
+                row.append(scores[question, variant])
+            user_rows.append(row)
+        matrix.append(user_rows)
+    return matrix
+
+
+def test_upper_bound_recomputed_from_answers_equals_the_reference():
+    (model_dir,) = (FIXTURE / "upperbound").iterdir()
+    results = load(model_dir / "utilization_results.json")
+    stored = load(model_dir / "utilization_metrics.json")["accuracy"]
+    assert recomputed_upper_bound(results) == stored
+
+
+@pytest.mark.parametrize("agent", AGENTS)
+def test_cross_check_scores_the_reference_layout_with_our_metric_code(agent):
+    spec = importlib.util.spec_from_file_location(
+        "cross_check", FIXTURE.parents[2] / "benchmarks" / "cross_check.py"
+    )
+    cross_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cross_check)
+    (model_dir,) = (FIXTURE / "upperbound").iterdir()
+    users, notes = cross_check.reference_results(FIXTURE, ENV, agent, model_dir.name)
+    assert list(users) == USERS and notes == {}
+    summary = summarize(list(users.values()))
+    ub = recomputed_upper_bound(load(model_dir / "utilization_results.json"))
+    assert summary.upper_bound_score == mean(v for user in ub for row in user for v in row)
+    # The original's memory score: per user-period (S - S_random) / (S_UB - S_random), with
+    # an unparseable answer earning its expected random score (1 / #options), not the
+    # reference's single draw (which its plot_figure.py would average instead).
+    random_matrix = load(FIXTURE / "random_metrics.json")["accuracy"]
+    per_period = []
+    for index, user in enumerate(USERS):
+        item = item_of(user)
+        results = load(FIXTURE / agent / user / "overall_results.json")
+        accuracy = recomputed_accuracy(item, results)
+        for period, row in enumerate(accuracy):
+            fallback = [
+                1 / len(item.qas[q].answer_choices) if results[period][q]["json_error"] else v
+                for q, v in enumerate(row)
+            ]
+            s_random, s_ub = mean(random_matrix[index][period]), mean(ub[index][period])
+            per_period.append((mean(fallback) - s_random) / (s_ub - s_random))
+    assert summary.memory_score_original == pytest.approx(mean(per_period), abs=1e-12)
+
+
+def test_the_question_only_evolution_chain_shows_questions_and_memories_only():
+    for user in USERS:
+        item = item_of(user)
+        user_dir = FIXTURE / CHAIN / user
+        results = load(user_dir / "overall_results.json")
+        accuracy = load(user_dir / "overall_metrics.json")["accuracy"]
+        assert recomputed_accuracy(item, results) == accuracy
+        history = load(user_dir / "evolution_history.json")
+        assert [step["step_id"] for step in history] == list(range(len(item.periods)))
+        for period, step in enumerate(history):
+            assert len(step["feedback"]) == len(item.qas)
+            for question, entry in enumerate(step["feedback"]):
+                qa = item.qas[question]
+                assert set(entry) == {"question", "retrieved_memories"}
+                assert entry["question"] == f"Question: {qa.query};"
+                assert entry["retrieved_memories"] == results[period][question]["relevant_memories"]
+                assert not any(choice.answer in entry["question"] for choice in qa.answer_choices)
+            assert step["changes"]["memory_update_prompt"]  # the reflector's list of changes
+    # The memories the reflector saw are the chain's own (non-empty after the first writes).
+    assert any(
+        entry["retrieved_memories"]
+        for user in USERS
+        for step in load(FIXTURE / CHAIN / user / "evolution_history.json")
+        for entry in step["feedback"]
+    )
 
 
 @pytest.fixture
@@ -104,59 +324,36 @@ def test_evolve_eval_off_policy_loads_and_scores_the_reference_interactions(
     tmp_path, scripted, capsys
 ):
     argv = ["eval", "--env", str(FIXTURE / "environment.json"), "--policy", "native"]
-    argv += ["--off-policy", str(FIXTURE / "native-local"), "--no-upper-bound"]
+    argv += ["--off-policy", str(FIXTURE / "native"), "--no-upper-bound"]
     argv += ["--concurrency", "1", "--out", str(tmp_path / "out")]
     assert main(argv) == 0
     report = load(tmp_path / "out" / "native" / "report.json")
-    assert report["summary"]["n_items"] == 12 and report["complete"]
-    for user in RUNS["native-local"]:
+    assert report["summary"]["n_items"] == 18 and report["complete"]
+    for user in USERS:
         for period in range(3):
-            replayed = load(
-                tmp_path
-                / "out"
-                / "native"
-                / "users"
-                / user
-                / f"period_{period:02d}"
-                / "result.json"
-            )
-            recorded = load(
-                FIXTURE / "native-local" / user / "interactions" / f"period_{period:02d}.json"
-            )
+            name = f"period_{period:02d}"
+            replayed = load(tmp_path / "out" / "native" / "users" / user / name / "result.json")
+            recorded = load(FIXTURE / "native" / user / "interactions" / f"{name}.json")
             assert [[m["content"] for m in s["messages"]] for s in replayed["sessions"]] == [
                 [m["content"] for m in s] for s in recorded
             ]
             assert all(s["replayed"] for s in replayed["sessions"])
 
 
-def test_cross_check_scores_the_reference_layout_with_our_metric_code(tmp_path):
+def test_cross_check_leaves_out_a_user_the_reference_did_not_finish(tmp_path):
+    """A run the reference stopped mid-way leaves null entries for the periods it never
+    reached: that user is left out with the period named, never parsed as zeros."""
     spec = importlib.util.spec_from_file_location(
         "cross_check", FIXTURE.parents[2] / "benchmarks" / "cross_check.py"
     )
     cross_check = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(cross_check)
-    env = load_environment(FIXTURE / "environment.json")
-    users, notes = cross_check.reference_results(FIXTURE, env, "native-local", "local")
-    summary = summarize(list(users.values()))
-    stored = [
-        load(FIXTURE / "native-local" / u / "overall_metrics.json") for u in RUNS["native-local"]
-    ]
-    assert summary.accuracy == mean([v for m in stored for v in cells(m["accuracy"])])
-    assert summary.memory_success == 0.0 and summary.original_write_failures == 2.0
-    assert summary.parse_failures["probe"] == 2 * 3 * 2 and notes == {}
-    # No upper bound in the fixture: no memory score on either rule.
-    assert summary.memory_score_original is None and summary.memory_score is None
-    # AWI user 1 never finished: reported, not scored; user 0 is scored alone.
-    users, notes = cross_check.reference_results(FIXTURE, env, "awi-local", "local")
-    assert list(users) == ["u000-samuel-adeyemi"] and "u001-amara-okafor" in notes
-    # A run the reference stopped mid-way leaves null entries for the periods it never
-    # reached: that user is left out with the period named, never parsed as zeros.
-    partial = tmp_path / "native-local"
-    shutil.copytree(FIXTURE / "native-local", partial)
-    results_file = partial / "u001-amara-okafor" / "overall_results.json"
+    partial = tmp_path / "native"
+    shutil.copytree(FIXTURE / "native", partial)
+    results_file = partial / USERS[1] / "overall_results.json"
     results = load(results_file)
     results[1] = [None for _ in results[1]]
     results_file.write_text(json.dumps(results))
-    users, notes = cross_check.reference_results(tmp_path, env, "native-local", "local")
-    assert list(users) == ["u000-samuel-adeyemi"]
-    assert notes == {"u001-amara-okafor": "the reference stopped in period 1"}
+    users, notes = cross_check.reference_results(tmp_path, ENV, "native", "stub")
+    assert list(users) == [USERS[0], USERS[2]]
+    assert notes == {USERS[1]: "the reference stopped in period 1"}

@@ -1,0 +1,290 @@
+"""What each role was shown: logged chat requests reduced to information items and parameters.
+
+The scripted stub (`stub_openai_server.py --scripted --log FILE`) records every request either
+implementation sends. Prompts differ in wording by design (ours are our own), so requests are
+compared by what they carry, found by looking for the environment's own data in them:
+
+| item | present when the request holds |
+|---|---|
+| `profile` | a line of the user's profile (`formatted_str`) |
+| `dates` | the start date or a period's end date as a bare date (session timestamps excluded) |
+| `state` | a variable paired with one of its values (`"name": "value"`): the state given |
+| `schema` | a variable with every one of its possible values |
+| `last_messages` | earlier messages (a scripted reply or follow-up, or an earlier opening) |
+| `memory` | a stored memory (the stub's writes are marked `MEMO-<n>`) |
+| `options` | two or more answer options of a question |
+| `question` | a question of the environment |
+| `system_message` | a non-empty system message |
+
+and by the call parameters `temperature`, `max_tokens` and `response_format` (its type). An
+embeddings request is reduced to its `embedding_model`.
+
+Each request gets a key (role, policy, call): the role in the deviation table's vocabulary
+(`user`, `native`, `awi`, `awe`, `rag`, `upper_bound`, `probe`, `reflector`, `embedder`), the
+policy whose run sent it, and the stub's guess of the call (reply, answer, write, ...). A group
+is summarised by the union of its items and the set of each parameter's values; `compare`
+lists every difference between two summaries that no kept row of the deviation table covers.
+
+Standard library only (plus the environment's JSON), so the reference's log can be reduced
+anywhere; the test suite reduces ours the same way (tests/simulator/test_reference_requests.py).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ITEMS = (
+    "profile",
+    "dates",
+    "state",
+    "schema",
+    "last_messages",
+    "memory",
+    "options",
+    "question",
+    "system_message",
+)
+PARAMETERS = ("temperature", "max_tokens", "response_format")
+POLICIES = ("native", "awi", "awe", "rag")
+# The stub's call guesses that are the policy's own calls (the role is then the policy).
+POLICY_CALLS = ("reply", "answer", "write", "extract", "update")
+ROLE_OF_CALL = {
+    "user": "user",
+    "probe": "probe",
+    "upper_bound": "upper_bound",
+    "reflector": "reflector",
+    "embedding": "embedder",
+}
+MEMORY_MARK = "MEMO-"  # what the scripted stub writes into every memory it makes up
+CONVERSATION_MARKS = re.compile(r"\((reply|follow-up) \d+\)")
+
+
+def load_request_log(path: Path) -> list[dict[str, Any]]:
+    """The stub's JSON-lines log."""
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def _text(message: Mapping[str, Any]) -> str:
+    content = message.get("content", "")
+    if isinstance(content, list):
+        return "\n".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    return str(content or "")
+
+
+def policy_of_tag(tag: str) -> str:
+    """The policy a log tag names ('reference awi overall' -> 'awi'); an evolution chain's
+    agent is 'awi-evolve' (the reference evolves AWI); '-' for none (the upper bound)."""
+    words = tag.lower().split()
+    if "evolution" in words:
+        return "awi-evolve"
+    return next((word for word in words if word in POLICIES), "-")
+
+
+def _environment_strings(environment: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    profiles, dates, questions, options = [], set(), [], []
+    for item in environment:
+        profile = item.get("user_profile") or {}
+        text = profile.get("formatted_str", "") if isinstance(profile, Mapping) else str(profile)
+        profiles += [line for line in text.splitlines() if len(line) > 20]
+        dates.add(str(item.get("start_time", ""))[:10])
+        for period in item.get("periods", []):
+            if period.get("period_end"):
+                dates.add(str(period["period_end"])[:10])
+        for qa in item.get("qas", []):
+            questions.append(qa["query"])
+            options.append([choice["answer"] for choice in qa["answer_choices"]])
+    schemas: dict[str, set[str]] = {}
+    for item in environment:
+        for name, values in item.get("state_schema", {}).items():
+            schemas.setdefault(name, set()).update(str(v) for v in values)
+    return {
+        "profiles": profiles,
+        "dates": sorted(d for d in dates if d),
+        "questions": questions,
+        "options": options,
+        "schemas": schemas,
+    }
+
+
+# Calls whose last message is the user's current turn (not an earlier message).
+CHAT_TURN_CALLS = ("reply", "answer", "probe")
+
+
+def request_items(entry: Mapping[str, Any], strings: Mapping[str, Any]) -> list[str]:
+    """The information items a logged chat request carries (see the module docstring)."""
+    messages = entry.get("messages") or []
+    texts = [_text(m) for m in messages]
+    full = "\n".join(texts)
+    # A chat turn's last message is the current one; a single prompt quotes the conversation.
+    earlier = "\n".join(texts[:-1]) if entry.get("role") in CHAT_TURN_CALLS else full
+    found: set[str] = set()
+    if any(line in full for line in strings["profiles"]):
+        found.add("profile")
+    if any(re.search(rf"{re.escape(d)}(?![ T]\d\d:)", full) for d in strings["dates"]):
+        found.add("dates")
+    for name, values in strings["schemas"].items():
+        quoted = re.escape(name)
+        if any(
+            re.search(rf"[\"']?{quoted}[\"']?\s*[:=]\s*[\"']?{re.escape(value)}", full)
+            for value in values
+        ):
+            found.add("state")
+        if name in full and all(value in full for value in values):
+            found.add("schema")
+    if CONVERSATION_MARKS.search(earlier) or "[Current Time:" in earlier:
+        found.add("last_messages")
+    if MEMORY_MARK in full:
+        found.add("memory")
+    if any(sum(option in full for option in group) >= 2 for group in strings["options"]):
+        found.add("options")
+    if any(question in full for question in strings["questions"]):
+        found.add("question")
+    if messages and messages[0].get("role") == "system" and texts[0].strip():
+        found.add("system_message")
+    return sorted(found)
+
+
+def _response_format(value: Any) -> str:
+    if not value:
+        return "none"
+    return str(value.get("type", "other")) if isinstance(value, Mapping) else str(value)
+
+
+def reduce_request(entry: Mapping[str, Any], strings: Mapping[str, Any]) -> dict[str, Any]:
+    """One logged request as {role, policy, call, items, parameters} (no prompt text)."""
+    call = str(entry.get("role", "structured"))
+    policy = policy_of_tag(str(entry.get("tag", "")))
+    if call in POLICY_CALLS:
+        role = "awi" if policy == "awi-evolve" else policy
+    else:
+        role = ROLE_OF_CALL.get(call, call)
+    if role in ("upper_bound", "reflector"):
+        policy = "-"  # one per run, whichever policy's run computed it
+    reduced: dict[str, Any] = {"role": role, "policy": policy, "call": call}
+    if call == "embedding":
+        reduced["embedding_model"] = entry.get("model")
+        return reduced
+    reduced["items"] = request_items(entry, strings)
+    reduced["temperature"] = entry.get("temperature")
+    reduced["max_tokens"] = entry.get("max_tokens")
+    reduced["response_format"] = _response_format(entry.get("response_format"))
+    return reduced
+
+
+def reduce_log(
+    entries: Iterable[Mapping[str, Any]], environment: Sequence[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """Every request of a log reduced (order kept)."""
+    strings = _environment_strings(environment)
+    return [reduce_request(entry, strings) for entry in entries]
+
+
+def summarize(reduced: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per 'role/policy/call': the union of items, each parameter's set of values, the count."""
+    groups: dict[str, dict[str, Any]] = {}
+    for entry in reduced:
+        key = f"{entry['role']}/{entry['policy']}/{entry['call']}"
+        group = groups.setdefault(key, {"count": 0})
+        group["count"] += 1
+        if "items" in entry:
+            group["items"] = sorted(set(group.get("items", [])) | set(entry["items"]))
+        for name in (*PARAMETERS, "embedding_model"):
+            if name in entry:
+                values = {json.dumps(v) for v in group.get(name, [])} | {json.dumps(entry[name])}
+                group[name] = sorted((json.loads(v) for v in values), key=json.dumps)
+    return dict(sorted(groups.items()))
+
+
+# ----- the deviation table -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Deviation:
+    id: str
+    status: str  # "kept" (deliberate, current) or "closed" (history: no longer differs)
+    roles: tuple[str, ...]
+    items: tuple[str, ...]
+    # Optional: the policies whose runs the row is about (empty: every policy).
+    policies: tuple[str, ...] = ()
+
+
+def load_deviations(path: Path) -> list[Deviation]:
+    """The rows of a deviation table (`[[deviation]]` with id, status, roles, items, ...)."""
+    data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    return [
+        Deviation(
+            id=row["id"],
+            status=row["status"],
+            roles=tuple(row.get("roles", [])),
+            items=tuple(row.get("items", [])),
+            policies=tuple(row.get("policies", [])),
+        )
+        for row in data.get("deviation", [])
+    ]
+
+
+@dataclass(frozen=True)
+class Difference:
+    key: str  # role/policy/call
+    item: str  # an information item, a parameter, or "calls" (made on one side only)
+    ours: Any
+    theirs: Any
+    covered_by: str | None  # the id of the kept deviation row that states it
+
+    @property
+    def role(self) -> str:
+        return self.key.split("/", 1)[0]
+
+    def describe(self) -> str:
+        return f"role {self.key}: {self.item}: ours {self.ours!r}, reference {self.theirs!r}"
+
+
+def _covering(deviations: Sequence[Deviation], key: str, item: str) -> str | None:
+    role, policy, _ = key.split("/", 2)
+    for row in deviations:
+        if row.status != "kept" or role not in row.roles or item not in row.items:
+            continue
+        if not row.policies or policy in row.policies:
+            return row.id
+    return None
+
+
+def compare(
+    ours: Mapping[str, Mapping[str, Any]],
+    theirs: Mapping[str, Mapping[str, Any]],
+    deviations: Sequence[Deviation] = (),
+) -> list[Difference]:
+    """Every difference between two summaries (`summarize`), each with the kept deviation row
+    that covers it (same role and item, and the same policy when the row names policies) or
+    None."""
+    differences: list[Difference] = []
+
+    def add(key: str, item: str, ours_value: Any, theirs_value: Any) -> None:
+        covered = _covering(deviations, key, item)
+        differences.append(Difference(key, item, ours_value, theirs_value, covered))
+
+    for key in sorted(set(ours) | set(theirs)):
+        mine, reference = ours.get(key), theirs.get(key)
+        if mine is None or reference is None:
+            item = "embedding_model" if key.startswith("embedder/") else "calls"
+            add(
+                key,
+                item,
+                f"{mine['count']} calls" if mine else "no such call",
+                f"{reference['count']} calls" if reference else "no such call",
+            )
+            continue
+        mine_items, their_items = set(mine.get("items", [])), set(reference.get("items", []))
+        for item in sorted(mine_items ^ their_items):
+            add(key, item, item in mine_items, item in their_items)
+        for name in (*PARAMETERS, "embedding_model"):
+            if mine.get(name) != reference.get(name):
+                add(key, name, mine.get(name), reference.get(name))
+    return differences

@@ -1,0 +1,200 @@
+"""What each role is shown under `protocol = "paper"`, compared with the reference code's.
+
+`tests/fixtures/reference_output/reference_requests.json` holds the reference code's requests
+from one run against the scripted stub (`benchmarks/stub_openai_server.py --scripted --log`),
+reduced to information items and call parameters (`benchmarks/request_reduction.py`; no prompt
+text). Here our paper mode runs against the same stub on the same environment: `evolve eval
+--protocol paper` for native, AWI (`in_context`), AWE (`external`) and RAG (`raw_rag`) with
+the upper bound, and the shipped question-only Table-3 spec's per-user evolution chain. Every
+role's reduced requests must equal the reference's, or the difference must be a kept row of
+`evolve/paper_deviations.toml` (same role, same item).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from stub_server import StubServer
+
+from evolve.api import run_experiment
+from evolve.cli import main
+from evolve.config import ExperimentSpec, spec_from_dict
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURE = REPO / "tests" / "fixtures" / "reference_output"
+DEVIATIONS = REPO / "evolve" / "paper_deviations.toml"
+PAPER_CHAIN_SPEC = REPO / "experiments" / "paper_table3_question_only.toml"
+# Our policy spec per reference agent (the paper preset is the default under --protocol paper).
+POLICIES = {"native": "native", "awi": "in_context", "awe": "external", "rag": "raw_rag"}
+# The model the reference's AWE/RAG embed with; ours embeds through the same stub with it.
+EMBEDDING_MODEL = "text-embedding-3-small"
+
+
+def _load_reduction():
+    name = "request_reduction"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            name, REPO / "benchmarks" / "request_reduction.py"
+        )
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+reduction = _load_reduction()
+
+
+def load(path: Path) -> Any:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def chain_spec(base_url: str, directory: Path) -> ExperimentSpec:
+    """The shipped question-only Table-3 spec on the fixture's users, against the stub."""
+    data = tomllib.loads(PAPER_CHAIN_SPEC.read_text(encoding="utf-8"))
+    data["environment"] = {"file": str(FIXTURE / "environment.json"), "train_users": 3}
+    data["environment"]["heldout_users"] = 0
+    data["tracking"] = {"enabled": False}
+    data["concurrency"] = 1
+    for endpoint in data["llm"].values():
+        endpoint["base_url"] = base_url
+        endpoint["cache"] = False  # every request must reach the stub's log
+    return spec_from_dict(data, source=PAPER_CHAIN_SPEC)
+
+
+@pytest.fixture(scope="module")
+def our_requests(tmp_path_factory) -> list[dict[str, Any]]:
+    """Our paper mode's requests against the scripted stub, reduced."""
+    directory = tmp_path_factory.mktemp("paper-requests")
+    log = directory / "requests.jsonl"
+    patch = pytest.MonkeyPatch()
+    with StubServer(latency=0.0, scripted=True, log=log) as stub:
+        patch.setenv("OPENAI_API_KEY", "stub-key")
+        patch.setenv("OPENAI_BASE_URL", stub.base_url)  # our embedder's endpoint
+        patch.setenv("MEMORY_POLICIES_EMBEDDER", f"openai:{EMBEDDING_MODEL}")
+        try:
+            for agent, spec in POLICIES.items():
+                stub.tag(f"ours {agent}")
+                argv = ["eval", "--env", str(FIXTURE / "environment.json"), "--policy", spec]
+                argv += ["--protocol", "paper", "--base-url", stub.base_url, "--model", "agent"]
+                argv += ["--out", str(directory / "eval"), "--concurrency", "1", "--no-progress"]
+                argv += ["--no-llm-cache", "--upper-bound-cache", str(directory / "ub")]
+                assert main(argv) == 0, f"evolve eval --policy {spec} failed"
+            stub.tag("ours evolution question_only")
+            result = run_experiment(
+                chain_spec(stub.base_url, directory),
+                runs_dir=directory / "runs",
+                tracking=False,
+            )
+            assert result.complete
+        finally:
+            patch.undo()
+    environment = load(FIXTURE / "environment.json")
+    return reduction.reduce_log(reduction.load_request_log(log), environment)
+
+
+def test_every_role_sees_what_the_reference_shows_or_a_kept_deviation_says_why(our_requests):
+    ours = reduction.summarize(our_requests)
+    theirs = reduction.summarize(load(FIXTURE / "reference_requests.json"))
+    deviations = reduction.load_deviations(DEVIATIONS)
+    differences = reduction.compare(ours, theirs, deviations)
+    undocumented = [d.describe() for d in differences if d.covered_by is None]
+    assert not undocumented, "undocumented differences from the reference:\n" + "\n".join(
+        undocumented
+    )
+    # Every role of the paper's information flow was exercised on both sides.
+    roles = {key.split("/", 1)[0] for key in theirs}
+    expected = {"user", "native", "awi", "awe", "rag", "upper_bound", "probe", "reflector"}
+    assert expected | {"embedder"} <= roles
+    assert roles <= {key.split("/", 1)[0] for key in ours}
+
+
+def test_the_reduced_reference_log_holds_no_prompt_text():
+    text = (FIXTURE / "reference_requests.json").read_text(encoding="utf-8")
+    entries = load(FIXTURE / "reference_requests.json")
+    allowed = {"role", "policy", "call", "items", "embedding_model", *reduction.PARAMETERS}
+    assert all(set(entry) <= allowed for entry in entries)
+    assert all(set(entry.get("items", [])) <= set(reduction.ITEMS) for entry in entries)
+    assert "content" not in text and "Current Time" not in text
+
+
+# ----- the comparison itself, on small hand-made summaries (no run) ----------------------------
+
+
+def _summary(items_by_key: dict[str, list[str]]) -> dict[str, dict[str, Any]]:
+    return {
+        key: {
+            "count": 1,
+            "items": items,
+            "temperature": [0.0],
+            "max_tokens": [512],
+            "response_format": ["none"],
+        }
+        for key, items in items_by_key.items()
+    }
+
+
+def test_an_undocumented_difference_names_role_item_ours_and_theirs(tmp_path):
+    ours = _summary({"user/native/user": ["profile", "schema", "state"]})
+    theirs = _summary({"user/native/user": ["profile", "schema"]})
+    (difference,) = reduction.compare(ours, theirs, [])
+    assert difference.covered_by is None
+    assert difference.describe() == ("role user/native/user: state: ours True, reference False")
+    table = tmp_path / "deviations.toml"
+    table.write_text(
+        '[[deviation]]\nid = "user-sees-state"\nstatus = "kept"\nroles = ["user"]\n'
+        'items = ["state"]\n'
+        '[[deviation]]\nid = "history"\nstatus = "closed"\nroles = ["native"]\n'
+        'items = ["state"]\n'
+    )
+    (covered,) = reduction.compare(ours, theirs, reduction.load_deviations(table))
+    assert covered.covered_by == "user-sees-state"
+    # A closed row is history: it covers nothing, and a row of another role neither.
+    ours = _summary({"native/native/reply": ["state"]})
+    theirs = _summary({"native/native/reply": []})
+    (uncovered,) = reduction.compare(ours, theirs, reduction.load_deviations(table))
+    assert uncovered.covered_by is None
+
+
+def test_a_row_naming_policies_covers_only_their_runs(tmp_path):
+    table = tmp_path / "deviations.toml"
+    table.write_text(
+        '[[deviation]]\nid = "awe-store"\nstatus = "kept"\nroles = ["probe"]\n'
+        'items = ["memory"]\npolicies = ["awe"]\n'
+    )
+    ours = _summary({"probe/awe/probe": ["memory"], "probe/awi/probe": []})
+    theirs = _summary({"probe/awe/probe": [], "probe/awi/probe": ["memory"]})
+    found = reduction.compare(ours, theirs, reduction.load_deviations(table))
+    assert {d.key: d.covered_by for d in found} == {
+        "probe/awe/probe": "awe-store",
+        "probe/awi/probe": None,
+    }
+
+
+def test_a_changed_parameter_or_a_missing_call_is_a_difference():
+    ours = _summary({"probe/awi/probe": ["schema"]})
+    theirs = _summary({"probe/awi/probe": ["schema"], "reflector/-/reflector": ["question"]})
+    ours["probe/awi/probe"]["max_tokens"] = [8192]
+    found = {(d.key, d.item) for d in reduction.compare(ours, theirs, [])}
+    assert found == {("probe/awi/probe", "max_tokens"), ("reflector/-/reflector", "calls")}
+
+
+def test_every_row_of_the_deviation_table_uses_the_vocabulary():
+    roles = {"user", "native", "awi", "awe", "rag", "upper_bound", "probe", "reflector"}
+    roles |= {"embedder"}
+    items = set(reduction.ITEMS) | set(reduction.PARAMETERS)
+    items |= {"feedback", "model", "embedding_model", "parsing", "calls"}
+    rows = tomllib.loads(DEVIATIONS.read_text(encoding="utf-8"))["deviation"]
+    assert len({row["id"] for row in rows}) == len(rows)
+    for row in rows:
+        assert row["status"] in ("kept", "closed"), row["id"]
+        assert set(row["roles"]) <= roles, row["id"]
+        assert set(row["items"]) <= items, row["id"]
+        assert all(row.get(k) for k in ("ours", "reference", "why", "affects")), row["id"]
+        assert set(row.get("policies", [])) <= {*reduction.POLICIES, "awi-evolve"}, row["id"]
