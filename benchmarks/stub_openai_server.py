@@ -248,7 +248,7 @@ def guess_role(request: dict[str, Any]) -> str:
     json_mode = (request.get("response_format") or {}).get("type") == "json_object"
     if len(_OPTION_LINE.findall(last)) >= 2 and '"answer"' in last:
         return "upper_bound" if json_mode else "answer"
-    if '"new_types"' in full or '"new_prompt"' in full:
+    if '"new_types"' in full or '"new_prompt"' in full or '"new_text"' in full:
         return "reflector"
     if json_mode and "ADD" in full and "DELETE" in full and "event" in full:
         return "update"
@@ -346,6 +346,8 @@ class Script:
                     f"{section}\nMemories: {{current_memories}}\nConversation: {{conversation}}"
                 )
                 return role, _fenced({"new_prompt": prompt, "changes": changes})
+            if '"new_text"' in "\n".join(_text(m) for m in messages):
+                return role, _fenced({"new_text": section, "changes": changes})
             return role, _fenced({"new_types": section, "changes": changes})
         return role, json.dumps(outputs_for(request))
 

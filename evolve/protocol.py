@@ -77,6 +77,9 @@ class ProtocolRules:
     headline_memory_score: Literal["memory_score_original", "memory_score"]
     # Print the kept rows of evolve/paper_deviations.toml before a run's first call.
     prints_deviations: bool
+    # Sampling temperature of the simulated user when neither the spec nor the endpoint sets
+    # one: the reference's env config samples it at 0.2; None = the endpoint's own (0).
+    default_user_temperature: float | None
 
 
 PAPER = ProtocolRules(
@@ -97,6 +100,7 @@ PAPER = ProtocolRules(
     default_max_tokens=8192,
     headline_memory_score="memory_score_original",
     prints_deviations=True,
+    default_user_temperature=0.2,
 )
 EVOLVE = ProtocolRules(
     name="evolve",
@@ -115,6 +119,7 @@ EVOLVE = ProtocolRules(
     default_max_tokens=None,
     headline_memory_score="memory_score",
     prints_deviations=False,
+    default_user_temperature=None,
 )
 _RULES: dict[str, ProtocolRules] = {rules.name: rules for rules in (PAPER, EVOLVE)}
 

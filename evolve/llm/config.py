@@ -228,6 +228,13 @@ class EmbeddedModelConfig(BaseModel):
     port: int | None = Field(default=None, ge=1, le=65535, description="Unset: a free port.")
     startup_timeout: float = Field(default=240.0, gt=0)
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    simulator_temperature: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=2.0,
+        description="Temperature of the simulated user when this server plays it; unset: "
+        "`temperature` (under protocol paper: the reference's 0.2).",
+    )
     max_tokens: int = Field(default=256, ge=1)
     timeout: float = Field(default=600.0, gt=0)
     retries: int = Field(default=2, ge=0)
@@ -284,6 +291,7 @@ def protocol_llm_config(config: LLMConfig, protocol: str) -> LLMConfig:
     can never exceed anyway; the embedded server then uses that limit for every role it
     serves (under paper the reflector is the agent's model, so no other role is affected).
     """
+    config = _with_user_temperature(config, rules_for(protocol).default_user_temperature)
     limit = rules_for(protocol).default_max_tokens
     if limit is None:
         return config
@@ -298,6 +306,25 @@ def protocol_llm_config(config: LLMConfig, protocol: str) -> LLMConfig:
         elif "max_tokens" not in endpoint.model_fields_set:
             updates[role] = endpoint.model_copy(update={"max_tokens": limit})
     return config.model_copy(update=updates)
+
+
+def _with_user_temperature(config: LLMConfig, temperature: float | None) -> LLMConfig:
+    """`config` with the simulated user sampled at `temperature` where no one set its
+    temperature (neither `[llm.simulator] temperature` nor the embedded server's)."""
+    if temperature is None:
+        return config
+    endpoint = config.endpoint_for("simulator")
+    if endpoint is None:
+        embedded = config.embedded
+        if embedded.simulator_temperature is not None or "temperature" in embedded.model_fields_set:
+            return config
+        update = {"simulator_temperature": temperature}
+        return config.model_copy(update={"embedded": embedded.model_copy(update=update)})
+    if "temperature" in endpoint.model_fields_set:
+        return config
+    return config.model_copy(
+        update={"simulator": endpoint.model_copy(update={"temperature": temperature})}
+    )
 
 
 def _positive_int(text: str) -> int:

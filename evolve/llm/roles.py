@@ -359,6 +359,10 @@ def open_role_lms(config: LLMConfig) -> Iterator[RoleLMs]:
             )
         for role in ROLES:
             endpoints[role] = config.endpoint_for(role) or local
+        user_temperature = config.embedded.simulator_temperature
+        if config.endpoint_for("simulator") is None and user_temperature is not None:
+            update = {"temperature": user_temperature}
+            endpoints["simulator"] = local.model_copy(update=update)
         # One LM object per role (each carries its role's usage callback); identical
         # endpoints still share DSPy's response cache, which is keyed on the request.
         lms = {role: build_lm(endpoints[role]) for role in ROLES}
