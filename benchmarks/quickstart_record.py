@@ -55,6 +55,7 @@ def record(run_dir: Path) -> dict[str, Any]:
     calls: Counter[str] = Counter()
     cache_hits: Counter[str] = Counter()
     requests: Counter[str] = Counter()
+    answered: list[str] = []  # calls the server answered (not the response cache)
     for line in (run_dir / "spend.jsonl").read_text(encoding="utf-8").splitlines():
         entry = json.loads(line)
         role = entry.get("role")
@@ -65,6 +66,9 @@ def record(run_dir: Path) -> dict[str, Any]:
         elif "cache_hit" in entry:
             calls[role] += 1
             cache_hits[role] += bool(entry["cache_hit"])
+            if not entry["cache_hit"]:
+                answered.append(f"{role}: {entry.get('prompt')} prompt + "
+                                f"{entry.get('completion')} completion tokens")  # fmt: skip
     roles = sorted(set(calls) | set(requests))
     return {
         "run": str(run_dir),
@@ -78,6 +82,7 @@ def record(run_dir: Path) -> dict[str, Any]:
             }
             for role in roles
         },
+        "server_answered": answered,
     }
 
 
@@ -142,6 +147,10 @@ def main(argv: list[str] | None = None) -> int:
     problems = compare(before, after)
     for problem in problems:
         print(f"DIFFERENT: {problem}")
+    for call in after.get("server_answered", []):
+        # A reply that failed to parse is never cached: a rerun asks it again (and gets the
+        # same failure from a deterministic model).
+        print(f"answered by the server on the rerun: {call}")
     print("SAME behaviour" if not problems else f"{len(problems)} differences")
     return 1 if problems else 0
 
