@@ -86,6 +86,7 @@ import argparse
 import contextlib
 import ctypes
 import ctypes.util
+import importlib.util
 import json
 import os
 import random
@@ -97,7 +98,6 @@ import sys
 import tempfile
 import textwrap
 import time
-import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -151,56 +151,28 @@ def _die_with_this_script() -> None:
 # ----- the stub server ------------------------------------------------------------------------
 
 
-class Stub:
-    """`benchmarks/stub_openai_server.py` in its own process, with its request counter."""
+def _load_stub_module() -> Any:
+    """The stub script as a module (benchmarks/ is not a package): one launcher, its own."""
+    name = "stub_openai_server"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, STUB_SCRIPT)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # before exec: dataclasses look their module up
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+class Stub(_load_stub_module().StubServer):
+    """The stub server in its own process (its stderr to `log`, killed with this script),
+    plus what the chaos checks read: the request count once nothing is in flight."""
 
     def __init__(self, latency: float, log: Path) -> None:
-        self.latency = latency
-        log.parent.mkdir(parents=True, exist_ok=True)
-        with open(log, "wb") as handle:
-            # Its stderr (broken-pipe tracebacks when a killed client's call is answered)
-            # goes to a log, not the report.
-            self.process = subprocess.Popen(
-                [sys.executable, str(STUB_SCRIPT), "--port", "0", "--latency", str(latency)],
-                stdout=subprocess.PIPE,
-                stderr=handle,
-                text=True,
-                preexec_fn=_die_with_this_script,
-            )
-        assert self.process.stdout is not None
-        first_line = self.process.stdout.readline()
-        match = re.search(r"(http://\S+/v1)", first_line)
-        if not match:
-            self.stop()
-            raise RuntimeError(f"the stub server did not start; it printed {first_line!r}")
-        self.base_url = match.group(1)
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                self.stats()
-                return
-            except OSError:
-                if time.monotonic() > deadline:
-                    self.stop()
-                    raise
-                time.sleep(0.05)
-
-    def stats(self) -> dict[str, Any]:
-        with urllib.request.urlopen(f"{self.base_url}/stats", timeout=5) as response:
-            return json.loads(response.read())
+        super().__init__(latency=latency, stderr=log, preexec_fn=_die_with_this_script)
+        self.start()
 
     def chat_requests(self) -> int:
         return int(self.stats()["chat_requests"])
-
-    def set_fault(self, mode: str) -> None:
-        """Every following chat request gets this fault (`none` heals it)."""
-        request = urllib.request.Request(
-            f"{self.base_url}/fault",
-            data=json.dumps({"mode": mode}).encode("utf-8"),
-            headers={"Content-Type": "application/json"},
-        )
-        with urllib.request.urlopen(request, timeout=5):
-            pass
 
     def drain(self) -> int:
         """The chat-request count once no request is in flight (a killed client's requests
@@ -211,11 +183,6 @@ class Stub:
             if stats["in_flight"] == 0 or time.monotonic() > deadline:
                 return int(stats["chat_requests"])
             time.sleep(0.02)
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(timeout=10)
 
 
 # ----- the scenario: one command in one directory ----------------------------------------------

@@ -18,15 +18,14 @@ in turn, so their per-call overheads can be compared.
 from __future__ import annotations
 
 import argparse
-import subprocess
+import importlib.util
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
+from typing import Any
 
 from evolve.llm import EndpointConfig, RoleLMs, build_lm
-from evolve.llm.server import free_loopback_port
 from evolve.paths import use_toolkit_caches
 from evolve.simulator.runner import EpisodeConfig, run_evaluation
 from evolve.simulator.synthesis.offline import PRESETS, synthesize_environment
@@ -35,24 +34,16 @@ from memory_policies import build_policy
 HERE = Path(__file__).resolve().parent
 
 
-def start_stub(latency: float) -> tuple[subprocess.Popen, str]:
-    port = free_loopback_port()
-    process = subprocess.Popen(
-        [sys.executable, str(HERE / "stub_openai_server.py"), "--port", str(port)]
-        + ["--latency", str(latency)],
-        stdout=subprocess.DEVNULL,
-    )
-    base_url = f"http://127.0.0.1:{port}/v1"
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            with urllib.request.urlopen(f"{base_url}/models", timeout=1):
-                return process, base_url
-        except OSError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                process.kill()
-                raise RuntimeError("the stub server did not start") from None
-            time.sleep(0.05)
+def stub_server_class() -> Any:
+    """`StubServer` from the stub script (benchmarks/ is not a package): one launcher."""
+    name = "stub_openai_server"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, HERE / "stub_openai_server.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # before exec: dataclasses look their module up
+        spec.loader.exec_module(module)
+    return sys.modules[name].StubServer
 
 
 def role_lms(base_url: str, client: str) -> RoleLMs:
@@ -101,15 +92,11 @@ def main() -> int:
     args = parser.parse_args()
 
     env = synthesize_environment(PRESETS[args.preset], seed=0, num_users=args.users)
-    process, base_url = start_stub(args.latency)
     summaries = []
-    try:
+    with stub_server_class()(latency=args.latency) as stub:
         for client in args.client.split(","):
             print(f"client {client}:")
-            summaries.append(f"{client:<8} " + run_client(env, args, base_url, client))
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
+            summaries.append(f"{client:<8} " + run_client(env, args, stub.base_url, client))
     print(
         f"\n{args.users} users, {args.preset} preset, policy {args.policy}, latency "
         f"{1000 * args.latency:.0f} ms:"

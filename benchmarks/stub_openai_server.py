@@ -53,6 +53,7 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -579,11 +580,17 @@ class StubServer:
         fault: str = "none",
         scripted: bool = False,
         log: Path | None = None,
+        stderr: Path | None = None,
+        preexec_fn: Callable[[], Any] | None = None,
     ) -> None:
         self.latency = latency
         self.fault = fault
         self.scripted = scripted
         self.log = log
+        # Where the server's stderr goes (e.g. broken-pipe tracebacks when a killed client's
+        # call is answered); None: this process's. `preexec_fn` runs in the child first.
+        self.stderr = stderr
+        self.preexec_fn = preexec_fn
         self.process: subprocess.Popen[str] | None = None
         self.base_url = ""
 
@@ -601,7 +608,20 @@ class StubServer:
             command.append("--scripted")
         if self.log is not None:
             command += ["--log", str(self.log)]
-        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+        if self.stderr is None:
+            self.process = subprocess.Popen(
+                command, stdout=subprocess.PIPE, text=True, preexec_fn=self.preexec_fn
+            )
+        else:
+            self.stderr.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.stderr, "wb") as handle:
+                self.process = subprocess.Popen(
+                    command,
+                    stdout=subprocess.PIPE,
+                    stderr=handle,
+                    text=True,
+                    preexec_fn=self.preexec_fn,
+                )
         assert self.process.stdout is not None
         first_line = self.process.stdout.readline()
         match = re.search(r"(http://\S+/v1)", first_line)
