@@ -38,7 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from eval_throughput import role_lms, start_stub  # noqa: E402
+from eval_throughput import role_lms, stub_server_class  # noqa: E402
 
 from evolve.paths import use_toolkit_caches  # noqa: E402
 from evolve.simulator.runner import EpisodeConfig, run_evaluation  # noqa: E402
@@ -108,7 +108,9 @@ def main() -> int:
     args = parser.parse_args()
     sizes = [int(k) for k in args.users.split(",")]
 
-    process, base_url = start_stub(args.latency)
+    stub = stub_server_class()(latency=args.latency)
+    stub.start()
+    base_url = stub.base_url
     rows: list[str] = []
     failures: list[str] = []
     try:
@@ -141,8 +143,7 @@ def main() -> int:
             if profile is not None:
                 profile.dump_stats(args.profile)
     finally:
-        process.terminate()
-        process.wait(timeout=10)
+        stub.stop()
     load = os.getloadavg()
     print(
         f"\nv1.base shape, 2 periods/user, policy {args.policy}, stub latency "
