@@ -8,7 +8,7 @@ import contextlib
 import json
 
 import pytest
-from optimize import test_chain
+from optimize import chain_world
 from scripted_lm import ScriptedLM, scripted_role_lms
 from simulator.eval_helpers import agent_responder, make_environment, simulator_responder
 
@@ -76,13 +76,13 @@ def test_eval_prints_the_kept_deviations_under_paper_only(tmp_path, monkeypatch,
 
 
 def test_run_on_a_paper_spec_prints_them_and_the_references_number(tmp_path, monkeypatch, capsys):
-    spec = test_chain.write_world(tmp_path)
+    spec = chain_world.write_world(tmp_path)
     opened = []
 
     @contextlib.contextmanager
     def fake_open(config):
         opened.append(config)
-        yield test_chain.World().lms
+        yield chain_world.World().lms
 
     monkeypatch.setattr("evolve.commands.run.open_role_lms", fake_open)
     argv = ["run", str(spec), "--runs-dir", str(tmp_path / "runs"), "--no-tracking"]
