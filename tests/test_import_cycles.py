@@ -2,8 +2,9 @@
 `evolve` and `memory_policies`.
 
 The graph is built from the source with `ast`, so it sees every import a module can make:
-module-level and function-level imports count; imports under `if TYPE_CHECKING:` do not (they
-never run). A function-level import is how a cycle hides (it only breaks the import-time
+module-level and function-level imports count; imports under `if TYPE_CHECKING:` count between
+packages (a lower layer naming a higher one's types depends on it) but not between modules
+(they never run). A function-level import is how a cycle hides (it only breaks the import-time
 error), so it counts like any other: a cycle is broken by moving the shared piece down into a
 lower module.
 
@@ -41,19 +42,23 @@ def _is_type_checking(test: ast.expr) -> bool:
     )
 
 
-def _imports(tree: ast.AST, module: str, is_package: bool) -> set[str]:
-    """Every name `module` may import at run time (TYPE_CHECKING blocks skipped): for
-    `from x import y`, both `x` and `x.y` (`_module_edges` decides which one is a module)."""
-    return {target for target, _ in _import_targets(tree, module, is_package)}
+def _imports(tree: ast.AST, module: str, is_package: bool, type_checking: bool = False) -> set[str]:
+    """Every name `module` may import at run time (TYPE_CHECKING blocks skipped unless
+    `type_checking`): for `from x import y`, both `x` and `x.y` (`_module_edges` decides
+    which one is a module)."""
+    return {target for target, _ in _import_targets(tree, module, is_package, type_checking)}
 
 
-def _import_targets(tree: ast.AST, module: str, is_package: bool) -> list[tuple[str, str]]:
+def _import_targets(
+    tree: ast.AST, module: str, is_package: bool, type_checking: bool = False
+) -> list[tuple[str, str]]:
     """(imported name, the module it is imported from) pairs; for `import x.y`, (`x.y`, `x.y`);
-    for `from x import y`, (`x`, `x`) and (`x.y`, `x`)."""
+    for `from x import y`, (`x`, `x`) and (`x.y`, `x`). Imports under `if TYPE_CHECKING:`
+    count only with `type_checking`."""
     found: list[tuple[str, str]] = []
 
     def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node.test):
+        if isinstance(node, ast.If) and _is_type_checking(node.test) and not type_checking:
             for child in node.orelse:
                 visit(child)
             return
@@ -93,7 +98,9 @@ def _package(module: str) -> str | None:
 
 
 def package_graph() -> dict[str, dict[str, list[str]]]:
-    """package -> imported package -> the modules whose imports make that edge."""
+    """package -> imported package -> the modules whose imports make that edge. Type-only
+    imports count here: a lower layer naming a higher one's types depends on it all the same
+    (the layer rule), though it runs no import."""
     known = {_module_name(p) for p in EVOLVE.rglob("*.py")}
     graph: dict[str, dict[str, list[str]]] = {}
     for path in sorted(EVOLVE.rglob("*.py")):
@@ -101,7 +108,7 @@ def package_graph() -> dict[str, dict[str, list[str]]]:
         source = _package(module)
         if source is None:
             continue
-        for target in _imports(tree, module, is_package):
+        for target in _imports(tree, module, is_package, type_checking=True):
             if target not in known:
                 continue
             destination = _package(target)

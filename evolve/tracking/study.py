@@ -28,10 +28,10 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from evolve.tracking.content import experiment_params
 from evolve.tracking.hooks import TrackingContext
@@ -58,8 +58,55 @@ from evolve.tracking_uri import TrackingLocation
 if TYPE_CHECKING:
     from evolve.simulator.metrics import MetricSummary
     from evolve.simulator.runner import ProgressSink
-    from evolve.tuning.records import TrialRecord, TuningResult
-    from evolve.tuning.spec import TuneSpec
+
+
+# What the study tracker reads of tuning's records and spec (`evolve.tuning.records`,
+# `evolve.tuning.spec`), stated here as protocols: tracking sits below tuning, which hands
+# these objects in, so it never imports tuning (not even for type checking).
+
+
+class TrialRecord(Protocol):
+    number: int
+    state: str
+    values: list[float] | None
+    metrics: dict[str, float]
+    llm_calls: int
+    wall_time_s: float | None
+    last_period: int | None
+    objective_used: str | None
+    note: str | None
+    mlflow_run_id: str | None
+
+    def model_dump(self, *, mode: str = ...) -> dict[str, Any]: ...
+
+
+class TuningResult(Protocol):
+    trials: Sequence[TrialRecord]
+    best: list[int]
+    objectives: list[str]
+
+    def trial(self, number: int) -> TrialRecord: ...
+    def count(self, state: str) -> int: ...
+    @property
+    def finished_trials(self) -> int: ...
+    @property
+    def best_parameters(self) -> dict[str, int] | None: ...
+    @property
+    def multi_objective(self) -> bool: ...
+
+
+class TuneSpec(Protocol):
+    """A tuning spec: the run spec's fields (`evolve.experiment_spec.RunSpec`) and `tuning`."""
+
+    name: str
+    description: str
+    protocol: str
+    policy: Any
+    tuning: Any
+    tracking: Any
+
+    def mlflow_experiment_name(self) -> str: ...
+
 
 KIND_TUNING = "tuning"
 KIND_TRIAL = "trial"
