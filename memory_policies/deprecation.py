@@ -1,0 +1,52 @@
+"""Old names that still work for one minor version: the one warning and the one way to say it.
+
+Renamed spec keys, CLI flags, Python names and modules keep working until `REMOVED_IN`, with a
+warning that says what to use instead. `memory_policies` is the lowest package, so this module
+lives here and `evolve` imports it (`memory_policies` never imports `evolve`).
+
+Why `FutureWarning` and not `DeprecationWarning`: Python hides `DeprecationWarning` outside
+`__main__`, and the people who must see these are users editing a spec or a command line, not
+only developers running tests.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+REMOVED_IN = "0.2.0"
+
+
+class RenamedWarning(FutureWarning):
+    """A name, key, flag or module that was renamed; the old one goes in `REMOVED_IN`."""
+
+
+def warn_renamed(old: str, new: str, *, stacklevel: int = 3) -> None:
+    """Warn that `old` is now `new` (both as the user writes them, e.g. `--model-preset`)."""
+    warnings.warn(
+        f"{old} is deprecated and will be removed in {REMOVED_IN}; use {new} instead",
+        RenamedWarning,
+        stacklevel=stacklevel,
+    )
+
+
+def rename_keys(data: Any, renamed: Mapping[str, str], *, where: str = "") -> Any:
+    """`data` with every old key of `renamed` (old -> new) moved to its new name, warning once
+    per key. A mapping that holds both the old and the new key is an error: which one wins
+    would be a guess. Non-mappings are returned unchanged (pydantic reports them)."""
+    if not isinstance(data, Mapping) or not any(old in data for old in renamed):
+        return data
+    moved = dict(data)
+    prefix = f"{where}." if where else ""
+    for old, new in renamed.items():
+        if old not in moved:
+            continue
+        if new in moved:
+            raise ValueError(
+                f"{prefix}{old} and {prefix}{new} are both set; {old} is the old name of "
+                f"{new}: keep only {new}"
+            )
+        warn_renamed(f"{prefix}{old}", f"{prefix}{new}", stacklevel=4)
+        moved[new] = moved.pop(old)
+    return moved
