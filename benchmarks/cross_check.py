@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import subprocess
 import sys
@@ -453,6 +454,34 @@ def format_rows(rows: list[tuple[str, MetricSummary | None, str]]) -> str:
     return "\n".join(lines)
 
 
+def accuracy_noise(summary: MetricSummary) -> float | None:
+    """One binomial standard error of an accuracy over `n_items` answers. Why only a lower
+    bound of the noise: a user's answers share one conversation, so items are not independent
+    (the per-user rows show how much users differ)."""
+    if summary.accuracy is None or not summary.n_items:
+        return None
+    return math.sqrt(summary.accuracy * (1 - summary.accuracy) / summary.n_items)
+
+
+def format_differences(pairs: list[tuple[str, MetricSummary | None, MetricSummary | None]]) -> str:
+    """Per agent: ours minus the reference in accuracy, against twice the standard error of
+    that difference; a gap inside the band is what sampling noise alone gives."""
+    lines = ["ours - reference, accuracy (2 SE band: sampling noise of two independent runs)"]
+    for agent, reference, ours in pairs:
+        if reference is None or ours is None:
+            lines.append(f"  {agent:<7} (one side has no results)")
+            continue
+        noise = [accuracy_noise(reference), accuracy_noise(ours)]
+        if reference.accuracy is None or ours.accuracy is None or None in noise:
+            lines.append(f"  {agent:<7} (no accuracy on one side)")
+            continue
+        gap = ours.accuracy - reference.accuracy
+        band = 2 * math.sqrt(sum(se * se for se in noise if se is not None))
+        verdict = "within noise" if abs(gap) <= band else "BEYOND noise: explain"
+        lines.append(f"  {agent:<7} {gap:+.3f}  (2 SE {band:.3f}; {verdict})")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     args.out = args.out.resolve()
@@ -476,25 +505,23 @@ def main(argv: list[str] | None = None) -> int:
         failures = run_reference(args, base_url, model, env_file, agents)
         our_code = run_ours(args, base_url, model, env_file, {a: specs[a] for a in agents})
     rows: list[tuple[str, MetricSummary | None, str]] = []
+    pairs: list[tuple[str, MetricSummary | None, MetricSummary | None]] = []
     for agent in agents:
         users, notes = reference_results(args.out / "reference", env, agent, model)
         report = our_report(args.out, specs[agent])
         missing = "" if report else f"evolve eval exit {our_code}"
         finished = f"{len(users)} of {len(env.items)} users"
+        reference_summary = summarize(list(users.values())) if users else None
+        our_summary = MetricSummary.model_validate(report["summary"]) if report else None
+        pairs.append((agent, reference_summary, our_summary))
         rows.append(
             (
                 f"reference {agent}",
-                summarize(list(users.values())) if users else None,
+                reference_summary,
                 finished if len(users) < len(env.items) else "",
             )
         )
-        rows.append(
-            (
-                f"ours {specs[agent]}",
-                MetricSummary.model_validate(report["summary"]) if report else None,
-                missing,
-            )
-        )
+        rows.append((f"ours {specs[agent]}", our_summary, missing))
         for item in env.items:  # per user: like for like where the reference did not finish
             user = users.get(item.id)
             rows.append(
@@ -520,6 +547,7 @@ def main(argv: list[str] | None = None) -> int:
         "user-periods; memory(ours): degenerate periods left out; write/read per item and mem "
         "success: the original's diagnosis (both sides scored by this toolkit's code)"
     )
+    print(format_differences(pairs))
     for step, failure in failures.items():
         print(f"reference {step} failed: {failure}")
     return 0 if our_code == 0 else 1

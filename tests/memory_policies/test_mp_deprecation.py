@@ -9,8 +9,9 @@ from memory_policies.deprecation import REMOVED_IN, RenamedWarning, rename_keys,
 
 def test_old_key_moves_to_new_name_with_a_warning_naming_both():
     with pytest.warns(RenamedWarning, match=r"llm\.embedded\.model_preset .*model_size"):
-        moved = rename_keys({"model_preset": "0.5b", "x": 1}, {"model_preset": "model_size"},
-                            where="llm.embedded")
+        moved = rename_keys(
+            {"model_preset": "0.5b", "x": 1}, {"model_preset": "model_size"}, where="llm.embedded"
+        )
     assert moved == {"model_size": "0.5b", "x": 1}
 
 

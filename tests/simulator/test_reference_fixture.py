@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
+import math
 import shutil
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ from simulator.eval_helpers import agent_responder, simulator_responder
 import evolve.commands.eval as eval_command
 from evolve.cli import main
 from evolve.simulator.environment import EnvironmentItem, load_environment
-from evolve.simulator.metrics import summarize
+from evolve.simulator.metrics import MetricSummary, summarize
 from evolve.simulator.original_format import (
     OriginalDiagnosisMetrics,
     diagnosis_metrics,
@@ -357,3 +358,23 @@ def test_cross_check_leaves_out_a_user_the_reference_did_not_finish(tmp_path):
     users, notes = cross_check.reference_results(tmp_path, ENV, "native", "stub")
     assert list(users) == [USERS[0], USERS[2]]
     assert notes == {USERS[1]: "the reference stopped in period 1"}
+
+
+def test_cross_check_calls_a_gap_noise_only_inside_two_standard_errors():
+    spec = importlib.util.spec_from_file_location(
+        "cross_check", FIXTURE.parents[2] / "benchmarks" / "cross_check.py"
+    )
+    cross_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cross_check)
+    half = MetricSummary(accuracy=0.5, n_items=18)
+    # 2 * sqrt(2 * 0.25 / 18) = 0.333: a gap of 0.278 is noise, one of 0.5 is not.
+    near = MetricSummary(accuracy=0.5 + 5 / 18, n_items=18)
+    far = MetricSummary(accuracy=1.0, n_items=18)
+    assert cross_check.accuracy_noise(half) == pytest.approx(math.sqrt(0.25 / 18))
+    text = cross_check.format_differences(
+        [("native", half, near), ("awi", half, far), ("awe", half, None)]
+    )
+    native, awi, awe = text.splitlines()[1:]
+    assert "+0.278" in native and "within noise" in native
+    assert "+0.500" in awi and "BEYOND noise" in awi
+    assert "no results" in awe
