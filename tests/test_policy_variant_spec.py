@@ -46,3 +46,14 @@ def test_the_config_hash_of_an_unchanged_spec_is_unchanged():
     )
     # No variant: nothing is added to the hashed identity.
     assert "preset" not in _spec().identity()["policy"]
+
+
+def test_the_protocol_names_the_variant_and_its_old_field_name_warns():
+    from evolve.protocol import rules_for
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert rules_for("paper").policy_variant == "paper"
+        assert rules_for("evolve").policy_variant is None
+    with pytest.warns(RenamedWarning, match=r"ProtocolRules\.policy_preset .*policy_variant"):
+        assert rules_for("paper").policy_preset == "paper"
