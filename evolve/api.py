@@ -119,18 +119,18 @@ def evaluate_policies(
     use_toolkit_caches()
     env = environment if isinstance(environment, Environment) else load_environment(environment)
     config = episode or EpisodeConfig()
-    # Under the paper protocol a spec naming no preset gets the paper preset.
-    preset = rules_for(config.protocol).policy_preset
+    # Under the paper protocol a spec naming no variant gets the paper variant.
+    variant = rules_for(config.protocol).policy_variant
     if isinstance(policies, Mapping):
         named = {
             name: policy
             if isinstance(policy, MemoryPolicy)
-            else build_policy(policy, default_preset=preset)
+            else build_policy(policy, default_variant=variant)
             for name, policy in policies.items()
         }
     else:
         specs = list(policies)
-        built = (build_policy(s, default_preset=preset) for s in specs)
+        built = (build_policy(s, default_variant=variant) for s in specs)
         named = dict(zip(run_dir_names(specs), built, strict=True))
     out = Path(out_dir)
     reports: dict[str, EvaluationReport] = {}

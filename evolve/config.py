@@ -191,12 +191,12 @@ def _base_policy(spec: ExperimentSpec, label: str) -> Any:
             base_policy = build_policy(
                 {
                     "kind": spec.policy.kind,
-                    "preset": spec.policy.preset,
+                    "variant": spec.policy.variant,
                     "parameters": dict(spec.policy.parameters),
                     "components": dict(spec.policy.components) or None,
                 },
-                # Under the paper protocol a policy naming no preset gets the paper preset.
-                default_preset=rules_for(spec.protocol).policy_preset,
+                # Under the paper protocol a policy naming no variant gets the paper variant.
+                default_variant=rules_for(spec.protocol).policy_variant,
             )
     except PolicyError as error:
         raise ConfigError(f"{label}: policy: {error}") from None

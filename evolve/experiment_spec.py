@@ -29,6 +29,7 @@ from evolve.simulator.runner import ProbeScope, probe_scope_problem
 from evolve.spec_base import IntRange, format_validation_error
 from evolve.spec_base import StrictTable as _Strict
 from evolve.tracking_uri import DEFAULT_TRACKING_URI, resolve_tracking_uri
+from memory_policies.deprecation import rename_keys
 
 _NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -97,9 +98,18 @@ class PolicySpec(_Strict):
     kind: str | None = None
     path: Path | None = None
     # The policy's information flow; unset follows the spec's protocol (a bundle keeps its own).
-    preset: Protocol | None = None
+    variant: Protocol | None = Field(
+        default=None,
+        description="Policy variant (paper or evolve); unset: the protocol's (paper under "
+        "protocol paper, else the kind's own).",
+    )
     parameters: dict[str, int] = Field(default_factory=dict)
     components: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed_keys(cls, data: object) -> object:
+        return rename_keys(data, {"preset": "variant"}, where="policy")
 
     @model_validator(mode="after")
     def _one_source(self) -> PolicySpec:
@@ -107,9 +117,9 @@ class PolicySpec(_Strict):
             raise ValueError(
                 "give exactly one of 'kind' (e.g. kind = \"in_context\") or 'path' (a bundle)"
             )
-        if self.path is not None and (self.parameters or self.components or self.preset):
+        if self.path is not None and (self.parameters or self.components or self.variant):
             raise ValueError(
-                "a bundle 'path' takes no 'parameters', 'components' or 'preset' (the bundle "
+                "a bundle 'path' takes no 'parameters', 'components' or 'variant' (the bundle "
                 "records its own)"
             )
         return self
@@ -450,6 +460,11 @@ class ExperimentSpec(RunSpec):
             exclude_defaults=True,
         )
         data["protocol"] = self.protocol  # always: results differ by protocol
+        policy = data.get("policy", {})
+        if "variant" in policy:
+            # Hashed under its old name "preset": renaming the key must not make earlier
+            # experiment directories refuse to resume.
+            policy["preset"] = policy.pop("variant")
         optimizer = data.pop("optimizer", {})
         optimizer.pop("generations", None)
         if optimizer:

@@ -35,9 +35,10 @@ class ProtocolRules:
     # Rounds per session (period 0, later periods) when a data file does not say: the paper's
     # v1.base uses 1 then 2; ours keeps 1/1 unless the spec sets them.
     data_file_rounds: tuple[int, int]
-    # The policy preset a policy spec naming none gets (`memory_policies.presets`): the paper
-    # protocol's agents talk as the reference agents do; ours leaves each kind's own default.
-    policy_preset: str | None
+    # The policy variant a policy spec naming none gets (`memory_policies.variants`): the
+    # paper protocol's agents talk as the reference agents do; ours leaves each kind's own
+    # default.
+    policy_variant: str | None
     # A spec's data file stands for the published AMemGym data.json, so a missing one is
     # explained with where to download it (ours names any data file).
     data_file_is_published: bool
@@ -81,11 +82,20 @@ class ProtocolRules:
     # one: the reference's env config samples it at 0.2; None = the endpoint's own (0).
     default_user_temperature: float | None
 
+    @property
+    def policy_preset(self) -> str | None:
+        """The old name of `policy_variant`."""
+        # Imported here: this module stays a leaf for everything but this old name.
+        from memory_policies.deprecation import warn_renamed
+
+        warn_renamed("ProtocolRules.policy_preset", "ProtocolRules.policy_variant")
+        return self.policy_variant
+
 
 PAPER = ProtocolRules(
     name="paper",
     data_file_rounds=(1, 2),
-    policy_preset="paper",
+    policy_variant="paper",
     data_file_is_published=True,
     probe_scopes=("all",),
     probe_scope_reason="the original's diagnosis probes every question whether answered right "
@@ -105,7 +115,7 @@ PAPER = ProtocolRules(
 EVOLVE = ProtocolRules(
     name="evolve",
     data_file_rounds=(1, 1),
-    policy_preset=None,
+    policy_variant=None,
     data_file_is_published=False,
     probe_scopes=("all", "wrong_only"),
     probe_scope_reason="",

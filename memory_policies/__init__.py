@@ -31,7 +31,6 @@ from memory_policies.in_context import (
 from memory_policies.in_context_quotes import InContextQuotesPolicy
 from memory_policies.mem0_system import Mem0Policy
 from memory_policies.native import NativePolicy, NativeState
-from memory_policies.presets import DEFAULT_PRESET, PRESETS, Preset
 from memory_policies.raw_rag import RawRagPolicy, RawRagState
 from memory_policies.registry import (
     POLICY_KINDS,
@@ -42,13 +41,13 @@ from memory_policies.registry import (
     read_bundle,
     register_policy,
 )
+from memory_policies.variants import DEFAULT_VARIANT, VARIANTS, Variant
 
 __all__ = [
     "BUNDLE_FILE",
     "BUNDLE_FORMAT_VERSION",
-    "DEFAULT_PRESET",
+    "DEFAULT_VARIANT",
     "POLICY_KINDS",
-    "PRESETS",
     "Embedder",
     "ExternalPolicy",
     "ExternalState",
@@ -71,9 +70,10 @@ __all__ = [
     "OpenAIEmbedder",
     "PolicyAnswer",
     "PolicyError",
-    "Preset",
     "RawRagPolicy",
     "RawRagState",
+    "VARIANTS",
+    "Variant",
     "build_policy",
     "create_policy",
     "default_embedder",
@@ -83,3 +83,15 @@ __all__ = [
     "read_bundle",
     "register_policy",
 ]
+
+# Old names of the policy variant (it was "preset"), kept until the next minor version.
+_RENAMED = {"DEFAULT_PRESET": "DEFAULT_VARIANT", "PRESETS": "VARIANTS", "Preset": "Variant"}
+
+
+def __getattr__(name: str) -> object:
+    if name in _RENAMED:
+        from memory_policies.deprecation import warn_renamed
+
+        warn_renamed(f"memory_policies.{name}", f"memory_policies.{_RENAMED[name]}")
+        return globals()[_RENAMED[name]]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

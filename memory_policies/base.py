@@ -20,16 +20,25 @@ from dspy.utils.exceptions import AdapterParseError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from memory_policies.common import capped_call_config
+from memory_policies.deprecation import warn_renamed
 from memory_policies.errors import PolicyError
 from memory_policies.evolvable import EvolvableModule
 from memory_policies.paper import chat_turns, paper_chat, paper_question_prompt
 from memory_policies.parameters import validate_parameters
-from memory_policies.presets import DEFAULT_PRESET, Preset, PresetRules, check_preset, preset_rules
+from memory_policies.variants import (
+    DEFAULT_VARIANT,
+    Variant,
+    VariantRules,
+    check_variant,
+    pop_variant,
+    variant_rules,
+)
 
 logger = logging.getLogger(__name__)
 
 BUNDLE_FORMAT = "memory_policies.bundle"
-BUNDLE_FORMAT_VERSION = 1
+# 2: the policy variant is recorded as "variant" (version 1 bundles say "preset"; both load).
+BUNDLE_FORMAT_VERSION = 2
 BUNDLE_FILE = "policy.json"
 
 
@@ -115,23 +124,26 @@ class MemoryPolicy(EvolvableModule):
     kind: ClassVar[str]
     parameter_names: ClassVar[tuple[str, ...]] = ("update_every", "short_term_len")
     default_parameters: ClassVar[dict[str, int]] = {"update_every": 2, "short_term_len": 4}
-    # Defaults that differ under preset=paper (the reference configs' values).
+    # Defaults that differ under variant=paper (the reference configs' values).
     paper_parameters: ClassVar[dict[str, int]] = {}
     state_type: ClassVar[type[MemoryState]] = MemoryState
     uses_embedder: ClassVar[bool] = False
     # Multiple-choice variant of the `use` signature; shares the `use` instruction text.
     choose_signature: ClassVar[type[dspy.Signature]]
-    # The same under preset=paper (a raw-chat signature, see memory_policies.paper).
+    # The same under variant=paper (a raw-chat signature, see memory_policies.paper).
     paper_choose_signature: ClassVar[type[dspy.Signature]]
 
     write: dspy.Module
     read: dspy.Module
     use: dspy.Predict
 
-    def __init__(self, preset: str = DEFAULT_PRESET, **parameters: int) -> None:
+    def __init__(self, variant: str | None = None, **parameters: Any) -> None:
         super().__init__()
-        # Set before the modules are built: the preset decides their signatures and texts.
-        self.preset: Preset = check_preset(self.kind, preset)
+        chosen = pop_variant(self.kind, parameters, variant)  # `preset=` is its old name
+        # Set before the modules are built: the variant decides their signatures and texts.
+        self.variant: Variant = check_variant(
+            self.kind, DEFAULT_VARIANT if chosen is None else chosen
+        )
         defaults = {**self.default_parameters}
         if self.rules.reference_defaults:
             defaults.update(self.paper_parameters)
@@ -141,9 +153,15 @@ class MemoryPolicy(EvolvableModule):
         self._build_modules()
 
     @property
-    def rules(self) -> PresetRules:
-        """What this policy's preset decides (see `memory_policies.presets`)."""
-        return preset_rules(self.preset)
+    def rules(self) -> VariantRules:
+        """What this policy's variant decides (see `memory_policies.variants`)."""
+        return variant_rules(self.variant)
+
+    @property
+    def preset(self) -> str:
+        """The old name of `variant`."""
+        warn_renamed("MemoryPolicy.preset", "MemoryPolicy.variant")
+        return self.variant
 
     # ----- hooks -----------------------------------------------------------------------------
 
@@ -353,10 +371,12 @@ class MemoryPolicy(EvolvableModule):
 
     def identity(self) -> dict[str, Any]:
         """What the policy's behaviour depends on, for run hashes and records (no LM, no key):
-        kind, preset, parameters, instructions and the embedder's name."""
+        kind, variant, parameters, instructions and the embedder's name."""
         return {
             "kind": self.kind,
-            "preset": self.preset,
+            # Under its old name "preset": run and experiment config hashes include this
+            # mapping, and a renamed key would refuse to resume every earlier run directory.
+            "preset": self.variant,
             "parameters": self.parameters(),
             "components": self.components(),
             "embedder": self.embedder_name(),
@@ -372,7 +392,7 @@ class MemoryPolicy(EvolvableModule):
             "format": BUNDLE_FORMAT,
             "format_version": BUNDLE_FORMAT_VERSION,
             "kind": self.kind,
-            "preset": self.preset,
+            "variant": self.variant,
             "parameters": self.parameters(),
             "components": self.components(),
             "embedder": self.embedder_name(),

@@ -12,11 +12,11 @@ import dspy
 from pydantic import BeforeValidator, Field
 
 REPLY_DESC = "your reply to the user: plain text, at most 3 sentences"
-# Generation cap of an on-policy reply under the `evolve` preset: 3 sentences plus the adapter's
+# Generation cap of an on-policy reply under the `evolve` variant: 3 sentences plus the adapter's
 # field markers fit well inside it. Small models sometimes repeat a phrase until max_tokens;
 # the cap bounds what such a loop costs in decoding and in every later prompt that shows it.
 REPLY_MAX_TOKENS = 128
-# Longest memory text one write may store under the `evolve` preset (an in_context value, an
+# Longest memory text one write may store under the `evolve` variant (an in_context value, an
 # external fact), in characters. A stored text is in every later prompt that shows the memory;
 # small models sometimes ramble or loop until max_tokens there (1,000+ characters of one
 # repeated clause). The JSON schema's maxLength makes constrained decoding close the string;

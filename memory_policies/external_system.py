@@ -38,7 +38,7 @@ from memory_policies.common import DEFAULT_MEMORY_USE, MemoryChoose, MemoryReply
 from memory_policies.errors import PolicyError
 from memory_policies.paper import PAPER_STORE_USE, StoreChatChoose, StoreChatReply
 from memory_policies.parameters import PARAMETER_RULES, validate_parameters
-from memory_policies.presets import DEFAULT_PRESET
+from memory_policies.variants import pop_variant
 
 Snapshot = dict[str, Any]
 OptionValue = bool | int | str
@@ -221,7 +221,7 @@ class ExternalSystemPolicy(MemoryPolicy):
     paper_choose_signature: ClassVar[type[dspy.Signature]] = StoreChatChoose
 
     def __init__(self, **settings: Any) -> None:
-        preset = settings.pop("preset", DEFAULT_PRESET)
+        variant = pop_variant(self.kind, settings)
         options = {
             name: settings.pop(name) for name in list(settings) if name in self.option_defaults
         }
@@ -229,7 +229,7 @@ class ExternalSystemPolicy(MemoryPolicy):
         self.options: dict[str, OptionValue] = self._checked_options(
             {**self.option_defaults, **options}
         )
-        super().__init__(preset=preset, **settings)
+        super().__init__(variant=variant, **settings)
         self._systems = LiveSystems(self.open_system)
 
     # ----- the one hook ----------------------------------------------------------------------
@@ -316,7 +316,7 @@ class ExternalSystemPolicy(MemoryPolicy):
         if state.snapshot is None:
             return {"memory": nothing}, []
         with self._systems.holding(state.snapshot, read_only=True) as lease:
-            # preset=paper searches with the message as sent (time header, options included).
+            # variant=paper searches with the message as sent (time header, options included).
             query_text = query if rules.search_with_message_as_sent else strip_time_header(query)
             found = self.read(system=lease.system, query=query_text, k=self.top_k).memories
         memory = "\n".join(f"- {text}" for text in found)

@@ -112,7 +112,7 @@ def split_write_instruction(instruction: str) -> tuple[str, str]:
 
 
 class InContextPolicy(MemoryPolicy):
-    """Under preset=paper: the reference's 7 types, a write that sees the memory as a JSON
+    """Under variant=paper: the reference's 7 types, a write that sees the memory as a JSON
     object and the flushed messages as a JSON list and answers one JSON object of
     label -> complete value (exact-label overwrite), and replies from a system message with
     ``- label: value`` lines followed by the recent messages as chat turns."""

@@ -11,7 +11,7 @@ up to date), and drops the 'other' ones.
 
 The types list (`write.types_to_remember`) is therefore the memory's schema: a type that is
 not listed is never remembered, which is what an evolved types list can fix. Reading and use
-are `in_context`'s (every entry in the prompt). Under `preset = "paper"` this kind does not
+are `in_context`'s (every entry in the prompt). Under `variant = "paper"` this kind does not
 exist (the reference has no such policy).
 """
 
@@ -117,8 +117,8 @@ class InContextQuotesPolicy(InContextPolicy):
     def _build_modules(self) -> None:
         if self.rules.reference_writes:
             raise PolicyError(
-                "in_context_quotes has no paper preset (the reference has no such policy); "
-                "use in_context:preset=paper"
+                "in_context_quotes has no paper variant (the reference has no such policy); "
+                "use in_context:variant=paper"
             )
         self.write = dspy.Predict(SortSentences.with_instructions(self._initial_write()))
         self.read = InContextRead()

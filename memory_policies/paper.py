@@ -1,6 +1,6 @@
-"""The `paper` preset's prompts and the adapter that sends them as the reference code does.
+"""The `paper` variant's prompts and the adapter that sends them as the reference code does.
 
-Under ``preset=paper`` a policy talks to its LM the way the AMemGym reference agents do:
+Under ``variant=paper`` a policy talks to its LM the way the AMemGym reference agents do:
 
 - replies and answers are raw chat turns: an optional system message holding the `use`
   instruction and the memory, the recent messages as user/assistant turns, then the new user

@@ -24,7 +24,7 @@ class ChunkWrite(dspy.Module):
 
 
 class MessageWrite(dspy.Module):
-    """Not an LLM step (preset=paper): each message becomes its own memory, role-prefixed as
+    """Not an LLM step (variant=paper): each message becomes its own memory, role-prefixed as
     the reference agent stores them."""
 
     def forward(self, messages: list[Message]) -> dspy.Prediction:
@@ -33,7 +33,7 @@ class MessageWrite(dspy.Module):
 
 class RawRagPolicy(EmbeddingStorePolicy):
     """Each flush of `update_every` messages is stored as one chunk (2 = one exchange);
-    under preset=paper each message is stored as its own memory, and 30 are retrieved."""
+    under variant=paper each message is stored as its own memory, and 30 are retrieved."""
 
     kind: ClassVar[str] = "raw_rag"
     state_type: ClassVar[type[MemoryState]] = RawRagState

@@ -16,6 +16,7 @@ from memory_policies.base import (
     BUNDLE_FORMAT_VERSION,
     MemoryPolicy,
 )
+from memory_policies.deprecation import warn_renamed
 from memory_policies.embed import Embedder
 from memory_policies.errors import PolicyError
 from memory_policies.external import ExternalPolicy
@@ -23,8 +24,8 @@ from memory_policies.in_context import InContextOraclePolicy, InContextPolicy
 from memory_policies.in_context_quotes import InContextQuotesPolicy
 from memory_policies.mem0_system import Mem0Policy
 from memory_policies.native import NativePolicy
-from memory_policies.presets import EVOLVE, PRESETS, check_preset, is_preset
 from memory_policies.raw_rag import RawRagPolicy
+from memory_policies.variants import EVOLVE, VARIANTS, check_variant, is_variant, pop_variant
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +85,7 @@ def _valid_kinds() -> str:
 def _spec_help() -> str:
     return (
         f"expected a policy kind ({_valid_kinds()}) optionally with parameters, e.g. "
-        "'in_context:update_every=2,short_term_len=4' or 'external:preset=paper', or a bundle "
+        "'in_context:update_every=2,short_term_len=4' or 'external:variant=paper', or a bundle "
         "directory holding "
         f"{BUNDLE_FILE}"
     )
@@ -96,27 +97,28 @@ def create_policy(
     *,
     components: Mapping[str, str] | None = None,
     embedder: Embedder | None = None,
+    variant: str | None = None,
     preset: str | None = None,
 ) -> MemoryPolicy:
-    """Build a policy of `kind`; `preset` ('paper' or 'evolve', default the class's 'evolve')
-    may also be given as ``parameters["preset"]`` (what a spec string yields)."""
+    """Build a policy of `kind`; `variant` ('paper' or 'evolve', default the class's 'evolve')
+    may also be given as ``parameters["variant"]`` (what a spec string yields). `preset` is
+    the old name of `variant`."""
     load_plugins()
     cls = POLICY_KINDS.get(kind)
     if cls is None:
         raise PolicyError(f"unknown policy kind {kind!r}; valid kinds: {_valid_kinds()}")
     params = dict(parameters or {})
-    if params.get("preset") is None:
-        params.pop("preset", None)
-    else:
-        inline = params.pop("preset")
-        if preset is not None and inline != preset:
-            raise PolicyError(
-                f"policy '{kind}' is given preset {inline!r} in its parameters and {preset!r} "
-                "separately; give it once"
-            )
-        preset = inline
+    variant = pop_variant(kind, params, variant)
     if preset is not None:
-        params["preset"] = check_preset(kind, preset)
+        warn_renamed("create_policy(preset=...)", "create_policy(variant=...)")
+        if variant is not None and variant != preset:
+            raise PolicyError(
+                f"policy '{kind}' is given variant {variant!r} and preset {preset!r}, the old "
+                "name of variant; give variant only"
+            )
+        variant = preset
+    if variant is not None:
+        params["variant"] = check_variant(kind, variant)
     policy = cls(**params, embedder=embedder) if cls.uses_embedder else cls(**params)
     if components:
         policy = policy.with_components(components)
@@ -132,7 +134,7 @@ _SWITCH_VALUES = {"true": True, "false": False}
 
 def parse_spec(spec: str) -> tuple[str, dict[str, int | bool | str]]:
     """'kind:name=value,name=value' -> (kind, parameters): integers, true/false for
-    switches (e.g. 'mem0:infer=false'), or the preset name ('in_context:preset=paper');
+    switches (e.g. 'mem0:infer=false'), or the variant name ('in_context:variant=paper');
     a registered kind's switches are read as the type of their default, and the policy
     class checks the rest."""
     kind, _, params_text = spec.strip().partition(":")
@@ -148,12 +150,15 @@ def parse_spec(spec: str) -> tuple[str, dict[str, int | bool | str]]:
                 f"cannot read {item!r} in policy spec {spec!r}: parameters are name=value pairs "
                 "separated by commas"
             )
+        if name == "preset":
+            warn_renamed(f"'preset' in policy spec {spec!r}", f"'variant' ({kind}:variant={value})")
+            name = "variant"
         if name in parameters:
             raise PolicyError(f"parameter '{name}' is given twice in policy spec {spec!r}")
-        if name == "preset":
-            if not is_preset(value):
+        if name == "variant":
+            if not is_variant(value):
                 raise PolicyError(
-                    f"preset in policy spec {spec!r} must be one of {', '.join(PRESETS)}, "
+                    f"variant in policy spec {spec!r} must be one of {', '.join(VARIANTS)}, "
                     f"got {value!r}"
                 )
             parameters[name] = value
@@ -189,15 +194,25 @@ def build_policy(
     spec: str | os.PathLike[str] | Mapping[str, Any],
     *,
     embedder: Embedder | None = None,
+    default_variant: str | None = None,
     default_preset: str | None = None,
 ) -> MemoryPolicy:
     """Build a policy from a spec string, a bundle path, or a mapping.
 
     Mappings: ``{"kind": "external", "top_k": 3}`` (parameters inline or under
-    ``"parameters"``, optional ``"components"`` and ``"preset"``), or
-    ``{"path": "<bundle dir>"}``. `default_preset` applies when a kind spec names no preset
-    (an evaluation protocol's default); a preset in the spec, or a bundle's, always wins.
+    ``"parameters"``, optional ``"components"`` and ``"variant"``), or
+    ``{"path": "<bundle dir>"}``. `default_variant` applies when a kind spec names no variant
+    (an evaluation protocol's default); a variant in the spec, or a bundle's, always wins.
+    `default_preset` is the old name of `default_variant`.
     """
+    if default_preset is not None:
+        warn_renamed("build_policy(default_preset=...)", "build_policy(default_variant=...)")
+        if default_variant is not None and default_variant != default_preset:
+            raise PolicyError(
+                f"build_policy is given default_variant {default_variant!r} and its old name "
+                f"default_preset {default_preset!r}; give default_variant only"
+            )
+        default_variant = default_preset
     if isinstance(spec, os.PathLike):
         return load(spec, embedder=embedder)
     load_plugins()
@@ -208,9 +223,13 @@ def build_policy(
         kind, parameters = parse_spec(spec)
         if kind not in POLICY_KINDS:
             raise PolicyError(f"unknown policy kind {kind!r} in spec {spec!r}; {_spec_help()}")
-        if parameters.get("preset") is None and default_preset is not None:
-            parameters["preset"] = default_preset
-        return create_policy(kind, parameters, embedder=embedder)
+        variant = pop_variant(kind, parameters)
+        return create_policy(
+            kind,
+            parameters,
+            embedder=embedder,
+            variant=default_variant if variant is None else variant,
+        )
     if isinstance(spec, Mapping):
         data = dict(spec)
         if "path" in data:
@@ -227,11 +246,14 @@ def build_policy(
         if overlap:
             raise PolicyError(f"parameter(s) {overlap} given both inline and under 'parameters'")
         parameters.update(data)
-        if parameters.get("preset") is None:
-            parameters.pop("preset", None)
-            if default_preset is not None:
-                parameters["preset"] = default_preset
-        return create_policy(kind, parameters, components=components, embedder=embedder)
+        variant = pop_variant(kind, parameters)
+        return create_policy(
+            kind,
+            parameters,
+            components=components,
+            embedder=embedder,
+            variant=default_variant if variant is None else variant,
+        )
     raise PolicyError(f"cannot build a policy from {type(spec).__name__}; {_spec_help()}")
 
 
@@ -267,18 +289,22 @@ def read_bundle(directory: str | os.PathLike[str]) -> dict[str, Any]:
     missing = [k for k in ("kind", "parameters", "components", "dspy_state") if k not in bundle]
     if missing:
         raise PolicyError(f"policy bundle {path} lacks field(s) {missing}")
+    if "preset" in bundle and "variant" not in bundle:
+        # Version 1 bundles record the variant under its old name. Read silently: a warning
+        # is for what the user writes, and nobody can fix a bundle already exported.
+        bundle["variant"] = bundle.pop("preset")
     return bundle
 
 
 def load(directory: str | os.PathLike[str], *, embedder: Embedder | None = None) -> MemoryPolicy:
     """Rebuild a saved policy: same kind, parameters, instructions and DSPy state."""
     bundle = read_bundle(directory)
-    # Bundles written before presets existed used the only flow there was: 'evolve'.
+    # Bundles written before variants existed used the only flow there was: 'evolve'.
     policy = create_policy(
         bundle["kind"],
         bundle["parameters"],
         embedder=embedder,
-        preset=bundle.get("preset") or EVOLVE.name,
+        variant=bundle.get("variant") or EVOLVE.name,
     )
     try:
         policy.load_state(bundle["dspy_state"])

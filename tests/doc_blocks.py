@@ -160,7 +160,8 @@ sys.path.insert(0, {repo!r})
 from evolve.cli import build_parser, main  # noqa: E402
 
 MODEL_FLAGS = {{"--model", "--base-url", "--agent-model", "--simulator-model",
-               "--reflector-model", "--model-preset", "--model-path"}}
+               "--reflector-model", "--model-size", "--model-preset",
+               "--model-path"}}
 
 
 def takes_llm_flags(argv):

@@ -173,6 +173,6 @@ def test_the_evolve_shim_points_llm_commands_at_the_stub_only(tmp_path, stub):
     # A command that names its own model is left alone (here: the embedded server, which
     # the sandbox refuses to start, so the attempt fails fast instead of loading a model).
     embedded = run_block(
-        Block(tmp_path, 2, "bash", "evolve doctor --model-preset 0.5b\n", None), root, env
+        Block(tmp_path, 2, "bash", "evolve doctor --model-size 0.5b\n", None), root, env
     )
     assert embedded.returncode != 0 and "no-llama-server-in-doc-tests" in embedded.output

@@ -1,26 +1,28 @@
-"""No code outside the two rules modules decides anything by a protocol or preset name.
+"""No code outside the two rules modules decides anything by a protocol or variant name.
 
 Every protocol-dependent choice is a field of `evolve.protocol.ProtocolRules`, every
-preset-dependent one a field of `memory_policies.presets.PresetRules`; code reads the field.
+policy-variant-dependent one a field of `memory_policies.variants.VariantRules`; code reads the
+field.
 This test parses (ast) every ``.py`` file under ``evolve/`` and ``memory_policies/`` except
 those two modules and fails on:
 
 1. a comparison (``==``, ``!=``, ``in``, ``not in``, ``is``, ``is not``) with an operand that
-   names a protocol or preset;
+   names a protocol or variant;
 2. a ``match`` case whose pattern is such a name (``case "paper":``, ``case PAPER:``);
 3. a lookup keyed by one: a subscript whose key names one (``x["paper"]``), a subscript of a
    dict display that has one as a key (``{"paper": a, "evolve": b}[name]``), or a ``.get``
    whose first argument names one.
 
-An operand "names a protocol or preset" when it is
+An operand "names a protocol or variant" when it is
 
 - the string literal ``"paper"`` or ``"evolve"``; or
-- a name (or ``module.name`` attribute) imported from ``evolve.protocol`` or
-  ``memory_policies.presets`` whose value there is such a string, a collection of them, or a
-  rules instance (``PAPER``, ``EVOLVE``, ``DEFAULT_PRESET``, ``PROTOCOLS``, ``PRESETS``).
+- a name (or ``module.name`` attribute) imported from ``evolve.protocol``,
+  ``memory_policies.variants`` or its old name ``memory_policies.presets`` whose value there is
+  such a string, a collection of them, or a rules instance (``PAPER``, ``EVOLVE``,
+  ``DEFAULT_VARIANT``, ``PROTOCOLS``, ``VARIANTS``).
 
 Names are resolved per file through its imports, so an unrelated ``DEFAULT_PRESET`` (the
-bundled model's) is not flagged. Other strings ("blind", "per_question") are field values,
+bundled model's old name) is not flagged. Other strings ("blind", "per_question") are field values,
 not protocol names, and may be compared.
 """
 
@@ -28,21 +30,28 @@ from __future__ import annotations
 
 import ast
 import importlib
+import warnings
 from pathlib import Path
 
 import pytest
 
 import evolve.protocol
-import memory_policies.presets
+import memory_policies.variants
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")  # the old module name warns on import
+    import memory_policies.presets
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMES = {"paper", "evolve"}
 RULES_MODULES = {
     "evolve.protocol": evolve.protocol,
+    "memory_policies.variants": memory_policies.variants,
     "memory_policies.presets": memory_policies.presets,
 }
-EXEMPT = {ROOT / "evolve" / "protocol.py", ROOT / "memory_policies" / "presets.py"}
-RULES_TYPES = (evolve.protocol.ProtocolRules, memory_policies.presets.PresetRules)
+# The shim `memory_policies/presets.py` is not exempt: it re-exports and compares nothing.
+EXEMPT = {ROOT / "evolve" / "protocol.py", ROOT / "memory_policies" / "variants.py"}
+RULES_TYPES = (evolve.protocol.ProtocolRules, memory_policies.variants.VariantRules)
 
 
 def _stands_for_a_name(value: object) -> bool:
@@ -110,22 +119,22 @@ class _Finder(ast.NodeVisitor):
 
     def visit_Compare(self, node: ast.Compare) -> None:
         if any(self.names_a_protocol(operand) for operand in [node.left, *node.comparators]):
-            self.flag(node, "comparison with a protocol or preset name")
+            self.flag(node, "comparison with a protocol or variant name")
         self.generic_visit(node)
 
     def visit_match_case(self, node: ast.match_case) -> None:
         for pattern in ast.walk(node.pattern):
             if isinstance(pattern, ast.MatchValue) and self.names_a_protocol(pattern.value):
-                self.flag(pattern, "match case on a protocol or preset name")
+                self.flag(pattern, "match case on a protocol or variant name")
         self.generic_visit(node)
 
     def visit_Subscript(self, node: ast.Subscript) -> None:
         if self.names_a_protocol(node.slice):
-            self.flag(node, "lookup keyed by a protocol or preset name")
+            self.flag(node, "lookup keyed by a protocol or variant name")
         elif isinstance(node.value, ast.Dict) and any(
             key is not None and self.names_a_protocol(key) for key in node.value.keys
         ):
-            self.flag(node, "lookup in a dict keyed by protocol or preset names")
+            self.flag(node, "lookup in a dict keyed by protocol or variant names")
         self.generic_visit(node)
 
     def visit_Call(self, node: ast.Call) -> None:
@@ -136,7 +145,7 @@ class _Finder(ast.NodeVisitor):
             and node.args
             and self.names_a_protocol(node.args[0])
         ):
-            self.flag(node, ".get keyed by a protocol or preset name")
+            self.flag(node, ".get keyed by a protocol or variant name")
         self.generic_visit(node)
 
 
@@ -163,16 +172,17 @@ def test_the_rules_modules_are_importable_by_name():
     for name, module in RULES_MODULES.items():
         assert importlib.import_module(name) is module
     assert {"PAPER", "EVOLVE", "PROTOCOLS"} <= FLAGGED["evolve.protocol"]
+    assert {"PAPER", "EVOLVE", "VARIANTS", "DEFAULT_VARIANT"} <= FLAGGED["memory_policies.variants"]
     assert {"PAPER", "EVOLVE", "PRESETS", "DEFAULT_PRESET"} <= FLAGGED["memory_policies.presets"]
 
 
-def test_no_code_compares_protocol_or_preset_names():
+def test_no_code_compares_protocol_or_variant_names():
     found = {
         str(path.relative_to(ROOT)): problems
         for path in _sources()
         if (problems := problems_in(path.read_text(encoding="utf-8")))
     }
-    assert found == {}, "ask a ProtocolRules / PresetRules field instead:\n" + "\n".join(
+    assert found == {}, "ask a ProtocolRules / VariantRules field instead:\n" + "\n".join(
         f"{path}: {problem}" for path, problems in found.items() for problem in problems
     )
 
@@ -184,6 +194,8 @@ def test_no_code_compares_protocol_or_preset_names():
         'ok = "evolve" != spec.protocol',
         'ok = name in ("paper", "x")',
         "from evolve.protocol import PAPER\nok = rules is PAPER",
+        "from memory_policies.variants import DEFAULT_VARIANT as D\nok = variant == D",
+        "from memory_policies import variants\nok = variant in variants.VARIANTS",
         "from memory_policies.presets import DEFAULT_PRESET as D\nok = preset == D",
         "from memory_policies import presets\nok = preset in presets.PRESETS",
         "import evolve.protocol\nok = x == evolve.protocol.EVOLVE",
@@ -201,6 +213,7 @@ def test_each_kind_of_name_switch_is_caught(source):
     "source",
     [
         'if rules.user_view == "blind": pass',
+        # Same name as the shim's, other module (the bundled model's old name): not flagged.
         "from evolve.llm.model_files import DEFAULT_PRESET\nok = preset == DEFAULT_PRESET",
         'message = f"protocol {name!r} is not paper"',
         "from evolve.protocol import rules_for\nok = rules_for(protocol).chat_turns",

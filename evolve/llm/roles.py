@@ -339,7 +339,7 @@ def open_role_lms(config: LLMConfig) -> Iterator[RoleLMs]:
             model_file = server.model_path
             embedded_identity = {
                 "endpoint": "embedded",
-                # The name is the preset's, not the file's: Hub and PyPI copies are one model.
+                # The name is the model size's, not the file's: Hub and PyPI copies are one model.
                 "model_file": f"{server.model_file_name} ({model_file.stat().st_size} bytes)"
                 if model_file is not None
                 else server.model_name,

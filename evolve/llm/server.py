@@ -131,9 +131,9 @@ class EmbeddedServer:
     def __init__(self, config: EmbeddedModelConfig | None = None):
         self.config = config or EmbeddedModelConfig()
         self.model_path: Path | None = None
-        self.bundled_file: ResolvedModelFile | None = None  # a preset's file and its source
+        self.bundled_file: ResolvedModelFile | None = None  # a model size's file and its source
         self.model_name = served_model_name(
-            bundled_model(self.config.model_preset).name, self.config.slots
+            bundled_model(self.config.model_size).name, self.config.slots
         )
         self.port: int | None = None
         self.process: subprocess.Popen[bytes] | None = None
@@ -150,19 +150,17 @@ class EmbeddedServer:
             path = check_gguf_file(self.config.model_path)
             self.model_name = served_model_name(path.stem, self.config.slots)
             return path
-        self.bundled_file = resolve_bundled_model(
-            self.config.model_preset, self.config.model_source
-        )
+        self.bundled_file = resolve_bundled_model(self.config.model_size, self.config.model_source)
         if self.bundled_file.note:
             print(f"model: {self.bundled_file.note}", file=sys.stderr)
         return self.bundled_file.path
 
     @property
     def model_file_name(self) -> str:
-        """The weights' name in cache keys: a preset's, whichever source served its file
+        """The weights' name in cache keys: a model size's, whichever source served its file
         (both are the same bytes, held to one sha256)."""
         if self.bundled_file is not None:
-            return f"{bundled_model(self.bundled_file.preset).name}.gguf"
+            return f"{bundled_model(self.bundled_file.model_size).name}.gguf"
         return self.model_path.name if self.model_path is not None else self.model_name
 
     def command(self, binary: Path) -> list[str]:

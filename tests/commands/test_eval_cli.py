@@ -51,7 +51,7 @@ def test_eval_two_policies_side_by_side_then_resume(tmp_path, scripted, capsys):
         "2",
         "--upper-bound-cache",
         str(tmp_path / "ub"),
-        # The scripted agent reads DSPy's JSON fields: the evolve presets' prompts.
+        # The scripted agent reads DSPy's JSON fields: the evolve variants' prompts.
         "--protocol",
         "evolve",
     ]

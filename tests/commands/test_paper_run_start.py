@@ -59,7 +59,7 @@ def test_eval_prints_the_kept_deviations_under_paper_only(tmp_path, monkeypatch,
     monkeypatch.setattr(eval_command, "print_protocol_start", noting_print)
     env_file = tmp_path / "env.json"
     save_environment(make_environment(users=1), env_file)
-    argv = ["eval", "--env", str(env_file), "--policy", "native:preset=evolve"]
+    argv = ["eval", "--env", str(env_file), "--policy", "native:variant=evolve"]
     argv += ["--out", str(tmp_path / "out"), "--no-upper-bound", "--no-progress"]
     assert main([*argv, "--protocol", protocol]) == 0
     stderr = capsys.readouterr().err
@@ -131,7 +131,7 @@ def test_tune_on_a_paper_spec_prints_them(tmp_path, monkeypatch, capsys, protoco
         tmp_path,
         f'trials = 1\nsampler = "grid"\n[tuning.parameters]\n{PAPER_GRID}',
         body=f'protocol = "{protocol}"',
-        policy='kind = "in_context"\npreset = "evolve"',
+        policy='kind = "in_context"\nvariant = "evolve"',
     )
     argv = ["tune", str(spec), "--runs-dir", str(tmp_path / "runs"), "--no-tracking"]
     assert main([*argv, "--no-progress"]) == 0

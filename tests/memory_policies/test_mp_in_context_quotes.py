@@ -78,6 +78,6 @@ def test_a_reply_of_another_length_is_a_counted_parse_failure():
     assert state.memory == [] and state.parse_failures.get("write") == 1
 
 
-def test_no_paper_preset():
-    with pytest.raises(PolicyError, match="no paper preset"):
-        build_policy("in_context_quotes:preset=paper")
+def test_no_paper_variant():
+    with pytest.raises(PolicyError, match="no paper variant"):
+        build_policy("in_context_quotes:variant=paper")

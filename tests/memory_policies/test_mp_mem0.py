@@ -264,7 +264,7 @@ def test_a_killed_mem0_run_resumes_without_repeating_finished_periods(tmp_path, 
     report = json.loads((run_dir / "report.json").read_text())
     assert report["policy"] == {
         "kind": "mem0",
-        "preset": "evolve",
+        "variant": "evolve",
         "parameters": {"update_every": 2, "short_term_len": 2, "top_k": 8, "infer": False},
     }
 

@@ -1,9 +1,9 @@
-"""preset=paper: what each policy sends its LM, pinned by a scripted LM that records every call.
+"""variant=paper: what each policy sends its LM, pinned by a scripted LM that records every call.
 
 One test per point of the paper protocol (agent side): no reply cap, native as chat turns, the
 multiple-choice prompt answered as a JSON number, AWI's 7 types and JSON write, AWE's top_k 30,
 retrieval query with the options and two-step write, RAG's one memory per message; plus the
-preset's bookkeeping (spec, bundle, identity) and the in_context_oracle.
+variant's bookkeeping (spec, bundle, identity) and the in_context_oracle.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ LONG_REPLY = "First sentence. Second one. Third one. Fourth one. Fifth one."
 
 
 def is_write(call: ScriptedCall) -> bool:
-    """A paper-preset write: a single user message (the chat calls end with the user turn
+    """A paper-variant write: a single user message (the chat calls end with the user turn
     after a system message or history; a write has only one message)."""
     return len(call.messages) == 1 and "Output only a JSON object" in call.messages[0]["content"]
 
@@ -76,12 +76,12 @@ def ask(policy, lm, state, options=OPTIONS):
 @pytest.mark.parametrize("kind", ["native", "in_context", "external", "raw_rag"])
 def test_paper_replies_have_no_length_cap(kind: str) -> None:
     lm = paper_lm()
-    policy = build_policy(f"{kind}:preset=paper", embedder=CountingEmbedder())
+    policy = build_policy(f"{kind}:variant=paper", embedder=CountingEmbedder())
     state = run(policy, lm, ["[Current Time: 2025-03-01 09:00]\nHi, plan my week?"])
     assert state.short_term[-1].content == LONG_REPLY  # verbatim, five sentences
     assert not any("sentence" in m["content"] for m in lm.calls[0].messages)
     assert lm.calls[0].settings["max_tokens"] == lm.kwargs["max_tokens"]  # the endpoint's own
-    # The evolve preset keeps its cap, in the prompt and as a generation limit: the contrast
+    # The evolve variant keeps its cap, in the prompt and as a generation limit: the contrast
     # is the point.
     evolve_lm = agent()
     run(build_policy(kind, embedder=CountingEmbedder()), evolve_lm, ["Hi"])
@@ -110,7 +110,7 @@ def test_evolve_reply_cap_applies_to_replies_only_and_never_raises_the_endpoint_
 
 def test_paper_native_sends_the_history_as_raw_chat_turns_without_system_message() -> None:
     lm = paper_lm()
-    policy = build_policy("native:preset=paper")
+    policy = build_policy("native:variant=paper")
     state = run(policy, lm, ["[Current Time: 2025-03-01 09:00]\nI moved to Oslo.", "Any tips?"])
     assert lm.calls[1].messages == [
         {"role": "user", "content": "[Current Time: 2025-03-01 09:00]\nI moved to Oslo."},
@@ -131,7 +131,7 @@ def test_paper_native_sends_the_history_as_raw_chat_turns_without_system_message
 @pytest.mark.parametrize("kind", ["native", "in_context", "external", "raw_rag"])
 def test_paper_answer_prompt_is_question_numbered_options_and_json_number(kind: str) -> None:
     lm = paper_lm()
-    policy = build_policy(f"{kind}:preset=paper", embedder=CountingEmbedder())
+    policy = build_policy(f"{kind}:variant=paper", embedder=CountingEmbedder())
     answer = ask(policy, lm, policy.initial_state())
     prompt = lm.calls[-1].messages[-1]
     assert prompt["role"] == "user"
@@ -158,7 +158,7 @@ def test_paper_answer_prompt_is_question_numbered_options_and_json_number(kind: 
 )
 def test_paper_answers_are_read_with_the_reference_json_rule(reply: str, choice) -> None:
     lm = paper_lm(answer=reply)
-    policy = build_policy("native:preset=paper")
+    policy = build_policy("native:variant=paper")
     answer = ask(policy, lm, policy.initial_state())
     assert answer.choice == choice
     assert (answer.parse_error is None) == (choice is not None)
@@ -175,7 +175,7 @@ def test_parse_answer_number_rejects_non_integers() -> None:
 
 def test_paper_in_context_write_shows_seven_types_memory_json_and_messages_json() -> None:
     lm = paper_lm(writes=[{"diet": "vegetarian"}, {"diet": "vegan", "city": "Oslo"}])
-    policy = build_policy("in_context:preset=paper")
+    policy = build_policy("in_context:variant=paper")
     assert policy.parameters() == {"update_every": 2, "short_term_len": 4}
     state = run(policy, lm, [f"[Current Time: 2025-03-0{i} 09:00]\nturn {i}" for i in range(1, 5)])
     writes = [call for call in lm.calls if is_write(call)]
@@ -203,7 +203,7 @@ def test_paper_in_context_write_shows_seven_types_memory_json_and_messages_json(
 
 def test_paper_in_context_write_parse_failure_is_counted_and_memory_kept() -> None:
     lm = ScriptedLM(lambda call: "not json" if is_write(call) else LONG_REPLY)
-    policy = build_policy("in_context:preset=paper")
+    policy = build_policy("in_context:variant=paper")
     state = run(policy, lm, ["a", "b", "c"])
     assert state.parse_failures == {"write": 1}
     assert state.memory == []
@@ -214,9 +214,9 @@ def test_paper_in_context_write_parse_failure_is_counted_and_memory_kept() -> No
 
 def test_paper_external_retrieves_30_with_the_full_question_prompt_as_query() -> None:
     embedder = CountingEmbedder()
-    policy = build_policy("external:preset=paper", embedder=embedder)
+    policy = build_policy("external:variant=paper", embedder=embedder)
     assert policy.top_k == 30
-    assert build_policy("external:preset=paper,top_k=7", embedder=embedder).top_k == 7
+    assert build_policy("external:variant=paper,top_k=7", embedder=embedder).top_k == 7
     state = policy.initial_state()
     policy._store(state, [f"fact {i}" for i in range(40)], "2025-03-01 09:00")
     lm = paper_lm()
@@ -233,7 +233,7 @@ def test_paper_external_retrieves_30_with_the_full_question_prompt_as_query() ->
 
 def test_paper_external_writes_in_two_steps_extraction_then_events() -> None:
     embedder = CountingEmbedder()
-    policy = build_policy("external:preset=paper", embedder=embedder)
+    policy = build_policy("external:variant=paper", embedder=embedder)
     state = policy.initial_state()
     policy._store(state, ["The user lives in Rome.", "The user owns a cat."], "2025-01-01 09:00")
     rome, cat = (m.id for m in state.memories)
@@ -273,7 +273,7 @@ def test_paper_external_writes_in_two_steps_extraction_then_events() -> None:
 
 def test_paper_external_makes_no_update_call_without_facts() -> None:
     lm = ScriptedLM(lambda call: json.dumps({"facts": []}) if is_write(call) else LONG_REPLY)
-    policy = build_policy("external:preset=paper", embedder=CountingEmbedder())
+    policy = build_policy("external:variant=paper", embedder=CountingEmbedder())
     run(policy, lm, ["a", "b", "c"])
     assert sum(is_write(c) for c in lm.calls) == 1
 
@@ -283,7 +283,7 @@ def test_paper_external_makes_no_update_call_without_facts() -> None:
 
 def test_paper_raw_rag_stores_one_memory_per_message_and_retrieves_30() -> None:
     embedder = CountingEmbedder()
-    policy = build_policy("raw_rag:preset=paper", embedder=embedder)
+    policy = build_policy("raw_rag:variant=paper", embedder=embedder)
     assert policy.top_k == 30
     lm = paper_lm()
     state = run(policy, lm, ["[Current Time: 2025-03-01 09:00]\nI moved to Oslo.", "b", "c"])
@@ -297,49 +297,50 @@ def test_paper_raw_rag_stores_one_memory_per_message_and_retrieves_30() -> None:
     assert len(run(evolve, agent(), ["a", "b", "c"]).memories) == 1  # one chunk per flush
 
 
-# ----- preset bookkeeping -------------------------------------------------------------------------
+# ----- variant bookkeeping ------------------------------------------------------------------------
 
 
-def test_preset_is_parsed_recorded_in_bundle_and_identity(tmp_path) -> None:
-    assert parse_spec("in_context:preset=paper,update_every=3") == (
+def test_variant_is_parsed_recorded_in_bundle_and_identity(tmp_path) -> None:
+    assert parse_spec("in_context:variant=paper,update_every=3") == (
         "in_context",
-        {"preset": "paper", "update_every": 3},
+        {"variant": "paper", "update_every": 3},
     )
-    with pytest.raises(PolicyError, match="preset .* must be one of paper, evolve, got 'papr'"):
-        build_policy("native:preset=papr")
-    policy = build_policy({"kind": "in_context", "preset": "paper"})
-    assert policy.preset == "paper"
-    assert build_policy("in_context").preset == "evolve"
+    with pytest.raises(PolicyError, match="variant .* must be one of paper, evolve, got 'papr'"):
+        build_policy("native:variant=papr")
+    policy = build_policy({"kind": "in_context", "variant": "paper"})
+    assert policy.variant == "paper"
+    assert build_policy("in_context").variant == "evolve"
     policy.save(tmp_path / "b")
     bundle = json.loads((tmp_path / "b" / "policy.json").read_text())
-    assert bundle["preset"] == "paper"
+    assert bundle["variant"] == "paper" and "preset" not in bundle
     loaded = load(tmp_path / "b")
-    assert loaded.preset == "paper" and loaded.components() == policy.components()
-    # Same kind, parameters and instructions, other preset: the identity still tells them apart.
+    assert loaded.variant == "paper" and loaded.components() == policy.components()
+    # Same kind, parameters and instructions, other variant: the identity still tells them
+    # apart. It keeps the old key "preset": run hashes include it (see MemoryPolicy.identity).
     evolve = build_policy("in_context").with_components(policy.components())
     assert evolve.components() == policy.components()
     assert evolve.identity() != policy.identity()
     assert policy.identity()["preset"] == "paper"
 
 
-def test_old_bundles_without_preset_load_as_evolve(tmp_path) -> None:
+def test_old_bundles_without_variant_load_as_evolve(tmp_path) -> None:
     policy = build_policy("in_context")
     policy.save(tmp_path)
     path = tmp_path / "policy.json"
     bundle = json.loads(path.read_text())
-    del bundle["preset"]
+    del bundle["variant"]
     path.write_text(json.dumps(bundle))
-    assert load(tmp_path).preset == "evolve"
+    assert load(tmp_path).variant == "evolve"
 
 
-def test_default_preset_applies_only_when_the_spec_names_none(tmp_path) -> None:
-    assert build_policy("native", default_preset="paper").preset == "paper"
-    assert build_policy("native:preset=evolve", default_preset="paper").preset == "evolve"
-    assert build_policy({"kind": "native", "preset": None}, default_preset="paper").preset == (
+def test_default_variant_applies_only_when_the_spec_names_none(tmp_path) -> None:
+    assert build_policy("native", default_variant="paper").variant == "paper"
+    assert build_policy("native:variant=evolve", default_variant="paper").variant == "evolve"
+    assert build_policy({"kind": "native", "variant": None}, default_variant="paper").variant == (
         "paper"
     )
     build_policy("raw_rag", embedder=CountingEmbedder()).save(tmp_path)
-    assert build_policy(str(tmp_path), default_preset="paper").preset == "evolve"  # bundle's own
+    assert build_policy(str(tmp_path), default_variant="paper").variant == "evolve"  # bundle's
 
 
 # ----- in_context_oracle ------------------------------------------------------------------------
@@ -347,14 +348,14 @@ def test_default_preset_applies_only_when_the_spec_names_none(tmp_path) -> None:
 SCHEMA = {"travel_style": ["budget", "luxury"], "housing_type": ["flat", "house"]}
 
 
-@pytest.mark.parametrize("preset", ["paper", "evolve"])
-def test_oracle_types_list_is_the_users_own_state_variables(preset: str) -> None:
-    policy = build_policy(f"in_context_oracle:preset={preset}")
+@pytest.mark.parametrize("variant", ["paper", "evolve"])
+def test_oracle_types_list_is_the_users_own_state_variables(variant: str) -> None:
+    policy = build_policy(f"in_context_oracle:variant={variant}")
     state = policy.initial_state(state_schema=SCHEMA)
     assert isinstance(state, InContextOracleState)
     assert state.types_to_remember == ["travel_style", "housing_type"]
     updates = {"travel_style": "luxury"}
-    if preset == "paper":
+    if variant == "paper":
         lm = paper_lm(writes=[updates])
     else:
         lm = agent(updates=[{"label": "travel_style", "value": "luxury"}])
@@ -389,7 +390,7 @@ def test_oracle_state_is_not_an_in_context_state_for_the_plain_policy() -> None:
 def test_messages_are_chat_turns_in_observe_too() -> None:
     """Off-policy ingestion feeds the same history the paper chat path sends."""
     lm = paper_lm()
-    policy = build_policy("native:preset=paper")
+    policy = build_policy("native:variant=paper")
     state = policy.observe(
         policy.initial_state(),
         [Message(role="user", content="u1"), Message(role="assistant", content="a1")],

@@ -1,4 +1,4 @@
-"""The paper preset inside the toolkit: protocol defaults, the oracle in a real evaluation run,
+"""The paper variant inside the toolkit: protocol defaults, the oracle in a real evaluation run,
 and the configurable OpenAI-compatible embedder (recorded by name, never by URL or key)."""
 
 from __future__ import annotations
@@ -30,20 +30,22 @@ from memory_policies import (
 )
 from memory_policies.embed import EMBEDDER_ENV, EMBEDDING_BASE_URL_ENV, EMBEDDING_KEY_ENV_ENV
 
-# ----- protocol -> preset -----------------------------------------------------------------------
+# ----- protocol -> variant ----------------------------------------------------------------------
 
 
-def test_eval_gives_specs_without_preset_the_paper_preset_under_the_paper_protocol(tmp_path):
+def test_eval_gives_specs_without_variant_the_paper_variant_under_the_paper_protocol(tmp_path):
     build_policy("in_context").save(tmp_path / "bundle")
-    specs = ["in_context", "native:preset=evolve", "in_context_oracle", str(tmp_path / "bundle")]
-    assert [p.preset for p in build_eval_policies(specs, "paper")] == [
+    specs = ["in_context", "native:variant=evolve", "in_context_oracle", str(tmp_path / "bundle")]
+    assert [p.variant for p in build_eval_policies(specs, "paper")] == [
         "paper",
         "evolve",  # explicit wins
         "paper",
-        "evolve",  # a bundle keeps the preset it recorded
+        "evolve",  # a bundle keeps the variant it recorded
     ]
-    assert [p.preset for p in build_eval_policies(["in_context"], "evolve")] == ["evolve"]
-    assert [p.preset for p in build_eval_policies(["raw_rag:preset=paper"], "evolve")] == ["paper"]
+    assert [p.variant for p in build_eval_policies(["in_context"], "evolve")] == ["evolve"]
+    assert [p.variant for p in build_eval_policies(["raw_rag:variant=paper"], "evolve")] == [
+        "paper"
+    ]
 
 
 def _spec(protocol: str, **policy):
@@ -61,26 +63,26 @@ def _spec(protocol: str, **policy):
     ("protocol", "policy", "expected"),
     [
         ("paper", {}, "paper"),
-        ("paper", {"preset": "evolve"}, "evolve"),
+        ("paper", {"variant": "evolve"}, "evolve"),
         ("evolve", {}, "evolve"),
-        ("evolve", {"preset": "paper"}, "paper"),
+        ("evolve", {"variant": "paper"}, "paper"),
     ],
 )
-def test_spec_resolution_applies_the_protocol_preset_unless_the_spec_names_one(
+def test_spec_resolution_applies_the_protocol_variant_unless_the_spec_names_one(
     protocol, policy, expected
 ):
     resolved = resolve(_spec(protocol, **policy))
-    assert resolved.base_policy.preset == expected
+    assert resolved.base_policy.variant == expected
     assert resolved.identity({"agent": "m"})["base_policy"]["preset"] == expected
 
 
-def test_a_bundle_path_takes_no_preset(tmp_path):
+def test_a_bundle_path_takes_no_variant(tmp_path):
     with pytest.raises(ConfigError, match="records its own"):
         spec_from_dict(
             {
                 "name": "x",
                 "environment": {"preset": "tiny", "users": 2},
-                "policy": {"path": str(tmp_path), "preset": "paper"},
+                "policy": {"path": str(tmp_path), "variant": "paper"},
             }
         )
 
@@ -114,7 +116,7 @@ def test_oracle_runs_in_an_evaluation_with_each_users_own_variables(tmp_path):
     lms = scripted_role_lms(simulator=simulator_responder, agent=agent)
     env = make_environment(users=2)
     config = EpisodeConfig(rounds_initial=2, rounds_update=2, concurrency=1, protocol="paper")
-    oracle = build_policy("in_context_oracle:preset=paper")
+    oracle = build_policy("in_context_oracle:variant=paper")
     report = run_evaluation(env, oracle, lms, tmp_path / "oracle", config)
     writes = [c for c in agent.calls if "Types of Information to Remember:" in c.user]
     assert writes, "the oracle never wrote"
@@ -127,7 +129,7 @@ def test_oracle_runs_in_an_evaluation_with_each_users_own_variables(tmp_path):
     # (whose lines name none of the variables) the same agent writes nothing.
     plain_agent = ScriptedLM(oracle_agent, model="agent-model")
     plain_lms = scripted_role_lms(simulator=simulator_responder, agent=plain_agent)
-    plain = build_policy("in_context:preset=paper")
+    plain = build_policy("in_context:variant=paper")
     baseline = run_evaluation(env, plain, plain_lms, tmp_path / "plain", config)
     assert report.summary.accuracy > baseline.summary.accuracy
     resolved = resolved_config(oracle, "h", [], config, lms, None)
@@ -198,7 +200,7 @@ def test_an_openai_compatible_embedder_by_config_is_used_and_recorded_by_name(
         monkeypatch.setenv("TEST_EMBEDDING_KEY", "sk-test-secret")
         embedder = default_embedder()
         assert isinstance(embedder, OpenAIEmbedder)
-        policy = build_policy("raw_rag:preset=paper")
+        policy = build_policy("raw_rag:variant=paper")
         state = policy.observe(
             policy.initial_state(),
             [{"role": "user", "content": f"message {i}"} for i in range(6)],

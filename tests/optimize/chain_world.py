@@ -51,9 +51,9 @@ def write_world(directory: Path, feedback: str = "complete", concurrency: int = 
 
             [policy]
             kind = "in_context"
-            # The scripted agent reads DSPy fields; the paper preset's chat messages are
+            # The scripted agent reads DSPy fields; the paper variant's chat messages are
             # pinned in tests/memory_policies/test_mp_paper.py. This file tests the chains.
-            preset = "evolve"
+            variant = "evolve"
             parameters = {{ update_every = 1, short_term_len = 0 }}
 
             [optimizer]

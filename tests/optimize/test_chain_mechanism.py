@@ -123,7 +123,7 @@ def write_world(directory: Path, feedback: str, seed: int) -> Path:
 
             [policy]
             kind = "in_context"
-            preset = "evolve"           # the scripted agent reads DSPy fields
+            variant = "evolve"          # the scripted agent reads DSPy fields
             parameters = {{ update_every = 1, short_term_len = 0 }}
             components = {{ "write.types_to_remember" = {json.dumps(BASE_TYPES)} }}
 
@@ -190,7 +190,7 @@ def oracle_accuracy(root: Path) -> float:
     env = noise_world.environment()
     users = Environment(items=[item for item in env.items if item.id in HELDOUT])
     policy = memory_policies.create_policy(
-        "in_context", {"update_every": 1, "short_term_len": 0}, preset="evolve"
+        "in_context", {"update_every": 1, "short_term_len": 0}, variant="evolve"
     ).with_components({COMPONENT: ORACLE_TYPES})
     report = run_evaluation(
         users,

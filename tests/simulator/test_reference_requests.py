@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "tests" / "fixtures" / "reference_output"
 DEVIATIONS = REPO / "evolve" / "paper_deviations.toml"
 PAPER_CHAIN_SPEC = REPO / "experiments" / "paper_table3_question_only.toml"
-# Our policy spec per reference agent (the paper preset is the default under --protocol paper).
+# Our policy spec per reference agent (the paper variant is the default under --protocol paper).
 POLICIES = {"native": "native", "awi": "in_context", "awe": "external", "rag": "raw_rag"}
 # The model the reference's AWE/RAG embed with; ours embeds through the same stub with it.
 EMBEDDING_MODEL = "text-embedding-3-small"

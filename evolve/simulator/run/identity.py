@@ -1,6 +1,6 @@
 """Resume identity: what an evaluation's results depend on, whose hash guards its directory.
 
-A run directory is resumed only by the same environment, users, policy (kind, preset,
+A run directory is resumed only by the same environment, users, policy (kind, variant,
 parameters, instructions, embedder), episode settings, models, recorded transcripts (off-policy)
 and policy schedule; `storage.RunLayout.open_run` names each difference otherwise.
 """
@@ -92,7 +92,7 @@ def resolved_config(
     """
     models = lms.model_names()
     return {
-        # kind, preset, parameters, instructions and embedder name
+        # kind, variant (under its old key "preset"), parameters, instructions and embedder name
         "policy": policy.identity(),
         "environment": env_hash,
         "users": [user.item.id for user in users],

@@ -30,7 +30,6 @@ from evolve.simulator.records import (
 )
 from evolve.simulator.run.episode import EpisodeConfig, ProbeScope
 from evolve.simulator.run.usage import tracked_usage
-from memory_policies.presets import preset_rules
 
 if TYPE_CHECKING:
     from evolve.simulator.environment import EnvironmentItem
@@ -296,9 +295,9 @@ def answer_question(
 ) -> tuple[Any, bool, CallUsage]:
     qa = item.qas[question_index]
     options = [choice.answer for choice in qa.answer_choices]
-    # A paper-preset policy's own prompt already asks for the option fitting the current
+    # A paper-variant policy's own prompt already asks for the option fitting the current
     # situation (as the reference's does); the hint would say it twice.
-    asks = preset_rules(run.policy.preset).question_asks_for_current_situation
+    asks = run.policy.rules.question_asks_for_current_situation
     question = qa.query if asks else f"{qa.query}\n{QUESTION_HINT}"
     return _read_only_answer(run, checkpoint, question, options)
 

@@ -162,7 +162,7 @@ def run_evaluation(
             protocol=config.protocol,
             policy={
                 "kind": policy.kind,
-                "preset": policy.preset,
+                "variant": policy.variant,
                 "parameters": policy.parameters(),
             },
             users=user_results,

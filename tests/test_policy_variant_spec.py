@@ -1,0 +1,59 @@
+"""`[policy] variant` in experiment and tuning specs: the old key `preset` still works and
+warns, and the config hash of an unchanged spec is the one it had before the rename."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+from evolve.config import spec_from_dict
+from evolve.errors import ConfigError
+from evolve.simulator.storage import config_hash
+from memory_policies.deprecation import RenamedWarning
+
+
+def _spec(**policy: object):
+    return spec_from_dict(
+        {
+            "name": "fixed",
+            "protocol": "evolve",
+            "environment": {"preset": "tiny", "users": 3, "train_users": 2, "heldout_users": 1},
+            "policy": {"kind": "in_context", "parameters": {"update_every": 3}, **policy},
+        }
+    )
+
+
+def test_the_new_key_is_silent_and_the_old_one_warns():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        new = _spec(variant="paper")
+    assert new.policy.variant == "paper"
+    with pytest.warns(RenamedWarning, match=r"policy\.preset .*policy\.variant"):
+        old = _spec(preset="paper")
+    assert old.policy.variant == "paper" and old.identity() == new.identity()
+    with pytest.raises(ConfigError, match="both set"):
+        _spec(preset="paper", variant="paper")
+
+
+def test_the_config_hash_of_an_unchanged_spec_is_unchanged():
+    # Hashed under the old key name: experiment directories made before the rename resume.
+    identity = _spec(variant="paper").identity()
+    assert identity["policy"]["preset"] == "paper" and "variant" not in identity["policy"]
+    # Computed before the rename, from the same spec with `preset = "paper"`.
+    assert config_hash(identity) == (
+        "097827bdbf42ae1b8321238b56676963ee48116cb75738dae7d9a66f878ca8cf"
+    )
+    # No variant: nothing is added to the hashed identity.
+    assert "preset" not in _spec().identity()["policy"]
+
+
+def test_the_protocol_names_the_variant_and_its_old_field_name_warns():
+    from evolve.protocol import rules_for
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert rules_for("paper").policy_variant == "paper"
+        assert rules_for("evolve").policy_variant is None
+    with pytest.warns(RenamedWarning, match=r"ProtocolRules\.policy_preset .*policy_variant"):
+        assert rules_for("paper").policy_preset == "paper"
