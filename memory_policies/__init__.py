@@ -3,6 +3,8 @@
 Needs only `dspy` (and numpy; sentence-transformers for the default local embedder).
 """
 
+from typing import Any
+
 from memory_policies.base import (
     BUNDLE_FILE,
     BUNDLE_FORMAT_VERSION,
@@ -11,6 +13,7 @@ from memory_policies.base import (
     Message,
     PolicyAnswer,
 )
+from memory_policies.deprecation import warn_renamed
 from memory_policies.embed import (
     Embedder,
     HashingEmbedder,
@@ -21,7 +24,6 @@ from memory_policies.embed import (
 )
 from memory_policies.errors import PolicyError
 from memory_policies.external import ExternalPolicy, ExternalState
-from memory_policies.external_system import ExternalSystemPolicy, ExternalSystemState, MemorySystem
 from memory_policies.in_context import (
     InContextOraclePolicy,
     InContextOracleState,
@@ -30,6 +32,7 @@ from memory_policies.in_context import (
 )
 from memory_policies.in_context_quotes import InContextQuotesPolicy
 from memory_policies.mem0_system import Mem0Policy
+from memory_policies.memory_system import MemorySystem, MemorySystemPolicy, MemorySystemState
 from memory_policies.native import NativePolicy, NativeState
 from memory_policies.presets import DEFAULT_PRESET, PRESETS, Preset
 from memory_policies.raw_rag import RawRagPolicy, RawRagState
@@ -52,8 +55,6 @@ __all__ = [
     "Embedder",
     "ExternalPolicy",
     "ExternalState",
-    "ExternalSystemPolicy",
-    "ExternalSystemState",
     "HashingEmbedder",
     "InContextOraclePolicy",
     "InContextQuotesPolicy",
@@ -65,6 +66,8 @@ __all__ = [
     "MemoryPolicy",
     "MemoryState",
     "MemorySystem",
+    "MemorySystemPolicy",
+    "MemorySystemState",
     "Message",
     "NativePolicy",
     "NativeState",
@@ -83,3 +86,16 @@ __all__ = [
     "read_bundle",
     "register_policy",
 ]
+
+# Old public names: they work with a RenamedWarning until deprecation.REMOVED_IN.
+_RENAMED = {
+    "ExternalSystemPolicy": "MemorySystemPolicy",
+    "ExternalSystemState": "MemorySystemState",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _RENAMED:
+        warn_renamed(f"memory_policies.{name}", f"memory_policies.{_RENAMED[name]}")
+        return globals()[_RENAMED[name]]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

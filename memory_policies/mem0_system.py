@@ -43,9 +43,9 @@ import numpy as np
 
 from memory_policies.embed import Embedder, default_embedder, embed_texts
 from memory_policies.errors import PolicyError
-from memory_policies.external_system import (
-    ExternalSystemPolicy,
+from memory_policies.memory_system import (
     MemorySystem,
+    MemorySystemPolicy,
     OptionValue,
     Snapshot,
     snapshot_digest,
@@ -366,7 +366,7 @@ def _line(text: str, time: str | None) -> str:
     return f"[{time}] {text}" if time and "[Current Time:" not in text else text
 
 
-class Mem0Policy(ExternalSystemPolicy):
+class Mem0Policy(MemorySystemPolicy):
     """mem0 as a baseline memory policy (see the module docstring)."""
 
     kind: ClassVar[str] = "mem0"

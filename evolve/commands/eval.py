@@ -31,7 +31,7 @@ from evolve.files import safe_name
 from evolve.llm import RoleLMs, add_llm_arguments, open_role_lms_from_args
 from evolve.llm.usage import UsageEvent
 from evolve.locking import run_lock
-from evolve.optimize.store import ExperimentStore, Spend
+from evolve.optimize.experiment_dir import ExperimentDir, Spend
 from evolve.paths import cache_dir
 from evolve.protocol import EVAL_COMMAND_PROTOCOL, PROTOCOLS, rules_for
 from evolve.simulator.baselines import compute_upper_bound
@@ -311,12 +311,12 @@ def format_notes(rows: list[tuple[str, EvaluationReport]]) -> list[str]:
 
 
 @contextmanager
-def journal_spend(out: Path, lms: RoleLMs) -> Iterator[ExperimentStore]:
+def journal_spend(out: Path, lms: RoleLMs) -> Iterator[ExperimentDir]:
     """Append each LLM request of this invocation to `OUT/spend.jsonl` before it is sent and
     when it ends, and each completed call with its tokens (the journal `evolve run` keeps,
-    see `evolve.optimize.store`): a killed eval leaves at worst requests of unknown outcome,
-    counted as spent, and reruns add to it."""
-    store = ExperimentStore(out)
+    see `evolve.optimize.experiment_dir`): a killed eval leaves at worst requests of unknown
+    outcome, counted as spent, and reruns add to it."""
+    store = ExperimentDir(out)
     before = store.load_spend()
     journal = store.open_journal()
     started = time.perf_counter()

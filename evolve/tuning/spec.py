@@ -381,7 +381,7 @@ def resolve_tuning(
             raise ConfigError(
                 f"{label}: tuning.parameters.{name}: not a parameter of a '{policy.kind}' policy; "
                 f"valid: {valid or 'none'}"
-                + (" (top_k exists for external stores only)" if name == "top_k" else "")
+                + (" (top_k exists for embedding-store policies only)" if name == "top_k" else "")
             )
     requested = trials if trials is not None else tuning.requested_trials()
     if requested < 1:

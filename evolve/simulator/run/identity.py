@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from evolve.simulator.run.context import PolicySchedule, RunOptions, UserRun
 from evolve.simulator.run.episode import EpisodeConfig
 from evolve.simulator.run.replay import recorded_transcripts_hash
-from evolve.simulator.storage import RunLayout, safe_name
+from evolve.simulator.run_dir import RunLayout, safe_name
 
 if TYPE_CHECKING:
     from evolve.llm import RoleLMs
