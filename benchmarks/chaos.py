@@ -948,7 +948,7 @@ def print_report(outcomes: list[Outcome]) -> bool:
 def synthesize_environment(workdir: Path) -> Path:
     env_file = workdir / "env.json"
     subprocess.run(
-        [sys.executable, "-m", "evolve.cli", "env", "generate", "--preset", "tiny"]
+        [sys.executable, "-m", "evolve.cli", "env", "synthesize", "--preset", "tiny"]
         + ["--seed", "0", "--users", "2", "--out", str(env_file)],
         check=True,
         cwd=workdir,

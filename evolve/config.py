@@ -83,7 +83,7 @@ class ResolvedExperiment:
 
 
 def resolve(spec: ExperimentSpec) -> ResolvedExperiment:
-    """Load/generate the environment, split users, build the base policy, check the optimizer.
+    """Load/synthesize the environment, split users, build the base policy, check the optimizer.
 
     Raises `ConfigError` / `EnvironmentDataError` / `PolicyError` naming the spec file.
     """
@@ -155,7 +155,7 @@ def _environment(spec: ExperimentSpec, label: str) -> tuple[Environment, str, tu
         if count is None:
             raise ConfigError(
                 f"{label}: environment.users is required when train/held-out users are given "
-                "as id lists with a preset (how many users to generate?)"
+                "as id lists with a preset (how many users to synthesize?)"
             )
         environment = synthesize_environment(preset, env_spec.seed, count)
         return environment, f"preset {env_spec.preset} seed {env_spec.seed} ({count} users)", rounds

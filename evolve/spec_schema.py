@@ -40,7 +40,7 @@ def _synthesis() -> dict[str, Any]:
     from evolve.simulator.synthesis.config import LLMSynthesisConfig
 
     schema = _schema_of(
-        LLMSynthesisConfig, "evolve env generate --llm --config: the LLM synthesis config"
+        LLMSynthesisConfig, "evolve env synthesize --llm --config: the LLM synthesis config"
     )
     # `preset` is read before validation (`synthesis_config_from_dict`): the offline preset
     # whose shape the other keys override. Without it here, editors would flag a valid key.

@@ -86,7 +86,7 @@ def test_shipped_spec_names_its_schema_and_validates_against_it(path: Path) -> N
         ("quickstart.toml", "experiment", lambda data: data["optimizer"].update(typo=1)),
         ("quickstart.toml", "experiment", lambda data: data.update(protocol="other")),
         ("tune_quick.toml", "tuning", lambda data: data["tuning"].update(sampler="annealing")),
-        ("generate_llm.toml", "synthesis", lambda data: data.update(num_periods=0)),
+        ("synthesize_llm.toml", "synthesis", lambda data: data.update(num_periods=0)),
     ],
     ids=["unknown-key", "protocol", "sampler", "bound"],
 )

@@ -63,7 +63,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--env", type=Path, help="environment file (the original data.json format)")
     source.add_argument(
-        "--preset", choices=sorted(PRESETS), help="generate the environment from a preset"
+        "--preset", choices=sorted(PRESETS), help="synthesize the environment from a preset"
     )
     parser.add_argument(
         "--seed", type=int, default=0, help="seed of the generated environment and the episodes"

@@ -365,7 +365,7 @@ def resolve_tuning(
     study_name: str | None = None,
     create_storage_dir: bool = False,
 ) -> ResolvedTuning:
-    """Load/generate the environment, split users, build the base policy, check the space.
+    """Load/synthesize the environment, split users, build the base policy, check the space.
 
     `trials`, `storage` and `study_name` override the spec (the command's flags). The
     directory of a sqlite or journal storage must exist, unless `create_storage_dir` (or the
