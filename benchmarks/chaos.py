@@ -108,7 +108,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 STUB_SCRIPT = REPO / "benchmarks" / "stub_openai_server.py"
 COMMANDS = ("eval", "run", "tune")
-CONCURRENCY = 2  # users evaluated at once: at most this many LLM calls are in flight
+CONCURRENCY = 2  # LLM calls in flight (users, questions, probes share them)
 INVOCATION_TIMEOUT_S = 300.0
 SIGINT_GRACE_S = 2.0
 MAX_COMPLETION_RERUNS = 3

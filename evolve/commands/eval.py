@@ -98,7 +98,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="wrong_only: probe only the variables of wrongly answered items (fewer calls; "
         "--protocol evolve only)",
     )
-    parser.add_argument("--concurrency", type=int, default=4, help="users evaluated at once")
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=4,
+        help="LLM calls in flight (users, questions and probes share them; so at most this "
+        "many users at once)",
+    )
     parser.add_argument(
         "--out", type=Path, default=DEFAULT_OUT, help=f"output directory (default {DEFAULT_OUT})"
     )
