@@ -3,7 +3,7 @@
 Editors read them to complete and check TOML specs: a first line
 `#:schema ../docs/schema/experiment.json` is what taplo (Even Better TOML) follows. The
 committed copies under `docs/schema/` are regenerated with `evolve schema --out docs/schema`;
-a test checks that they equal a fresh generation.
+a test checks that they equal freshly built ones.
 
 The schemas describe what a file may hold (pydantic's validation mode), not what a loaded
 spec looks like after defaults and resolution.

@@ -161,7 +161,7 @@ class AmbientLM:
                 "inside dspy.context(lm=...) (the evaluation runner uses the agent role)"
             )
         # mem0 builds OpenAI-style chat bodies; DSPy takes them as an explicit request, whose
-        # config must carry the LM's own generation settings (they are not merged in).
+        # config must carry the LM's own output settings (they are not merged in).
         body: dict[str, Any] = {"model": lm.model, "messages": messages}
         if response_format:
             body["response_format"] = response_format
