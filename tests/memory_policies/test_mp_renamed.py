@@ -53,3 +53,12 @@ def test_the_new_names_are_silent() -> None:
 
         assert issubclass(MemorySystemState, memory_policies.MemoryState)
         assert same is MemorySystemPolicy and MemorySystem.search
+
+
+def test_the_old_embedding_store_module_warns_and_reexports() -> None:
+    from memory_policies import embedding_store
+
+    with pytest.warns(RenamedWarning, match=r"memory_policies\.store .*embedding_store"):
+        old = _import_fresh("memory_policies.store")
+    assert old.EmbeddingStorePolicy is embedding_store.EmbeddingStorePolicy
+    assert old.StoreState is embedding_store.StoreState

@@ -2,7 +2,7 @@
 
 A run directory is resumed only by the same environment, users, policy (kind, preset,
 parameters, instructions, embedder), episode settings, models, recorded transcripts (off-policy)
-and policy schedule; `storage.RunLayout.open_run` names each difference otherwise.
+and policy schedule; `run_dir.RunLayout.open_run` names each difference otherwise.
 """
 
 from __future__ import annotations
