@@ -49,7 +49,7 @@ Checks, one PASS/FAIL line each (the script exits 1 if any fails):
   the concurrency (`CONCURRENCY`), the allowance per killed invocation; the stub's own
   in-flight count at each kill is printed too. The ledger is read with
   `evolve.tuning.recorded_spend(<run dir>)` for tune and
-  `ExperimentStore(<run dir>).load_spend()` otherwise, where a `ledger*` or `spend*`
+  `ExperimentDir(<run dir>).load_spend()` otherwise, where a `ledger*` or `spend*`
   (journal) file exists (`runs/<name>/` for run and tune, the `--out` directory for eval);
   a command without one prints "n/a" (not a failure: reported as missing).
 - **mlflow dups**: MLflow runs per candidate (run) / per trial number (tune) and parent runs
@@ -108,7 +108,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 STUB_SCRIPT = REPO / "benchmarks" / "stub_openai_server.py"
 COMMANDS = ("eval", "run", "tune")
-CONCURRENCY = 2  # users evaluated at once: at most this many LLM calls are in flight
+CONCURRENCY = 2  # LLM calls in flight (users, questions, probes share them)
 INVOCATION_TIMEOUT_S = 300.0
 SIGINT_GRACE_S = 2.0
 MAX_COMPLETION_RERUNS = 3
@@ -397,9 +397,9 @@ class Scenario:
             from evolve.tuning import recorded_spend
 
             return recorded_spend(self.run_dir)
-        from evolve.optimize.store import ExperimentStore
+        from evolve.optimize.experiment_dir import ExperimentDir
 
-        return ExperimentStore(self.run_dir).load_spend()
+        return ExperimentDir(self.run_dir).load_spend()
 
     def results(self) -> Any:
         """The result files that matter, normalized (see the module docstring)."""
@@ -948,7 +948,7 @@ def print_report(outcomes: list[Outcome]) -> bool:
 def synthesize_environment(workdir: Path) -> Path:
     env_file = workdir / "env.json"
     subprocess.run(
-        [sys.executable, "-m", "evolve.cli", "env", "generate", "--preset", "tiny"]
+        [sys.executable, "-m", "evolve.cli", "env", "synthesize", "--preset", "tiny"]
         + ["--seed", "0", "--users", "2", "--out", str(env_file)],
         check=True,
         cwd=workdir,
@@ -993,7 +993,7 @@ def main(argv: list[str] | None = None) -> int:
     if {"run", "tune"} & set(commands):
         import mlflow.tracking  # noqa: F401
 
-        import evolve.optimize.store  # noqa: F401
+        import evolve.optimize.experiment_dir  # noqa: F401
     if "tune" in commands:
         import evolve.tuning.spec  # noqa: F401
 

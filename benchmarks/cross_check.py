@@ -4,7 +4,7 @@ Why one long file: a standalone script run against a checkout of the reference c
 steps (export, the reference's configs and runs, ours, reading the outputs back, the table)
 share arguments and paths and are used nowhere else.
 
-Exports one environment (`evolve env generate`, default the tiny preset, 2 users), runs the
+Exports one environment (`evolve env synthesize`, default the tiny preset, 2 users), runs the
 reference code (a checkout of AGI-Eval-Official/amemgym with its own Python; never part of this
 repository) and this toolkit against the same OpenAI-compatible endpoint, native and AWI, AWE
 and RAG, and prints both implementations' accuracy, memory score and original-style diagnosis
@@ -90,7 +90,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     endpoint.add_argument("--base-url", help="OpenAI-compatible endpoint ending in /v1")
     endpoint.add_argument("--stub", action="store_true", help="start the stub server")
     parser.add_argument("--model", help="model name at --base-url (default: the served one)")
-    parser.add_argument("--env", type=Path, help="environment file (default: generate one)")
+    parser.add_argument("--env", type=Path, help="environment file (default: synthesize one)")
     parser.add_argument("--preset", choices=sorted(PRESETS), default="tiny")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--users", type=int, default=2)

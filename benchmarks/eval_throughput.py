@@ -1,7 +1,7 @@
 """Evaluation throughput: concurrency 1 vs N against a stub server with a fixed latency.
 
 Starts `stub_openai_server.py` in its own process (so its work never competes with the
-measured client for the GIL), evaluates a generated environment with concurrency 1 and then
+measured client for the GIL), evaluates a synthesized environment with concurrency 1 and then
 N (fresh run directories, DSPy cache off), and prints the speedup and the toolkit's own
 overhead per LLM call:
 

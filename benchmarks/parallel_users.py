@@ -1,7 +1,7 @@
 """Effective parallelism and toolkit overhead on K users of the v1.base shape.
 
 Starts `stub_openai_server.py` in its own process (its work never competes with the
-measured client for the GIL) with a fixed latency (default 0.5 s), generates K users of the
+measured client for the GIL) with a fixed latency (default 0.5 s), synthesizes K users of the
 paper's v1.base shape cut to 2 periods (period 0 and one update period), and evaluates them
 with `concurrency = K` on the toolkit's thin `openai` client, DSPy cache off, fresh run
 directories. For each run it prints

@@ -29,8 +29,8 @@ from evolve.experiment_spec import (
 )
 from evolve.protocol import rules_for
 from evolve.simulator.environment import Environment
+from evolve.simulator.run_dir import config_hash
 from evolve.simulator.runner import EpisodeConfig
-from evolve.simulator.storage import config_hash
 
 __all__ = [
     "RETIRED_OPTIMIZER_KEYS",
@@ -83,7 +83,7 @@ class ResolvedExperiment:
 
 
 def resolve(spec: ExperimentSpec) -> ResolvedExperiment:
-    """Load/generate the environment, split users, build the base policy, check the optimizer.
+    """Load/synthesize the environment, split users, build the base policy, check the optimizer.
 
     Raises `ConfigError` / `EnvironmentDataError` / `PolicyError` naming the spec file.
     """
@@ -155,7 +155,7 @@ def _environment(spec: ExperimentSpec, label: str) -> tuple[Environment, str, tu
         if count is None:
             raise ConfigError(
                 f"{label}: environment.users is required when train/held-out users are given "
-                "as id lists with a preset (how many users to generate?)"
+                "as id lists with a preset (how many users to synthesize?)"
             )
         environment = synthesize_environment(preset, env_spec.seed, count)
         return environment, f"preset {env_spec.preset} seed {env_spec.seed} ({count} users)", rounds
@@ -176,11 +176,11 @@ def _environment(spec: ExperimentSpec, label: str) -> tuple[Environment, str, tu
 
 
 def _base_policy(spec: ExperimentSpec, label: str) -> Any:
-    """The spec's base policy, built (a `memory_policies.MemoryPolicy`); never an external
+    """The spec's base policy, built (a `memory_policies.MemoryPolicy`); never a
     memory system, which has no instructions to evolve or tune."""
     from memory_policies import build_policy
     from memory_policies.errors import PolicyError
-    from memory_policies.external_system import ExternalSystemPolicy
+    from memory_policies.memory_system import MemorySystemPolicy
 
     try:
         if spec.policy.path is not None:
@@ -200,9 +200,9 @@ def _base_policy(spec: ExperimentSpec, label: str) -> Any:
             )
     except PolicyError as error:
         raise ConfigError(f"{label}: policy: {error}") from None
-    if isinstance(base_policy, ExternalSystemPolicy):
+    if isinstance(base_policy, MemorySystemPolicy):
         raise ConfigError(
-            f"{label}: policy: '{base_policy.kind}' is an external memory system, a fixed "
+            f"{label}: policy: '{base_policy.kind}' is a memory system, a fixed "
             "baseline with no instructions to evolve or tune; evaluate it instead: "
             f"evolve eval --policy {base_policy.kind} --policy <your policy>"
         )

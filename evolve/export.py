@@ -36,10 +36,10 @@ from pathlib import Path
 from typing import Any
 
 from evolve.errors import ConfigError
-from evolve.optimize.store import ExperimentStore, experiment_dir_for
+from evolve.optimize.experiment_dir import ExperimentDir, experiment_dir_for
 from evolve.records import CandidateRecord, ExperimentResult
 from evolve.registered_names import registered_model_name_problem
-from evolve.simulator.storage import read_json
+from evolve.simulator.run_dir import read_json
 from evolve.tracking import (
     PARENT_RUN_TAG,
     STATE_FILE,
@@ -148,9 +148,9 @@ def export_policy(
         # Before the bundle is written: a store that cannot work fails with nothing done.
         prepare_tracking_uri(tracking_uri)
     if experiment_dir is not None:
-        result = ExperimentStore(experiment_dir).load_result()
+        result = ExperimentDir(experiment_dir).load_result()
         best = best_candidate(result)
-        source = ExperimentStore(experiment_dir).policy_dir(best.id)
+        source = ExperimentDir(experiment_dir).policy_dir(best.id)
         run_id = _candidate_run_id(experiment_dir, best.id, tracking_uri)
         name = registered_name or spec_name or result.name
         if register:
@@ -251,10 +251,10 @@ def _export_from_run(
     if tags.get(TAG_KIND) == "experiment":
         local = Path(tags.get(TAG_RUN_DIR, ""))
         if (local / "experiment.json").is_file():
-            result = ExperimentStore(local).load_result()
+            result = ExperimentDir(local).load_result()
             best = best_candidate(result)
             candidate_run = _candidate_run_id(local, best.id, tracking_uri)
-            path = write_bundle(ExperimentStore(local).policy_dir(best.id), out, result.name, best)
+            path = write_bundle(ExperimentDir(local).policy_dir(best.id), out, result.name, best)
             return path, best, candidate_run, result.name
         children = client.search_runs(
             [run.info.experiment_id],

@@ -13,7 +13,7 @@ from typing import Literal
 
 from evolve.simulator.metrics import OBJECTIVE_MEMORY_SCORE_KIND, MetricSummary
 from evolve.simulator.records import PeriodResult
-from evolve.simulator.storage import read_json
+from evolve.simulator.run_dir import read_json
 
 # What a spec may optimize (experiment `optimizer.objective`, tuning `objectives[0]`).
 Objective = Literal["memory_score", "accuracy"]

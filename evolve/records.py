@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from evolve.simulator.metrics import MetricSummary
-from evolve.simulator.storage import canonical_json
+from evolve.simulator.run_dir import canonical_json
 
 # tuned: the best parameters of a short Optuna study on the parent (optimizer.tune_every).
 # merge: GEPA's merge of two lineages (optimizer.use_merge).

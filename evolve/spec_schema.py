@@ -3,7 +3,7 @@
 Editors read them to complete and check TOML specs: a first line
 `#:schema ../docs/schema/experiment.json` is what taplo (Even Better TOML) follows. The
 committed copies under `docs/schema/` are regenerated with `evolve schema --out docs/schema`;
-a test checks that they equal a fresh generation.
+a test checks that they equal freshly built ones.
 
 The schemas describe what a file may hold (pydantic's validation mode), not what a loaded
 spec looks like after defaults and resolution.
@@ -40,7 +40,7 @@ def _synthesis() -> dict[str, Any]:
     from evolve.simulator.synthesis.config import LLMSynthesisConfig
 
     schema = _schema_of(
-        LLMSynthesisConfig, "evolve env generate --llm --config: the LLM synthesis config"
+        LLMSynthesisConfig, "evolve env synthesize --llm --config: the LLM synthesis config"
     )
     # `preset` is read before validation (`synthesis_config_from_dict`): the offline preset
     # whose shape the other keys override. Without it here, editors would flag a valid key.

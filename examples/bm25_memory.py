@@ -1,8 +1,8 @@
-"""A BM25 keyword store as an external memory system (needs `pip install rank-bm25`)."""
+"""A BM25 keyword store as a memory system (needs `pip install rank-bm25`)."""
 
 from rank_bm25 import BM25Okapi
 
-from memory_policies import ExternalSystemPolicy, MemorySystem, Message, register_policy
+from memory_policies import MemorySystem, MemorySystemPolicy, Message, register_policy
 
 
 class BM25System(MemorySystem):
@@ -31,7 +31,7 @@ class BM25System(MemorySystem):
 
 
 @register_policy
-class BM25Policy(ExternalSystemPolicy):
+class BM25Policy(MemorySystemPolicy):
     kind = "bm25"
 
     def open_system(self) -> MemorySystem:

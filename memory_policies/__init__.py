@@ -3,6 +3,8 @@
 Needs only `dspy` (and numpy; sentence-transformers for the default local embedder).
 """
 
+from typing import Any
+
 from memory_policies.base import (
     BUNDLE_FILE,
     BUNDLE_FORMAT_VERSION,
@@ -11,6 +13,7 @@ from memory_policies.base import (
     Message,
     PolicyAnswer,
 )
+from memory_policies.deprecation import warn_renamed
 from memory_policies.embed import (
     Embedder,
     HashingEmbedder,
@@ -21,7 +24,6 @@ from memory_policies.embed import (
 )
 from memory_policies.errors import PolicyError
 from memory_policies.external import ExternalPolicy, ExternalState
-from memory_policies.external_system import ExternalSystemPolicy, ExternalSystemState, MemorySystem
 from memory_policies.in_context import (
     InContextOraclePolicy,
     InContextOracleState,
@@ -30,6 +32,7 @@ from memory_policies.in_context import (
 )
 from memory_policies.in_context_quotes import InContextQuotesPolicy
 from memory_policies.mem0_system import Mem0Policy
+from memory_policies.memory_system import MemorySystem, MemorySystemPolicy, MemorySystemState
 from memory_policies.native import NativePolicy, NativeState
 from memory_policies.raw_rag import RawRagPolicy, RawRagState
 from memory_policies.registry import (
@@ -51,8 +54,6 @@ __all__ = [
     "Embedder",
     "ExternalPolicy",
     "ExternalState",
-    "ExternalSystemPolicy",
-    "ExternalSystemState",
     "HashingEmbedder",
     "InContextOraclePolicy",
     "InContextQuotesPolicy",
@@ -64,6 +65,8 @@ __all__ = [
     "MemoryPolicy",
     "MemoryState",
     "MemorySystem",
+    "MemorySystemPolicy",
+    "MemorySystemState",
     "Message",
     "NativePolicy",
     "NativeState",
@@ -84,14 +87,19 @@ __all__ = [
     "register_policy",
 ]
 
-# Old names of the policy variant (it was "preset"), kept until the next minor version.
-_RENAMED = {"DEFAULT_PRESET": "DEFAULT_VARIANT", "PRESETS": "VARIANTS", "Preset": "Variant"}
+# Old public names: they work with a RenamedWarning until deprecation.REMOVED_IN (the policy
+# variant was "preset"; memory systems were "external systems").
+_RENAMED = {
+    "DEFAULT_PRESET": "DEFAULT_VARIANT",
+    "PRESETS": "VARIANTS",
+    "Preset": "Variant",
+    "ExternalSystemPolicy": "MemorySystemPolicy",
+    "ExternalSystemState": "MemorySystemState",
+}
 
 
-def __getattr__(name: str) -> object:
+def __getattr__(name: str) -> Any:
     if name in _RENAMED:
-        from memory_policies.deprecation import warn_renamed
-
         warn_renamed(f"memory_policies.{name}", f"memory_policies.{_RENAMED[name]}")
         return globals()[_RENAMED[name]]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -12,7 +12,7 @@ import dspy
 from pydantic import BeforeValidator, Field
 
 REPLY_DESC = "your reply to the user: plain text, at most 3 sentences"
-# Generation cap of an on-policy reply under the `evolve` variant: 3 sentences plus the adapter's
+# Output cap of an on-policy reply under the `evolve` variant: 3 sentences plus the adapter's
 # field markers fit well inside it. Small models sometimes repeat a phrase until max_tokens;
 # the cap bounds what such a loop costs in decoding and in every later prompt that shows it.
 REPLY_MAX_TOKENS = 128
@@ -74,7 +74,7 @@ class MemoryChoose(dspy.Signature):
 
 
 def capped_call_config(max_tokens: int = REPLY_MAX_TOKENS) -> dict[str, int]:
-    """Per-call LM settings that cap generation at `max_tokens`, or at the current endpoint's
+    """Per-call LM settings that cap the output at `max_tokens`, or at the current endpoint's
     own max_tokens when that is smaller: a cap never raises the configured limit."""
     configured = getattr(dspy.settings.lm, "kwargs", {}).get("max_tokens")
     if isinstance(configured, int) and configured < max_tokens:

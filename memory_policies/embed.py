@@ -1,4 +1,4 @@
-"""Pluggable sentence embedders for the external-store policies.
+"""Pluggable sentence embedders for the embedding-store policies.
 
 An embedder is anything with a `name` and `embed(texts) -> (n, d) float array`. Vectors are
 stored in the memory state, so every text is embedded once; the `name` is recorded with

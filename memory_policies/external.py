@@ -9,6 +9,12 @@ from pydantic import BaseModel, Field
 
 from memory_policies.base import MemoryState, Message, render_conversation
 from memory_policies.common import DEFAULT_MEMORY_USE, MemoryReply, MemoryText, latest_time
+from memory_policies.embedding_store import (
+    EmbeddingRead,
+    EmbeddingStorePolicy,
+    StoredMemory,
+    StoreState,
+)
 from memory_policies.paper import (
     PAPER_FACT_EXTRACTION,
     PAPER_MEMORY_UPDATE,
@@ -18,7 +24,6 @@ from memory_policies.paper import (
     MemoryUpdate,
     paper_chat,
 )
-from memory_policies.store import EmbeddingRead, EmbeddingStorePolicy, StoredMemory, StoreState
 
 DEFAULT_WRITE = (
     "You curate the long-term memory of a personal assistant about its user. From the new "

@@ -43,9 +43,9 @@ import numpy as np
 
 from memory_policies.embed import Embedder, default_embedder, embed_texts
 from memory_policies.errors import PolicyError
-from memory_policies.external_system import (
-    ExternalSystemPolicy,
+from memory_policies.memory_system import (
     MemorySystem,
+    MemorySystemPolicy,
     OptionValue,
     Snapshot,
     snapshot_digest,
@@ -161,7 +161,7 @@ class AmbientLM:
                 "inside dspy.context(lm=...) (the evaluation runner uses the agent role)"
             )
         # mem0 builds OpenAI-style chat bodies; DSPy takes them as an explicit request, whose
-        # config must carry the LM's own generation settings (they are not merged in).
+        # config must carry the LM's own output settings (they are not merged in).
         body: dict[str, Any] = {"model": lm.model, "messages": messages}
         if response_format:
             body["response_format"] = response_format
@@ -366,7 +366,7 @@ def _line(text: str, time: str | None) -> str:
     return f"[{time}] {text}" if time and "[Current Time:" not in text else text
 
 
-class Mem0Policy(ExternalSystemPolicy):
+class Mem0Policy(MemorySystemPolicy):
     """mem0 as a baseline memory policy (see the module docstring)."""
 
     kind: ClassVar[str] = "mem0"

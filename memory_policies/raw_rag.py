@@ -8,8 +8,8 @@ import dspy
 
 from memory_policies.base import MemoryState, Message, render_conversation
 from memory_policies.common import DEFAULT_MEMORY_USE, MemoryReply, latest_time
+from memory_policies.embedding_store import EmbeddingRead, EmbeddingStorePolicy, StoreState
 from memory_policies.paper import ROLE_PREFIXES
-from memory_policies.store import EmbeddingRead, EmbeddingStorePolicy, StoreState
 
 
 class RawRagState(StoreState):

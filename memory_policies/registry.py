@@ -62,7 +62,7 @@ def load_plugins() -> None:
     """Import the modules named in $MEMORY_POLICIES_PLUGINS (comma-separated), once.
 
     A plugin module registers its kinds with `register_policy` when imported, so a one-file
-    policy or external system works wherever specs are built, the `evolve` CLI included.
+    policy or memory system works wherever specs are built, the `evolve` CLI included.
     """
     global _plugins_loaded
     if _plugins_loaded:

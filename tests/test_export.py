@@ -13,7 +13,7 @@ import memory_policies
 from evolve.config import load_spec
 from evolve.errors import ConfigError
 from evolve.export import CHAMPION_ALIAS, export_policy
-from evolve.optimize import ExperimentStore, run_experiment
+from evolve.optimize import ExperimentDir, run_experiment
 from evolve.tracking import MLflowTracker, mlflow_client
 
 REPO = Path(__file__).resolve().parents[1]
@@ -270,7 +270,7 @@ def test_a_bad_registered_model_name_is_refused_before_the_bundle_is_written(exp
 
 
 def test_export_before_any_evaluation_is_refused(tmp_path):
-    store = ExperimentStore(tmp_path / "runs" / "empty")
+    store = ExperimentDir(tmp_path / "runs" / "empty")
     store.open({"x": 1})
     with pytest.raises(ConfigError, match="no evaluated candidate yet"):
         export_policy("empty", tmp_path / "out", runs_dir=tmp_path / "runs", register=False)

@@ -64,7 +64,7 @@ def test_safe_name_is_one_rule_for_every_name_on_disk():
 
 
 def test_the_synthesis_work_dir_names_users_by_the_same_rule(tmp_path):
-    from evolve.simulator.synthesis.store import WorkDir
+    from evolve.simulator.synthesis.work_dir import WorkDir
 
     work = WorkDir(tmp_path, "key", {"config": 1})
     assert work.user("../u 1.").directory.name == "u_1"

@@ -58,7 +58,7 @@ def test_every_pydantic_input_error_is_worded_by_the_one_formatter(tmp_path):
     with pytest.raises(ConfigError) as caught:
         synthesis_config_from_dict({"preset": "tiny", "workerz": 2})
     assert "workerz: unknown key in the top level; valid keys: " in str(caught.value)
-    assert "generate_llm.toml" in str(caught.value)
+    assert "synthesize_llm.toml" in str(caught.value)
 
     (tmp_path / "broken.json").write_text('{"variables": 3}', encoding="utf-8")
     with pytest.raises(ConfigError) as caught:

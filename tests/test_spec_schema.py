@@ -26,7 +26,7 @@ REGENERATE = "regenerate them with `evolve schema --out docs/schema` and commit 
 
 
 @pytest.mark.parametrize("kind", list(SPEC_SCHEMAS))
-def test_committed_schema_equals_a_fresh_generation(kind: str) -> None:
+def test_committed_schema_equals_a_fresh_build(kind: str) -> None:
     committed = SCHEMA_DIR / f"{kind}.json"
     assert committed.is_file(), f"{committed} is missing; {REGENERATE}"
     assert committed.read_text(encoding="utf-8") == schema_text(kind), (
@@ -86,7 +86,7 @@ def test_shipped_spec_names_its_schema_and_validates_against_it(path: Path) -> N
         ("quickstart.toml", "experiment", lambda data: data["optimizer"].update(typo=1)),
         ("quickstart.toml", "experiment", lambda data: data.update(protocol="other")),
         ("tune_quick.toml", "tuning", lambda data: data["tuning"].update(sampler="annealing")),
-        ("generate_llm.toml", "synthesis", lambda data: data.update(num_periods=0)),
+        ("synthesize_llm.toml", "synthesis", lambda data: data.update(num_periods=0)),
     ],
     ids=["unknown-key", "protocol", "sampler", "bound"],
 )

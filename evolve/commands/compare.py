@@ -18,8 +18,8 @@ from pathlib import Path
 from evolve.budget import Spend
 from evolve.errors import ConfigError, StorageError
 from evolve.locking import lock_holder
-from evolve.optimize import ExperimentStore, format_lineage, format_table
-from evolve.optimize.store import experiment_dir_for
+from evolve.optimize import ExperimentDir, format_lineage, format_table
+from evolve.optimize.experiment_dir import experiment_dir_for
 from evolve.simulator.metrics import MetricSummary
 from evolve.tuning.readback import render_tuning_dir, tuning_dir_for
 from evolve.tuning.records import TuningResult
@@ -98,11 +98,11 @@ def run_compare(args: argparse.Namespace) -> int:
             "or an `evolve eval --out` directory"
         )
     note_if_running(directory)
-    result = ExperimentStore(directory).load_result()
+    result = ExperimentDir(directory).load_result()
     print(format_table(result))
     print()
     print(format_lineage(result))
-    _print_ledger(ExperimentStore(directory).load_spend())
+    _print_ledger(ExperimentDir(directory).load_spend())
     if args.plot is not None:
         from evolve.plots import plot_evolution, save_figure
 
@@ -140,7 +140,7 @@ def _is_tuning_target(args: argparse.Namespace) -> bool:
 
 
 def _compare_tuning(args: argparse.Namespace) -> int:
-    from evolve.tuning.layout import TuningStore
+    from evolve.tuning.layout import TuningDir
     from evolve.tuning.live import live_storage_url, load_live_result
 
     spec = _tuning_spec(args.experiment)
@@ -148,9 +148,9 @@ def _compare_tuning(args: argparse.Namespace) -> int:
     if directory is None and spec is not None:
         directory = Path(args.runs_dir) / spec.name
     snapshot = None
-    if directory is not None and TuningStore(directory).result_file.is_file():
+    if directory is not None and TuningDir(directory).result_file.is_file():
         note_if_running(directory)
-        snapshot = TuningStore(directory).load_result()
+        snapshot = TuningDir(directory).load_result()
     url = (
         None
         if args.snapshot
@@ -171,7 +171,7 @@ def _compare_tuning(args: argparse.Namespace) -> int:
                 raise
             print(
                 f"warning: could not read the live study ({error}); showing the local "
-                f"snapshot {TuningStore(directory).result_file}",
+                f"snapshot {TuningDir(directory).result_file}",
                 file=sys.stderr,
             )
     if result is None:
@@ -209,7 +209,7 @@ def _evaluation_dir(target: str) -> Path | None:
 def _evaluated_on(run_dir: Path) -> tuple[str, tuple[str, ...]] | None:
     """The environment hash and user ids a policy's run used (from its run header), or None
     when the header is missing or unreadable (e.g. a run from before headers existed)."""
-    from evolve.simulator.storage import RunLayout, read_json
+    from evolve.simulator.run_dir import RunLayout, read_json
 
     try:
         config = read_json(RunLayout(run_dir).run_file)["config"]
@@ -255,7 +255,7 @@ def _compare_evaluations(directory: Path, plot: Path | None) -> int:
         memory = "-" if summary.memory_score is None else f"{summary.memory_score:.3f}"
         accuracy = "-" if summary.accuracy is None else f"{summary.accuracy:.3f}"
         print(f"{name:<24} {accuracy:>8} {memory:>7} {len(per_period[name]):>7}")
-    store = ExperimentStore(directory)
+    store = ExperimentDir(directory)
     if store.journal_file.is_file():
         _print_ledger(store.load_spend())
     if plot is not None:

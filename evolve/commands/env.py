@@ -1,4 +1,8 @@
-"""`evolve env`: generate, validate and inspect AMemGym environment files (data.json format)."""
+"""`evolve env`: synthesize, validate and inspect AMemGym environment files (data.json format).
+
+`evolve env generate` is the old name of `evolve env synthesize` (a "generation" is a step of
+evolution): hidden from `--help`, it still works with a `RenamedWarning`.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ import string
 import time
 from pathlib import Path
 
-from evolve.commands.env_llm import add_llm_generate_arguments, run_llm_generate
+from evolve.commands.env_llm import add_llm_synthesize_arguments, run_llm_synthesize
 from evolve.errors import EnvironmentDataError
 from evolve.simulator.environment import (
     PROBLEMS_KEPT,
@@ -20,6 +24,7 @@ from evolve.simulator.environment import (
 )
 from evolve.simulator.synthesis.catalogs import load_catalog
 from evolve.simulator.synthesis.offline import PRESETS, get_preset, synthesize_environment
+from memory_policies.deprecation import warn_renamed
 
 _ANSWER_CHARS = 110
 
@@ -27,33 +32,23 @@ _ANSWER_CHARS = 110
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "env",
-        help="generate, validate and inspect AMemGym environments",
+        help="synthesize, validate and inspect AMemGym environments",
         description="Environment files use the original AMemGym data.json format, so files "
         "made by the original code (e.g. its published v1.base set) work too.",
     )
     actions = parser.add_subparsers(dest="env_action", metavar="ACTION")
     actions.required = True
 
-    generate = actions.add_parser(
-        "generate",
-        help="generate an environment offline (seeded, no LLM) or with --llm",
-        description="Sample users from the built-in catalog of everyday-life state variables "
-        "and advice questions. The same preset, seed and user count give a byte-identical file.",
+    synthesize = actions.add_parser(
+        "synthesize",
+        help="synthesize an environment offline (seeded, no LLM) or with --llm",
+        description=SYNTHESIZE_DESCRIPTION,
     )
-    generate.add_argument("--preset", choices=sorted(PRESETS), default="tiny")
-    generate.add_argument("--seed", type=int, default=0)
-    generate.add_argument(
-        "--users", type=int, default=None, help="number of users (default: 20 for v1.*, 4 for tiny)"
-    )
-    generate.add_argument("--out", type=Path, required=True, help="environment file to write")
-    generate.add_argument(
-        "--catalog",
-        action="append",
-        default=[],
-        metavar="DIR",
-        help="extra catalog directory of *.json files (repeatable; see catalog/README.md)",
-    )
-    add_llm_generate_arguments(generate)  # --llm: the paper's LLM pipeline instead
+    add_synthesize_arguments(synthesize)
+    synthesize.set_defaults(handler=run_synthesize)
+    # The old name: no help= keeps it out of the ACTION list.
+    generate = actions.add_parser("generate", description=SYNTHESIZE_DESCRIPTION)
+    add_synthesize_arguments(generate)
     generate.set_defaults(handler=run_generate)
 
     validate = actions.add_parser(
@@ -76,9 +71,37 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     show.set_defaults(handler=run_show)
 
 
+SYNTHESIZE_DESCRIPTION = (
+    "Sample users from the built-in catalog of everyday-life state variables and advice "
+    "questions. The same preset, seed and user count give a byte-identical file."
+)
+
+
+def add_synthesize_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="tiny")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--users", type=int, default=None, help="number of users (default: 20 for v1.*, 4 for tiny)"
+    )
+    parser.add_argument("--out", type=Path, required=True, help="environment file to write")
+    parser.add_argument(
+        "--catalog",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="extra catalog directory of *.json files (repeatable; see catalog/README.md)",
+    )
+    add_llm_synthesize_arguments(parser)  # --llm: the paper's LLM pipeline instead
+
+
 def run_generate(args: argparse.Namespace) -> int:
+    warn_renamed("evolve env generate", "evolve env synthesize", stacklevel=2)
+    return run_synthesize(args)
+
+
+def run_synthesize(args: argparse.Namespace) -> int:
     if args.llm:
-        return run_llm_generate(args)
+        return run_llm_synthesize(args)
     config = get_preset(args.preset)
     started = time.perf_counter()
     catalog = load_catalog(args.catalog)

@@ -1,4 +1,4 @@
-"""`evolve env generate --llm`: flags, progress bar and printed report for the LLM synthesis
+"""`evolve env synthesize --llm`: flags, progress bar and printed report for the LLM synthesis
 pipeline (the library API is `evolve.simulator.synthesis`)."""
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from tqdm import tqdm
 
@@ -22,9 +23,10 @@ from evolve.simulator.synthesis.config import (
 )
 from evolve.simulator.synthesis.personas import catalog_personas, load_nemotron_personas
 from evolve.simulator.synthesis.pipeline import ProgressEvent, synthesize_environment_llm
+from memory_policies.deprecation import warn_renamed
 
 
-def add_llm_generate_arguments(parser: argparse.ArgumentParser) -> None:
+def add_llm_synthesize_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the LLM pipeline's flags; flags the parser already has (offline synthesis's
     --seed, --out, --users, ...) are shared, not redefined."""
     from evolve.llm import add_llm_arguments
@@ -38,7 +40,7 @@ def add_llm_generate_arguments(parser: argparse.ArgumentParser) -> None:
     add(
         "--llm",
         action="store_true",
-        help="generate with the paper's LLM pipeline (simulator role) instead of the catalog",
+        help="synthesize with the paper's LLM pipeline (simulator role) instead of the catalog",
     )
     add(
         "--personas",
@@ -50,7 +52,7 @@ def add_llm_generate_arguments(parser: argparse.ArgumentParser) -> None:
         "--config",
         type=Path,
         metavar="FILE.toml",
-        help="LLM synthesis config (see experiments/generate_llm.toml; default: preset tiny)",
+        help="LLM synthesis config (see experiments/synthesize_llm.toml; default: preset tiny)",
     )
     add("--lang", help="language of generated text, e.g. en, zh (identifiers stay ASCII)")
     add("--users", type=int, default=None, help="number of users (default: the config's)")
@@ -61,7 +63,7 @@ def add_llm_generate_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         help="where finished stages are kept for resuming (default: <out stem>.work/ beside --out)",
     )
-    add("--workers", type=int, help="users generated concurrently (default: the config's)")
+    add("--workers", type=int, help="users synthesized concurrently (default: the config's)")
     if "--model" not in existing:
         add_llm_arguments(parser)
 
@@ -86,7 +88,7 @@ def config_from_args(args: argparse.Namespace) -> LLMSynthesisConfig:
     return config
 
 
-def run_llm_generate(args: argparse.Namespace) -> int:
+def run_llm_synthesize(args: argparse.Namespace) -> int:
     from evolve.llm import open_role_lms_from_args
 
     config = config_from_args(args)
@@ -159,3 +161,18 @@ def run_llm_generate(args: argparse.Namespace) -> int:
         f"report {report_path}; content hash {result.environment.content_hash()[:16]}"
     )
     return 0
+
+
+_RENAMED = {
+    "add_llm_generate_arguments": add_llm_synthesize_arguments,
+    "run_llm_generate": run_llm_synthesize,
+}
+
+
+def __getattr__(name: str) -> Any:
+    # The old names work with a RenamedWarning until deprecation.REMOVED_IN.
+    if name in _RENAMED:
+        new = _RENAMED[name]
+        warn_renamed(f"{__name__}.{name}", f"{__name__}.{new.__name__}")
+        return new
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

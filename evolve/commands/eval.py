@@ -31,7 +31,7 @@ from evolve.files import safe_name
 from evolve.llm import RoleLMs, add_llm_arguments, open_role_lms_from_args
 from evolve.llm.usage import UsageEvent
 from evolve.locking import run_lock
-from evolve.optimize.store import ExperimentStore, Spend
+from evolve.optimize.experiment_dir import ExperimentDir, Spend
 from evolve.paths import cache_dir
 from evolve.protocol import EVAL_COMMAND_PROTOCOL, PROTOCOLS, rules_for
 from evolve.simulator.baselines import compute_upper_bound
@@ -63,7 +63,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--env", type=Path, help="environment file (the original data.json format)")
     source.add_argument(
-        "--preset", choices=sorted(PRESETS), help="generate the environment from a preset"
+        "--preset", choices=sorted(PRESETS), help="synthesize the environment from a preset"
     )
     parser.add_argument(
         "--seed", type=int, default=0, help="seed of the generated environment and the episodes"
@@ -98,7 +98,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="wrong_only: probe only the variables of wrongly answered items (fewer calls; "
         "--protocol evolve only)",
     )
-    parser.add_argument("--concurrency", type=int, default=4, help="users evaluated at once")
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=4,
+        help="LLM calls in flight (users, questions and probes share them; so at most this "
+        "many users at once)",
+    )
     parser.add_argument(
         "--out", type=Path, default=DEFAULT_OUT, help=f"output directory (default {DEFAULT_OUT})"
     )
@@ -311,12 +317,12 @@ def format_notes(rows: list[tuple[str, EvaluationReport]]) -> list[str]:
 
 
 @contextmanager
-def journal_spend(out: Path, lms: RoleLMs) -> Iterator[ExperimentStore]:
+def journal_spend(out: Path, lms: RoleLMs) -> Iterator[ExperimentDir]:
     """Append each LLM request of this invocation to `OUT/spend.jsonl` before it is sent and
     when it ends, and each completed call with its tokens (the journal `evolve run` keeps,
-    see `evolve.optimize.store`): a killed eval leaves at worst requests of unknown outcome,
-    counted as spent, and reruns add to it."""
-    store = ExperimentStore(out)
+    see `evolve.optimize.experiment_dir`): a killed eval leaves at worst requests of unknown
+    outcome, counted as spent, and reruns add to it."""
+    store = ExperimentDir(out)
     before = store.load_spend()
     journal = store.open_journal()
     started = time.perf_counter()

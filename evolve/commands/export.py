@@ -8,7 +8,7 @@ from pathlib import Path
 
 from evolve.commands.compare import note_if_running
 from evolve.errors import ConfigError
-from evolve.optimize.store import experiment_dir_for
+from evolve.optimize.experiment_dir import experiment_dir_for
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -124,9 +124,9 @@ def _run_locked(
     print(f"\nLLM usage of this invocation (cached responses cost nothing):\n{usage.table()}")
     if result.best_id is not None:
         from evolve.export import write_bundle
-        from evolve.optimize.store import ExperimentStore
+        from evolve.optimize.experiment_dir import ExperimentDir
 
-        store = ExperimentStore(args.runs_dir / spec.name)
+        store = ExperimentDir(args.runs_dir / spec.name)
         best = result.candidate(result.best_id)
         path = write_bundle(
             store.policy_dir(best.id), store.root / BEST_POLICY_DIR, spec.name, best

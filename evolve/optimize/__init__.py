@@ -1,14 +1,16 @@
 """The self-evolution loop: GEPA population schedule, per-period chain, operators, lineage."""
 
+from typing import Any
+
 from evolve.budget import Budget, BudgetExhausted, Spend
 from evolve.objective import objective_value
 from evolve.optimize import list_edit  # noqa: F401  (registers the list_edit operator)
+from evolve.optimize.experiment_dir import ExperimentDir
 from evolve.optimize.feedback import Feedback, build_feedback, load_period_results
 from evolve.optimize.loop import LoopProgress, run_experiment
 from evolve.optimize.parameters import ParameterProposer, RandomStepProposer
 from evolve.optimize.reflect import Proposal, Reflector
 from evolve.optimize.report import format_lineage, format_table, generation_rows
-from evolve.optimize.store import ExperimentStore
 from evolve.records import (
     CandidateRecord,
     CandidateStatus,
@@ -20,6 +22,7 @@ from evolve.records import (
     candidate_record,
     fingerprint,
 )
+from memory_policies.deprecation import warn_renamed
 
 __all__ = [
     "Budget",
@@ -28,7 +31,7 @@ __all__ = [
     "CandidateStatus",
     "EvaluationScores",
     "ExperimentResult",
-    "ExperimentStore",
+    "ExperimentDir",
     "Feedback",
     "GenerationRecord",
     "LoopProgress",
@@ -49,3 +52,11 @@ __all__ = [
     "objective_value",
     "run_experiment",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # The old name works with a RenamedWarning until deprecation.REMOVED_IN.
+    if name == "ExperimentStore":
+        warn_renamed("evolve.optimize.ExperimentStore", "evolve.optimize.ExperimentDir")
+        return ExperimentDir
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

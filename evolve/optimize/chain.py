@@ -32,9 +32,9 @@ from typing import Any
 from evolve.files import atomic_write_json
 from evolve.objective import load_period_results, objective_value
 from evolve.optimize.context import EvolutionContext, Schedule
+from evolve.optimize.experiment_dir import ExperimentDir
 from evolve.optimize.feedback import build_feedback
 from evolve.optimize.reflect import Reflector
-from evolve.optimize.store import ExperimentStore
 from evolve.records import (
     CandidateRecord,
     CandidateStatus,
@@ -45,8 +45,8 @@ from evolve.records import (
 )
 from evolve.simulator.metrics import MetricSummary, summarize_periods
 from evolve.simulator.records import PeriodResult, UserResult
+from evolve.simulator.run_dir import safe_name
 from evolve.simulator.runner import EvaluationReport, run_evaluation
-from evolve.simulator.storage import safe_name
 from evolve.simulator.user import derive_seed
 
 
@@ -110,7 +110,7 @@ def reflect_step(
     return {"policy": policy, "seed": seed}
 
 
-def save_final_policies(store: ExperimentStore, items: list[Any], chains: PerUserChains) -> None:
+def save_final_policies(store: ExperimentDir, items: list[Any], chains: PerUserChains) -> None:
     """Each user's final policy as a bundle (a copy of its candidate's bundle)."""
     root = store.root / "chain" / "final"
     index: dict[str, dict[str, str]] = {}

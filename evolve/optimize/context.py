@@ -27,10 +27,10 @@ from evolve.budget import Budget
 from evolve.config import ExperimentSpec, OptimizerSpec, ResolvedExperiment
 from evolve.llm import RoleLMs
 from evolve.objective import objective_used, objective_value
+from evolve.optimize.experiment_dir import ExperimentDir
 from evolve.optimize.parameters import ParameterProposer
 from evolve.optimize.progress import LoopProgress
 from evolve.optimize.reflect import Reflector
-from evolve.optimize.store import ExperimentStore
 from evolve.records import (
     CandidateRecord,
     CandidateStatus,
@@ -51,7 +51,7 @@ class EvolutionContext:
 
     resolved: ResolvedExperiment
     lms: RoleLMs
-    store: ExperimentStore
+    store: ExperimentDir
     budget: Budget
     tracker: ExperimentTracker
     progress: LoopProgress

@@ -52,13 +52,13 @@ from evolve.config import ExperimentSpec, ResolvedExperiment, resolve
 from evolve.llm import RoleLMs
 from evolve.optimize.chain import ChainSchedule
 from evolve.optimize.context import EvolutionContext, Schedule
+from evolve.optimize.experiment_dir import ExperimentDir
 from evolve.optimize.operators import check_operator_names
 from evolve.optimize.parameters import ParameterProposer
 from evolve.optimize.population import PopulationSchedule, default_proposer
 from evolve.optimize.progress import LoopProgress
 from evolve.optimize.reflect import Reflector
 from evolve.optimize.report import format_lineage, format_table
-from evolve.optimize.store import ExperimentStore
 from evolve.protocol import rules_for
 from evolve.records import CandidateRecord, ExperimentResult, best_of
 from evolve.simulator.environment import Environment
@@ -95,7 +95,7 @@ def run_experiment(
     run = _ExperimentRun(
         resolved,
         lms,
-        store=ExperimentStore(Path(runs_dir) / resolved.spec.name),
+        store=ExperimentDir(Path(runs_dir) / resolved.spec.name),
         tracker=tracker or NullTracker(),
         progress=progress or LoopProgress(),
         proposer_factory=proposer_factory or (lambda: default_proposer(resolved.spec)),
@@ -146,7 +146,7 @@ class _ExperimentRun:
         resolved: ResolvedExperiment,
         lms: RoleLMs,
         *,
-        store: ExperimentStore,
+        store: ExperimentDir,
         tracker: ExperimentTracker,
         progress: LoopProgress,
         proposer_factory: Callable[[], ParameterProposer],

@@ -1,214 +1,23 @@
-"""The experiment directory `runs/<name>/`: records on disk, resume guard, spend ledger.
-
-Layout::
-
-    experiment.json                 format, config hash, the identity it hashes
-    ledger.json                     LLM calls / tokens / wall time spent so far (all invocations)
-    spend.jsonl                     the ledger's journal: one line per completed LLM call
-    candidates/<id>/candidate.json  CandidateRecord (written when proposed, rewritten when scored)
-    candidates/<id>/policy/         the candidate's policy bundle (memory_policies.load)
-    candidates/<id>/feedback.txt    what the reflector was shown (reflective mutations)
-    candidates/<id>/train/          runner directory of its train evaluation (resumable)
-    candidates/<id>/heldout/        runner directory of its held-out evaluation
-    chain/train/                    per_period schedule: the evolving train run (all chains)
-    chain/final/<user>/             per_period schedule: each user's final policy bundle
-    chain/final_policies.json       per_period schedule: user -> final candidate and bundle
-    generations/gen_NN.json         GenerationRecord: written when the generation is finished
-    result.json                     ExperimentResult of the latest invocation
-
-Every file is written atomically; a finished unit (candidate split, generation) is never
-recomputed, which is what makes an interrupted `evolve run` resume where it stopped.
-
-Spend is journaled, not only checkpointed: `ledger.json` is rewritten at every finished
-unit, but a `kill -9` between two units would lose the calls made since the last one. Each
-completed LLM call therefore appends one line to `spend.jsonl` (flushed at once, fsynced at
-every unit), and a resumed run sums the journal: after any crash the spend it starts from
-is short only by the calls that were in flight.
-"""
+"""Old path of `evolve.optimize.experiment_dir` (the experiment directory `runs/<name>/`;
+`ExperimentStore` is `ExperimentDir`). Works with a `RenamedWarning` until
+`memory_policies.deprecation.REMOVED_IN`."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
-from evolve.budget import Spend, SpendJournal
-from evolve.files import atomic_write_json, atomic_write_text
-from evolve.records import CandidateRecord, ExperimentResult, GenerationRecord
-from evolve.simulator.storage import open_header, read_json
+import evolve.optimize.experiment_dir as _new
+from memory_policies.deprecation import warn_renamed
 
-EXPERIMENT_FORMAT = "amemgym-evolve.experiment"
-EXPERIMENT_FORMAT_VERSION = 1
+warn_renamed("evolve.optimize.store", "evolve.optimize.experiment_dir")
+
+_RENAMED = {"ExperimentStore": "ExperimentDir"}
 
 
-class ExperimentStore:
-    def __init__(self, root: Path) -> None:
-        self.root = Path(root)
-        self._journal: SpendJournal | None = None
-
-    # -- header -----------------------------------------------------------------------------
-
-    @property
-    def experiment_file(self) -> Path:
-        return self.root / "experiment.json"
-
-    def open(self, identity: dict[str, Any]) -> str:
-        """Create the header, or check that the stored experiment has the same identity."""
-        return open_header(
-            self.experiment_file,
-            file_format=EXPERIMENT_FORMAT,
-            format_version=EXPERIMENT_FORMAT_VERSION,
-            key="identity",
-            config=identity,
-            mismatch=f"{self.root} holds an experiment run with a different spec",
-            fix="Resume with the same spec (budget, concurrency, tracking and the number of "
-            "generations may change), rename the experiment (name = ...), or delete the "
-            "directory to start over",
-            listed=6,
+def __getattr__(name: str) -> Any:
+    if name in _RENAMED:
+        warn_renamed(
+            f"evolve.optimize.store.{name}", f"evolve.optimize.experiment_dir.{_RENAMED[name]}"
         )
-
-    def exists(self) -> bool:
-        return self.experiment_file.exists()
-
-    def config_hash(self) -> str:
-        return str(read_json(self.experiment_file).get("config_hash", ""))
-
-    # -- candidates ---------------------------------------------------------------------------
-
-    def candidate_dir(self, candidate_id: str) -> Path:
-        return self.root / "candidates" / candidate_id
-
-    def policy_dir(self, candidate_id: str) -> Path:
-        return self.candidate_dir(candidate_id) / "policy"
-
-    def feedback_file(self, candidate_id: str) -> Path:
-        return self.candidate_dir(candidate_id) / "feedback.txt"
-
-    def save_candidate(self, record: CandidateRecord) -> None:
-        atomic_write_json(
-            self.candidate_dir(record.id) / "candidate.json", record.model_dump(mode="json")
-        )
-
-    def load_candidate(self, candidate_id: str) -> CandidateRecord | None:
-        path = self.candidate_dir(candidate_id) / "candidate.json"
-        if not path.exists():
-            return None
-        return CandidateRecord.model_validate(read_json(path))
-
-    def load_candidates(self) -> list[CandidateRecord]:
-        records = [
-            CandidateRecord.model_validate(read_json(path))
-            for path in (self.root / "candidates").glob("*/candidate.json")
-        ]
-        return sorted(records, key=lambda r: (r.generation, r.id))
-
-    def save_feedback(self, candidate_id: str, text: str) -> None:
-        atomic_write_text(self.feedback_file(candidate_id), text + "\n")
-
-    def load_feedback(self, candidate_id: str) -> str | None:
-        path = self.feedback_file(candidate_id)
-        return path.read_text(encoding="utf-8").rstrip("\n") if path.exists() else None
-
-    # -- generations ----------------------------------------------------------------------------
-
-    def generation_file(self, generation: int) -> Path:
-        return self.root / "generations" / f"gen_{generation:02d}.json"
-
-    def save_generation(self, record: GenerationRecord) -> None:
-        atomic_write_json(self.generation_file(record.generation), record.model_dump(mode="json"))
-
-    def load_generation(self, generation: int) -> GenerationRecord | None:
-        path = self.generation_file(generation)
-        return GenerationRecord.model_validate(read_json(path)) if path.exists() else None
-
-    def load_generations(self) -> list[GenerationRecord]:
-        records = [
-            GenerationRecord.model_validate(read_json(path))
-            for path in (self.root / "generations").glob("gen_*.json")
-        ]
-        return sorted(records, key=lambda r: r.generation)
-
-    # -- spend and result --------------------------------------------------------------------
-
-    @property
-    def ledger_file(self) -> Path:
-        return self.root / "ledger.json"
-
-    @property
-    def journal_file(self) -> Path:
-        return self.root / "spend.jsonl"
-
-    def _ledger_spend(self) -> Spend:
-        if not self.ledger_file.exists():
-            return Spend()
-        return Spend.model_validate(read_json(self.ledger_file))
-
-    def load_spend(self) -> Spend:
-        """Spend of every invocation so far: the journal's sum (the ledger before journals)."""
-        if self.journal_file.exists():
-            return SpendJournal(self.journal_file).total()
-        return self._ledger_spend()
-
-    def open_journal(self) -> SpendJournal:
-        """Open the spend journal for appending (the ledger's spend is carried into a new one)."""
-        self._journal = SpendJournal(self.journal_file).open(carried=self._ledger_spend())
-        return self._journal
-
-    def save_spend(self, spend: Spend) -> None:
-        atomic_write_json(self.ledger_file, spend.model_dump(mode="json"))
-        if self._journal is not None:
-            self._journal.mark_wall_time(spend.wall_time_s)
-            self._journal.sync()
-
-    @property
-    def result_file(self) -> Path:
-        return self.root / "result.json"
-
-    def save_result(self, result: ExperimentResult) -> None:
-        atomic_write_json(self.result_file, result.model_dump(mode="json"))
-
-    def load_result(self) -> ExperimentResult:
-        """The latest result; rebuilt from the records when an invocation was killed."""
-        if not self.exists():
-            raise FileNotFoundError(self.experiment_file)
-        stored: dict[str, Any] = {}
-        if self.result_file.exists():
-            try:
-                stored = read_json(self.result_file)
-            except (OSError, json.JSONDecodeError):
-                stored = {}
-        from evolve.records import best_of
-
-        candidates = self.load_candidates()
-        best = best_of(candidates, "heldout") or best_of(candidates, "train")
-        spend = self.load_spend()
-        return ExperimentResult(
-            name=stored.get("name", self.root.name),
-            config_hash=self.config_hash(),
-            schedule=stored.get("schedule", "population"),
-            candidates=candidates,
-            generations=self.load_generations(),
-            best_id=best.id if best is not None else None,
-            stopped=stored.get("stopped"),
-            complete=bool(stored.get("complete", False)),
-            chain_summary=stored.get("chain_summary"),
-            llm_calls=spend.llm_calls,
-            tokens=spend.tokens,
-            wall_time_s=spend.wall_time_s,
-            reflection_parse_failures=sum(r.reflection_parse_failures for r in candidates),
-            max_tokens=stored.get("max_tokens", {}),
-            protocol=stored.get("protocol", "evolve"),
-        )
-
-
-def experiment_dir_for(target: str, runs_dir: str | Path = "runs") -> Path | None:
-    """The experiment directory named by a spec file, a name under `runs_dir`, or a path."""
-    path = Path(target)
-    if path.suffix == ".toml" and path.is_file():
-        from evolve.config import load_spec
-
-        return Path(runs_dir) / load_spec(path).name
-    for candidate in (Path(runs_dir) / target, path):
-        if (candidate / "experiment.json").is_file():
-            return candidate
-    return None
+        return getattr(_new, _RENAMED[name])
+    return getattr(_new, name)

@@ -41,7 +41,7 @@ _EXPORTS: dict[str, str] = {
     "summarize_periods": "metrics",
     "UpperBoundTable": "baselines",
     "compute_upper_bound": "baselines",
-    "RunLayout": "storage",
+    "RunLayout": "run_dir",
 }
 
 # Written out (not sorted(_EXPORTS)) so that linters and IDEs can read it.
@@ -83,13 +83,13 @@ if TYPE_CHECKING:
     )
     from evolve.simulator.metrics import MetricSummary, summarize_periods
     from evolve.simulator.records import Diagnosis, PeriodResult, UserResult
+    from evolve.simulator.run_dir import RunLayout
     from evolve.simulator.runner import (
         EpisodeConfig,
         EvaluationReport,
         ProgressSink,
         run_evaluation,
     )
-    from evolve.simulator.storage import RunLayout
     from evolve.simulator.synthesis import (
         PRESETS,
         LLMSynthesisConfig,

@@ -48,7 +48,7 @@ from evolve.protocol import DEFAULT_PROTOCOL, Protocol, rules_for
 # Defined with the metrics (original_format needs it and sits below this module); kept
 # importable from here, where the upper bound's counterpart lives.
 from evolve.simulator.metrics import random_score as random_score
-from evolve.simulator.storage import read_json
+from evolve.simulator.run_dir import read_json
 
 if TYPE_CHECKING:
     from evolve.llm import RoleLMs

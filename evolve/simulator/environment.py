@@ -295,7 +295,7 @@ class Environment(BaseModel):
         if not self.items:
             yield (
                 "the environment has no users (an empty list); an evaluation of it would score "
-                "nothing. Make one with `evolve env generate --preset tiny --out FILE`"
+                "nothing. Make one with `evolve env synthesize --preset tiny --out FILE`"
             )
         seen: set[str] = set()
         for item in self.items:
@@ -312,7 +312,7 @@ def load_environment(path: str | os.PathLike[str], *, check: bool = True) -> Env
         path,
         "environment file",
         error=EnvironmentDataError,
-        missing_hint="make one with `evolve env generate --preset tiny --out FILE`",
+        missing_hint="make one with `evolve env synthesize --preset tiny --out FILE`",
     )
     env = Environment.from_original(data, source=str(path))
     if check:

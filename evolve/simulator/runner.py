@@ -6,12 +6,14 @@ working; new code may import from the room that holds a name.
 
 from __future__ import annotations
 
+from typing import Any
+
 from evolve.simulator.run.context import (
     PolicySchedule,
     ProgressSink,
     RunContext,
     RunOptions,
-    UnitStore,
+    UnitFiles,
     UserRun,
 )
 from evolve.simulator.run.episode import EpisodeConfig, ProbeScope, probe_scope_problem
@@ -28,6 +30,7 @@ from evolve.simulator.run.probes import (
 from evolve.simulator.run.replay import load_recorded_sessions, recorded_sessions_path
 from evolve.simulator.run.scheduler import EvaluationReport, load_report, run_evaluation
 from evolve.simulator.run.unit import run_unit
+from memory_policies.deprecation import warn_renamed
 
 __all__ = [
     "PROBE_STRATEGIES",
@@ -39,7 +42,7 @@ __all__ = [
     "ProgressSink",
     "RunContext",
     "RunOptions",
-    "UnitStore",
+    "UnitFiles",
     "UserRun",
     "check_resumable",
     "last_update_period",
@@ -56,3 +59,11 @@ __all__ = [
     "run_unit",
     "structured_probe_prompt",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # The old name works with a RenamedWarning until deprecation.REMOVED_IN.
+    if name == "UnitStore":
+        warn_renamed("evolve.simulator.runner.UnitStore", "evolve.simulator.runner.UnitFiles")
+        return UnitFiles
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

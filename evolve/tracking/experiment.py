@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evolve.files import atomic_write_json
-from evolve.simulator.storage import read_json
+from evolve.simulator.run_dir import read_json
 from evolve.tracking.content import (
     ACCEPTED,
     BASE,

@@ -16,9 +16,9 @@ from evolve.budget import Budget
 from evolve.config import BudgetSpec
 from evolve.llm import RoleLMs
 from evolve.simulator.environment import Environment
+from evolve.simulator.run_dir import config_hash
 from evolve.simulator.runner import EpisodeConfig, ProgressSink
-from evolve.simulator.storage import config_hash
-from evolve.tuning.layout import TuningStore, storage_label
+from evolve.tuning.layout import TuningDir, storage_label
 from evolve.tuning.records import (
     HeldoutRecord,
     TrialRecord,
@@ -146,7 +146,7 @@ class StudyRun:
 
     job: TuningJob
     lms: RoleLMs
-    store: TuningStore
+    store: TuningDir
     tracker: StudyTracker
     progress: TuneProgress
     study: optuna.Study

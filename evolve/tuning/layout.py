@@ -7,12 +7,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from evolve.files import atomic_write_json, safe_name
-from evolve.simulator.storage import read_json
+from evolve.simulator.run_dir import read_json
 from evolve.tuning.records import IN_MEMORY_STORAGE, TuningResult
 from evolve.tuning.spec import parameter_slug
 from evolve.tuning.storage import redact_storage_url
+from memory_policies.deprecation import warn_renamed
 
 # Study attributes: the configuration the study was made with (a rerun must match it).
 STUDY_ATTR_HASH = "evolve.config_hash"
@@ -20,7 +22,7 @@ STUDY_ATTR_IDENTITY = "evolve.identity"
 RESULT_FILE = "tuning.json"
 
 
-class TuningStore:
+class TuningDir:
     """`runs/<name>/`: trial and held-out runner directories and the latest result.
 
     Layout::
@@ -62,3 +64,11 @@ class TuningStore:
 def storage_label(url: str | None) -> str:
     """How results name a study's storage: its URL without credentials, or in-memory."""
     return redact_storage_url(url) if url is not None else IN_MEMORY_STORAGE
+
+
+def __getattr__(name: str) -> Any:
+    # The old name works with a RenamedWarning until deprecation.REMOVED_IN.
+    if name == "TuningStore":
+        warn_renamed("evolve.tuning.layout.TuningStore", "evolve.tuning.layout.TuningDir")
+        return TuningDir
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

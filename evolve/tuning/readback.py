@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from evolve.tuning.layout import RESULT_FILE, TuningStore
+from evolve.tuning.layout import RESULT_FILE, TuningDir
 from evolve.tuning.records import IN_MEMORY_STORAGE, TrialRecord, with_journaled_spend
 from evolve.tuning.report import format_result, format_score, format_trials
 from evolve.tuning.spec import is_tuning_spec, load_tune_spec
@@ -33,7 +33,7 @@ def render_tuning_dir(directory: str | Path) -> str:
     """The study table of `runs/<name>/tuning.json` (what `evolve tune` last saw), with the
     spend read now from the study's journals (they also hold the calls of a killed
     invocation and of workers still running)."""
-    result = TuningStore(Path(directory)).load_result()
+    result = TuningDir(Path(directory)).load_result()
     if result.storage != IN_MEMORY_STORAGE:
         journals = StudySpendJournals(directory, result.study_name)
         trials = with_journaled_spend(result.trials, journals.trial_spend())

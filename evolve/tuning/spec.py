@@ -365,7 +365,7 @@ def resolve_tuning(
     study_name: str | None = None,
     create_storage_dir: bool = False,
 ) -> ResolvedTuning:
-    """Load/generate the environment, split users, build the base policy, check the space.
+    """Load/synthesize the environment, split users, build the base policy, check the space.
 
     `trials`, `storage` and `study_name` override the spec (the command's flags). The
     directory of a sqlite or journal storage must exist, unless `create_storage_dir` (or the
@@ -381,7 +381,7 @@ def resolve_tuning(
             raise ConfigError(
                 f"{label}: tuning.parameters.{name}: not a parameter of a '{policy.kind}' policy; "
                 f"valid: {valid or 'none'}"
-                + (" (top_k exists for external stores only)" if name == "top_k" else "")
+                + (" (top_k exists for embedding-store policies only)" if name == "top_k" else "")
             )
     requested = trials if trials is not None else tuning.requested_trials()
     if requested < 1:

@@ -52,7 +52,7 @@ from typing import Any
 from evolve.budget import Budget, Spend, SpendJournal
 from evolve.files import safe_name
 from evolve.llm.usage import UsageEvent, UsageTracker
-from evolve.simulator.storage import read_json
+from evolve.simulator.run_dir import read_json
 from evolve.tuning.records import TrialRecord
 
 SPEND_DIR = "spend"

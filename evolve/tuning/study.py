@@ -47,10 +47,10 @@ from evolve.budget import Budget, BudgetExhausted, Spend
 from evolve.errors import ResumeMismatchError
 from evolve.llm import RoleLMs
 from evolve.simulator.environment import Environment
-from evolve.simulator.storage import config_differences
+from evolve.simulator.run_dir import config_differences
 from evolve.tuning.heldout import evaluate_heldout, record_heldout_choice
 from evolve.tuning.job import StudyRun, TuneProgress, TuningJob, job_from
-from evolve.tuning.layout import STUDY_ATTR_HASH, STUDY_ATTR_IDENTITY, TuningStore, storage_label
+from evolve.tuning.layout import STUDY_ATTR_HASH, STUDY_ATTR_IDENTITY, TuningDir, storage_label
 from evolve.tuning.records import TuningResult, trial_records
 from evolve.tuning.samplers import build_pruner, build_sampler
 from evolve.tuning.spec import ResolvedTuning, TuneSpec, resolve_tuning
@@ -58,9 +58,10 @@ from evolve.tuning.spend import SpendRecorder, StudyBudget, StudySpendJournals
 from evolve.tuning.storage import fail_running_trials, open_study, storage_errors
 from evolve.tuning.tracking import NullStudyTracker, StudyContext, StudyTracker
 from evolve.tuning.trials import TrialLoop
+from memory_policies.deprecation import warn_renamed
 
 # Re-exported: callers build jobs and progress hooks from here, next to `run_tuning`.
-__all__ = ["TuneProgress", "TuningJob", "TuningStore", "job_from", "run_tuning"]
+__all__ = ["TuneProgress", "TuningJob", "TuningDir", "job_from", "run_tuning"]
 
 
 def run_tuning(
@@ -96,7 +97,7 @@ def run_tuning(
     worker = _Worker(
         job,
         lms,
-        store=TuningStore(Path(runs_dir) / job.name),
+        store=TuningDir(Path(runs_dir) / job.name),
         tracker=tracker or NullStudyTracker(),
         progress=progress or TuneProgress(),
         upper_bound_cache=Path(upper_bound_cache) if upper_bound_cache else None,
@@ -117,7 +118,7 @@ class _Worker:
         job: TuningJob,
         lms: RoleLMs,
         *,
-        store: TuningStore,
+        store: TuningDir,
         tracker: StudyTracker,
         progress: TuneProgress,
         upper_bound_cache: Path | None,
@@ -282,3 +283,11 @@ class _Worker:
             refresh=self.refresh_upper_bound,
             protocol=self.job.episode.protocol,
         )
+
+
+def __getattr__(name: str) -> Any:
+    # The old name works with a RenamedWarning until deprecation.REMOVED_IN.
+    if name == "TuningStore":
+        warn_renamed("evolve.tuning.study.TuningStore", "evolve.tuning.study.TuningDir")
+        return TuningDir
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

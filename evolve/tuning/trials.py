@@ -26,7 +26,7 @@ from evolve.seeds import derive_seed
 from evolve.simulator.metrics import MetricSummary, summarize_periods
 from evolve.simulator.runner import run_evaluation
 from evolve.tuning.job import FINISHED, StudyRun
-from evolve.tuning.layout import TuningStore
+from evolve.tuning.layout import TuningDir
 from evolve.tuning.records import (
     ATTR_LLM_CALLS,
     ATTR_METRICS,
@@ -354,7 +354,7 @@ def suggest(trial: optuna.Trial, name: str, distribution: BaseDistribution) -> i
 
 
 def failed_run_dir(
-    study: optuna.Study, store: TuningStore, parameters: Mapping[str, int], number: int
+    study: optuna.Study, store: TuningDir, parameters: Mapping[str, int], number: int
 ) -> Path | None:
     """The directory of an earlier failed (e.g. interrupted) trial with the same parameters:
     the runner resumes its finished user-periods instead of recomputing them."""

@@ -10,7 +10,7 @@ from tuning.tune_helpers import TuneWorld, write_tune_spec
 
 from evolve.cli import main
 from evolve.simulator.metrics import MetricSummary
-from evolve.simulator.storage import RunLayout
+from evolve.simulator.run_dir import RunLayout
 from evolve.tuning import load_tune_spec, run_tuning
 
 GRID = 'sampler = "grid"\n[tuning.parameters]\nupdate_every = [2, 4]\nshort_term_len = [0, 4]'

@@ -1,9 +1,10 @@
-"""`evolve env generate|validate|show` through the real CLI entry point (no LLM involved)."""
+"""`evolve env synthesize|validate|show` through the real CLI entry point (no LLM involved)."""
 
 from __future__ import annotations
 
 import json
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -32,9 +33,9 @@ def run(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
     return invoke
 
 
-def test_generate_tiny_defaults_to_four_users_and_validates(run, tmp_path: Path) -> None:
+def test_synthesize_tiny_defaults_to_four_users_and_validates(run, tmp_path: Path) -> None:
     out = tmp_path / "tiny.json"
-    code, stdout, _ = run("generate", "--preset", "tiny", "--seed", "3", "--out", str(out))
+    code, stdout, _ = run("synthesize", "--preset", "tiny", "--seed", "3", "--out", str(out))
     assert code == 0
     assert "4 users" in stdout and "rounds_initial=1" in stdout
     env = load_environment(out)
@@ -42,19 +43,19 @@ def test_generate_tiny_defaults_to_four_users_and_validates(run, tmp_path: Path)
     assert env.content_hash() in stdout
 
 
-def test_generate_v1_base_makes_twenty_valid_users(run, tmp_path: Path) -> None:
+def test_synthesize_v1_base_makes_twenty_valid_users(run, tmp_path: Path) -> None:
     out = tmp_path / "v1.json"
-    code, stdout, _ = run("generate", "--preset", "v1.base", "--seed", "0", "--out", str(out))
+    code, stdout, _ = run("synthesize", "--preset", "v1.base", "--seed", "0", "--out", str(out))
     assert code == 0 and "20 users, 11 periods each" in stdout
     code, stdout, _ = run("validate", str(out))
     assert code == 0 and stdout.startswith("OK:") and "20 users" in stdout
 
 
-def test_generate_is_byte_identical_for_the_same_seed(run, tmp_path: Path) -> None:
+def test_synthesize_is_byte_identical_for_the_same_seed(run, tmp_path: Path) -> None:
     first, second, other = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "c.json"
     for path, seed in ((first, "5"), (second, "5"), (other, "6")):
         code, _, _ = run(
-            "generate", "--preset", "tiny", "--seed", seed, "--users", "2", "--out", str(path)
+            "synthesize", "--preset", "tiny", "--seed", seed, "--users", "2", "--out", str(path)
         )
         assert code == 0
     assert first.read_bytes() == second.read_bytes()
@@ -62,10 +63,10 @@ def test_generate_is_byte_identical_for_the_same_seed(run, tmp_path: Path) -> No
     assert len(json.loads(first.read_text(encoding="utf-8"))) == 2
 
 
-def test_generate_with_a_broken_extra_catalog_is_a_one_line_error(run, tmp_path: Path) -> None:
+def test_synthesize_with_a_broken_extra_catalog_is_a_one_line_error(run, tmp_path: Path) -> None:
     (tmp_path / "bad.json").write_text('{"personas": [{"id": "x"}]}', encoding="utf-8")
     code, _, stderr = run(
-        "generate", "--catalog", str(tmp_path), "--out", str(tmp_path / "env.json")
+        "synthesize", "--catalog", str(tmp_path), "--out", str(tmp_path / "env.json")
     )
     assert code == 2 and stderr.startswith("evolve: error:") and "bad.json" in stderr
     assert not (tmp_path / "env.json").exists()
@@ -142,7 +143,7 @@ def test_validate_accepts_original_format_files(run) -> None:
 
 def test_show_overview_and_one_user(run, tmp_path: Path) -> None:
     out = tmp_path / "tiny.json"
-    run("generate", "--preset", "tiny", "--seed", "1", "--out", str(out))
+    run("synthesize", "--preset", "tiny", "--seed", "1", "--out", str(out))
     env = load_environment(out)
     code, stdout, _ = run("show", str(out))
     assert code == 0
@@ -172,3 +173,23 @@ def test_show_marks_changes_and_gold_choices(run) -> None:
     row = next(line for line in lines[start:] if line.strip().startswith("exercise_routine"))
     assert row.split()[1:] == ["b", "c*", "c"]
     assert "gold P0:2 P1:3 P2:1" in stdout
+
+
+def test_the_old_generate_action_still_synthesizes_with_a_warning(run, tmp_path: Path) -> None:
+    from memory_policies.deprecation import RenamedWarning
+
+    old, new = tmp_path / "old.json", tmp_path / "new.json"
+    with pytest.warns(RenamedWarning, match=r"evolve env generate .*evolve env synthesize"):
+        code, _, _ = run("generate", "--preset", "tiny", "--seed", "2", "--out", str(old))
+    assert code == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RenamedWarning)
+        assert run("synthesize", "--preset", "tiny", "--seed", "2", "--out", str(new))[0] == 0
+    assert old.read_bytes() == new.read_bytes()
+
+
+def test_env_help_lists_synthesize_and_hides_generate(run, capsys) -> None:
+    with pytest.raises(SystemExit):
+        run("--help")
+    listing = capsys.readouterr().out
+    assert "synthesize" in listing and "generate" not in listing

@@ -1,4 +1,4 @@
-"""`evolve env generate --llm` flags and handler, with a scripted simulator."""
+"""`evolve env synthesize --llm` flags and handler, with a scripted simulator."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from simulator.synthesis.llm_helpers import PipelinePlayer, wrong_match
 
 import evolve.llm
 from evolve.cli import main
-from evolve.commands.env_llm import add_llm_generate_arguments, run_llm_generate
+from evolve.commands.env_llm import add_llm_synthesize_arguments, run_llm_synthesize
 from evolve.errors import EXIT_LLM_FAILURE, ConfigError, LLMOutputError
 from evolve.simulator.environment import load_environment
 
@@ -43,7 +43,7 @@ def offline_like_parser() -> argparse.ArgumentParser:
     parser.add_argument("--users", type=int, default=None)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--catalog", action="append", default=[])
-    add_llm_generate_arguments(parser)
+    add_llm_synthesize_arguments(parser)
     return parser
 
 
@@ -70,7 +70,7 @@ def test_flags_are_added_once_next_to_the_offline_ones(tmp_path: Path) -> None:
     assert args.llm and args.lang == "de" and args.workers == 3 and args.model == "gpt-4.1"
     assert args.personas is None and args.work_dir is None and args.seed == 0
     bare = argparse.ArgumentParser()
-    add_llm_generate_arguments(bare)
+    add_llm_synthesize_arguments(bare)
     assert bare.parse_args(["--seed", "4"]).seed == 4
 
 
@@ -80,7 +80,7 @@ def test_run_writes_environment_report_and_cost_tables(tmp_path: Path, scripted,
     out = tmp_path / "env.json"
     args = offline_like_parser().parse_args(["--llm", "--config", str(config), "--out", str(out)])
     scripted(PipelinePlayer())
-    assert run_llm_generate(args) == 0
+    assert run_llm_synthesize(args) == 0
     env = load_environment(out)
     assert len(env.items) == 2
     printed = capsys.readouterr().out
@@ -93,7 +93,7 @@ def test_run_writes_environment_report_and_cost_tables(tmp_path: Path, scripted,
     # Rerunning resumes everything from the work dir: no LLM call at all.
     again = PipelinePlayer()
     scripted(again)
-    assert run_llm_generate(args) == 0
+    assert run_llm_synthesize(args) == 0
     assert sum(again.counts.values()) == 0
     assert "resumed (no new calls)" in capsys.readouterr().out
 
@@ -107,7 +107,7 @@ def test_all_users_excluded_writes_nothing_and_fails(tmp_path: Path, scripted, c
     )
     scripted(PipelinePlayer({"match": wrong_match}))
     with pytest.raises(LLMOutputError) as raised:
-        run_llm_generate(args)
+        run_llm_synthesize(args)
     assert raised.value.exit_code == EXIT_LLM_FAILURE  # the model's failure, not a toolkit bug
     message = str(raised.value)
     assert "no user passed validation: all 1 of 1 user(s) were excluded" in message
@@ -125,7 +125,7 @@ def test_all_users_excluded_is_a_one_line_error_with_the_llm_exit_code(
     config.write_text(CONFIG_TOML)
     out = tmp_path / "env.json"
     scripted(PipelinePlayer({"match": wrong_match}))
-    argv = ["env", "generate", "--llm", "--config", str(config), "--out", str(out)]
+    argv = ["env", "synthesize", "--llm", "--config", str(config), "--out", str(out)]
     assert main([*argv, "--users", "1"]) == EXIT_LLM_FAILURE
     err_lines = capsys.readouterr().err.strip().splitlines()
     assert err_lines[-1].startswith("evolve: error: no user passed validation")
@@ -135,6 +135,6 @@ def test_all_users_excluded_is_a_one_line_error_with_the_llm_exit_code(
 
 def test_out_is_required(tmp_path: Path) -> None:
     parser = argparse.ArgumentParser()
-    add_llm_generate_arguments(parser)
+    add_llm_synthesize_arguments(parser)
     with pytest.raises(ConfigError, match="--out is required"):
-        run_llm_generate(parser.parse_args(["--llm"]))
+        run_llm_synthesize(parser.parse_args(["--llm"]))

@@ -11,7 +11,7 @@ from optimize.evolve_helpers import MARKER, World, write_spec
 
 import memory_policies
 from evolve.cli import main
-from evolve.optimize import ExperimentStore
+from evolve.optimize import ExperimentDir
 
 QUICKSTART = Path(__file__).resolve().parents[2] / "experiments" / "quickstart.toml"
 
@@ -65,7 +65,7 @@ def test_quickstart_runs_end_to_end_on_scripted_lms(tmp_path, monkeypatch, injec
     assert main(["export", "quickstart", "--out", "exported"]) == 0
     exported = capsys.readouterr().out
     assert "registered quickstart-memory-policy version 1 as models:/" in exported
-    result = ExperimentStore(tmp_path / "runs" / "quickstart").load_result()
+    result = ExperimentDir(tmp_path / "runs" / "quickstart").load_result()
     best = result.candidate(result.best_id)
     policy = memory_policies.load(tmp_path / "exported")
     assert policy.components() == best.components and policy.parameters() == best.parameters

@@ -22,7 +22,7 @@ from stub_server import StubServer
 import memory_policies.mem0_system as mem0_system
 from evolve.cli import main
 from evolve.simulator.environment import save_environment
-from evolve.simulator.storage import RunLayout
+from evolve.simulator.run_dir import RunLayout
 from memory_policies import HashingEmbedder, Mem0Policy, Message, PolicyError, build_policy
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,7 +11,7 @@ from optimize.evolve_helpers import MARKER, World, make_agent, reflector, write_
 
 from evolve.config import load_spec
 from evolve.errors import ResumeMismatchError
-from evolve.optimize import CandidateStatus, ExperimentStore, run_experiment
+from evolve.optimize import CandidateStatus, ExperimentDir, run_experiment
 from evolve.optimize.parameters import ParameterProposer
 
 
@@ -59,7 +59,7 @@ def test_reflector_sees_diagnostic_feedback_and_components_take_turns(tmp_path):
     assert "cause:" in first and "memory held:" in first and "answered" in first
     # GEPA's round-robin module selector: generation 1 rewrites the first mutable component,
     # generation 2 the next one (of its parent).
-    store = ExperimentStore(tmp_path / "runs" / "exp")
+    store = ExperimentDir(tmp_path / "runs" / "exp")
     one, two = store.load_candidate("g01-c0"), store.load_candidate("g02-c0")
     assert one.mutation.component == "write.types_to_remember"
     assert two.mutation.component == "use"

@@ -10,7 +10,7 @@ from tuning.tune_helpers import BEST, TuneWorld
 
 from evolve.config import load_spec
 from evolve.errors import ConfigError
-from evolve.optimize import CandidateStatus, ExperimentStore, run_experiment
+from evolve.optimize import CandidateStatus, ExperimentDir, run_experiment
 from evolve.tune import OptunaParameterProposer
 
 PROPOSER_OPTIMIZER = """
@@ -169,7 +169,7 @@ def test_a_finished_tuned_run_resumes_without_llm_calls(tmp_path):
     (root / "result.json").unlink()
     third, world = run(tmp_path, spec)
     assert calls(world) == 0 and third.candidates == first.candidates
-    assert ExperimentStore(root).load_generation(1) == first.generations[1]
+    assert ExperimentDir(root).load_generation(1) == first.generations[1]
 
 
 # ----- spec validation ----------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """The paper's Table 3 specs: protocol paper, the published v1.base file, all 20 users in
 chains with no held-out users. The published file is not in the repository: resolution is
-tested with a fixture in its place (a data.json written as `evolve env generate` writes it),
+tested with a fixture in its place (a data.json written as `evolve env synthesize` writes it),
 and a missing file is a one-line error naming its path."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The runner's rooms: a unit of work runs against any `UnitStore` (no I/O of its own), and
+"""The runner's rooms: a unit of work runs against any `UnitFiles` (no I/O of its own), and
 `run_evaluation` takes its optional parts as one `RunOptions` or as its fields."""
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from memory_policies import NativePolicy
 CONFIG = EpisodeConfig(rounds_initial=2, rounds_update=1, concurrency=1, seed=3)
 
 
-class MemoryStore:
-    """A `UnitStore` that keeps everything in dictionaries."""
+class InMemoryUnitFiles:
+    """A `UnitFiles` that keeps everything in dictionaries."""
 
     def __init__(self) -> None:
         self.results: dict[tuple[str, int], PeriodResult] = {}
@@ -64,18 +64,18 @@ def comparable(results) -> list[dict]:
     return [r.model_dump(mode="json", exclude={"wall_time_s"}) for r in results]
 
 
-def test_units_run_against_an_in_memory_store_and_match_a_run_on_disk(tmp_path, monkeypatch):
+def test_units_run_against_in_memory_unit_files_and_match_a_run_on_disk(tmp_path, monkeypatch):
     env = make_environment(users=2)
     monkeypatch.chdir(tmp_path)  # anything written relative to the working directory shows
-    store = MemoryStore()
-    run = RunContext(NativePolicy(), scripted_lms(), store, CONFIG, RunOptions())
+    files = InMemoryUnitFiles()
+    run = RunContext(NativePolicy(), scripted_lms(), files, CONFIG, RunOptions())
     users: list[UserRun] = assign_dir_names(env.items)
     for user in users:
         for period_index in range(len(user.item.periods)):
             finish_unit(run, user, period_index)
     assert os.listdir(tmp_path) == []  # no file of its own
-    assert sorted(store.results) == [(u.dir_name, p) for u in users for p in range(3)]
-    assert set(store.checkpoints) == set(store.results) == set(store.transcripts)
+    assert sorted(files.results) == [(u.dir_name, p) for u in users for p in range(3)]
+    assert set(files.checkpoints) == set(files.results) == set(files.transcripts)
 
     on_disk = run_evaluation(env, NativePolicy(), scripted_lms(), tmp_path / "run", CONFIG)
     assert comparable(r for u in users for r in u.results) == comparable(

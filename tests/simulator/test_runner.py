@@ -24,8 +24,8 @@ from evolve.simulator.original_format import (
     parse_diagnosis_results,
 )
 from evolve.simulator.records import Diagnosis
+from evolve.simulator.run_dir import RunLayout
 from evolve.simulator.runner import EpisodeConfig, ProgressSink, run_evaluation
-from evolve.simulator.storage import RunLayout
 from memory_policies import NativePolicy
 
 

@@ -27,7 +27,7 @@ from evolve.objective import objective_value
 from evolve.optimize.feedback import load_period_results
 from evolve.simulator.metrics import summarize_periods
 from evolve.tune import format_result, load_tune_spec, resolve_tuning, run_tuning
-from evolve.tuning.layout import TuningStore
+from evolve.tuning.layout import TuningDir
 from evolve.tuning.readback import render_tuning_dir, render_tuning_experiment, tuning_dir_for
 from evolve.tuning.storage import open_storage, prepare_storage_directory
 
@@ -101,7 +101,7 @@ def test_spec_errors_name_the_key_and_the_fix(tmp_path, tuning, message):
 
 def test_resolve_checks_parameters_against_the_policy_and_warns_about_pruning(tmp_path):
     spec = load_tune_spec(write_tune_spec(tmp_path, "[tuning.parameters]\ntop_k = [10, 30]"))
-    with pytest.raises(ConfigError, match="top_k exists for external stores only"):
+    with pytest.raises(ConfigError, match="top_k exists for embedding-store policies only"):
         resolve_tuning(spec)
     multi = load_tune_spec(
         write_tune_spec(
@@ -187,7 +187,7 @@ def test_grid_study_finds_the_best_setting_prunes_and_checks_held_out(tmp_path):
     assert sorted(best.periods) == [0, 1, 2]
     pruned = [r for r in result.trials if r.state == "pruned"]
     assert pruned, "a median pruner must stop some of the weak settings"
-    store = TuningStore(tmp_path / "runs" / "tune")
+    store = TuningDir(tmp_path / "runs" / "tune")
     for record in pruned:
         # Partial results are kept: the periods before the prune are on disk, later ones not.
         assert record.last_period < 2
@@ -377,7 +377,7 @@ def test_wilcoxon_reports_each_periods_own_score(tmp_path):
         tmp_path, f'trials = 4\n{GRID}\n[tuning.pruner]\nkind = "wilcoxon"\nn_startup_steps = 1'
     )
     result, _ = tune(tmp_path, spec_path)
-    store = TuningStore(tmp_path / "runs" / "tune")
+    store = TuningDir(tmp_path / "runs" / "tune")
     from evolve.simulator.baselines import UpperBoundTable
 
     table = UpperBoundTable.model_validate_json(
@@ -438,7 +438,7 @@ def test_tune_quick_runs_end_to_end_on_scripted_lms(tmp_path, monkeypatch, injec
     assert (tmp_path / "mlruns" / "optuna.db").is_file()
     assert (tmp_path / "mlruns" / "mlflow.db").is_file()
     name = load_tune_spec(spec).name
-    result = TuningStore(tmp_path / "runs" / name).load_result()
+    result = TuningDir(tmp_path / "runs" / name).load_result()
     assert result.complete and result.finished_trials == result.requested_trials
     # Rerunning resumes: nothing left to do, the same table.
     assert main(["tune", str(spec), "--no-progress", "--no-tracking"]) == 0

@@ -1,7 +1,7 @@
 """The episode runner, in rooms (each module says what it holds):
 
 - `episode`: `EpisodeConfig`, how episodes are played;
-- `context`: `RunOptions`, `RunContext`, `UnitStore`, `ProgressSink`, `PolicySchedule`;
+- `context`: `RunOptions`, `RunContext`, `UnitFiles`, `ProgressSink`, `PolicySchedule`;
 - `identity`: what the results depend on (the resume guard);
 - `scheduler`: `run_evaluation`, which units run when, period barriers, the report;
 - `unit`: one user in one period (sessions, checkpoint, questions, probes);

@@ -1,10 +1,10 @@
-"""What one evaluation shares with its units: the options, the context, the unit store.
+"""What one evaluation shares with its units: the options, the context, the unit files.
 
 `RunOptions` holds the optional parts of an evaluation (replay directory, callbacks, progress,
 upper bound, stop event, policy schedule, shared call slots). `RunContext` is the read-only
-context every unit sees; `UnitStore` is the only way a unit reads or writes its files, so the
-simulation core does no I/O of its own (`storage.RunLayout` is the on-disk store; a test may
-hand in one that keeps everything in memory).
+context every unit sees; `UnitFiles` is the only way a unit reads or writes its files, so the
+simulation core does no I/O of its own (`run_dir.RunLayout` keeps them in the run directory; a
+test may hand in one that keeps everything in memory).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from evolve.errors import Interrupted
 from evolve.simulator.records import CallUsage, PeriodResult, SessionTranscript
 from evolve.simulator.run.episode import EpisodeConfig
 from evolve.simulator.user import SimulatedUser
+from memory_policies.deprecation import warn_renamed
 
 if TYPE_CHECKING:
     from evolve.llm import RoleLMs
@@ -75,9 +76,9 @@ class ProgressSink:
         """Every user finished `period_index`; `summary` covers all periods so far."""
 
 
-class UnitStore(TypingProtocol):
-    """Where units keep their transcripts, checkpoints and results (`storage.RunLayout` on
-    disk). A unit's usage is stored with its transcript and its result."""
+class UnitFiles(TypingProtocol):
+    """Where units keep their transcripts, checkpoints and results (`run_dir.RunLayout`
+    in the run directory). A unit's usage is stored with its transcript and its result."""
 
     def load_period_result(self, user_dir_name: str, period_index: int) -> PeriodResult | None: ...
 
@@ -143,14 +144,14 @@ class RunContext:
         self,
         policy: MemoryPolicy,
         lms: RoleLMs,
-        store: UnitStore,
+        files: UnitFiles,
         config: EpisodeConfig,
         options: RunOptions,
     ):
         self.policy = policy
         self.policy_schedule = options.policy_schedule
         self.lms = lms
-        self.store = store
+        self.files = files
         self.config = config
         self.off_policy_dir = (
             Path(options.off_policy_dir) if options.off_policy_dir is not None else None
@@ -206,3 +207,13 @@ class RunContext:
         # Each task sees the unit's context variables (e.g. which episode a trace records).
         submitted = [self.question_pool.submit(contextvars.copy_context().run, t) for t in tasks]
         return [future.result() for future in submitted]
+
+
+def __getattr__(name: str) -> Any:
+    # The old name works with a RenamedWarning until deprecation.REMOVED_IN.
+    if name == "UnitStore":
+        warn_renamed(
+            "evolve.simulator.run.context.UnitStore", "evolve.simulator.run.context.UnitFiles"
+        )
+        return UnitFiles
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -36,7 +36,12 @@ class EpisodeConfig(BaseModel):
     )
     rounds_initial: int = Field(default=1, ge=1, description="Rounds per session in period 0.")
     rounds_update: int = Field(default=1, ge=1, description="Rounds per session afterwards.")
-    concurrency: int = Field(default=4, ge=1, description="Users evaluated at the same time.")
+    concurrency: int = Field(
+        default=4,
+        ge=1,
+        description="LLM calls in flight (users, questions and probes share them; so at most "
+        "this many users at once).",
+    )
     seed: int = 0
     max_users: int | None = Field(default=None, ge=1, description="First N users only.")
     probes: ProbeScope = Field(

@@ -2,7 +2,7 @@
 
 A run directory is resumed only by the same environment, users, policy (kind, variant,
 parameters, instructions, embedder), episode settings, models, recorded transcripts (off-policy)
-and policy schedule; `storage.RunLayout.open_run` names each difference otherwise.
+and policy schedule; `run_dir.RunLayout.open_run` names each difference otherwise.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from evolve.simulator.run.context import PolicySchedule, RunOptions, UserRun
 from evolve.simulator.run.episode import EpisodeConfig
 from evolve.simulator.run.replay import recorded_transcripts_hash
-from evolve.simulator.storage import RunLayout, safe_name
+from evolve.simulator.run_dir import RunLayout, safe_name
 
 if TYPE_CHECKING:
     from evolve.llm import RoleLMs

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from evolve.errors import EnvironmentDataError
 from evolve.simulator.records import SessionTranscript, TranscriptMessage
-from evolve.simulator.storage import canonical_json, read_json
+from evolve.simulator.run_dir import canonical_json, read_json
 from evolve.simulator.user import opening_message
 
 if TYPE_CHECKING:

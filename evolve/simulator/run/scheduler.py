@@ -45,7 +45,7 @@ from evolve.simulator.metrics import (
     summarize_periods,
 )
 from evolve.simulator.records import UserResult
-from evolve.simulator.run.context import RunContext, RunOptions, UnitStore, UserRun
+from evolve.simulator.run.context import RunContext, RunOptions, UnitFiles, UserRun
 from evolve.simulator.run.episode import EpisodeConfig
 from evolve.simulator.run.identity import (
     assign_dir_names,
@@ -53,7 +53,7 @@ from evolve.simulator.run.identity import (
     run_identity,
 )
 from evolve.simulator.run.unit import finish_unit
-from evolve.simulator.storage import (
+from evolve.simulator.run_dir import (
     RunLayout,
     atomic_write_json,
     export_original_layout,
@@ -204,12 +204,12 @@ def run_evaluation(
     return latest if latest is not None and latest.complete else report(complete=True)
 
 
-def _load_finished(store: UnitStore, users: Sequence[UserRun]) -> int:
+def _load_finished(files: UnitFiles, users: Sequence[UserRun]) -> int:
     """Load each user's finished periods (in order, up to the first missing); their count."""
     finished = 0
     for user in users:
         for period_index in range(len(user.item.periods)):
-            stored = store.load_period_result(user.dir_name, period_index)
+            stored = files.load_period_result(user.dir_name, period_index)
             if stored is None:
                 break
             user.results.append(stored)

@@ -4,8 +4,8 @@ The per-unit order is one invariant: the sessions (played on-policy with the pro
 of the simulated user, or replayed off-policy) end in a checkpoint, and the questions and
 probes run on private copies of the checkpoint as stored, so evaluation never changes the
 memory carried to the next period: the next period always starts from the stored checkpoint.
-A unit reads and writes only through the `UnitStore` it is handed (no I/O of its own), and
-resumes from what the store holds: one whose transcript and checkpoint exist skips its
+A unit reads and writes only through the `UnitFiles` it is handed (no I/O of its own), and
+resumes from what those files hold: one whose transcript and checkpoint exist skips its
 sessions.
 """
 
@@ -34,7 +34,7 @@ def finish_unit(run: RunContext, user: UserRun, period_index: int) -> None:
     run.check_stop()
     run.progress.unit_started(user.item.id, period_index)
     result = run_unit(run.for_unit(user.item.id, period_index), user, period_index)
-    run.store.save_period_result(user.dir_name, result)
+    run.files.save_period_result(user.dir_name, result)
     user.results.append(result)
     run.progress.unit_result(result)
     run.progress.unit_finished(user.item.id, period_index, resumed=False)
@@ -43,23 +43,23 @@ def finish_unit(run: RunContext, user: UserRun, period_index: int) -> None:
 def run_unit(run: RunContext, user: UserRun, period_index: int) -> PeriodResult:
     """Sessions, checkpoint, questions and probes for one user in one period."""
     started = time.perf_counter()
-    item, store, policy = user.item, run.store, run.policy
+    item, files, policy = user.item, run.files, run.policy
     period = item.periods[period_index]
     if period_index == 0:
         # The schema is for policies that remember the user's own variables (the oracle).
         state_in = policy.initial_state(state_schema=item.state_schema)
     else:
-        previous = store.load_checkpoint(user.dir_name, period_index - 1)
+        previous = files.load_checkpoint(user.dir_name, period_index - 1)
         if previous is None:
             raise EnvironmentDataError(
-                f"{store.checkpoint_file(user.dir_name, period_index - 1)} is missing although "
+                f"{files.checkpoint_file(user.dir_name, period_index - 1)} is missing although "
                 f"period {period_index - 1} is marked finished; delete "
-                f"{store.period_dir(user.dir_name, period_index - 1)} to recompute it"
+                f"{files.period_dir(user.dir_name, period_index - 1)} to recompute it"
             )
         state_in = policy.state_from_json(previous)
 
-    stored = store.load_transcript(user.dir_name, period_index)
-    checkpoint = store.load_checkpoint(user.dir_name, period_index)
+    stored = files.load_transcript(user.dir_name, period_index)
+    checkpoint = files.load_checkpoint(user.dir_name, period_index)
     if stored is not None and checkpoint is not None:
         # Interrupted after the sessions: they cost nothing now, their usage was recorded.
         sessions, session_usage = stored
@@ -70,9 +70,9 @@ def run_unit(run: RunContext, user: UserRun, period_index: int) -> PeriodResult:
             else:
                 sessions, state = _play_period(run, user, period_index, state_in)
         session_usage = tracked_usage(tracker)
-        store.save_transcript(user.dir_name, period_index, sessions, session_usage)
+        files.save_transcript(user.dir_name, period_index, sessions, session_usage)
         checkpoint = state.model_dump_json()
-        store.save_checkpoint(user.dir_name, period_index, checkpoint)
+        files.save_checkpoint(user.dir_name, period_index, checkpoint)
     # Continue from exactly what was stored, as a resumed run would.
     state = policy.state_from_json(checkpoint)
 

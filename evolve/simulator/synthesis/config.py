@@ -144,14 +144,14 @@ def synthesis_config_from_dict(data: dict[str, Any], source: str = "config") -> 
             f"{source}: invalid LLM synthesis config", error, LLMSynthesisConfig, limit=5
         )
         raise ConfigError(
-            f"{problems} (see experiments/generate_llm.toml for an annotated example)"
+            f"{problems} (see experiments/synthesize_llm.toml for an annotated example)"
         ) from None
 
 
 def load_synthesis_config(path: str | Path) -> LLMSynthesisConfig:
-    """Read a TOML synthesis config (format: experiments/generate_llm.toml)."""
+    """Read a TOML synthesis config (format: experiments/synthesize_llm.toml)."""
     path = Path(path)
     data = read_toml_file(
-        path, "synthesis config", missing_hint="start from experiments/generate_llm.toml"
+        path, "synthesis config", missing_hint="start from experiments/synthesize_llm.toml"
     )
     return synthesis_config_from_dict(data, source=str(path))

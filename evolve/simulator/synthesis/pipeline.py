@@ -51,8 +51,8 @@ from evolve.simulator.synthesis.report import (
     UserOutcome,
     add_usage,
 )
-from evolve.simulator.synthesis.store import OUTCOME_FILE, UserStore, WorkDir
 from evolve.simulator.synthesis.validate import QuestionSpec
+from evolve.simulator.synthesis.work_dir import OUTCOME_FILE, UserUnitFiles, WorkDir
 
 if TYPE_CHECKING:
     from evolve.llm import RoleLMs
@@ -97,13 +97,13 @@ class UserPipeline:
         persona: PersonaRecord,
         *,
         seed: int,
-        store: UserStore,
+        files: UserUnitFiles,
         on_progress: ProgressCallback | None = None,
         stop: threading.Event | None = None,
     ) -> None:
         self.config = config
         self.persona = persona
-        self.store = store
+        self.files = files
         self.on_progress = on_progress or (lambda event: None)
         self.calls = StageCalls(
             config, lms, user_id=persona.user_id, seed=seed, stop=stop or threading.Event()
@@ -123,7 +123,7 @@ class UserPipeline:
 
     def _unit(self, unit: str, compute: Callable[[], Any]) -> Any:
         """A unit's output: loaded when a previous run finished it, else computed and saved."""
-        stored = self.store.load(unit)
+        stored = self.files.load(unit)
         if stored is not None:
             self.resumed_units.append(unit)
             add_usage(
@@ -145,15 +145,15 @@ class UserPipeline:
         if self.calls.pending_refinements:
             record["refinements"] = self.calls.pending_refinements
             self.refinements[unit] = self.calls.pending_refinements
-        self.store.save(unit, record)
+        self.files.save(unit, record)
         self.on_progress(ProgressEvent(self.persona.user_id, unit, "done"))
         return output
 
     # --- the run -------------------------------------------------------------------------
 
     def run(self) -> tuple[UserOutcome, EnvironmentItem | None]:
-        self.store.check_persona(self.persona.model_dump(mode="json"))
-        stored_outcome = self.store.load(OUTCOME_FILE)
+        self.files.check_persona(self.persona.model_dump(mode="json"))
+        stored_outcome = self.files.load(OUTCOME_FILE)
         if stored_outcome is not None:
             outcome = UserOutcome.model_validate(stored_outcome)
             outcome.usage_this_run = {}
@@ -170,7 +170,7 @@ class UserPipeline:
             if self.calls.pending_refinements:
                 self.refinements[failure.unit] = self.calls.pending_refinements
             outcome = self._outcome("excluded", failure.stage, failure.unit, failure.reason)
-            self.store.save(OUTCOME_FILE, outcome.model_dump(mode="json"))
+            self.files.save(OUTCOME_FILE, outcome.model_dump(mode="json"))
             self.on_progress(
                 ProgressEvent(self.persona.user_id, failure.unit, "excluded", failure.reason)
             )
@@ -345,7 +345,7 @@ def synthesize_environment_llm(
     def run_user(index: int) -> tuple[UserOutcome, EnvironmentItem | None]:
         persona = personas[index]
         pipeline = UserPipeline(
-            config, lms, persona, seed=seed, store=work.user(persona.user_id),
+            config, lms, persona, seed=seed, files=work.user(persona.user_id),
             on_progress=on_progress, stop=stop,
         )  # fmt: skip
         return pipeline.run()

@@ -60,10 +60,10 @@ def test_a_study_killed_before_its_heldout_check_is_not_recorded_complete(tmp_pa
     held-out check is not (a kill there), it must not say complete: a rerun must do it."""
     from tuning.tune_helpers import GRID, TuneWorld, make_tuned_agent, tune, write_tune_spec
 
-    from evolve.tuning.study import TuningStore
+    from evolve.tuning.study import TuningDir
 
     spec = write_tune_spec(tmp_path, f'trials = 2\nheldout = "best"\n{GRID}')
-    store = TuningStore(tmp_path / "runs" / "tune")
+    store = TuningDir(tmp_path / "runs" / "tune")
     answer = make_tuned_agent()
 
     def killed_after_the_trials(call):

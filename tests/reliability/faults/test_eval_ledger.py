@@ -18,7 +18,7 @@ from reliability.process_helpers import (
 )
 from stub_server import StubServer
 
-from evolve.optimize.store import ExperimentStore
+from evolve.optimize.experiment_dir import ExperimentDir
 
 CONCURRENCY = 2
 
@@ -34,13 +34,13 @@ def test_eval_journals_every_call_across_a_kill_and_its_rerun(tmp_path):
         process.send_signal(signal.SIGKILL)
         process.wait(timeout=30)
         served_at_kill = stub.stats()["chat_requests"]
-        journaled_at_kill = ExperimentStore(out).load_spend().llm_calls
+        journaled_at_kill = ExperimentDir(out).load_spend().llm_calls
         assert 0 <= served_at_kill - journaled_at_kill <= CONCURRENCY
 
         finished = run_cli(tmp_path, *args, *llm_flags(stub))
         assert finished.returncode == 0, finished.stderr[-3000:]
         served = stub.stats()["chat_requests"]
-    spend = ExperimentStore(out).load_spend()
+    spend = ExperimentDir(out).load_spend()
     assert 0 <= served - spend.llm_calls <= CONCURRENCY
     assert spend.llm_calls > journaled_at_kill and spend.tokens > 0
     # The summary tells the spend of every invocation into this directory.

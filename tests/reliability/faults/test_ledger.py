@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from evolve.optimize.store import ExperimentStore
+from evolve.optimize.experiment_dir import ExperimentDir
 
 REPO = Path(__file__).resolve().parents[3]
 CONCURRENCY = 2
@@ -73,7 +73,7 @@ def _start(spec: Path, tmp_path: Path) -> subprocess.Popen[bytes]:
 
 
 def _ledger_calls(tmp_path: Path) -> int:
-    return ExperimentStore(tmp_path / "runs" / "ledger").load_spend().llm_calls
+    return ExperimentDir(tmp_path / "runs" / "ledger").load_spend().llm_calls
 
 
 def test_ledger_after_kill_9_is_within_the_in_flight_calls(stub, tmp_path):
@@ -106,9 +106,9 @@ def test_ledger_after_kill_9_is_within_the_in_flight_calls(stub, tmp_path):
 
 
 def test_journal_carries_an_old_ledger_and_skips_a_torn_line(tmp_path):
-    from evolve.optimize.store import Spend
+    from evolve.optimize.experiment_dir import Spend
 
-    store = ExperimentStore(tmp_path)
+    store = ExperimentDir(tmp_path)
     store.save_spend(Spend(llm_calls=7, tokens=70, wall_time_s=5.0))  # a pre-journal ledger
     journal = store.open_journal()
     journal.record_call(

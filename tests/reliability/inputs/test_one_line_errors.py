@@ -124,14 +124,14 @@ def test_disk_full_while_writing_is_a_storage_error(tmp_path, capsys, monkeypatc
 
     monkeypatch.setattr(os, "replace", full)
     out = tmp_path / "env.json"
-    line = error_line(capsys, EXIT_STORAGE, main(["env", "generate", "--out", str(out)]))
+    line = error_line(capsys, EXIT_STORAGE, main(["env", "synthesize", "--out", str(out)]))
     assert "No space left on device" in line
 
 
 def test_read_only_output_directory_is_a_storage_error(tmp_path, capsys, immutable):
     read_only = immutable(write(tmp_path / "ro" / "keep", "").parent)
     out = read_only / "env.json"
-    line = error_line(capsys, EXIT_STORAGE, main(["env", "generate", "--out", str(out)]))
+    line = error_line(capsys, EXIT_STORAGE, main(["env", "synthesize", "--out", str(out)]))
     assert str(read_only) in line
     args = ["eval", "--preset", "tiny", "--policy", "in_context", "--out", str(read_only)]
     line = error_line(capsys, EXIT_STORAGE, main([*args, *UNREACHABLE]))

@@ -85,9 +85,9 @@ def test_eval_stops_on_sigterm_while_every_call_hangs(tmp_path):
 
 
 def candidate_scores(runs_dir: Path) -> dict:
-    from evolve.optimize import ExperimentStore
+    from evolve.optimize import ExperimentDir
 
-    result = ExperimentStore(runs_dir / "tiny").load_result()
+    result = ExperimentDir(runs_dir / "tiny").load_result()
     return {
         c.id: (c.train.score if c.train else None, c.heldout.score if c.heldout else None)
         for c in result.candidates
@@ -110,9 +110,9 @@ def test_run_stops_on_sigterm_and_a_rerun_completes_it(tmp_path):
 
 
 def completed_trials(home: Path) -> list:
-    from evolve.tuning.study import TuningStore
+    from evolve.tuning.study import TuningDir
 
-    result = TuningStore(home / "runs" / "tiny-tune").load_result()
+    result = TuningDir(home / "runs" / "tiny-tune").load_result()
     return sorted(
         (sorted(t.parameters.items()), t.values) for t in result.trials if t.state == "complete"
     )

@@ -10,7 +10,7 @@ from reliability.process_helpers import llm_flags, start_cli, write_small_enviro
 from stub_server import StubServer
 
 from evolve.errors import EXIT_INTERRUPTED
-from evolve.optimize.store import ExperimentStore
+from evolve.optimize.experiment_dir import ExperimentDir
 
 CONCURRENCY = 8
 LATENCY_S = 1.0
@@ -41,6 +41,6 @@ def test_no_request_reaches_the_server_after_sigint_at_concurrency_8(tmp_path):
     assert process.returncode == EXIT_INTERRUPTED, err[-3000:]
     late = stats["last_chat_arrival"] - signalled_at
     assert late < 0, f"a request arrived {late:.3f}s after SIGINT"
-    ledger = ExperimentStore(tmp_path / "out").load_spend()
+    ledger = ExperimentDir(tmp_path / "out").load_spend()
     # The requests in flight at the signal were received; their outcome may be unknown.
     assert stats["chat_requests"] <= ledger.llm_calls <= stats["chat_requests"] + CONCURRENCY

@@ -50,7 +50,7 @@ def test_files_of_generate_run_and_export_follow_the_umask(tmp_path, mask):
     # `run` writes what `eval` does (environment, reports, upper-bound cache) and more.
     spec = write_tiny_spec(tmp_path, tracking=True)
     with StubServer(latency=0.0) as stub:
-        _evolve(tmp_path, mask, "env", "generate", "--users", "2", "--out", "envs/env.json")
+        _evolve(tmp_path, mask, "env", "synthesize", "--users", "2", "--out", "envs/env.json")
         run = ["run", str(spec), "--runs-dir", "runs", "--no-progress", *llm_flags(stub)]
         _evolve(tmp_path, mask, *run)
     _evolve(tmp_path, mask, "export", "tiny", "--runs-dir", "runs", "--out", "bundle")

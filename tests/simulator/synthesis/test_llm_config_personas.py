@@ -23,7 +23,7 @@ REPO = Path(__file__).parents[3]
 
 
 def test_example_config_loads_with_the_papers_shape() -> None:
-    config = load_synthesis_config(REPO / "experiments" / "generate_llm.toml")
+    config = load_synthesis_config(REPO / "experiments" / "synthesize_llm.toml")
     assert config.num_periods == 10 and config.num_questions == 10
     assert config.total_months == 30
     assert config.prices.input_per_million == 2.0 and config.prices.output_per_million == 8.0

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from evolve.errors import ResumeMismatchError
-from evolve.simulator.storage import (
+from evolve.simulator.run_dir import (
     RunLayout,
     config_differences,
     config_hash,

@@ -1,4 +1,4 @@
-"""The external-system protocol, run through the BM25 example adapter of docs/extending.md."""
+"""The memory-system protocol, run through the BM25 example adapter of docs/extending.md."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ import memory_policies.registry as registry
 from evolve.errors import ConfigError
 from evolve.simulator.runner import EpisodeConfig, run_evaluation
 from memory_policies import (
-    ExternalSystemPolicy,
     MemorySystem,
+    MemorySystemPolicy,
     Message,
     PolicyError,
     build_policy,
@@ -73,7 +73,7 @@ def simulator(call) -> dict[str, Any]:
 
 def test_bm25_example_is_evaluated_like_any_policy_on_and_off_policy(tmp_path, bm25_module):
     policy = build_policy("bm25:top_k=8,update_every=2,short_term_len=0")
-    assert isinstance(policy, ExternalSystemPolicy)
+    assert isinstance(policy, MemorySystemPolicy)
     assert policy.components() == {}  # a baseline: nothing for an optimizer to rewrite
     agent = ScriptedLM(memory_aware_agent, model="agent")
     lms = scripted_role_lms(simulator=simulator, agent=agent)
@@ -110,7 +110,7 @@ def test_bm25_example_is_evaluated_like_any_policy_on_and_off_policy(tmp_path, b
 
 
 def _checkpoint_text(run_dir: Path, user: str, period: int) -> str:
-    from evolve.simulator.storage import RunLayout
+    from evolve.simulator.run_dir import RunLayout
 
     text = RunLayout(run_dir).load_checkpoint(user, period)
     assert text is not None
@@ -150,7 +150,7 @@ class _Counter(MemorySystem):
         self.items = list(snapshot["items"])
 
 
-class _SwitchPolicy(ExternalSystemPolicy):
+class _SwitchPolicy(MemorySystemPolicy):
     kind = "counter_test"
     option_defaults = {"search_writes": False}
 
@@ -158,7 +158,7 @@ class _SwitchPolicy(ExternalSystemPolicy):
         return _Counter(search_writes=bool(self.options["search_writes"]))
 
 
-def _scripted_answer(policy: ExternalSystemPolicy, state) -> Any:
+def _scripted_answer(policy: MemorySystemPolicy, state) -> Any:
     import dspy
 
     lm = ScriptedLM(lambda call: {"choice": 1}, model="agent")
@@ -252,7 +252,7 @@ def test_plugin_modules_named_in_the_environment_are_imported(tmp_path):
     assert "cannot import policy plugin module 'no_such_plugin" in missing
 
 
-def test_evolve_run_refuses_an_external_system(tmp_path, bm25_module):
+def test_evolve_run_refuses_a_memory_system(tmp_path, bm25_module):
     from evolve.config import load_spec, resolve
 
     spec_file = tmp_path / "spec.toml"
@@ -260,7 +260,7 @@ def test_evolve_run_refuses_an_external_system(tmp_path, bm25_module):
         'name = "x"\n[environment]\npreset = "tiny"\nusers = 2\ntrain_users = 1\n'
         'heldout_users = 1\n[policy]\nkind = "bm25"\n'
     )
-    with pytest.raises(ConfigError, match="'bm25' is an external memory system") as caught:
+    with pytest.raises(ConfigError, match="'bm25' is a memory system") as caught:
         resolve(load_spec(spec_file))
     assert "\n" not in str(caught.value)
 
@@ -280,7 +280,7 @@ class _NoisyCounter(_Counter):
         return "|".join(self.items)
 
 
-class _NoisyPolicy(ExternalSystemPolicy):
+class _NoisyPolicy(MemorySystemPolicy):
     kind = "noisy_test"
 
     def open_system(self) -> MemorySystem:
