@@ -598,7 +598,7 @@ class Outcome:
 
 
 def _heartbeat_key(command: str) -> bool:
-    """Whether this checkout's tuning specs accept `[tuning] heartbeat_grace_s`."""
+    """Whether this checkout's study specs accept `[tuning] heartbeat_grace_s`."""
     if command != "tune":
         return False
     from evolve.tuning.spec import TuningSpec

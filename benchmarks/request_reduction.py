@@ -25,19 +25,24 @@ policy whose run sent it, and the stub's guess of the call (reply, answer, write
 is summarised by the union of its items and the set of each parameter's values; `compare`
 lists every difference between two summaries that no kept row of the deviation table covers.
 
-Standard library only (plus the environment's JSON), so the reference's log can be reduced
-anywhere; the test suite reduces ours the same way (tests/simulator/test_reference_requests.py).
+Reducing a log needs the standard library only (plus the environment's JSON), so the
+reference's log can be reduced anywhere; the test suite reduces ours the same way
+(tests/simulator/test_reference_requests.py). The deviation table has one reader,
+`evolve.paper_deviations` (`load_deviations()` for the packaged table, `read_deviations(path)`
+for another file, both validated): `compare` takes its rows.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from evolve.paper_deviations import Deviation
 
 ITEMS = (
     "profile",
@@ -202,32 +207,7 @@ def summarize(reduced: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]
     return dict(sorted(groups.items()))
 
 
-# ----- the deviation table -----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Deviation:
-    id: str
-    status: str  # "kept" (deliberate, current) or "closed" (history: no longer differs)
-    roles: tuple[str, ...]
-    items: tuple[str, ...]
-    # Optional: the policies whose runs the row is about (empty: every policy).
-    policies: tuple[str, ...] = ()
-
-
-def load_deviations(path: Path) -> list[Deviation]:
-    """The rows of a deviation table (`[[deviation]]` with id, status, roles, items, ...)."""
-    data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    return [
-        Deviation(
-            id=row["id"],
-            status=row["status"],
-            roles=tuple(row.get("roles", [])),
-            items=tuple(row.get("items", [])),
-            policies=tuple(row.get("policies", [])),
-        )
-        for row in data.get("deviation", [])
-    ]
+# ----- differences, and the deviation rows that cover them --------------------------------
 
 
 @dataclass(frozen=True)
@@ -263,7 +243,7 @@ def compare(
 ) -> list[Difference]:
     """Every difference between two summaries (`summarize`), each with the kept deviation row
     that covers it (same role and item, and the same policy when the row names policies) or
-    None."""
+    None. `deviations`: rows of `evolve.paper_deviations` (`read_deviations(path)`)."""
     differences: list[Difference] = []
 
     def add(key: str, item: str, ours_value: Any, theirs_value: Any) -> None:

@@ -26,14 +26,14 @@ def run_once(directory: Path, traces: str) -> tuple[float, int]:
     from optimize.evolve_helpers import World, write_spec
 
     from evolve.config import load_spec
-    from evolve.optimize import run_experiment
+    from evolve.optimize import evolve_policy
     from evolve.tracking import MLflowTracker, mlflow_client
 
     uri = f"sqlite:///{directory}/mlruns/mlflow.db"
     spec_path = write_spec(directory, tracking=f'experiment_name = "bench"\ntraces = "{traces}"')
     spec = load_spec(spec_path)
     started = time.perf_counter()
-    run_experiment(
+    evolve_policy(
         spec,
         World().lms,
         runs_dir=directory / "runs",

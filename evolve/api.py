@@ -31,11 +31,12 @@ from evolve.records import ExperimentResult
 from evolve.simulator.environment import Environment
 from evolve.simulator.runner import EpisodeConfig, EvaluationReport
 from evolve.tuning.records import TuningResult
-from evolve.tuning.spec import TuneSpec
+from evolve.tuning.spec import StudySpec
 from evolve.tuning.study import TuneProgress
 from memory_policies import MemoryPolicy
+from memory_policies.deprecation import warn_renamed
 
-__all__ = ["evaluate_policies", "load_spec", "load_tune_spec", "run_experiment", "run_tuning"]
+__all__ = ["evaluate_policies", "load_spec", "load_study_spec", "run_experiment", "run_tuning"]
 
 
 def load_spec(path: str | Path) -> ExperimentSpec:
@@ -46,11 +47,11 @@ def load_spec(path: str | Path) -> ExperimentSpec:
     return _load_experiment_spec(path)
 
 
-def load_tune_spec(path: str | Path) -> TuneSpec:
-    """Read and validate a tuning spec (TOML with a `[tuning]` table), as `evolve tune` does."""
-    from evolve.tuning import load_tune_spec as _load_tune_spec
+def load_study_spec(path: str | Path) -> StudySpec:
+    """Read and validate a study spec (TOML with a `[tuning]` table), as `evolve tune` does."""
+    from evolve.tuning import load_study_spec as _load_study_spec
 
-    return _load_tune_spec(path)
+    return _load_study_spec(path)
 
 
 def run_experiment(
@@ -68,12 +69,13 @@ def run_experiment(
     With `tracking`, candidates are logged to MLflow (`tracking_uri`, else the spec's, else
     `MLFLOW_TRACKING_URI`, else `sqlite:///mlruns/mlflow.db`). Records
     land in `runs_dir/<name>/`; a second process on the same directory is refused
-    (`evolve.errors.RunBusyError`, exit code 4 on the command line).
+    (`evolve.errors.RunBusyError`, exit code 4 on the command line). The loop inside, for LMs
+    you opened yourself: `evolve.optimize.evolve_policy`.
     """
     from evolve.config import resolve
     from evolve.llm import open_role_lms, protocol_llm_config
     from evolve.locking import run_lock
-    from evolve.optimize import run_experiment as _run_experiment
+    from evolve.optimize import evolve_policy
     from evolve.tracking import tracker_for
 
     use_toolkit_caches()
@@ -86,7 +88,7 @@ def run_experiment(
         run_lock(runs / resolved.spec.name, "run"),
         open_role_lms(protocol_llm_config(llm or resolved.spec.llm, resolved.spec.protocol)) as lms,
     ):
-        return _run_experiment(resolved, lms, runs_dir=runs, tracker=tracker, progress=progress)
+        return evolve_policy(resolved, lms, runs_dir=runs, tracker=tracker, progress=progress)
 
 
 def evaluate_policies(
@@ -153,7 +155,7 @@ def evaluate_policies(
 
 
 def run_tuning(
-    spec: TuneSpec | str | Path,
+    spec: StudySpec | str | Path,
     *,
     llm: LLMConfig | None = None,
     runs_dir: str | Path = "runs",
@@ -166,17 +168,18 @@ def run_tuning(
 ) -> TuningResult:
     """Run (or resume) an Optuna study over policy parameters; the same as `evolve tune SPEC`.
 
-    `trials`, `storage` and `study_name` override the spec as the command's flags do; the
-    MLflow store is chosen as for `run_experiment`.
+    `spec`: a study spec (`evolve.tuning.StudySpec`) or its file. `trials`, `storage` and
+    `study_name` override the spec as the command's flags do; the MLflow store is chosen as
+    for `run_experiment`. The worker inside, for LMs you opened yourself:
+    `evolve.tuning.run_study`.
     """
     from evolve.llm import open_role_lms, protocol_llm_config
     from evolve.locking import run_lock
-    from evolve.tuning import resolve_tuning, study_tracker_for
-    from evolve.tuning import run_tuning as _run_tuning
+    from evolve.tuning import resolve_tuning, run_study, study_tracker_for
 
     use_toolkit_caches()
     if isinstance(spec, str | Path):
-        spec = load_tune_spec(spec)
+        spec = load_study_spec(spec)
     resolved = resolve_tuning(spec, trials=trials, storage=storage, study_name=study_name)
     tracker = study_tracker_for(spec, tracking_uri=tracking_uri, enabled=tracking)
     runs = Path(runs_dir)
@@ -184,4 +187,12 @@ def run_tuning(
         run_lock(runs / spec.name, "tune"),
         open_role_lms(protocol_llm_config(llm or spec.llm, spec.protocol)) as lms,
     ):
-        return _run_tuning(resolved, lms, runs_dir=runs, tracker=tracker, progress=progress)
+        return run_study(resolved, lms, runs_dir=runs, tracker=tracker, progress=progress)
+
+
+def __getattr__(name: str) -> object:
+    # The tuning study's spec file is a `StudySpec`; its reader was `load_tune_spec`.
+    if name == "load_tune_spec":
+        warn_renamed(f"{__name__}.load_tune_spec", f"{__name__}.load_study_spec")
+        return load_study_spec
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -5,6 +5,8 @@ what `protocol = "paper"` sends or scores and what the reference code does: the 
 ones (`status = "kept"`, printed at the start of every paper run) and the closed ones
 (history). The same file is rendered into docs/reference/paper-deviations.md and read by the
 tests that compare each role's requests with the reference's, so the three cannot drift.
+Every reader goes through `parse_deviations` (the same checks for the bundled table and for
+any other file, `read_deviations(path)`).
 
     python -m evolve.paper_deviations --markdown > docs/reference/paper-deviations.md
 """
@@ -17,6 +19,7 @@ import tomllib
 from collections.abc import Sequence
 from functools import cache
 from importlib import resources
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -105,7 +108,10 @@ def _known(what: str, values: list[str], vocabulary: tuple[str, ...]) -> list[st
 
 def parse_deviations(text: str, source: str = DEVIATIONS_FILE) -> list[Deviation]:
     """Validated deviations from TOML text; ValueError naming the row and the problem."""
-    data = tomllib.loads(text)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise ValueError(f"{source}: not valid TOML: {error}") from None
     extra = set(data) - {"deviation"}
     if extra:
         raise ValueError(f"{source}: unknown top-level key(s) {sorted(extra)}; only [[deviation]]")
@@ -135,6 +141,13 @@ def _load_cached() -> tuple[Deviation, ...]:
 def load_deviations() -> list[Deviation]:
     """Every row of the packaged deviation table, in file order."""
     return [deviation.model_copy(deep=True) for deviation in _load_cached()]
+
+
+def read_deviations(path: str | Path) -> list[Deviation]:
+    """Every row of the deviation table in `path`, in file order, checked as the packaged one
+    is (`parse_deviations`): for the request comparison and for tables written by hand."""
+    path = Path(path)
+    return parse_deviations(path.read_text(encoding="utf-8"), source=str(path))
 
 
 def kept_deviations() -> list[Deviation]:

@@ -30,9 +30,9 @@ def _experiment() -> dict[str, Any]:
 
 
 def _tuning() -> dict[str, Any]:
-    from evolve.tuning.spec import TuneSpec
+    from evolve.tuning.spec import StudySpec
 
-    return _schema_of(TuneSpec, "evolve tune: a tuning spec (a run spec plus [tuning])")
+    return _schema_of(StudySpec, "evolve tune: a study spec (a run spec plus [tuning])")
 
 
 def _synthesis() -> dict[str, Any]:

@@ -1,12 +1,18 @@
-"""Optuna studies over a memory policy's numeric parameters — the public entry point.
+"""Deprecated module path: `evolve.tune` is now `evolve.tuning` (importing this warns).
 
-`evolve tune SPEC.toml` (see `evolve.commands.tune`) runs `run_tuning`: trials evaluate the
-policy on-policy on the train users with the trial's `update_every`, `short_term_len` and
-`top_k`, report the running score after each period (pruning), and the best setting is
-checked on the held-out users. The implementation lives in the `evolve.tuning` package:
-`spec` (TOML specs), `samplers`, `storage`, `study` (the worker), `tracking` (MLflow),
-`report` (tables) and `evolution` (Optuna inside the evolution loop).
+Every name of `evolve.tuning` is available here, the old ones (`TuneSpec`, `load_tune_spec`,
+`run_tuning`, ...) with their own warning.
 """
 
+from typing import Any
+
+from evolve import tuning as _tuning
 from evolve.tuning import *  # noqa: F403
 from evolve.tuning import __all__  # noqa: F401
+from memory_policies.deprecation import warn_renamed
+
+warn_renamed("evolve.tune", "evolve.tuning")
+
+
+def __getattr__(name: str) -> Any:
+    return getattr(_tuning, name)

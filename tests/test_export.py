@@ -13,7 +13,7 @@ import memory_policies
 from evolve.config import load_spec
 from evolve.errors import ConfigError
 from evolve.export import CHAMPION_ALIAS, export_policy
-from evolve.optimize import ExperimentDir, run_experiment
+from evolve.optimize import ExperimentDir, evolve_policy
 from evolve.tracking import MLflowTracker, mlflow_client
 
 REPO = Path(__file__).resolve().parents[1]
@@ -25,7 +25,7 @@ def experiment(tmp_path_factory):
     uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
     spec_path = write_spec(tmp_path, tracking='registered_model = "exp-policy"')
     spec = load_spec(spec_path)
-    result = run_experiment(
+    result = evolve_policy(
         spec,
         World().lms,
         runs_dir=tmp_path / "runs",

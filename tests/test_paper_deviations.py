@@ -14,6 +14,7 @@ from evolve.paper_deviations import (
     load_deviations,
     main,
     parse_deviations,
+    read_deviations,
     render_markdown,
     start_lines,
 )
@@ -55,6 +56,17 @@ def test_an_unknown_role_or_a_repeated_id_is_refused():
         parse_deviations(ROW.format(id="x", roles='["agent"]'))
     with pytest.raises(ValueError, match="more than once"):
         parse_deviations(ROW.format(id="x", roles='["awi"]') * 2)
+
+
+def test_a_table_file_is_read_with_the_same_checks(tmp_path):
+    assert read_deviations(ROOT / "evolve" / "paper_deviations.toml") == load_deviations()
+    table = tmp_path / "table.toml"
+    table.write_text(ROW.format(id="Not-A-Slug", roles='["awi"]'), encoding="utf-8")
+    with pytest.raises(ValueError, match=r"table\.toml: deviation Not-A-Slug: id"):
+        read_deviations(table)
+    table.write_text("[[deviation]\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"table\.toml: not valid TOML"):
+        read_deviations(table)
 
 
 def test_the_committed_page_is_the_generated_one():

@@ -1,4 +1,4 @@
-"""The spec building blocks shared by experiment and tuning specs (`evolve.spec_base`)."""
+"""The spec building blocks shared by experiment and study specs (`evolve.spec_base`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The protocol in the shipped specs and in tuning specs, and the quickstart's on-policy
+"""The protocol in the shipped specs and in study specs, and the quickstart's on-policy
 simulation."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from tuning.tune_helpers import PAPER_GRID, write_tune_spec
 
 from evolve.config import load_spec, resolve
 from evolve.simulator.runner import run_evaluation
-from evolve.tune import load_tune_spec, resolve_tuning
+from evolve.tuning import load_study_spec, resolve_tuning
 from evolve.tuning.study import job_from
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
@@ -30,14 +30,14 @@ GRID = f'sampler = "grid"\n[tuning.parameters]\n{PAPER_GRID}'
 def test_shipped_specs_say_their_protocol_explicitly(file, protocol):
     text = (EXPERIMENTS / file).read_text(encoding="utf-8")
     assert f'\nprotocol = "{protocol}"' in text  # written out, not left to the default
-    load = load_tune_spec if file.startswith("tune_") else load_spec
+    load = load_study_spec if file.startswith("tune_") else load_spec
     assert load(EXPERIMENTS / file).protocol == protocol
 
 
 @pytest.mark.parametrize("protocol", ["paper", "evolve"])
 def test_tuning_spec_carries_the_protocol_into_the_episodes_and_the_identity(tmp_path, protocol):
     path = write_tune_spec(tmp_path, GRID, body=f'protocol = "{protocol}"')
-    spec = load_tune_spec(path)
+    spec = load_study_spec(path)
     assert spec.as_experiment().protocol == protocol
     job = job_from(resolve_tuning(spec))
     assert job.episode.protocol == protocol
@@ -50,7 +50,7 @@ def test_tuning_identity_differs_by_protocol(tmp_path):
         directory = tmp_path / protocol
         directory.mkdir()
         path = write_tune_spec(directory, GRID, body=f'protocol = "{protocol}"')
-        hashes.add(job_from(resolve_tuning(load_tune_spec(path))).config_hash({}))
+        hashes.add(job_from(resolve_tuning(load_study_spec(path))).config_hash({}))
     assert len(hashes) == 2
 
 

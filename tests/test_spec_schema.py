@@ -17,7 +17,7 @@ from evolve.cli import main
 from evolve.config import load_spec
 from evolve.simulator.synthesis.config import load_synthesis_config
 from evolve.spec_schema import SPEC_SCHEMAS, schema_text
-from evolve.tuning.spec import is_tuning_spec, load_tune_spec
+from evolve.tuning.spec import is_study_spec, load_study_spec
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA_DIR = REPO / "docs" / "schema"
@@ -47,8 +47,8 @@ def _as_json_values(value: Any) -> Any:
 
 def _kind_and_loader(path: Path) -> tuple[str, Any]:
     """Which schema a spec must name, decided by the loader that accepts it."""
-    if is_tuning_spec(path):
-        return "tuning", load_tune_spec
+    if is_study_spec(path):
+        return "tuning", load_study_spec
     if "environment" in tomllib.loads(path.read_text(encoding="utf-8")):
         return "experiment", load_spec
     return "synthesis", load_synthesis_config

@@ -12,7 +12,7 @@ from scripted_lm import ScriptedLM
 
 from evolve.config import load_spec
 from evolve.llm import EndpointConfig, RoleLMs
-from evolve.optimize import run_experiment
+from evolve.optimize import evolve_policy
 from evolve.simulator.runner import ProgressSink
 from evolve.tracing import EpisodeTracer, traces_wanted
 from evolve.tracking import MLflowTracker, mlflow_client
@@ -49,7 +49,7 @@ def _run(tmp_path: Path, world: World, traces: str):
     )
     spec = load_spec(spec_path)
     tracker = MLflowTracker(uri, spec.mlflow_experiment_name())
-    result = run_experiment(
+    result = evolve_policy(
         spec, world.lms, runs_dir=tmp_path / "runs", tracker=tracker, upper_bound_cache=tmp_path
     )
     client = mlflow_client(uri)

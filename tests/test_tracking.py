@@ -13,7 +13,7 @@ from scripted_lm import ScriptedLM
 
 from evolve.config import load_spec
 from evolve.llm import EndpointConfig, RoleLMs
-from evolve.optimize import run_experiment
+from evolve.optimize import evolve_policy
 from evolve.records import EvaluationScores
 from evolve.simulator.metrics import MetricSummary
 from evolve.tracking import (
@@ -31,7 +31,7 @@ DESCRIPTION = "Does a sharper use instruction help the in-context policy?"
 def tracked_run(tmp_path: Path, world: World, spec_path: Path, uri: str):
     spec = load_spec(spec_path)
     tracker = MLflowTracker(uri, spec.mlflow_experiment_name())
-    result = run_experiment(
+    result = evolve_policy(
         spec,
         world.lms,
         runs_dir=tmp_path / "runs",

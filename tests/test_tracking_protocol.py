@@ -10,9 +10,9 @@ from optimize.evolve_helpers import World, write_spec
 from tuning.tune_helpers import TuneWorld, write_tune_spec
 
 from evolve.config import load_spec
-from evolve.optimize import run_experiment
+from evolve.optimize import evolve_policy
 from evolve.tracking import MLflowTracker, mlflow_client
-from evolve.tune import load_tune_spec, run_tuning, study_tracker_for
+from evolve.tuning import load_study_spec, run_study, study_tracker_for
 
 
 def all_runs(uri: str, experiment_name: str):
@@ -30,7 +30,7 @@ def test_experiment_parent_and_candidate_runs_record_the_protocol(tmp_path, prot
         mutate_components = ["use"]
     """
     spec = load_spec(write_spec(tmp_path, f'protocol = "{protocol}"', optimizer=optimizer))
-    run_experiment(
+    evolve_policy(
         spec,
         World().lms,
         runs_dir=tmp_path / "runs",
@@ -51,8 +51,8 @@ def test_tuning_parent_and_trial_runs_record_the_protocol(tmp_path):
         body='protocol = "paper"',
         tracking=f'tracking_uri = "{uri}"\nexperiment_name = "tune-protocol"',
     )
-    spec = load_tune_spec(path)
-    run_tuning(
+    spec = load_study_spec(path)
+    run_study(
         spec,
         TuneWorld().lms,
         runs_dir=tmp_path / "runs",

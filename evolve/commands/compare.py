@@ -24,7 +24,7 @@ from evolve.simulator.metrics import MetricSummary
 from evolve.tuning.readback import render_tuning_dir, tuning_dir_for
 from evolve.tuning.records import TuningResult
 from evolve.tuning.report import format_result
-from evolve.tuning.spec import TuneSpec
+from evolve.tuning.spec import StudySpec
 from evolve.tuning.spend import SPEND_DIR, recorded_spend
 
 
@@ -40,7 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "experiment",
-        help="experiment or tuning spec (.toml), name under --runs-dir, a run directory, or "
+        help="experiment or study spec (.toml), name under --runs-dir, a run directory, or "
         "an `evolve eval --out` directory",
     )
     parser.add_argument("--runs-dir", type=Path, default=Path("runs"))
@@ -123,18 +123,18 @@ def _print_written(paths: list[Path]) -> None:
 # ----- tuning study -----------------------------------------------------------------------------
 
 
-def _tuning_spec(target: str) -> TuneSpec | None:
-    from evolve.tuning.spec import is_tuning_spec, load_tune_spec
+def _study_spec(target: str) -> StudySpec | None:
+    from evolve.tuning.spec import is_study_spec, load_study_spec
 
     path = Path(target)
-    if path.suffix == ".toml" and path.is_file() and is_tuning_spec(path):
-        return load_tune_spec(path)
+    if path.suffix == ".toml" and path.is_file() and is_study_spec(path):
+        return load_study_spec(path)
     return None
 
 
 def _is_tuning_target(args: argparse.Namespace) -> bool:
     return (
-        _tuning_spec(args.experiment) is not None
+        _study_spec(args.experiment) is not None
         or tuning_dir_for(args.experiment, args.runs_dir) is not None
     )
 
@@ -143,7 +143,7 @@ def _compare_tuning(args: argparse.Namespace) -> int:
     from evolve.tuning.layout import TuningDir
     from evolve.tuning.live import live_storage_url, load_live_result
 
-    spec = _tuning_spec(args.experiment)
+    spec = _study_spec(args.experiment)
     directory = tuning_dir_for(args.experiment, args.runs_dir)
     if directory is None and spec is not None:
         directory = Path(args.runs_dir) / spec.name

@@ -26,7 +26,7 @@ from evolve.llm import (
     protocol_llm_config,
 )
 from evolve.locking import run_lock
-from evolve.optimize import LoopProgress, format_lineage, format_table, run_experiment
+from evolve.optimize import LoopProgress, evolve_policy, format_lineage, format_table
 from evolve.optimize.loop import reflector_setup
 from evolve.optimize.report import format_outcome
 from evolve.records import CandidateRecord
@@ -102,7 +102,7 @@ def _run_locked(
         reflector_role, _ = reflector_setup(spec)
         print_protocol_start(spec.protocol, lms, ("simulator", "agent", reflector_role))
         try:
-            result = run_experiment(
+            result = evolve_policy(
                 resolved,
                 lms,
                 runs_dir=args.runs_dir,

@@ -36,12 +36,12 @@ from evolve.tuning import (
     TrialRecord,
     TuneProgress,
     format_result,
-    load_tune_spec,
+    load_study_spec,
     resolve_tuning,
-    run_tuning,
+    run_study,
     study_tracker_for,
 )
-from evolve.tuning.spec import ResolvedTuning, TuneSpec, parameter_slug
+from evolve.tuning.spec import ResolvedTuning, StudySpec, parameter_slug
 from evolve.tuning.tracking import StudyTracker
 
 
@@ -54,7 +54,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "held-out users, and track every trial in MLflow. Rerunning resumes the study; "
         "several workers (processes or machines) can share one study storage.",
     )
-    parser.add_argument("spec", type=Path, help="tuning spec, e.g. experiments/tune_quick.toml")
+    parser.add_argument("spec", type=Path, help="study spec, e.g. experiments/tune_quick.toml")
     parser.add_argument(
         "--runs-dir", type=Path, default=Path("runs"), help="where runs/<name>/ lives (runs)"
     )
@@ -115,7 +115,7 @@ def run_tune(args: argparse.Namespace) -> int:
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # our own lines say the same
-    spec = load_tune_spec(args.spec)
+    spec = load_study_spec(args.spec)
     # Everything checkable is checked before the embedded server starts or any LLM call.
     resolved = resolve_tuning(
         spec,
@@ -140,7 +140,7 @@ def run_tune(args: argparse.Namespace) -> int:
 
 def _tune_locked(
     args: argparse.Namespace,
-    spec: TuneSpec,
+    spec: StudySpec,
     resolved: ResolvedTuning,
     llm_config: LLMConfig,
     tracker: StudyTracker,
@@ -164,7 +164,7 @@ def _tune_locked(
     with open_role_lms(llm_config) as lms:
         print_protocol_start(spec.protocol, lms, ("simulator", "agent"))
         try:
-            result = run_tuning(
+            result = run_study(
                 resolved,
                 lms,
                 runs_dir=args.runs_dir,

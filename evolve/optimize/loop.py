@@ -63,8 +63,9 @@ from evolve.protocol import rules_for
 from evolve.records import CandidateRecord, ExperimentResult, best_of
 from evolve.simulator.environment import Environment
 from evolve.tracking import ExperimentTracker, NullTracker, TrackingContext
+from memory_policies.deprecation import warn_renamed
 
-__all__ = ["SCHEDULES", "LoopProgress", "build_reflector", "reflector_setup", "run_experiment"]
+__all__ = ["SCHEDULES", "LoopProgress", "build_reflector", "evolve_policy", "reflector_setup"]
 
 # `optimizer.schedule` -> the class that runs it.
 SCHEDULES: dict[str, type[Schedule]] = {
@@ -72,7 +73,7 @@ SCHEDULES: dict[str, type[Schedule]] = {
 }
 
 
-def run_experiment(
+def evolve_policy(
     experiment: ExperimentSpec | ResolvedExperiment,
     lms: RoleLMs,
     *,
@@ -84,7 +85,11 @@ def run_experiment(
     refresh_upper_bound: bool = False,
     stop: threading.Event | None = None,
 ) -> ExperimentResult:
-    """Run (or resume) an experiment; returns its records. Stops cleanly on the budget.
+    """Run (or resume) an experiment's evolution with the LMs already open; returns its
+    records. Stops cleanly on the budget.
+
+    `evolve.api.run_experiment` (what `evolve run` runs) opens the LMs from the spec, locks
+    the run directory and calls this.
 
     `refresh_upper_bound` asks every upper-bound question again instead of using the cache.
     `stop` (the CLI's interrupt event) makes in-flight evaluations stop at their next unit.
@@ -272,3 +277,12 @@ class _ExperimentRun:
             },
             protocol=self.spec.protocol,
         )
+
+
+def __getattr__(name: str) -> Any:
+    # `run_experiment` is `evolve.api.run_experiment`'s name (it opens the LMs); this
+    # module's loop is `evolve_policy`.
+    if name == "run_experiment":
+        warn_renamed(f"{__name__}.run_experiment", f"{__name__}.evolve_policy")
+        return evolve_policy
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -95,8 +95,9 @@ class TuningResult(Protocol):
     def multi_objective(self) -> bool: ...
 
 
-class TuneSpec(Protocol):
-    """A tuning spec: the run spec's fields (`evolve.experiment_spec.RunSpec`) and `tuning`."""
+class StudySpecView(Protocol):
+    """What the tracker reads of a study spec (`evolve.tuning.spec.StudySpec`): some of the
+    run spec's fields (`evolve.experiment_spec.RunSpec`) and its `tuning` table."""
 
     name: str
     description: str
@@ -124,7 +125,7 @@ class StudyContext:
     study_name: str
     storage: str
     config_hash: str
-    spec: TuneSpec
+    spec: StudySpecView
     run_dir: Path
     model_names: dict[str, str]
     environment: str
@@ -487,7 +488,7 @@ def study_params(context: StudyContext) -> dict[str, str]:
 
 
 def study_tracker_for(
-    spec: TuneSpec,
+    spec: StudySpecView,
     *,
     tracking_uri: str | None = None,
     enabled: bool = True,

@@ -1,11 +1,15 @@
 """Optuna tuning of a policy's numeric parameters (update_every, short_term_len, top_k).
 
-The public entry point is `evolve.tune` (which re-exports this package's surface): load and
-resolve a tuning spec, run the study, read its result, and plug Optuna into evolution.
-Storage, samplers, spend journals, trackers and report rendering are internals of the
-submodules (`storage`, `samplers`, `spend`, `tracking`, `report`, `readback`; the worker:
-`study` with its `job`, `layout`, `trials` and `heldout`).
+This package is the public name (`evolve tune`, the command, is a verb: it runs a study):
+load and resolve a study spec (`StudySpec`: a run spec plus its `[tuning]` table, a
+`TuningSpec`), run the study (`run_study`, with the LMs open; `evolve.api.run_tuning` opens
+them from the spec), read its result, and plug Optuna into evolution. Storage, samplers,
+spend journals, trackers and report rendering are internals of the submodules (`storage`,
+`samplers`, `spend`, `tracking`, `report`, `readback`; the worker: `study` with its `job`,
+`layout`, `trials` and `heldout`).
 """
+
+from typing import Any
 
 from evolve.spec_base import IntRange
 from evolve.tuning.evolution import CandidateTuning, OptunaParameterProposer, tune_best_candidate
@@ -13,15 +17,16 @@ from evolve.tuning.records import HeldoutRecord, TrialRecord, TuningResult
 from evolve.tuning.report import format_result
 from evolve.tuning.spec import (
     ResolvedTuning,
-    TuneSpec,
+    StudySpec,
     TuningSpec,
-    load_tune_spec,
+    load_study_spec,
     resolve_tuning,
-    tune_spec_from_dict,
+    study_spec_from_dict,
 )
 from evolve.tuning.spend import recorded_spend
-from evolve.tuning.study import TuneProgress, run_tuning
+from evolve.tuning.study import TuneProgress, run_study
 from evolve.tuning.tracking import StudyTracker, study_tracker_for
+from memory_policies.deprecation import warn_renamed
 
 __all__ = [
     "CandidateTuning",
@@ -29,18 +34,34 @@ __all__ = [
     "IntRange",
     "OptunaParameterProposer",
     "ResolvedTuning",
+    "StudySpec",
     "StudyTracker",
     "TrialRecord",
     "TuneProgress",
-    "TuneSpec",
     "TuningResult",
     "TuningSpec",
     "format_result",
-    "load_tune_spec",
+    "load_study_spec",
     "recorded_spend",
     "resolve_tuning",
-    "run_tuning",
+    "run_study",
+    "study_spec_from_dict",
     "study_tracker_for",
     "tune_best_candidate",
-    "tune_spec_from_dict",
 ]
+
+# Old names -> new names; they still work, with a warning.
+_RENAMED = {
+    "TuneSpec": "StudySpec",
+    "load_tune_spec": "load_study_spec",
+    "tune_spec_from_dict": "study_spec_from_dict",
+    "run_tuning": "run_study",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _RENAMED:
+        new = _RENAMED[name]
+        warn_renamed(f"{__name__}.{name}", f"{__name__}.{new}")
+        return globals()[new]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

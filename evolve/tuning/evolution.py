@@ -30,7 +30,7 @@ from evolve.simulator.runner import EpisodeConfig
 from evolve.tuning.records import TrialRecord
 from evolve.tuning.samplers import TrialSeededSampler
 from evolve.tuning.spec import IntRange, ParameterSpace, TuningSpec
-from evolve.tuning.study import TuneProgress, TuningJob, run_tuning
+from evolve.tuning.study import TuneProgress, TuningJob, run_study
 
 # Asks per proposal before giving up on proposing something other than the parent.
 _MAX_ASKS = 8
@@ -207,7 +207,7 @@ def tune_best_candidate(
         environment_description=f"{len(train.items)} train users",
     )
     usage_before = lms.usage.snapshot()
-    result = run_tuning(
+    result = run_study(
         job,
         lms,
         runs_dir=run_dir.parent,

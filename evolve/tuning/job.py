@@ -26,7 +26,7 @@ from evolve.tuning.records import (
     best_trial_numbers,
     trial_records,
 )
-from evolve.tuning.spec import ResolvedTuning, TuneSpec, TuningSpec
+from evolve.tuning.spec import ResolvedTuning, StudySpec, TuningSpec
 from evolve.tuning.spend import SpendRecorder, StudySpendJournals
 
 if TYPE_CHECKING:
@@ -85,7 +85,7 @@ class TuningJob:
     environment_description: str
     base_identity: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
-    spec: TuneSpec | None = None
+    spec: StudySpec | None = None
 
     @property
     def space(self) -> dict[str, list[int]]:

@@ -19,12 +19,12 @@ from evolve.tuning.records import (
     best_trial_numbers,
     trial_records,
 )
-from evolve.tuning.spec import TuneSpec
+from evolve.tuning.spec import StudySpec
 from evolve.tuning.storage import normalize_storage_url, open_storage, redact_storage_url
 
 
 def live_storage_url(
-    *, override: str | None, spec: TuneSpec | None, snapshot: TuningResult | None
+    *, override: str | None, spec: StudySpec | None, snapshot: TuningResult | None
 ) -> str | None:
     """Where to read the study: `--storage`, else the spec's, else the snapshot's (unless it
     was in memory or its URL was stored redacted, i.e. it named a database user)."""
@@ -42,7 +42,7 @@ def load_live_result(
     study_name: str,
     *,
     snapshot: TuningResult | None,
-    spec: TuneSpec | None,
+    spec: StudySpec | None,
     directory: Path | None,
 ) -> TuningResult:
     """The study as its storage holds it now (spend from the local journals when present)."""
@@ -92,7 +92,7 @@ def load_live_result(
         )
     if spec is None:
         raise ConfigError(
-            f"study {study_name!r} has no local snapshot; pass the tuning spec (.toml) so the "
+            f"study {study_name!r} has no local snapshot; pass the study spec (.toml) so the "
             "study's space and objectives are known"
         )
     tuning = spec.tuning

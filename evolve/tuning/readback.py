@@ -11,17 +11,17 @@ from typing import Any
 from evolve.tuning.layout import RESULT_FILE, TuningDir
 from evolve.tuning.records import IN_MEMORY_STORAGE, TrialRecord, with_journaled_spend
 from evolve.tuning.report import format_result, format_score, format_trials
-from evolve.tuning.spec import is_tuning_spec, load_tune_spec
+from evolve.tuning.spec import is_study_spec, load_study_spec
 from evolve.tuning.spend import StudySpendJournals
 
 
 def tuning_dir_for(target: str, runs_dir: str | Path = "runs") -> Path | None:
-    """The tuning directory named by a tuning spec, a name under `runs_dir`, or a path."""
+    """The tuning directory named by a study spec, a name under `runs_dir`, or a path."""
     path = Path(target)
     if path.suffix == ".toml" and path.is_file():
-        if not is_tuning_spec(path):
+        if not is_study_spec(path):
             return None
-        candidate = Path(runs_dir) / load_tune_spec(path).name
+        candidate = Path(runs_dir) / load_study_spec(path).name
         return candidate if (candidate / RESULT_FILE).is_file() else None
     for candidate in (Path(runs_dir) / target, path):
         if (candidate / RESULT_FILE).is_file():

@@ -1,4 +1,4 @@
-"""Samplers and pruners built from a tuning spec, and the grid queue, safe for several workers.
+"""Samplers and pruners built from a study spec, and the grid queue, safe for several workers.
 
 - Grid: every point once, in a seeded order, through Optuna's trial queue
   (`enqueue_grid_points` -> `study.enqueue_trial`); the worker pops queued trials, so

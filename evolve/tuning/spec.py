@@ -1,6 +1,7 @@
-"""Tuning specs: one TOML file describes an Optuna study over a policy's numeric parameters.
+"""Study specs: one TOML file (`StudySpec`) describes an Optuna study over a policy's numeric
+parameters; its `[tuning]` table is a `TuningSpec`.
 
-A tuning spec shares the experiment spec's tables (`[environment]`, `[episode]`, `[policy]`,
+A study spec shares the experiment spec's tables (`[environment]`, `[episode]`, `[policy]`,
 `[budget]`, `[tracking]`, `[llm]`, `seed`, `concurrency`; see `evolve.config`) and adds a
 `[tuning]` table: the search space, the number of trials, the sampler, the pruner, the
 objective(s) and where the study is stored. `resolve_tuning()` checks everything that can be
@@ -49,6 +50,7 @@ from evolve.tuning.storage import (
     check_storage_url,
     prepare_storage_directory,
 )
+from memory_policies.deprecation import warn_renamed
 from memory_policies.parameters import PARAMETER_RULES, parameter_problem
 
 DEFAULT_STORAGE = "sqlite:///mlruns/optuna.db"
@@ -239,8 +241,8 @@ class TuningSpec(StrictTable):
         return len(self.objectives) == 2
 
 
-class TuneSpec(RunSpec):
-    """A tuning study (`evolve tune`): a run spec plus the `[tuning]` table."""
+class StudySpec(RunSpec):
+    """A tuning study's spec file (`evolve tune`): a run spec plus the `[tuning]` table."""
 
     tuning: TuningSpec
 
@@ -271,34 +273,35 @@ class TuneSpec(RunSpec):
         return experiment
 
 
-def load_tune_spec(path: str | Path) -> TuneSpec:
-    """Read and validate a TOML tuning spec; errors name the file and the key path."""
+def load_study_spec(path: str | Path) -> StudySpec:
+    """Read and validate a TOML study spec; errors name the file and the key path."""
     path = Path(path)
-    data = read_toml(path, "tuning spec", "experiments/tune_quick.toml")
+    data = read_toml(path, "study spec", "experiments/tune_quick.toml")
     if "tuning" not in data and "optimizer" in data:
         raise ConfigError(
             f"{path} is an evolution spec ([optimizer], no [tuning] table); run it with "
             "`evolve run`, or add a [tuning] table (see experiments/tune_quick.toml)"
         )
-    return tune_spec_from_dict(data, source=path)
+    return study_spec_from_dict(data, source=path)
 
 
-def tune_spec_from_dict(data: dict[str, Any], source: Path | None = None) -> TuneSpec:
-    label = str(source) if source is not None else "tuning spec"
+def study_spec_from_dict(data: dict[str, Any], source: Path | None = None) -> StudySpec:
+    label = str(source) if source is not None else "study spec"
     try:
-        spec = TuneSpec.model_validate(data)
+        spec = StudySpec.model_validate(data)
     except ValidationError as error:
         raise ConfigError(
             format_validation_error(
-                label, error, TuneSpec, rule=_tuning_error_rule, extra_tags=PRUNER_KINDS
+                label, error, StudySpec, rule=_tuning_error_rule, extra_tags=PRUNER_KINDS
             )
         ) from None
     spec._source = source.resolve() if source is not None else None
     return spec
 
 
-def is_tuning_spec(path: str | Path) -> bool:
-    """Whether a TOML file has a `[tuning]` table (for commands that accept both kinds)."""
+def is_study_spec(path: str | Path) -> bool:
+    """Whether a TOML file is a study spec: it has a `[tuning]` table (for commands that accept
+    both kinds)."""
     try:
         return "tuning" in read_toml_file(path, "spec")
     except ToolkitError:
@@ -342,9 +345,9 @@ def _tuning_error_rule(detail: Mapping[str, Any], loc: tuple[Any, ...]) -> str |
 
 @dataclass(frozen=True)
 class ResolvedTuning:
-    """A validated tuning spec with its environment split and base policy built."""
+    """A validated study spec with its environment split and base policy built."""
 
-    spec: TuneSpec
+    spec: StudySpec
     experiment: ResolvedExperiment
     space: dict[str, list[int]]
     trials: int
@@ -358,7 +361,7 @@ class ResolvedTuning:
 
 
 def resolve_tuning(
-    spec: TuneSpec,
+    spec: StudySpec,
     *,
     trials: int | None = None,
     storage: str | None = None,
@@ -371,7 +374,7 @@ def resolve_tuning(
     directory of a sqlite or journal storage must exist, unless `create_storage_dir` (or the
     spec's `create_storage_dir`) asks for it, or the storage is the default one.
     """
-    label = str(spec.source) if spec.source is not None else "tuning spec"
+    label = str(spec.source) if spec.source is not None else "study spec"
     experiment = resolve(spec.as_experiment())
     policy = experiment.base_policy
     tuning = spec.tuning
@@ -435,3 +438,20 @@ def parameter_slug(parameters: dict[str, int]) -> str:
     """A short, file-system-safe name for a parameter setting (e.g. ue4-stl0)."""
     short = {"update_every": "ue", "short_term_len": "stl", "top_k": "k"}
     return "-".join(f"{short.get(name, name)}{value}" for name, value in sorted(parameters.items()))
+
+
+# Old names (before a study's spec file was a `StudySpec`) -> new names; they warn.
+_RENAMED = {
+    "TuneSpec": "StudySpec",
+    "load_tune_spec": "load_study_spec",
+    "tune_spec_from_dict": "study_spec_from_dict",
+    "is_tuning_spec": "is_study_spec",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _RENAMED:
+        new = _RENAMED[name]
+        warn_renamed(f"{__name__}.{name}", f"{__name__}.{new}")
+        return globals()[new]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -10,7 +10,7 @@ defined depends on the environment and the upper bound only, so the fallback is 
 every trial at a given period (`objective_value`). Optional second objective: the train
 evaluation's tokens, minimized (a multi-objective study; Optuna prunes none of its trials).
 
-Several workers (processes, machines) may run `run_tuning` on one study; the loop is
+Several workers (processes, machines) may run `run_study` on one study; the loop is
 Optuna's own (`study.optimize`, public APIs only):
 
 - grid points are queued once (`study.enqueue_trial`, in a seeded order) and popped by the
@@ -53,19 +53,19 @@ from evolve.tuning.job import StudyRun, TuneProgress, TuningJob, job_from
 from evolve.tuning.layout import STUDY_ATTR_HASH, STUDY_ATTR_IDENTITY, TuningDir, storage_label
 from evolve.tuning.records import TuningResult, trial_records
 from evolve.tuning.samplers import build_pruner, build_sampler
-from evolve.tuning.spec import ResolvedTuning, TuneSpec, resolve_tuning
+from evolve.tuning.spec import ResolvedTuning, StudySpec, resolve_tuning
 from evolve.tuning.spend import SpendRecorder, StudyBudget, StudySpendJournals
 from evolve.tuning.storage import fail_running_trials, open_study, storage_errors
 from evolve.tuning.tracking import NullStudyTracker, StudyContext, StudyTracker
 from evolve.tuning.trials import TrialLoop
 from memory_policies.deprecation import warn_renamed
 
-# Re-exported: callers build jobs and progress hooks from here, next to `run_tuning`.
-__all__ = ["TuneProgress", "TuningJob", "TuningDir", "job_from", "run_tuning"]
+# Re-exported: callers build jobs and progress hooks from here, next to `run_study`.
+__all__ = ["TuneProgress", "TuningJob", "TuningDir", "job_from", "run_study"]
 
 
-def run_tuning(
-    tuning: TuneSpec | ResolvedTuning | TuningJob,
+def run_study(
+    tuning: StudySpec | ResolvedTuning | TuningJob,
     lms: RoleLMs,
     *,
     runs_dir: str | Path = "runs",
@@ -81,6 +81,9 @@ def run_tuning(
     """Run trials of the spec's study until it holds the requested number, then (unless
     `worker_only`) evaluate the best parameters on the held-out users. Resumes by default.
 
+    The worker with the LMs already open; `evolve.api.run_tuning` (what `evolve tune` runs)
+    opens them from the spec, locks the run directory and calls this.
+
     `upper_bound`: a table computed by the caller (e.g. the evolution loop) for a superset of
     the users; otherwise it is computed (or loaded from `upper_bound_cache`) once here.
     `refresh_upper_bound` asks every upper-bound question again instead of using the cache.
@@ -91,7 +94,7 @@ def run_tuning(
     on a journal or Redis storage a killed worker's trial stays RUNNING until
     `fail_running`), then checks the held-out users.
     """
-    if isinstance(tuning, TuneSpec):
+    if isinstance(tuning, StudySpec):
         tuning = resolve_tuning(tuning)
     job = job_from(tuning) if isinstance(tuning, ResolvedTuning) else tuning
     worker = _Worker(
@@ -286,8 +289,12 @@ class _Worker:
 
 
 def __getattr__(name: str) -> Any:
-    # The old name works with a RenamedWarning until deprecation.REMOVED_IN.
+    # Old names work with a RenamedWarning until deprecation.REMOVED_IN. `run_tuning` is
+    # `evolve.api.run_tuning`'s name (it opens the LMs); the worker is `run_study`.
     if name == "TuningStore":
         warn_renamed("evolve.tuning.study.TuningStore", "evolve.tuning.study.TuningDir")
         return TuningDir
+    if name == "run_tuning":
+        warn_renamed(f"{__name__}.run_tuning", f"{__name__}.run_study")
+        return run_study
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

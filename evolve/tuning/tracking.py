@@ -28,7 +28,7 @@ from evolve.tracking.study import (
 from evolve.tracking.study import study_tracker_for as _study_tracker_for
 
 if TYPE_CHECKING:
-    from evolve.tuning.spec import TuneSpec
+    from evolve.tuning.spec import StudySpec
 
 __all__ = [
     "KIND_TRIAL",
@@ -52,7 +52,7 @@ __all__ = [
 ]
 
 
-def study_tracker_for(spec: TuneSpec, *, tracking_uri: str | None = None, enabled: bool = True):
+def study_tracker_for(spec: StudySpec, *, tracking_uri: str | None = None, enabled: bool = True):
     """The tracker a command should use (a `NullStudyTracker` when disabled), logging the
     trial table as `tuning.txt` at the end."""
     from evolve.tuning.report import format_result

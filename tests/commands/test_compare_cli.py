@@ -11,7 +11,7 @@ from tuning.tune_helpers import TuneWorld, write_tune_spec
 from evolve.cli import main
 from evolve.simulator.metrics import MetricSummary
 from evolve.simulator.run_dir import RunLayout
-from evolve.tuning import load_tune_spec, run_tuning
+from evolve.tuning import load_study_spec, run_study
 
 GRID = 'sampler = "grid"\n[tuning.parameters]\nupdate_every = [2, 4]\nshort_term_len = [0, 4]'
 
@@ -19,8 +19,8 @@ GRID = 'sampler = "grid"\n[tuning.parameters]\nupdate_every = [2, 4]\nshort_term
 def test_compare_reads_the_live_study_and_plots_its_heatmap(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     spec_path = write_tune_spec(tmp_path / "spec", f'trials = 2\nheldout = "none"\n{GRID}')
-    spec = load_tune_spec(spec_path)
-    run_tuning(spec, TuneWorld().lms, runs_dir="runs", upper_bound_cache=tmp_path / "ub")
+    spec = load_study_spec(spec_path)
+    run_study(spec, TuneWorld().lms, runs_dir="runs", upper_bound_cache=tmp_path / "ub")
     # Another worker adds a trial the local snapshot (tuning.json) never saw.
     study = optuna.load_study(study_name="tune", storage=spec.storage_url())
     study.enqueue_trial({"update_every": 4, "short_term_len": 4})
@@ -54,7 +54,7 @@ def test_compare_names_the_missing_study(tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
     assert not (tmp_path / "optuna.db").exists()
     # A storage holding another study: the error names the studies there (exit 2).
-    optuna.create_study(study_name="other", storage=load_tune_spec(spec_path).storage_url())
+    optuna.create_study(study_name="other", storage=load_study_spec(spec_path).storage_url())
     assert main(["compare", str(spec_path), "--study-name", "nope"]) == 2
     err = capsys.readouterr().err
     assert "no study 'nope'" in err and "studies there: other" in err

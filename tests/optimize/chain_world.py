@@ -16,7 +16,7 @@ from optimize.evolve_helpers import SCHEMA, make_item, output_fields, reflector_
 from scripted_lm import ScriptedLM, scripted_role_lms
 
 from evolve.config import load_spec
-from evolve.optimize import run_experiment
+from evolve.optimize import evolve_policy
 from evolve.simulator.environment import Environment, save_environment
 
 SIGNATURES = {"user-0": "Alice", "user-1": "Bob"}
@@ -113,7 +113,7 @@ class World:
 
 
 def run(directory: Path, world: World, spec: Path):
-    return run_experiment(
+    return evolve_policy(
         load_spec(spec),
         world.lms,
         runs_dir=directory / "runs",

@@ -42,7 +42,7 @@ from scripted_lm import ScriptedCall, ScriptedLM, scripted_role_lms
 
 import memory_policies
 from evolve.config import load_spec
-from evolve.optimize import chain, run_experiment
+from evolve.optimize import chain, evolve_policy
 from evolve.optimize.feedback import Feedback
 from evolve.simulator.environment import Environment, save_environment
 from evolve.simulator.runner import EpisodeConfig, run_evaluation
@@ -167,7 +167,7 @@ def gap_closed(
     directory = root / f"{label or feedback}-{seed}"
     directory.mkdir()
     seen: list[str] = []
-    result = run_experiment(
+    result = evolve_policy(
         load_spec(write_world(directory, feedback, seed)),
         world_lms(seen),
         runs_dir=directory / "runs",

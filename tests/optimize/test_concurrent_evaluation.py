@@ -197,7 +197,7 @@ def run_final_heldout(tmp_path: Path, concurrency: int, monkeypatch) -> tuple[An
     from optimize.evolve_helpers import World, write_spec
 
     from evolve.config import load_spec
-    from evolve.optimize import run_experiment
+    from evolve.optimize import evolve_policy
 
     batches: list[list[tuple[str, str]]] = []
     run_jobs = AMemGymAdapter.run_jobs
@@ -218,7 +218,7 @@ def run_final_heldout(tmp_path: Path, concurrency: int, monkeypatch) -> tuple[An
     )
     text = spec.read_text().replace("concurrency = 1", f"concurrency = {concurrency}")
     spec.write_text(text)
-    result = run_experiment(
+    result = evolve_policy(
         load_spec(spec), World().lms, runs_dir=tmp_path / "runs", upper_bound_cache=tmp_path / "ub"
     )
     return result, batches

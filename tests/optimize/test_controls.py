@@ -19,7 +19,7 @@ from optimize.noise_world import BASE_TYPES, TRAIN, NoiseWorld
 from scripted_lm import ScriptedLM
 
 from evolve.config import load_spec, resolve
-from evolve.optimize import run_experiment
+from evolve.optimize import evolve_policy
 from evolve.optimize.feedback import BLIND_FEEDBACK
 from evolve.optimize.gepa_adapter import AMemGymAdapter
 from evolve.optimize.gepa_engine import GepaSettings, run_gepa
@@ -179,7 +179,7 @@ def test_none_with_numeric_parameters_never_calls_the_reflector(evaluations, tmp
 
 
 def run(tmp_path: Path, world: World, spec: Path):
-    return run_experiment(
+    return evolve_policy(
         load_spec(spec), world.lms, runs_dir=tmp_path / "runs", upper_bound_cache=tmp_path / "ub"
     )
 

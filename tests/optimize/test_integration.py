@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from evolve.config import spec_from_dict
-from evolve.optimize import CandidateStatus, format_table, run_experiment
+from evolve.optimize import CandidateStatus, evolve_policy, format_table
 
 
 @pytest.mark.integration
@@ -28,7 +28,7 @@ def test_one_reflective_generation_on_the_embedded_model(tmp_path, role_lms_embe
             "tracking": {"enabled": False},
         }
     )
-    result = run_experiment(
+    result = evolve_policy(
         spec, role_lms_embedded, runs_dir=tmp_path / "runs", upper_bound_cache=tmp_path / "ub"
     )
     print(format_table(result))

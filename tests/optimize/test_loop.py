@@ -11,12 +11,12 @@ from optimize.evolve_helpers import MARKER, World, make_agent, reflector, write_
 
 from evolve.config import load_spec
 from evolve.errors import ResumeMismatchError
-from evolve.optimize import CandidateStatus, ExperimentDir, run_experiment
+from evolve.optimize import CandidateStatus, ExperimentDir, evolve_policy
 from evolve.optimize.parameters import ParameterProposer
 
 
 def run(tmp_path, world, spec_path, **kwargs):
-    return run_experiment(
+    return evolve_policy(
         load_spec(spec_path),
         world.lms,
         runs_dir=tmp_path / "runs",

@@ -14,7 +14,7 @@ from optimize.evolve_helpers import World, write_spec
 
 from evolve.config import load_spec
 from evolve.errors import ConfigError
-from evolve.optimize import CandidateStatus, run_experiment
+from evolve.optimize import CandidateStatus, evolve_policy
 from evolve.optimize.operators import OPERATORS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,7 +57,7 @@ def test_a_registered_operator_is_selected_by_the_spec_and_its_proposals_recorde
     tmp_path, drop_line
 ):
     world = World()
-    result = run_experiment(
+    result = evolve_policy(
         load_spec(operator_spec(tmp_path, '["drop_line"]')),
         world.lms,
         runs_dir=tmp_path / "runs",
@@ -81,6 +81,6 @@ def test_an_unknown_operator_is_refused_before_any_llm_call(tmp_path):
     world = World()
     spec = load_spec(operator_spec(tmp_path, '["no_such_operator", "reflective"]'))
     with pytest.raises(ConfigError, match="no_such_operator.*registered: .*reflective"):
-        run_experiment(spec, world.lms, runs_dir=tmp_path / "runs", upper_bound_cache=tmp_path)
+        evolve_policy(spec, world.lms, runs_dir=tmp_path / "runs", upper_bound_cache=tmp_path)
     assert world.calls() == {"agent": 0, "reflector": 0, "simulator": 0}
     assert not (tmp_path / "runs").exists()

@@ -10,8 +10,8 @@ from tuning.tune_helpers import BEST, TuneWorld
 
 from evolve.config import load_spec
 from evolve.errors import ConfigError
-from evolve.optimize import CandidateStatus, ExperimentDir, run_experiment
-from evolve.tune import OptunaParameterProposer
+from evolve.optimize import CandidateStatus, ExperimentDir, evolve_policy
+from evolve.tuning import OptunaParameterProposer
 
 PROPOSER_OPTIMIZER = """
     generations = 6
@@ -44,7 +44,7 @@ TUNE_BASE_POLICY = """
 
 def run(directory, spec_path, world=None, **kwargs):
     world = world or TuneWorld()
-    result = run_experiment(
+    result = evolve_policy(
         load_spec(spec_path),
         world.lms,
         runs_dir=directory / "runs",

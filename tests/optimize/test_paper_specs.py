@@ -116,11 +116,11 @@ def test_paper_specs_sample_the_simulated_user_and_limit_replies_as_the_referenc
     """The reference's simulator config: temperature 0.2; its agent config: max_tokens 8192.
     The shipped specs leave max_tokens unset so that the protocol's 8192 applies."""
     from evolve.llm import build_lm, protocol_llm_config
-    from evolve.tuning import load_tune_spec
+    from evolve.tuning import load_study_spec
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")  # build_lm resolves the key; no call
     data = tomllib.loads(path.read_text(encoding="utf-8"))
-    llm = load_tune_spec(path).llm if "tuning" in data else spec_from_dict(data).llm
+    llm = load_study_spec(path).llm if "tuning" in data else spec_from_dict(data).llm
     assert "max_tokens" not in data["llm"]["default"]
     config = protocol_llm_config(llm, "paper")
     simulator = build_lm(config.endpoint_for("simulator"))

@@ -23,7 +23,7 @@ from evolve.optimize.operators import build_operator
 from evolve.optimize.parameters import RandomStepProposer
 from evolve.simulator.environment import Environment
 from evolve.simulator.runner import EpisodeConfig
-from evolve.tune import IntRange, OptunaParameterProposer
+from evolve.tuning import IntRange, OptunaParameterProposer
 
 PEAK = 2
 BOUNDS = {"update_every": IntRange(low=1, high=6)}

@@ -35,7 +35,7 @@ def write_small_environment(path: Path, users: int = 2) -> Path:
     return path
 
 
-# A tuning spec over `write_small_environment(<spec dir>/env.json)`: 2 grid trials.
+# A study spec over `write_small_environment(<spec dir>/env.json)`: 2 grid trials.
 TUNE_SPEC = """
 name = "tiny-tune"
 seed = 0
@@ -176,7 +176,7 @@ def run_in_process(home: Path, *args: str) -> int:
             os.environ[CACHE_DIR_ENV] = previous
 
 
-# The [environment] of a tuning spec over `write_tune_spec`'s env.json with one train user.
+# The [environment] of a study spec over `write_tune_spec`'s env.json with one train user.
 ONE_TRAIN_USER = 'file = "env.json"\ntrain_users = 1\nheldout_users = 1'
 
 

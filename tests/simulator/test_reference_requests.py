@@ -25,6 +25,7 @@ from stub_server import StubServer
 from evolve.api import run_experiment
 from evolve.cli import main
 from evolve.config import ExperimentSpec, spec_from_dict
+from evolve.paper_deviations import read_deviations
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "tests" / "fixtures" / "reference_output"
@@ -102,7 +103,7 @@ def our_requests(tmp_path_factory) -> list[dict[str, Any]]:
 def test_every_role_sees_what_the_reference_shows_or_a_kept_deviation_says_why(our_requests):
     ours = reduction.summarize(our_requests)
     theirs = reduction.summarize(load(FIXTURE / "reference_requests.json"))
-    deviations = reduction.load_deviations(DEVIATIONS)
+    deviations = read_deviations(DEVIATIONS)
     differences = reduction.compare(ours, theirs, deviations)
     undocumented = [d.describe() for d in differences if d.covered_by is None]
     assert not undocumented, "undocumented differences from the reference:\n" + "\n".join(
@@ -140,6 +141,25 @@ def _summary(items_by_key: dict[str, list[str]]) -> dict[str, dict[str, Any]]:
     }
 
 
+def _row(identifier: str, status: str, **lists: list[str]) -> str:
+    """One `[[deviation]]` row of a scratch table, valid for `read_deviations`."""
+    fields = "".join(f"{key} = {json.dumps(values)}\n" for key, values in lists.items())
+    return (
+        f'[[deviation]]\nid = "{identifier}"\nstatus = "{status}"\n{fields}'
+        'ours = "o"\nreference = "r"\nwhy = "w"\naffects = "a"\n'
+    )
+
+
+def test_a_scratch_table_is_checked_as_the_packaged_one_is(tmp_path):
+    table = tmp_path / "deviations.toml"
+    table.write_text(_row("user-sees-state", "kept", roles=["user"], items=["state"]))
+    with pytest.raises(ValueError, match=r"deviations\.toml: deviation user-sees-state: id"):
+        read_deviations(table)
+    table.write_text(_row("unknown_item", "kept", roles=["user"], items=["mood"]))
+    with pytest.raises(ValueError, match="unknown item"):
+        read_deviations(table)
+
+
 def test_an_undocumented_difference_names_role_item_ours_and_theirs(tmp_path):
     ours = _summary({"user/native/user": ["profile", "schema", "state"]})
     theirs = _summary({"user/native/user": ["profile", "schema"]})
@@ -148,31 +168,26 @@ def test_an_undocumented_difference_names_role_item_ours_and_theirs(tmp_path):
     assert difference.describe() == ("role user/native/user: state: ours True, reference False")
     table = tmp_path / "deviations.toml"
     table.write_text(
-        '[[deviation]]\nid = "user-sees-state"\nstatus = "kept"\nroles = ["user"]\n'
-        'items = ["state"]\n'
-        '[[deviation]]\nid = "history"\nstatus = "closed"\nroles = ["native"]\n'
-        'items = ["state"]\n'
+        _row("user_sees_state", "kept", roles=["user"], items=["state"])
+        + _row("history", "closed", roles=["native"], items=["state"])
     )
-    (covered,) = reduction.compare(ours, theirs, reduction.load_deviations(table))
-    assert covered.covered_by == "user-sees-state"
+    (covered,) = reduction.compare(ours, theirs, read_deviations(table))
+    assert covered.covered_by == "user_sees_state"
     # A closed row is history: it covers nothing, and a row of another role neither.
     ours = _summary({"native/native/reply": ["state"]})
     theirs = _summary({"native/native/reply": []})
-    (uncovered,) = reduction.compare(ours, theirs, reduction.load_deviations(table))
+    (uncovered,) = reduction.compare(ours, theirs, read_deviations(table))
     assert uncovered.covered_by is None
 
 
 def test_a_row_naming_policies_covers_only_their_runs(tmp_path):
     table = tmp_path / "deviations.toml"
-    table.write_text(
-        '[[deviation]]\nid = "awe-store"\nstatus = "kept"\nroles = ["probe"]\n'
-        'items = ["memory"]\npolicies = ["awe"]\n'
-    )
+    table.write_text(_row("awe_store", "kept", roles=["probe"], items=["memory"], policies=["awe"]))
     ours = _summary({"probe/awe/probe": ["memory"], "probe/awi/probe": []})
     theirs = _summary({"probe/awe/probe": [], "probe/awi/probe": ["memory"]})
-    found = reduction.compare(ours, theirs, reduction.load_deviations(table))
+    found = reduction.compare(ours, theirs, read_deviations(table))
     assert {d.key: d.covered_by for d in found} == {
-        "probe/awe/probe": "awe-store",
+        "probe/awe/probe": "awe_store",
         "probe/awi/probe": None,
     }
 
@@ -190,11 +205,8 @@ def test_every_row_of_the_deviation_table_uses_the_vocabulary():
     roles |= {"embedder"}
     items = set(reduction.ITEMS) | set(reduction.PARAMETERS)
     items |= {"feedback", "model", "embedding_model", "parsing", "calls"}
-    rows = tomllib.loads(DEVIATIONS.read_text(encoding="utf-8"))["deviation"]
-    assert len({row["id"] for row in rows}) == len(rows)
+    rows = read_deviations(DEVIATIONS)  # valid rows, unique ids
     for row in rows:
-        assert row["status"] in ("kept", "closed"), row["id"]
-        assert set(row["roles"]) <= roles, row["id"]
-        assert set(row["items"]) <= items, row["id"]
-        assert all(row.get(k) for k in ("ours", "reference", "why", "affects")), row["id"]
-        assert set(row.get("policies", [])) <= {*reduction.POLICIES, "awi-evolve"}, row["id"]
+        assert set(row.roles) <= roles, row.id
+        assert set(row.items) <= items, row.id
+        assert set(row.policies) <= {*reduction.POLICIES, "awi-evolve"}, row.id

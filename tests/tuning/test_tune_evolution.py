@@ -9,8 +9,8 @@ from optuna.trial import TrialState
 from tuning.tune_helpers import BEST, TuneWorld
 
 from evolve.config import load_spec, resolve
-from evolve.optimize import run_experiment
-from evolve.tune import IntRange, OptunaParameterProposer, tune_best_candidate
+from evolve.optimize import evolve_policy
+from evolve.tuning import IntRange, OptunaParameterProposer, tune_best_candidate
 
 BOUNDS = {
     "update_every": IntRange(low=1, high=8),
@@ -70,7 +70,7 @@ def test_the_evolution_loop_runs_with_the_optuna_proposer(tmp_path):
         return made[-1]
 
     world = TuneWorld()
-    result = run_experiment(
+    result = evolve_policy(
         spec,
         world.lms,
         runs_dir=tmp_path / "runs",

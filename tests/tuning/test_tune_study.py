@@ -1,4 +1,4 @@
-"""Optuna tuning (`evolve.tune`) with a scripted agent whose score depends on the parameters:
+"""Optuna tuning (`evolve.tuning`) with a scripted agent whose score depends on the parameters:
 specs, the study finding the one best setting, pruning, MLflow, cost objective, resume,
 budget, the memory-score fallback and the `evolve tune` command."""
 
@@ -26,7 +26,7 @@ from evolve.errors import ConfigError, ResumeMismatchError
 from evolve.objective import objective_value
 from evolve.optimize.feedback import load_period_results
 from evolve.simulator.metrics import summarize_periods
-from evolve.tune import format_result, load_tune_spec, resolve_tuning, run_tuning
+from evolve.tuning import format_result, load_study_spec, resolve_tuning, run_study
 from evolve.tuning.layout import TuningDir
 from evolve.tuning.readback import render_tuning_dir, render_tuning_experiment, tuning_dir_for
 from evolve.tuning.storage import open_storage, prepare_storage_directory
@@ -36,7 +36,7 @@ EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 
 
 def test_spec_defaults_shorthands_and_grid_size(tmp_path):
-    spec = load_tune_spec(
+    spec = load_study_spec(
         write_tune_spec(tmp_path, f'pruner = "median"\n{GRID}', name="grid-study")
     )
     assert spec.tuning.pruner.kind == "median" and spec.tuning.pruner.n_startup_trials == 2
@@ -45,7 +45,7 @@ def test_spec_defaults_shorthands_and_grid_size(tmp_path):
     resolved = resolve_tuning(spec)
     assert resolved.space == {"update_every": [2, 4, 8], "short_term_len": [0, 4, 8]}
     assert resolved.trials == 9 and resolved.notes == []
-    ranged = load_tune_spec(
+    ranged = load_study_spec(
         write_tune_spec(
             tmp_path / "r",
             "[tuning.parameters]\nupdate_every = { low = 1, high = 7, step = 3 }",
@@ -94,16 +94,16 @@ def test_spec_defaults_shorthands_and_grid_size(tmp_path):
 )
 def test_spec_errors_name_the_key_and_the_fix(tmp_path, tuning, message):
     with pytest.raises(ConfigError) as error:
-        load_tune_spec(write_tune_spec(tmp_path, tuning))
+        load_study_spec(write_tune_spec(tmp_path, tuning))
     assert message in str(error.value)
     assert "tune.toml" in str(error.value)
 
 
 def test_resolve_checks_parameters_against_the_policy_and_warns_about_pruning(tmp_path):
-    spec = load_tune_spec(write_tune_spec(tmp_path, "[tuning.parameters]\ntop_k = [10, 30]"))
+    spec = load_study_spec(write_tune_spec(tmp_path, "[tuning.parameters]\ntop_k = [10, 30]"))
     with pytest.raises(ConfigError, match="top_k exists for embedding-store policies only"):
         resolve_tuning(spec)
-    multi = load_tune_spec(
+    multi = load_study_spec(
         write_tune_spec(
             tmp_path / "m", f'objectives = ["memory_score", "tokens"]\npruner = "median"\n{GRID}'
         )
@@ -115,7 +115,7 @@ def test_resolve_checks_parameters_against_the_policy_and_warns_about_pruning(tm
 
 def test_an_evolution_spec_is_refused_with_a_pointer(tmp_path):
     with pytest.raises(ConfigError, match="evolution spec"):
-        load_tune_spec(EXPERIMENTS / "quickstart.toml")
+        load_study_spec(EXPERIMENTS / "quickstart.toml")
 
 
 def test_storage_urls_are_checked_and_redacted(tmp_path):
@@ -138,15 +138,15 @@ def test_a_storage_in_a_missing_directory_is_refused_unless_its_creation_is_aske
     missing = tmp_path / "no" / "such" / "dir"
     spec_path = write_tune_spec(tmp_path, f"storage = '{form.format(missing)}'\n{GRID}")
     with pytest.raises(ConfigError, match=f"its directory {missing} does not exist"):
-        resolve_tuning(load_tune_spec(spec_path))
+        resolve_tuning(load_study_spec(spec_path))
     assert not (tmp_path / "no").exists()
     # Asked for by the command's flag or by the spec's key, the tree is made.
-    resolve_tuning(load_tune_spec(spec_path), create_storage_dir=True)
+    resolve_tuning(load_study_spec(spec_path), create_storage_dir=True)
     assert missing.is_dir()
     missing.rmdir()
     text = spec_path.read_text().replace("[tuning]\n", "[tuning]\ncreate_storage_dir = true\n")
     spec_path.write_text(text)
-    resolve_tuning(load_tune_spec(spec_path))
+    resolve_tuning(load_study_spec(spec_path))
     assert missing.is_dir()
 
 
@@ -157,11 +157,11 @@ def test_the_default_storage_directory_is_made_and_a_root_path_is_refused(
     monkeypatch.chdir(tmp_path)
     # Named by the user, even the default location must exist ...
     with pytest.raises(ConfigError, match="mlruns does not exist"):
-        resolve_tuning(load_tune_spec(spec_path))
+        resolve_tuning(load_study_spec(spec_path))
     # ... while the default, chosen by the toolkit, is made.
     default = spec_path.read_text().replace("storage = 'sqlite:///mlruns/optuna.db'", "")
     spec_path.write_text(default)
-    assert resolve_tuning(load_tune_spec(spec_path)).storage_url == "sqlite:///mlruns/optuna.db"
+    assert resolve_tuning(load_study_spec(spec_path)).storage_url == "sqlite:///mlruns/optuna.db"
     assert (tmp_path / "mlruns").is_dir()
     # The command: one line, exit 2, before any LLM call (the endpoint does not exist).
     unreachable = ["--base-url", "http://127.0.0.1:9/v1", "--model", "stub"]
@@ -216,9 +216,9 @@ def test_trials_are_tracked_in_mlflow_under_the_study_parent_run(tmp_path):
         tracking=f'tracking_uri = "{uri}"\nexperiment_name = "tune-test"\ntraces = "heldout"',
     )
     from evolve.tracking import mlflow_client
-    from evolve.tune import study_tracker_for
+    from evolve.tuning import study_tracker_for
 
-    spec = load_tune_spec(spec_path)
+    spec = load_study_spec(spec_path)
     result, _ = tune(tmp_path, spec_path, spec=spec, tracker=study_tracker_for(spec))
     client = mlflow_client(uri)
     experiment = client.get_experiment_by_name("tune-test")
@@ -307,7 +307,7 @@ def test_resume_runs_only_the_missing_trials_and_guards_the_configuration(tmp_pa
     again, world2 = tune(tmp_path, spec_path)
     assert again.finished_trials == 3 and len(world2.agent.calls) == 0
     assert [r.parameters for r in again.trials] == [r.parameters for r in first.trials]
-    spec = load_tune_spec(spec_path)
+    spec = load_study_spec(spec_path)
     more, world3 = tune(tmp_path, spec_path, spec=resolve_tuning(spec, trials=5))
     assert [r.number for r in more.trials] == [0, 1, 2, 3, 4]
     assert len(world3.agent.calls) < calls  # two new trials and one held-out check
@@ -437,7 +437,7 @@ def test_tune_quick_runs_end_to_end_on_scripted_lms(tmp_path, monkeypatch, injec
     assert inject[0].needs_embedded_server()  # the quick spec names no endpoint
     assert (tmp_path / "mlruns" / "optuna.db").is_file()
     assert (tmp_path / "mlruns" / "mlflow.db").is_file()
-    name = load_tune_spec(spec).name
+    name = load_study_spec(spec).name
     result = TuningDir(tmp_path / "runs" / name).load_result()
     assert result.complete and result.finished_trials == result.requested_trials
     # Rerunning resumes: nothing left to do, the same table.
@@ -470,7 +470,7 @@ def test_tune_quick_runs_end_to_end_on_scripted_lms(tmp_path, monkeypatch, injec
 
 
 def test_paper_grid_spec_is_valid_and_names_a_hosted_endpoint():
-    spec = load_tune_spec(EXPERIMENTS / "tune_paper_grid.toml")
+    spec = load_study_spec(EXPERIMENTS / "tune_paper_grid.toml")
     assert spec.policy.kind == "external" and spec.environment.preset == "v1.base"
     assert spec.tuning.grid() == {
         "update_every": [2, 4, 8],
@@ -497,9 +497,9 @@ def test_tuning_on_the_embedded_model(tmp_path, role_lms_embedded):
     spec_path = tmp_path / "quick.toml"
     text = (EXPERIMENTS / "tune_quick.toml").read_text()
     spec_path.write_text(text)
-    spec = load_tune_spec(spec_path)
+    spec = load_study_spec(spec_path)
     resolved = resolve_tuning(spec, trials=1, storage=f"sqlite:///{tmp_path / 'optuna.db'}")
-    result = run_tuning(
+    result = run_study(
         resolved, role_lms_embedded, runs_dir=tmp_path / "runs", upper_bound_cache=tmp_path / "ub"
     )
     assert result.finished_trials == 1

@@ -17,12 +17,12 @@ from tuning.tune_helpers import write_tune_spec
 from evolve.tracking import PARENT_RUN_TAG, TAG_KIND, mlflow_client
 from evolve.tracking import study as tuning_tracking
 from evolve.tuning.records import TrialRecord
-from evolve.tuning.spec import load_tune_spec
+from evolve.tuning.spec import load_study_spec
 from evolve.tuning.tracking import KIND_TUNING, MLflowStudyTracker, StudyContext
 
 
 def _context(tmp_path: Path) -> StudyContext:
-    spec = load_tune_spec(
+    spec = load_study_spec(
         write_tune_spec(
             tmp_path,
             """

@@ -10,7 +10,7 @@ from optuna.distributions import CategoricalDistribution
 from tuning.tune_helpers import PAPER_GRID, TuneWorld, write_tune_spec
 
 from evolve.cli import main
-from evolve.tuning import TuneProgress, load_tune_spec, resolve_tuning, run_tuning
+from evolve.tuning import TuneProgress, load_study_spec, resolve_tuning, run_study
 
 GRID = f'sampler = "grid"\n[tuning.parameters]\n{PAPER_GRID}'
 
@@ -33,10 +33,10 @@ def _study_with_a_trial_running_elsewhere(tmp_path):
         tmp_path,
         f'storage = "journal:{journal}"\nheartbeat_grace_s = 4\nheldout = "best"\n{GRID}',
     )
-    spec = load_tune_spec(spec_path)
+    spec = load_study_spec(spec_path)
     world = TuneWorld()
     run = {"runs_dir": tmp_path / "runs", "upper_bound_cache": tmp_path / "ub"}
-    run_tuning(resolve_tuning(spec, trials=1), world.lms, **run, worker_only=True)
+    run_study(resolve_tuning(spec, trials=1), world.lms, **run, worker_only=True)
     study = optuna.load_study(
         study_name="tune", storage=JournalStorage(JournalFileBackend(str(journal)))
     )
@@ -55,7 +55,7 @@ def test_wait_holds_the_held_out_check_until_other_workers_finish(tmp_path):
     outcome = {}
 
     def main_invocation() -> None:
-        outcome["result"] = run_tuning(
+        outcome["result"] = run_study(
             resolve_tuning(spec, trials=2), world.lms, **run, progress=progress, wait=True
         )
 
@@ -73,7 +73,7 @@ def test_wait_holds_the_held_out_check_until_other_workers_finish(tmp_path):
 
 def test_without_wait_the_note_says_to_rerun_with_wait(tmp_path):
     spec, world, run, _study, other = _study_with_a_trial_running_elsewhere(tmp_path)
-    result = run_tuning(resolve_tuning(spec, trials=2), world.lms, **run)
+    result = run_study(resolve_tuning(spec, trials=2), world.lms, **run)
     assert not result.heldout and not result.complete
     assert any("rerun evolve tune with --wait" in note for note in result.notes)
     assert result.trial(other.number).state == "running"

@@ -1,4 +1,4 @@
-"""A scripted world whose score depends on the numeric policy parameters, and tuning specs.
+"""A scripted world whose score depends on the numeric policy parameters, and study specs.
 
 The environment is the optimizer tests' (values named verbatim in the messages; period 0
 has 2 sessions, periods 1 and 2 one each; with 2 rounds in period 0 and 1 afterwards a user
@@ -28,7 +28,7 @@ from optimize.evolve_helpers import SCHEMA, _latest_option, output_fields, secti
 from optimize.evolve_helpers import write_environment as write_environment  # re-export
 from scripted_lm import ScriptedLM, scripted_role_lms
 
-from evolve.tune import load_tune_spec, run_tuning
+from evolve.tuning import load_study_spec, run_study
 
 TARGET_BATCH = 4
 MAX_CONVERSATION = 4
@@ -94,7 +94,7 @@ def write_tune_spec(
     seed: int = 7,
     **tables: str,
 ) -> Path:
-    """A tuning spec next to an environment file; `tables` replace the default tables.
+    """A study spec next to an environment file; `tables` replace the default tables.
 
     The study storage defaults to a sqlite file in `directory`.
     """
@@ -128,8 +128,8 @@ def tune(tmp_path: Path, spec_path: Path, world: TuneWorld | None = None, **kwar
     """Run (or resume) the study of `spec_path` under `tmp_path` with scripted LMs; returns
     (result, world). `spec=` passes an already loaded spec instead of reading the file."""
     world = world or TuneWorld()
-    result = run_tuning(
-        kwargs.pop("spec", None) or load_tune_spec(spec_path),
+    result = run_study(
+        kwargs.pop("spec", None) or load_study_spec(spec_path),
         world.lms,
         runs_dir=tmp_path / "runs",
         upper_bound_cache=tmp_path / "ub",

@@ -15,13 +15,13 @@ sys.path[:0] = [str(_ROOT / "tests"), str(_ROOT)]
 
 from tuning.tune_helpers import TuneWorld  # noqa: E402
 
-from evolve.tuning import load_tune_spec, run_tuning  # noqa: E402
+from evolve.tuning import load_study_spec, run_study  # noqa: E402
 
 
 def main(spec: str, runs_dir: str, cache: str) -> int:
     world = TuneWorld(delay_s=0.01)
-    result = run_tuning(
-        load_tune_spec(spec),
+    result = run_study(
+        load_study_spec(spec),
         world.lms,
         runs_dir=runs_dir,
         upper_bound_cache=cache,

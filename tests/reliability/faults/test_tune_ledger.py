@@ -34,7 +34,7 @@ from stub_server import StubServer
 from tuning.tune_helpers import GRID, TuneWorld, write_tune_spec
 
 from evolve.files import safe_name
-from evolve.tuning import load_tune_spec, run_tuning
+from evolve.tuning import load_study_spec, run_study
 
 CONCURRENCY = 1  # write_tune_spec's `concurrency`: calls in flight at most
 SPEND_LINE = re.compile(r"^spend: (\d+) LLM calls, (\d+) tokens", re.M)
@@ -111,7 +111,7 @@ def test_the_budget_counts_the_calls_of_a_killed_trial(tmp_path):
     spec_path = write_tune_spec(
         tmp_path, f'trials = 2\nheldout = "none"\n{GRID}', body="[budget]\nmax_llm_calls = 5\n"
     )
-    spec = load_tune_spec(spec_path)
+    spec = load_study_spec(spec_path)
     # What a killed worker left behind: a trial failed by its stale heartbeat, and the
     # journal of the calls it made before the kill.
     study = optuna.create_study(
@@ -130,7 +130,7 @@ def test_the_budget_counts_the_calls_of_a_killed_trial(tmp_path):
             wall_time_s=0.1,
         )
     world = TuneWorld()
-    result = run_tuning(
+    result = run_study(
         spec, world.lms, runs_dir=tmp_path / "runs", upper_bound_cache=tmp_path / "ub"
     )
     assert result.stopped and "max_llm_calls = 5" in result.stopped
@@ -145,14 +145,14 @@ def test_every_call_is_journaled_once_by_the_process_or_trial_that_made_it(tmp_p
     trial's file; the study's total is the sum over every file and matches the LMs' calls."""
     from evolve.tuning.spend import StudySpendJournals
 
-    spec = load_tune_spec(
+    spec = load_study_spec(
         write_tune_spec(tmp_path, f'trials = 2\nheldout = "best"\n{GRID}'),
     )
     world = TuneWorld()
     run = {"runs_dir": tmp_path / "runs", "upper_bound_cache": tmp_path / "ub"}
-    worker = run_tuning(spec, world.lms, **run, worker_only=True)  # trials + upper bound
+    worker = run_study(spec, world.lms, **run, worker_only=True)  # trials + upper bound
     assert worker.finished_trials == 2
-    main = run_tuning(spec, world.lms, **run)  # held-out check only
+    main = run_study(spec, world.lms, **run)  # held-out check only
     made = len(world.agent.calls) + len(world.simulator.calls)
     journals = StudySpendJournals(tmp_path / "runs" / "tune", "tune")
     names = sorted(path.name for path in journals.files())

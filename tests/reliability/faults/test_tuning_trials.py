@@ -32,7 +32,7 @@ from stub_server import StubServer
 from tuning.tune_helpers import GRID, TuneWorld, write_tune_spec
 
 from evolve.errors import ConfigError
-from evolve.tuning import load_tune_spec, resolve_tuning, run_tuning
+from evolve.tuning import load_study_spec, resolve_tuning, run_study
 from evolve.tuning.records import trial_records
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -92,7 +92,7 @@ def test_grid_points_enqueued_twice_are_evaluated_once(tmp_path):
 
     requested = 4
     spec_path = write_tune_spec(tmp_path, f'trials = {requested}\nheldout = "none"\n{GRID}')
-    spec = load_tune_spec(spec_path)
+    spec = load_study_spec(spec_path)
     study = optuna.create_study(
         storage=f"sqlite:///{tmp_path / 'optuna.db'}", study_name="tune", direction="maximize"
     )
@@ -100,7 +100,7 @@ def test_grid_points_enqueued_twice_are_evaluated_once(tmp_path):
         for point in grid_order(spec.tuning.grid(), spec.seed)[:requested]:
             study.enqueue_trial(point, user_attrs={GRID_POINT_ATTR: point})
     world = TuneWorld()
-    result = run_tuning(
+    result = run_study(
         spec, world.lms, runs_dir=tmp_path / "runs", upper_bound_cache=tmp_path / "ub"
     )
     assert result.complete and result.finished_trials == requested
@@ -122,13 +122,13 @@ def test_grid_points_enqueued_twice_are_evaluated_once(tmp_path):
 )
 def test_heartbeat_grace_is_validated(tmp_path, value, message):
     with pytest.raises(ConfigError, match=message):
-        load_tune_spec(write_tune_spec(tmp_path, f"heartbeat_grace_s = {value}\n{GRID}"))
+        load_study_spec(write_tune_spec(tmp_path, f"heartbeat_grace_s = {value}\n{GRID}"))
 
 
 def test_heartbeat_grace_is_configurable_with_a_default(tmp_path):
-    spec = load_tune_spec(write_tune_spec(tmp_path, f"heartbeat_grace_s = 5\n{GRID}"))
+    spec = load_study_spec(write_tune_spec(tmp_path, f"heartbeat_grace_s = 5\n{GRID}"))
     assert spec.tuning.heartbeat_grace_s == 5
-    default = load_tune_spec(write_tune_spec(tmp_path / "d", GRID))
+    default = load_study_spec(write_tune_spec(tmp_path / "d", GRID))
     assert 2 <= default.tuning.heartbeat_grace_s <= 600
 
 
@@ -165,16 +165,16 @@ def test_fail_running_recovers_a_journal_study_left_running(tmp_path):
     spec_path = write_tune_spec(
         tmp_path, f'storage = "journal:{journal}"\ntrials = 2\nheldout = "none"\n{GRID}'
     )
-    spec = load_tune_spec(spec_path)
+    spec = load_study_spec(spec_path)
     world = TuneWorld()
     run = {"runs_dir": tmp_path / "runs", "upper_bound_cache": tmp_path / "ub"}
-    first = run_tuning(spec, world.lms, **run, worker_only=True)
+    first = run_study(spec, world.lms, **run, worker_only=True)
     assert first.finished_trials == 2
     # A worker that died mid-trial: one more trial stays RUNNING forever.
     storage = JournalStorage(JournalFileBackend(str(journal)))
     study = optuna.load_study(study_name="tune", storage=storage)
     orphan = study.ask({"update_every": optuna.distributions.CategoricalDistribution((2, 4, 8))})
-    more = run_tuning(
+    more = run_study(
         resolve_tuning(spec, trials=4), world.lms, **run, worker_only=True, fail_running=True
     )
     assert more.complete and more.finished_trials == 4
