@@ -1,6 +1,8 @@
 """The self-evolution loop: GEPA population schedule, per-period chain, operators, lineage."""
 
-from evolve.budget import Budget, BudgetExhausted, Spend
+from typing import Any
+
+from evolve.budget import Budget, BudgetExhausted
 from evolve.objective import objective_value
 from evolve.optimize import list_edit  # noqa: F401  (registers the list_edit operator)
 from evolve.optimize.feedback import Feedback, build_feedback, load_period_results
@@ -20,6 +22,7 @@ from evolve.records import (
     candidate_record,
     fingerprint,
 )
+from memory_policies.deprecation import warn_renamed
 
 __all__ = [
     "Budget",
@@ -37,7 +40,6 @@ __all__ = [
     "Proposal",
     "RandomStepProposer",
     "Reflector",
-    "Spend",
     "best_of",
     "build_feedback",
     "candidate_record",
@@ -49,3 +51,12 @@ __all__ = [
     "objective_value",
     "run_experiment",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Spend":
+        warn_renamed("evolve.optimize.Spend", "evolve.llm.Usage")
+        from evolve.llm.usage import Usage
+
+        return Usage
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -17,9 +17,10 @@ import dspy
 from dspy.utils.exceptions import AdapterParseError
 
 from evolve.errors import ToolkitError
+from evolve.llm.usage import Usage
 from evolve.seeds import derive_seed
 from evolve.simulator.synthesis.config import LLMSynthesisConfig
-from evolve.simulator.synthesis.report import Stage, StageUsage
+from evolve.simulator.synthesis.report import Stage
 
 if TYPE_CHECKING:
     from evolve.llm import RoleLMs
@@ -89,11 +90,11 @@ class StageCalls:
         self.user_id = user_id
         self.seed = seed
         self.stop = stop
-        self.pending: dict[str, StageUsage] = {}
+        self.pending: dict[str, Usage] = {}
         self.pending_refinements = 0
         self.profile_text = ""  # the user's profile as later stages are shown it
 
-    def take_pending(self) -> dict[str, StageUsage]:
+    def take_pending(self) -> dict[str, Usage]:
         pending, self.pending = self.pending, {}
         return pending
 
@@ -109,7 +110,7 @@ class StageCalls:
         )
         if temperature is not None:
             lm_config["temperature"] = temperature
-        usage = self.pending.setdefault(stage.value, StageUsage())
+        usage = self.pending.setdefault(stage.value, Usage())
         error: str | None = None
         prediction: dspy.Prediction | None = None
         with self.lms.context("simulator"), dspy.track_usage() as tracker:
@@ -119,8 +120,10 @@ class StageCalls:
                 error = one_line(exc)
             finally:
                 usage.calls += 1
+                served = sum(len(entries) for entries in tracker.usage_data.values())
+                if not served and (prediction is not None or error is not None):
+                    usage.cache_hits += 1  # answered, and DSPy's tracker saw no served call
                 for entries in tracker.usage_data.values():
-                    usage.billed_calls += len(entries)
                     for entry in entries:
                         usage.prompt_tokens += int(
                             entry.get("prompt_tokens", entry.get("input_tokens")) or 0
