@@ -125,6 +125,28 @@ class Usage(BaseModel):
 _STORED_KEYS = frozenset({"llm_calls", "tokens", "billed_calls"})
 
 
+def response_usage(usage: Mapping[str, object] | None) -> Usage:
+    """The tokens of one LM response, from the usage DSPy reports for it (OpenAI's names or
+    Anthropic's); no call is counted."""
+    usage = usage or {}
+    details = usage.get("prompt_tokens_details") or {}
+    return Usage(
+        prompt_tokens=_as_int(usage.get("prompt_tokens", usage.get("input_tokens"))),
+        prompt_tokens_cached=(
+            _as_int(details.get("cached_tokens")) if isinstance(details, Mapping) else 0
+        ),
+        completion_tokens=_as_int(usage.get("completion_tokens", usage.get("output_tokens"))),
+    )
+
+
+def tracked_usage(tracker: Any) -> Usage:
+    """The LM calls a `dspy.track_usage()` block saw, in the calling thread (so per user and
+    unit even when they run concurrently). DSPy's tracker sees only the calls the server
+    answered: `calls` counts those, and `cache_hits` stays 0."""
+    entries = [entry for found in tracker.usage_data.values() for entry in found]
+    return sum((response_usage(entry) for entry in entries), Usage(calls=len(entries)))
+
+
 def add_usage(target: dict[str, Usage], source: Mapping[str, Usage]) -> None:
     """Add a breakdown (name -> `Usage`) into another, in place."""
     for name, usage in source.items():
@@ -263,12 +285,9 @@ class UsageTracker:
     ) -> None:
         """Record one finished LM call; `requests_recorded`: its HTTP requests were recorded
         one by one (`request_started` / `request_ended`), so the call adds none."""
-        prompt = _as_int((usage or {}).get("prompt_tokens", (usage or {}).get("input_tokens")))
-        completion = _as_int(
-            (usage or {}).get("completion_tokens", (usage or {}).get("output_tokens"))
-        )
-        details = (usage or {}).get("prompt_tokens_details") or {}
-        reused = _as_int(details.get("cached_tokens")) if isinstance(details, Mapping) else 0
+        tokens = response_usage(usage)
+        prompt, completion = tokens.prompt_tokens, tokens.completion_tokens
+        reused = tokens.prompt_tokens_cached
         # DSPy reports empty usage exactly for responses served from its cache.
         cache_hit = not failed and not usage
         requests = 0 if requests_recorded or cache_hit else 1
@@ -317,7 +336,8 @@ class UsageTracker:
 
 
 def _as_int(value: object) -> int:
-    return value if isinstance(value, int) else 0
+    # Floats too: some servers report token counts as JSON numbers with a fraction part.
+    return int(value) if isinstance(value, int | float) else 0
 
 
 def __getattr__(name: str) -> Any:

@@ -156,3 +156,33 @@ def test_an_unknown_name_is_still_an_attribute_error():
 
     with pytest.raises(AttributeError):
         _ = evolve.llm.NoSuchUsage
+
+
+def test_the_old_module_of_tracked_usage_still_works_and_warns():
+    import sys
+
+    sys.modules.pop("evolve.simulator.run.usage", None)
+    with pytest.warns(RenamedWarning, match=r"evolve\.simulator\.run\.usage .*evolve\.llm\.usage"):
+        old = importlib.import_module("evolve.simulator.run.usage")
+    from evolve.llm.usage import tracked_usage
+
+    assert old.tracked_usage is tracked_usage
+
+
+def test_tracked_usage_counts_the_calls_dspy_saw_and_their_tokens():
+    from types import SimpleNamespace
+
+    from evolve.llm.usage import tracked_usage
+
+    tracker = SimpleNamespace(
+        usage_data={
+            "openai/a": [
+                {"prompt_tokens": 4, "completion_tokens": 1},
+                {"prompt_tokens": 2, "prompt_tokens_details": {"cached_tokens": 2}},
+            ],
+            "anthropic/b": [{"input_tokens": 3, "output_tokens": 5}],
+        }
+    )
+    assert tracked_usage(tracker) == Usage(
+        calls=3, prompt_tokens=9, prompt_tokens_cached=2, completion_tokens=6
+    )

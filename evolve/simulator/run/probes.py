@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import dspy
 
-from evolve.llm.usage import Usage
+from evolve.llm.usage import Usage, tracked_usage
 from evolve.simulator.baselines import random_score
 from evolve.simulator.metrics import Recall, check_variables, diagnose
 from evolve.simulator.records import (
@@ -29,7 +29,6 @@ from evolve.simulator.records import (
     VariableRecall,
 )
 from evolve.simulator.run.episode import EpisodeConfig, ProbeScope
-from evolve.simulator.run.usage import tracked_usage
 from memory_policies.presets import preset_rules
 
 if TYPE_CHECKING:

@@ -2,8 +2,10 @@
 checked call retried with its problems fed back, and a text refined until a classifier
 accepts it. Every stage of `evolve.simulator.synthesis.stages` goes through `StageCalls`.
 
-Tokens are counted per call in the calling thread (`dspy.track_usage`), which attributes
-them to the right user and stage even when users run concurrently.
+Tokens are counted per call in the calling thread (`evolve.llm.usage.tracked_usage`), which
+attributes them to the right user and stage even when users run concurrently. A stage's
+`Usage` counts predictor calls (`calls`), those the server never saw (`cache_hits`), and
+outputs that did not parse or failed validation (`parse_failures`, `rejected`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import dspy
 from dspy.utils.exceptions import AdapterParseError
 
 from evolve.errors import ToolkitError
-from evolve.llm.usage import Usage
+from evolve.llm.usage import Usage, tracked_usage
 from evolve.seeds import derive_seed
 from evolve.simulator.synthesis.config import LLMSynthesisConfig
 from evolve.simulator.synthesis.report import Stage
@@ -119,18 +121,13 @@ class StageCalls:
             except AdapterParseError as exc:
                 error = one_line(exc)
             finally:
+                served = tracked_usage(tracker)
                 usage.calls += 1
-                served = sum(len(entries) for entries in tracker.usage_data.values())
-                if not served and (prediction is not None or error is not None):
-                    usage.cache_hits += 1  # answered, and DSPy's tracker saw no served call
-                for entries in tracker.usage_data.values():
-                    for entry in entries:
-                        usage.prompt_tokens += int(
-                            entry.get("prompt_tokens", entry.get("input_tokens")) or 0
-                        )
-                        usage.completion_tokens += int(
-                            entry.get("completion_tokens", entry.get("output_tokens")) or 0
-                        )
+                if not served.calls and (prediction is not None or error is not None):
+                    usage.cache_hits += 1  # answered, and the server was never asked
+                usage.prompt_tokens += served.prompt_tokens
+                usage.prompt_tokens_cached += served.prompt_tokens_cached
+                usage.completion_tokens += served.completion_tokens
         if error is not None:
             usage.parse_failures += 1
         return prediction, error
