@@ -256,15 +256,14 @@ def spend_json(spend: Usage) -> dict[str, Any]:
     return {**spend.model_dump(mode="json"), "llm_calls": spend.requests, "tokens": spend.tokens}
 
 
-def spend_of(usage: Usage, *, wall_time_s: float = 0.0, unknown_outcome: int = 0) -> Usage:
-    """The part of `usage` a budget counts: requests (retries included; cache hits send none),
-    tokens, and the wall time and requests of unknown outcome given."""
+def spend_of(usage: Usage, *, wall_time_s: float) -> Usage:
+    """The part of `usage` a budget counts (requests, retries included: cache hits send none;
+    tokens), with the wall time given."""
     return Usage(
         requests=usage.requests,
         prompt_tokens=usage.prompt_tokens,
         completion_tokens=usage.completion_tokens,
         wall_time_s=wall_time_s,
-        unknown_outcome=unknown_outcome,
     )
 
 
