@@ -142,9 +142,12 @@ def response_usage(usage: Mapping[str, object] | None) -> Usage:
 def tracked_usage(tracker: Any) -> Usage:
     """The LM calls a `dspy.track_usage()` block saw, in the calling thread (so per user and
     unit even when they run concurrently). DSPy's tracker sees only the calls the server
-    answered: `calls` counts those, and `cache_hits` stays 0."""
+    answered: `calls` counts those, and `cache_hits` stays 0. The tokens a server reused from
+    its prompt cache are left out: they depend on how calls were scheduled, and a unit's record
+    must be the same at any concurrency (the per-role tracker has them)."""
     entries = [entry for found in tracker.usage_data.values() for entry in found]
-    return sum((response_usage(entry) for entry in entries), Usage(calls=len(entries)))
+    total = sum((response_usage(entry) for entry in entries), Usage(calls=len(entries)))
+    return total.model_copy(update={"prompt_tokens_cached": 0})
 
 
 def add_usage(target: dict[str, Usage], source: Mapping[str, Usage]) -> None:

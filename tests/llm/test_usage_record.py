@@ -183,6 +183,5 @@ def test_tracked_usage_counts_the_calls_dspy_saw_and_their_tokens():
             "anthropic/b": [{"input_tokens": 3, "output_tokens": 5}],
         }
     )
-    assert tracked_usage(tracker) == Usage(
-        calls=3, prompt_tokens=9, prompt_tokens_cached=2, completion_tokens=6
-    )
+    # Prompt-cache reuse depends on scheduling: not in a unit's record.
+    assert tracked_usage(tracker) == Usage(calls=3, prompt_tokens=9, completion_tokens=6)

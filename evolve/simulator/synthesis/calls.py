@@ -126,7 +126,6 @@ class StageCalls:
                 if not served.calls and (prediction is not None or error is not None):
                     usage.cache_hits += 1  # answered, and the server was never asked
                 usage.prompt_tokens += served.prompt_tokens
-                usage.prompt_tokens_cached += served.prompt_tokens_cached
                 usage.completion_tokens += served.completion_tokens
         if error is not None:
             usage.parse_failures += 1
