@@ -381,7 +381,11 @@ class Scenario:
         """LLM calls in the command's durable spend ledger (`ledger.json` and, where the
         checkout journals spend, its journal `spend.jsonl`); None when it keeps none."""
         spend = self._ledger()
-        return None if spend is None else int(spend.llm_calls)
+        if spend is None:
+            return None
+        # `requests` since spend is a `Usage`; a checkout from before names them `llm_calls`.
+        fields = getattr(type(spend), "model_fields", {})
+        return int(spend.requests if "requests" in fields else spend.llm_calls)
 
     def ledger_unknown(self) -> int:
         """Of the ledger's calls, those started with no outcome recorded (0 for a checkout

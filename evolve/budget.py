@@ -1,7 +1,9 @@
-"""Spend, its durable journal and budget limits: shared by evolution and tuning.
+"""Spend (a `Usage`), its durable journal, the one listener that journals it, and budget
+limits: shared by evolution and tuning.
 
-A leaf module: it imports nothing from evolve's packages at run time, so both engines can
-depend on it without depending on each other (no optimize <-> tuning import cycle).
+A leaf of the engines: at run time it imports only `evolve.llm.usage` (the lowest package), so
+both engines can depend on it without depending on each other (no optimize <-> tuning import
+cycle).
 """
 
 from __future__ import annotations
@@ -10,43 +12,24 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from pydantic import BaseModel
+from evolve.llm.usage import Usage
+from memory_policies.deprecation import warn_renamed
 
 if TYPE_CHECKING:
     from evolve.llm import RoleLMs
-    from evolve.llm.usage import UsageEvent
+    from evolve.llm.usage import UsageEvent, UsageTracker
 
 
-class Spend(BaseModel):
-    # Requests sent to the endpoints, retries included (what a server counts and bills);
-    # responses served from DSPy's cache cost nothing.
-    llm_calls: int = 0
-    tokens: int = 0
-    wall_time_s: float = 0.0
-    # Of `llm_calls`, those journaled as started with no outcome after: in flight when the
-    # process was killed (or still in flight now). Counted as spent: the server may have
-    # received and billed them.
-    unknown_outcome: int = 0
-
-    def plus(self, other: Spend) -> Spend:
-        return Spend(
-            llm_calls=self.llm_calls + other.llm_calls,
-            tokens=self.tokens + other.tokens,
-            wall_time_s=self.wall_time_s + other.wall_time_s,
-            unknown_outcome=self.unknown_outcome + other.unknown_outcome,
-        )
-
-    def describe(self) -> str:
-        """One line for reports: calls (and those whose outcome is unknown), tokens."""
-        unknown = (
-            f" ({self.unknown_outcome} started, outcome unknown: in flight at a kill)"
-            if self.unknown_outcome
-            else ""
-        )
-        return f"{self.llm_calls} LLM calls{unknown}, {self.tokens} tokens"
+def __getattr__(name: str) -> Any:
+    if name == "Spend":
+        warn_renamed("evolve.budget.Spend", "evolve.llm.usage.Usage")
+        return Usage
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class BudgetExhausted(Exception):
@@ -60,14 +43,14 @@ class BudgetExhausted(Exception):
 class Budget:
     """Spend so far (earlier invocations + this one) against the spec's limits.
 
-    With a `journal`, every request of every role is also appended to it as started before it
-    is sent and as finished or failed after (and every completed call with its tokens), so a
-    killed process leaves at worst requests of unknown outcome, counted as spent.
+    With a `journal`, a `SpendListener` appends every request of every role to it as started
+    before it is sent and as finished or failed after (and every completed call with its
+    tokens), so a killed process leaves at worst requests of unknown outcome, counted as spent.
     Call `close()` when the run ends.
     """
 
     def __init__(
-        self, limits: Any, lms: RoleLMs, before: Spend, journal: SpendJournal | None = None
+        self, limits: Any, lms: RoleLMs, before: Usage, journal: SpendJournal | None = None
     ) -> None:
         self.limits = limits
         self.lms = lms
@@ -75,36 +58,25 @@ class Budget:
         self.journal = journal
         self._usage_start = lms.usage.snapshot()
         self._time_start = time.perf_counter()
-        if journal is not None:
-            lms.usage.add_listener(self._journal_call)
-
-    def _journal_call(self, event: UsageEvent) -> None:
-        assert self.journal is not None
-        self.journal.record(
-            event, wall_time_s=self.before.wall_time_s + time.perf_counter() - self._time_start
+        self._listener = (
+            SpendListener(lms.usage, journal, wall_before=before.wall_time_s)
+            if journal is not None
+            else None
         )
 
     def close(self) -> None:
         """Stop journaling (the journal is closed; the tracker keeps counting)."""
-        if self.journal is not None:
-            self.lms.usage.remove_listener(self._journal_call)
-            self.journal.close()
+        if self._listener is not None:
+            self._listener.close()
 
-    def spent(self) -> Spend:
-        delta = self.lms.usage.snapshot().minus(self._usage_start)
-        return self.before.plus(
-            Spend(
-                # Requests as they start (retries included); cache hits send none.
-                llm_calls=delta.total_requests,
-                tokens=delta.total_tokens,
-                wall_time_s=time.perf_counter() - self._time_start,
-            )
-        )
+    def spent(self) -> Usage:
+        delta = self.lms.usage.snapshot().minus(self._usage_start).total()
+        return self.before + spend_of(delta, wall_time_s=time.perf_counter() - self._time_start)
 
     def exhausted(self) -> str | None:
         spent, limits = self.spent(), self.limits
-        if limits.max_llm_calls is not None and spent.llm_calls >= limits.max_llm_calls:
-            return f"max_llm_calls = {limits.max_llm_calls} reached ({spent.llm_calls} calls)"
+        if limits.max_llm_calls is not None and spent.requests >= limits.max_llm_calls:
+            return f"max_llm_calls = {limits.max_llm_calls} reached ({spent.requests} calls)"
         if limits.max_tokens is not None and spent.tokens >= limits.max_tokens:
             return f"max_tokens = {limits.max_tokens} reached ({spent.tokens} tokens)"
         if limits.max_wall_time_s is not None and spent.wall_time_s >= limits.max_wall_time_s:
@@ -124,7 +96,7 @@ class SpendJournal:
 
     Line kinds:
 
-    - ``{"carried": {Spend}}``: spend recorded before the journal existed;
+    - ``{"carried": {Usage}}``: spend recorded before the journal existed;
     - ``{"request": ID, "role", "state": "started", "wall_s"}``: written (flushed) before the
       request is sent; then ``{"request": ID, "state": "finished" | "failed", "status",
       "wall_s"}`` once it ends. Every started request counts as a call; one with no end line
@@ -143,14 +115,14 @@ class SpendJournal:
         self._lock = threading.Lock()
         self._file: IO[str] | None = None
 
-    def open(self, carried: Spend | None = None) -> SpendJournal:
+    def open(self, carried: Usage | None = None) -> SpendJournal:
         new = not self.path.exists()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed by close()
         if not new and self.path.stat().st_size and not self._ends_with_newline():
             self._file.write("\n")  # after a torn last line, start a fresh one
-        if new and carried is not None and carried != Spend():
-            self._write({"carried": carried.model_dump(mode="json")})
+        if new and carried is not None and carried != Usage():
+            self._write({"carried": spend_json(carried)})
         self.sync()
         return self
 
@@ -237,12 +209,12 @@ class SpendJournal:
             handle.seek(-1, os.SEEK_END)
             return handle.read(1) == b"\n"
 
-    def total(self) -> Spend:
+    def total(self) -> Usage:
         """The spend the journal records: every request started (failed ones and those of
         unknown outcome included), calls of older journals without request lines (cache hits
         cost nothing), the tokens of completed calls."""
-        calls = tokens = 0
-        carried = Spend()
+        requests = prompt = completion = 0
+        carried = Usage()
         wall = 0.0
         open_requests: set[str] = set()
         with open(self.path, encoding="utf-8", errors="replace") as handle:
@@ -254,22 +226,124 @@ class SpendJournal:
                 if not isinstance(entry, dict):
                     continue
                 if "carried" in entry:
-                    carried = carried.plus(Spend.model_validate(entry["carried"]))
+                    carried = carried + Usage.model_validate(entry["carried"])
                     continue
                 wall = max(wall, float(entry.get("wall_s", 0.0)))
                 if "request" in entry:
                     if entry.get("state") == "started":
-                        calls += 1
+                        requests += 1
                         open_requests.add(str(entry["request"]))
                     else:
                         open_requests.discard(str(entry["request"]))
                 elif "role" in entry:
                     default = 0 if entry.get("cache_hit") else 1
-                    calls += int(entry.get("requests", default))
-                    tokens += int(entry.get("prompt", 0)) + int(entry.get("completion", 0))
-        return Spend(
-            llm_calls=carried.llm_calls + calls,
-            tokens=carried.tokens + tokens,
+                    requests += int(entry.get("requests", default))
+                    prompt += int(entry.get("prompt", 0))
+                    completion += int(entry.get("completion", 0))
+        return Usage(
+            requests=carried.requests + requests,
+            prompt_tokens=carried.prompt_tokens + prompt,
+            completion_tokens=carried.completion_tokens + completion,
             wall_time_s=max(wall, carried.wall_time_s),
             unknown_outcome=carried.unknown_outcome + len(open_requests),
         )
+
+
+def spend_json(spend: Usage) -> dict[str, Any]:
+    """A spend as stored (`ledger.json`, a journal's carried line): the fields of `Usage`, plus
+    the two an older reader knows it by (`llm_calls` = requests, `tokens`); `Usage` reads
+    either."""
+    return {**spend.model_dump(mode="json"), "llm_calls": spend.requests, "tokens": spend.tokens}
+
+
+def spend_of(usage: Usage, *, wall_time_s: float) -> Usage:
+    """The part of `usage` a budget counts (requests, retries included: cache hits send none;
+    tokens), with the wall time given."""
+    return Usage(
+        requests=usage.requests,
+        prompt_tokens=usage.prompt_tokens,
+        completion_tokens=usage.completion_tokens,
+        wall_time_s=wall_time_s,
+    )
+
+
+class SpendListener:
+    """The one usage listener that journals spend (`UsageTracker.add_listener`): each request
+    as started before it is sent and as finished or failed after, each completed call with its
+    tokens. Durability comes from the order: the tracker tells its listeners before a request
+    is sent, and `SpendJournal` writes and flushes each line before `record` returns.
+
+    Events go to `journal` (an open journal, or a function that opens one on the first event,
+    so that no empty file is left), unless a `redirect` block sends them to another journal
+    (a tuning trial's own file). A request's end goes to the journal that holds its start, even
+    if the block ended meanwhile (then that file is closed and the outcome stays unknown).
+
+    `wall_s` of a line is `wall_before` + seconds since the listener was attached (since the
+    block began, for a redirect). `close()` detaches it and closes `journal`: requests ending
+    afterwards stay of unknown outcome.
+    """
+
+    def __init__(
+        self,
+        usage: UsageTracker,
+        journal: SpendJournal | Callable[[], SpendJournal],
+        *,
+        wall_before: float = 0.0,
+    ) -> None:
+        self.usage = usage
+        self._lock = threading.Lock()
+        # A journal's wall clock: wall_s = time.perf_counter() - origin.
+        self._origin = time.perf_counter() - wall_before
+        self._opener = None if isinstance(journal, SpendJournal) else journal
+        self.journal: SpendJournal | None = journal if isinstance(journal, SpendJournal) else None
+        self._redirected: tuple[SpendJournal, float] | None = None
+        self._open_requests: dict[str, tuple[SpendJournal, float]] = {}
+        self._closed = False
+        # One bound-method object: the tracker removes a listener by identity.
+        self._listener = self._record
+        usage.add_listener(self._listener)
+
+    def wall_time_s(self) -> float:
+        """`wall_before` + seconds since the listener was attached."""
+        return time.perf_counter() - self._origin
+
+    @contextmanager
+    def redirect(self, journal: SpendJournal) -> Iterator[None]:
+        """Journal the events inside the block to `journal` (its wall clock starts now)."""
+        with self._lock:
+            self._redirected = (journal, time.perf_counter())
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._redirected = None
+
+    def close(self, *, mark_wall_time: bool = False) -> None:
+        """Detach from the tracker and close the journal (after a last wall-time line when
+        `mark_wall_time`)."""
+        self.usage.remove_listener(self._listener)
+        with self._lock:
+            self._closed = True
+            journal, self.journal = self.journal, None
+        if journal is not None:
+            if mark_wall_time:
+                journal.mark_wall_time(self.wall_time_s())
+            journal.close()
+
+    def _record(self, event: UsageEvent) -> None:
+        request_id = getattr(event, "request_id", None)  # duck-typed: usage stays type-only
+        with self._lock:
+            if self._closed:
+                return
+            if request_id is not None and request_id in self._open_requests:
+                journal, origin = self._open_requests.pop(request_id)
+            elif self._redirected is not None:
+                journal, origin = self._redirected
+            else:
+                if self.journal is None:
+                    assert self._opener is not None
+                    self.journal = self._opener()
+                journal, origin = self.journal, self._origin
+            if request_id is not None and getattr(event, "state", None) == "started":
+                self._open_requests[request_id] = (journal, origin)
+        journal.record(event, wall_time_s=time.perf_counter() - origin)

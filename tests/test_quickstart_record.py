@@ -70,3 +70,30 @@ def test_a_changed_rerun_is_reported(quickstart_record, tmp_path, train_score, s
     )
     problems = quickstart_record.compare(before, after)
     assert any(expected in problem for problem in problems), problems
+
+
+def test_the_journal_the_spend_listener_writes_is_read_per_role(quickstart_record, tmp_path):
+    """The record reads `spend.jsonl` as `evolve run` writes it (the tracker's events through
+    the one spend listener), not only the hand-written lines above."""
+    from evolve.budget import SpendJournal, SpendListener
+    from evolve.llm.usage import UsageTracker
+
+    run = write_run(tmp_path / "run", train_score=0.4, spend=[{"wall_s": 0.0}])
+    tracker = UsageTracker()
+    listener = SpendListener(tracker, SpendJournal(run / "spend.jsonl").open())
+    for _ in range(2):  # two agent calls the server answered, one request each
+        started = tracker.request_started("agent")
+        tracker.request_ended(started, failed=False, status=200)
+        tracker.record("agent", {"prompt_tokens": 3}, 0.1, requests_recorded=True)
+    tracker.record("agent", {}, 0.0)  # a response from DSPy's cache
+    tracker.record("reflector", {}, 0.0)
+    listener.close(mark_wall_time=True)
+    recorded = quickstart_record.record(run)
+    assert recorded["roles"] == {
+        "agent": {"calls": 3, "cache_hits": 1, "server_requests": 2},
+        "reflector": {"calls": 1, "cache_hits": 1, "server_requests": 0},
+    }
+    assert len(recorded["server_answered"]) == 2
+    per_role = tracker.snapshot().roles  # the tracker's own counts agree
+    assert (per_role["agent"].calls, per_role["agent"].cache_hits) == (3, 1)
+    assert per_role["agent"].requests == 2

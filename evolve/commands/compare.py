@@ -15,8 +15,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from evolve.budget import Spend
 from evolve.errors import ConfigError, StorageError
+from evolve.llm.usage import Usage
 from evolve.locking import lock_holder
 from evolve.optimize import ExperimentDir, format_lineage, format_table
 from evolve.optimize.experiment_dir import experiment_dir_for
@@ -110,7 +110,7 @@ def run_compare(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_ledger(spend: Spend) -> None:
+def _print_ledger(spend: Usage) -> None:
     """The spend ledger's total: every request started, those of unknown outcome (in flight
     when a process was killed: the server may have received and billed them) named."""
     print(f"\nledger: {spend.describe()}")

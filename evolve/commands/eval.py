@@ -23,15 +23,16 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from evolve.budget import SpendListener
 from evolve.commands import interrupt
 from evolve.commands.progress import stderr_is_terminal
 from evolve.commands.protocol_start import print_protocol_start
 from evolve.errors import ConfigError
 from evolve.files import safe_name
 from evolve.llm import RoleLMs, add_llm_arguments, open_role_lms_from_args
-from evolve.llm.usage import UsageEvent
+from evolve.llm.usage import Usage
 from evolve.locking import run_lock
-from evolve.optimize.experiment_dir import ExperimentDir, Spend
+from evolve.optimize.experiment_dir import ExperimentDir
 from evolve.paths import cache_dir
 from evolve.protocol import EVAL_COMMAND_PROTOCOL, PROTOCOLS, rules_for
 from evolve.simulator.baselines import compute_upper_bound
@@ -324,22 +325,11 @@ def journal_spend(out: Path, lms: RoleLMs) -> Iterator[ExperimentDir]:
     outcome, counted as spent, and reruns add to it."""
     store = ExperimentDir(out)
     before = store.load_spend()
-    journal = store.open_journal()
-    started = time.perf_counter()
-
-    def wall_time_s() -> float:
-        return before.wall_time_s + time.perf_counter() - started
-
-    def record(event: UsageEvent) -> None:
-        journal.record(event, wall_time_s=wall_time_s())
-
-    lms.usage.add_listener(record)
+    listener = SpendListener(lms.usage, store.open_journal(), wall_before=before.wall_time_s)
     try:
         yield store
     finally:
-        lms.usage.remove_listener(record)
-        journal.mark_wall_time(wall_time_s())
-        journal.close()
+        listener.close(mark_wall_time=True)
 
 
 def run_eval(args: argparse.Namespace) -> int:
@@ -418,11 +408,11 @@ def run_eval(args: argparse.Namespace) -> int:
             print(f"{spec}: {report.run_dir}")
             rows.append((name, report))
         usage = lms.usage.snapshot()
-    spend: Spend = store.load_spend()
+    spend: Usage = store.load_spend()
     print(f"\nLLM usage of this invocation (cached responses cost nothing):\n{usage.table()}")
     print(
         f"spend of every invocation into {args.out} ({store.journal_file.name}): "
-        f"{spend.llm_calls} LLM calls, {spend.tokens} tokens, {spend.wall_time_s:.1f}s"
+        f"{spend.requests} LLM calls, {spend.tokens} tokens, {spend.wall_time_s:.1f}s"
     )
     print()
     print(format_table(rows))

@@ -1,5 +1,7 @@
 """LLM endpoints per role, the embedded llama.cpp server and usage accounting."""
 
+from typing import Any
+
 from evolve.llm.config import (
     ROLES,
     EmbeddedModelConfig,
@@ -12,7 +14,8 @@ from evolve.llm.config import (
 )
 from evolve.llm.roles import RoleLMs, build_lm, open_role_lms, open_role_lms_from_args
 from evolve.llm.server import EmbeddedServer
-from evolve.llm.usage import RoleUsage, UsageSummary, UsageTracker
+from evolve.llm.usage import Usage, UsageSummary, UsageTracker
+from memory_policies.deprecation import warn_renamed
 
 __all__ = [
     "ROLES",
@@ -22,7 +25,7 @@ __all__ = [
     "LLMConfig",
     "Role",
     "RoleLMs",
-    "RoleUsage",
+    "Usage",
     "UsageSummary",
     "UsageTracker",
     "add_llm_arguments",
@@ -32,3 +35,10 @@ __all__ = [
     "open_role_lms_from_args",
     "protocol_llm_config",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "RoleUsage":
+        warn_renamed("evolve.llm.RoleUsage", "evolve.llm.Usage")
+        return Usage
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

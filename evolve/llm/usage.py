@@ -10,8 +10,11 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, model_validator
+
+from memory_policies.deprecation import warn_renamed
 
 # Request ids unique across the processes that append to one journal: a random per-process
 # prefix (pids are reused across reruns) and a counter.
@@ -23,38 +26,143 @@ def new_request_id() -> str:
     return f"{_PROCESS_TAG}-{next(_request_numbers)}"  # count's next() is atomic under the GIL
 
 
-class RoleUsage(BaseModel):
+class Usage(BaseModel):
+    """LLM work and what it cost: the one usage record, for a role, a unit of an episode, a
+    synthesis stage or a whole run (a breakdown is a mapping name -> `Usage`). Add with `+`.
+
+    A producer fills the counts it can see and leaves the others at 0: DSPy's per-thread usage
+    tracker (episode units, synthesis stages) sees no cache hits and no HTTP requests, a spend
+    journal sees requests and tokens but no latency.
+    """
+
+    # LM calls (one `lm(...)` each), cache hits and failed calls included. Where cache hits
+    # are invisible to the producer (DSPy's usage tracker), the calls the server answered.
     calls: int = 0
-    # HTTP requests sent to the endpoint, retries included: what the server counts and bills.
-    # For an LM whose requests are not seen one by one (a scripted test LM; litellm under a
-    # `client_session` of the user's own), each call that was not a cache hit counts as one.
-    requests: int = 0
+    # Of `calls`, those answered from DSPy's response cache: they cost nothing.
     cache_hits: int = 0
+    # Of `calls`, those that raised (an error status, a timeout, a broken connection).
     failures: int = 0
+    # Replies that did not parse, and replies that parsed but the caller's check rejected.
+    parse_failures: int = 0
+    rejected: int = 0
+    # HTTP requests sent to the endpoint, retries included: what the server counts and bills
+    # (and what a budget's `max_llm_calls` limits). For an LM whose requests are not seen one
+    # by one (a scripted test LM; litellm under a `client_session` of the user's own), each
+    # call that was not a cache hit counts as one.
+    requests: int = 0
+    # Of `requests`, those journaled as started with no outcome after: in flight when the
+    # process was killed (or still in flight now). Counted as spent: the server may have
+    # received and billed them.
+    unknown_outcome: int = 0
     prompt_tokens: int = 0
     # Of prompt_tokens, those the server reused from its prompt cache (llama-server, OpenAI:
     # usage.prompt_tokens_details.cached_tokens) instead of evaluating them again.
     prompt_tokens_cached: int = 0
     completion_tokens: int = 0
+    # Summed duration of the calls (concurrent calls overlap) ...
     latency_s: float = 0.0
+    # ... and the elapsed time of the run that made them (summed over its invocations).
+    wall_time_s: float = 0.0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _stored_shapes(cls, data: Any) -> Any:
+        """Records stored before there was one usage type load silently (users cannot edit a
+        run folder): an episode unit's `llm_calls`, a synthesis stage's `billed_calls`, a
+        spend ledger's `llm_calls` (requests) and `tokens` (a total without its split: counted
+        as prompt tokens; every reader of a spend uses the total)."""
+        if not isinstance(data, Mapping) or not _STORED_KEYS.intersection(data):
+            return data
+        moved = dict(data)
+        spend_shape = "tokens" in moved
+        if "llm_calls" in moved:
+            moved.setdefault("requests" if spend_shape else "calls", moved.pop("llm_calls"))
+        if spend_shape:
+            moved.setdefault("prompt_tokens", moved.pop("tokens"))
+        if "billed_calls" in moved:
+            billed = moved.pop("billed_calls")
+            moved.setdefault("cache_hits", max(int(moved.get("calls", 0)) - int(billed), 0))
+        return moved
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
 
     @property
     def total_tokens(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
+        warn_renamed("Usage.total_tokens", "Usage.tokens")
+        return self.tokens
 
-    def minus(self, other: RoleUsage) -> RoleUsage:
-        return RoleUsage(
-            **{name: getattr(self, name) - getattr(other, name) for name in RoleUsage.model_fields}
+    @property
+    def llm_calls(self) -> int:
+        warn_renamed("Usage.llm_calls", "Usage.calls (LM calls) or Usage.requests (spend)")
+        return self.requests if self.requests else self.calls
+
+    def plus(self, other: Usage) -> Usage:
+        return Usage(
+            **{name: getattr(self, name) + getattr(other, name) for name in Usage.model_fields}
         )
 
-    def plus(self, other: RoleUsage) -> RoleUsage:
-        return RoleUsage(
-            **{name: getattr(self, name) + getattr(other, name) for name in RoleUsage.model_fields}
+    def minus(self, other: Usage) -> Usage:
+        return Usage(
+            **{name: getattr(self, name) - getattr(other, name) for name in Usage.model_fields}
         )
+
+    __add__ = plus
+    __sub__ = minus
+
+    def describe(self) -> str:
+        """One line for reports of spend: requests (and those whose outcome is unknown),
+        tokens."""
+        unknown = (
+            f" ({self.unknown_outcome} started, outcome unknown: in flight at a kill)"
+            if self.unknown_outcome
+            else ""
+        )
+        return f"{self.requests} LLM calls{unknown}, {self.tokens} tokens"
+
+
+_STORED_KEYS = frozenset({"llm_calls", "tokens", "billed_calls"})
+
+
+def response_usage(usage: Mapping[str, object] | None) -> Usage:
+    """The tokens of one LM response, from the usage DSPy reports for it (OpenAI's names or
+    Anthropic's); no call is counted."""
+    usage = usage or {}
+    details = usage.get("prompt_tokens_details") or {}
+    return Usage(
+        prompt_tokens=_as_int(usage.get("prompt_tokens", usage.get("input_tokens"))),
+        prompt_tokens_cached=(
+            _as_int(details.get("cached_tokens")) if isinstance(details, Mapping) else 0
+        ),
+        completion_tokens=_as_int(usage.get("completion_tokens", usage.get("output_tokens"))),
+    )
+
+
+def tracked_usage(tracker: Any) -> Usage:
+    """The LM calls a `dspy.track_usage()` block saw, in the calling thread (so per user and
+    unit even when they run concurrently). DSPy's tracker sees only the calls the server
+    answered: `calls` counts those, and `cache_hits` stays 0. The tokens a server reused from
+    its prompt cache are left out: they depend on how calls were scheduled, and a unit's record
+    must be the same at any concurrency (the per-role tracker has them)."""
+    entries = [entry for found in tracker.usage_data.values() for entry in found]
+    total = sum((response_usage(entry) for entry in entries), Usage(calls=len(entries)))
+    return total.model_copy(update={"prompt_tokens_cached": 0})
+
+
+def add_usage(target: dict[str, Usage], source: Mapping[str, Usage]) -> None:
+    """Add a breakdown (name -> `Usage`) into another, in place."""
+    for name, usage in source.items():
+        target[name] = target.get(name, Usage()) + usage
 
 
 class UsageSummary(BaseModel):
-    roles: dict[str, RoleUsage] = {}
+    """Usage per role (role -> `Usage`)."""
+
+    roles: dict[str, Usage] = {}
+
+    def total(self) -> Usage:
+        return sum(self.roles.values(), Usage())
 
     @property
     def total_calls(self) -> int:
@@ -62,7 +170,7 @@ class UsageSummary(BaseModel):
 
     @property
     def total_tokens(self) -> int:
-        return sum(usage.total_tokens for usage in self.roles.values())
+        return sum(usage.tokens for usage in self.roles.values())
 
     @property
     def cache_hits(self) -> int:
@@ -75,15 +183,14 @@ class UsageSummary(BaseModel):
     def minus(self, other: UsageSummary) -> UsageSummary:
         return UsageSummary(
             roles={
-                role: usage.minus(other.roles.get(role, RoleUsage()))
+                role: usage.minus(other.roles.get(role, Usage()))
                 for role, usage in self.roles.items()
             }
         )
 
     def plus(self, other: UsageSummary) -> UsageSummary:
         roles = dict(self.roles)
-        for role, usage in other.roles.items():
-            roles[role] = roles.get(role, RoleUsage()).plus(usage)
+        add_usage(roles, other.roles)
         return UsageSummary(roles=roles)
 
     def flat_metrics(self, prefix: str = "") -> dict[str, float]:
@@ -153,11 +260,11 @@ CallListener = Callable[[UsageEvent], None]
 
 
 class UsageTracker:
-    """Thread-safe counters, one `RoleUsage` per role, and listeners told of every call."""
+    """Thread-safe counters, one `Usage` per role, and listeners told of every call."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._roles: dict[str, RoleUsage] = {}
+        self._roles: dict[str, Usage] = {}
         self._listeners: list[CallListener] = []
 
     def add_listener(self, listener: CallListener) -> None:
@@ -181,17 +288,14 @@ class UsageTracker:
     ) -> None:
         """Record one finished LM call; `requests_recorded`: its HTTP requests were recorded
         one by one (`request_started` / `request_ended`), so the call adds none."""
-        prompt = _as_int((usage or {}).get("prompt_tokens", (usage or {}).get("input_tokens")))
-        completion = _as_int(
-            (usage or {}).get("completion_tokens", (usage or {}).get("output_tokens"))
-        )
-        details = (usage or {}).get("prompt_tokens_details") or {}
-        reused = _as_int(details.get("cached_tokens")) if isinstance(details, Mapping) else 0
+        tokens = response_usage(usage)
+        prompt, completion = tokens.prompt_tokens, tokens.completion_tokens
+        reused = tokens.prompt_tokens_cached
         # DSPy reports empty usage exactly for responses served from its cache.
         cache_hit = not failed and not usage
         requests = 0 if requests_recorded or cache_hit else 1
         with self._lock:
-            current = self._roles.setdefault(role, RoleUsage())
+            current = self._roles.setdefault(role, Usage())
             current.calls += 1
             current.requests += requests
             current.latency_s += latency_s
@@ -211,7 +315,7 @@ class UsageTracker:
         """Count a request about to be sent; listeners (spend journals) record it first."""
         event = RequestEvent(role, new_request_id(), RequestState.STARTED)
         with self._lock:
-            self._roles.setdefault(role, RoleUsage()).requests += 1
+            self._roles.setdefault(role, Usage()).requests += 1
             listeners = self._listeners
         self._tell(listeners, event)
         return event
@@ -235,4 +339,12 @@ class UsageTracker:
 
 
 def _as_int(value: object) -> int:
-    return value if isinstance(value, int) else 0
+    # Floats too: some servers report token counts as JSON numbers with a fraction part.
+    return int(value) if isinstance(value, int | float) else 0
+
+
+def __getattr__(name: str) -> Any:
+    if name == "RoleUsage":
+        warn_renamed("evolve.llm.usage.RoleUsage", "evolve.llm.usage.Usage")
+        return Usage
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from evolve.budget import Budget, BudgetExhausted, Spend
+from evolve.budget import Budget, BudgetExhausted
 from evolve.objective import objective_value
 from evolve.optimize import list_edit  # noqa: F401  (registers the list_edit operator)
 from evolve.optimize.experiment_dir import ExperimentDir
@@ -40,7 +40,6 @@ __all__ = [
     "Proposal",
     "RandomStepProposer",
     "Reflector",
-    "Spend",
     "best_of",
     "build_feedback",
     "candidate_record",
@@ -63,4 +62,9 @@ def __getattr__(name: str) -> Any:
     if name == "run_experiment":
         warn_renamed(f"{__name__}.run_experiment", f"{__name__}.evolve_policy")
         return evolve_policy
+    if name == "Spend":
+        warn_renamed("evolve.optimize.Spend", "evolve.llm.Usage")
+        from evolve.llm.usage import Usage
+
+        return Usage
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -32,8 +32,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from evolve.budget import Spend, SpendJournal
+from evolve.budget import SpendJournal, spend_json
 from evolve.files import atomic_write_json, atomic_write_text
+from evolve.llm.usage import Usage
 from evolve.records import CandidateRecord, ExperimentResult, GenerationRecord
 from evolve.simulator.run_dir import open_header, read_json
 from memory_policies.deprecation import warn_renamed
@@ -139,12 +140,12 @@ class ExperimentDir:
     def journal_file(self) -> Path:
         return self.root / "spend.jsonl"
 
-    def _ledger_spend(self) -> Spend:
+    def _ledger_spend(self) -> Usage:
         if not self.ledger_file.exists():
-            return Spend()
-        return Spend.model_validate(read_json(self.ledger_file))
+            return Usage()
+        return Usage.model_validate(read_json(self.ledger_file))
 
-    def load_spend(self) -> Spend:
+    def load_spend(self) -> Usage:
         """Spend of every invocation so far: the journal's sum (the ledger before journals)."""
         if self.journal_file.exists():
             return SpendJournal(self.journal_file).total()
@@ -155,8 +156,8 @@ class ExperimentDir:
         self._journal = SpendJournal(self.journal_file).open(carried=self._ledger_spend())
         return self._journal
 
-    def save_spend(self, spend: Spend) -> None:
-        atomic_write_json(self.ledger_file, spend.model_dump(mode="json"))
+    def save_spend(self, spend: Usage) -> None:
+        atomic_write_json(self.ledger_file, spend_json(spend))
         if self._journal is not None:
             self._journal.mark_wall_time(spend.wall_time_s)
             self._journal.sync()
@@ -193,7 +194,7 @@ class ExperimentDir:
             stopped=stored.get("stopped"),
             complete=bool(stored.get("complete", False)),
             chain_summary=stored.get("chain_summary"),
-            llm_calls=spend.llm_calls,
+            llm_calls=spend.requests,
             tokens=spend.tokens,
             wall_time_s=spend.wall_time_s,
             reflection_parse_failures=sum(r.reflection_parse_failures for r in candidates),

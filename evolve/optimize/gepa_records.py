@@ -65,8 +65,8 @@ class GepaRecordSync(GEPACallback):
             {
                 "iteration": int(event["iteration"]),
                 "accepted": bool(event["proposal_accepted"]),
-                "llm_calls_start": start.llm_calls,
-                "llm_calls_end": end.llm_calls,
+                "llm_calls_start": start.requests,
+                "llm_calls_end": end.requests,
                 "tokens_start": start.tokens,
                 "tokens_end": end.tokens,
                 "wall_time_s": end.wall_time_s - start.wall_time_s,

@@ -266,7 +266,7 @@ class _ExperimentRun:
             stopped=stopped,
             complete=stopped is None,
             chain_summary=self.schedule.summary,
-            llm_calls=spend.llm_calls,
+            llm_calls=spend.requests,
             tokens=spend.tokens,
             wall_time_s=spend.wall_time_s,
             reflection_parse_failures=sum(r.reflection_parse_failures for r in ordered),

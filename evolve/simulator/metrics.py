@@ -271,7 +271,7 @@ def summarize_periods(
     tokens = 0
     for period in periods:
         user_periods += 1
-        llm_calls += period.usage.llm_calls
+        llm_calls += period.usage.calls
         tokens += period.usage.tokens
         parse_failures["simulator"] += sum(s.simulator_parse_failures for s in period.sessions)
         parse_failures["policy"] += sum(period.policy_parse_failures.values())

@@ -13,6 +13,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from evolve.llm.usage import Usage
+from memory_policies.deprecation import warn_renamed
+
 
 class Diagnosis(StrEnum):
     """Why an item was answered wrongly (or that it was not)."""
@@ -141,25 +144,6 @@ class ItemResult(BaseModel):
     diagnosis: Diagnosis
 
 
-class CallUsage(BaseModel):
-    """LM calls made for one unit of work (calls served from the DSPy cache are not counted)."""
-
-    llm_calls: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-
-    @property
-    def tokens(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
-
-    def plus(self, other: CallUsage) -> CallUsage:
-        return CallUsage(
-            llm_calls=self.llm_calls + other.llm_calls,
-            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
-            completion_tokens=self.completion_tokens + other.completion_tokens,
-        )
-
-
 class PeriodResult(BaseModel):
     """Everything that happened to one user in one period; the unit of resumption."""
 
@@ -195,7 +179,8 @@ class PeriodResult(BaseModel):
         default=False,
         description="answer() changed the memory it was given; the checkpoint was kept instead.",
     )
-    usage: CallUsage = Field(default_factory=CallUsage)
+    # LM calls of the unit as DSPy's usage tracker sees them (cache hits not among them).
+    usage: Usage = Field(default_factory=Usage)
     wall_time_s: float = 0.0
 
     @property
@@ -209,3 +194,10 @@ class PeriodResult(BaseModel):
 class UserResult(BaseModel):
     user_id: str
     periods: list[PeriodResult] = Field(default_factory=list)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "CallUsage":
+        warn_renamed("evolve.simulator.records.CallUsage", "evolve.llm.usage.Usage")
+        return Usage
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

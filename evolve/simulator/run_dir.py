@@ -34,9 +34,9 @@ from evolve.files import atomic_write_json, atomic_write_text
 
 # Re-exported for the runner and the chain schedule, which name users' directories with it.
 from evolve.files import safe_name as safe_name
+from evolve.llm.usage import Usage
 from evolve.simulator.original_format import diagnosis_entries, diagnosis_metrics
 from evolve.simulator.records import (
-    CallUsage,
     PeriodResult,
     SessionTranscript,
     UserResult,
@@ -203,7 +203,7 @@ class RunLayout:
         user_dir_name: str,
         period_index: int,
         sessions: Sequence[SessionTranscript],
-        usage: CallUsage,
+        usage: Usage,
     ) -> None:
         """The sessions and the LM usage they cost (kept so that a resumed unit, which skips
         its sessions, still reports what they cost)."""
@@ -217,13 +217,13 @@ class RunLayout:
 
     def load_transcript(
         self, user_dir_name: str, period_index: int
-    ) -> tuple[list[SessionTranscript], CallUsage] | None:
+    ) -> tuple[list[SessionTranscript], Usage] | None:
         path = self.transcript_file(user_dir_name, period_index)
         if not path.exists():
             return None
         data = read_json(path)
         sessions = [SessionTranscript.model_validate(s) for s in data["sessions"]]
-        return sessions, CallUsage.model_validate(data.get("usage", {}))
+        return sessions, Usage.model_validate(data.get("usage", {}))
 
     def save_checkpoint(self, user_dir_name: str, period_index: int, state_json: str) -> None:
         atomic_write_text(self.checkpoint_file(user_dir_name, period_index), state_json + "\n")

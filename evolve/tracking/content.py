@@ -34,7 +34,7 @@ from evolve.tracking.tags import (
 )
 
 if TYPE_CHECKING:
-    from evolve.budget import Spend
+    from evolve.llm.usage import Usage
     from evolve.records import (
         CandidateRecord,
         EvaluationScores,
@@ -134,7 +134,7 @@ def candidate_params(record: CandidateRecord, context: TrackingContext) -> dict[
 
 def generation_metrics(
     record: GenerationRecord,
-    spent: Spend,
+    spent: Usage,
     evaluated: dict[str, int],
     heldout_scores: dict[str, float],
 ) -> dict[str, float]:
@@ -149,7 +149,7 @@ def generation_metrics(
         "candidates_evaluated": sum(
             count for g, count in evaluated.items() if int(g) <= record.generation
         ),
-        "spent_llm_calls": spent.llm_calls,
+        "spent.requests": spent.llm_calls,
         "spent_tokens": spent.tokens,
         "spent_wall_time_s": spent.wall_time_s,
     }

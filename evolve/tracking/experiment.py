@@ -91,8 +91,8 @@ from evolve.tracking.traces import FINGERPRINT_TAG, TraceBook
 from evolve.tracking_uri import TrackingLocation
 
 if TYPE_CHECKING:
-    from evolve.budget import Spend
     from evolve.config import ExperimentSpec
+    from evolve.llm.usage import Usage
     from evolve.records import CandidateRecord, EvaluationScores, ExperimentResult, GenerationRecord
     from evolve.simulator.runner import ProgressSink
 
@@ -375,7 +375,7 @@ class MLflowTracker(ExperimentTracker):
         )
         return run.info.run_id
 
-    def log_generation(self, record: GenerationRecord, *, spent: Spend) -> None:
+    def log_generation(self, record: GenerationRecord, *, spent: Usage) -> None:
         from mlflow.entities import Metric
 
         key = str(record.generation)

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from evolve.budget import Spend
     from evolve.config import ExperimentSpec
+    from evolve.llm.usage import Usage
     from evolve.records import CandidateRecord, ExperimentResult, GenerationRecord
     from evolve.simulator.runner import ProgressSink
     from evolve.tracking_uri import TrackingLocation
@@ -66,7 +66,7 @@ class ExperimentTracker:
         never evaluated on every train user is complete here: `evaluation_dir` holds what was
         played of it (GEPA's minibatch), `scores` what that scored (e.g. `minibatch_score`)."""
 
-    def log_generation(self, record: GenerationRecord, *, spent: Spend) -> None:
+    def log_generation(self, record: GenerationRecord, *, spent: Usage) -> None:
         """A generation finished."""
 
     def evaluation_sink(

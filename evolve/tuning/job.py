@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import optuna
 from optuna.trial import TrialState
 
-from evolve.budget import Budget
+from evolve.budget import Budget, SpendListener
 from evolve.config import BudgetSpec
 from evolve.llm import RoleLMs
 from evolve.simulator.environment import Environment
@@ -27,7 +27,7 @@ from evolve.tuning.records import (
     trial_records,
 )
 from evolve.tuning.spec import ResolvedTuning, StudySpec, TuningSpec
-from evolve.tuning.spend import SpendRecorder, StudySpendJournals
+from evolve.tuning.spend import StudySpendJournals
 
 if TYPE_CHECKING:
     from evolve.tuning.tracking import StudyTracker
@@ -155,7 +155,7 @@ class StudyRun:
     # Spend journals of a stored study; an in-memory one (inside `evolve run`) has none: it
     # cannot resume, and the experiment journals the calls itself.
     journals: StudySpendJournals | None
-    recorder: SpendRecorder | None
+    spend_listener: SpendListener | None
     upper_bound: Any = None
     notes: list[str] = field(default_factory=list)
     heldout: list[HeldoutRecord] = field(default_factory=list)
@@ -211,6 +211,6 @@ class StudyRun:
             notes=notes,
             complete=finished >= self.job.trials and stopped is None,
             stopped=stopped,
-            llm_calls=spent.llm_calls,
+            llm_calls=spent.requests,
             tokens=spent.tokens,
         )

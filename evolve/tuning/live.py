@@ -69,7 +69,7 @@ def load_live_result(
         journals = StudySpendJournals(directory, study_name)
         records = trial_records(study, journals.trial_spend())
         spent = journals.total(records)
-        spent_calls, spent_tokens = spent.llm_calls, spent.tokens
+        spent_calls, spent_tokens = spent.requests, spent.tokens
     else:  # another machine's study: what the workers recorded on each trial
         records = trial_records(study)
         spent_calls = sum(r.llm_calls for r in records)

@@ -39,7 +39,7 @@ def render_tuning_dir(directory: str | Path) -> str:
         trials = with_journaled_spend(result.trials, journals.trial_spend())
         spent = journals.total(trials)
         result = result.model_copy(
-            update={"trials": trials, "llm_calls": spent.llm_calls, "tokens": spent.tokens}
+            update={"trials": trials, "llm_calls": spent.requests, "tokens": spent.tokens}
         )
     return format_result(result)
 

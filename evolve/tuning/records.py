@@ -196,11 +196,11 @@ def with_journaled_spend(
     records: list[TrialRecord], journaled: Mapping[int, Any]
 ) -> list[TrialRecord]:
     """`records` whose calls and tokens are replaced by their spend journal's (trial number ->
-    a `Spend`): it also knows the calls of a trial whose process was killed."""
+    a `Usage`): it also knows the calls of a trial whose process was killed."""
     return [
         r.model_copy(
             update={
-                "llm_calls": journaled[r.number].llm_calls,
+                "llm_calls": journaled[r.number].requests,
                 "tokens": journaled[r.number].tokens,
             }
         )

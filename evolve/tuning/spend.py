@@ -4,9 +4,9 @@ Why not the trial attributes alone: a worker writes a trial's calls and tokens t
 when the trial ends, so a `kill -9` mid-trial loses the spend of the killed trial, and a
 budget summed from the attributes under-counts real spend by every killed trial. Instead,
 each request appends one flushed line to a journal file (the `SpendJournal` of `evolve
-run`) before it is sent, and another when it ends, so after any crash the study's recorded
-spend holds every request the server received, plus at most those in flight at the crash
-(reported as of unknown outcome).
+run`, written by the same `evolve.budget.SpendListener`) before it is sent, and another
+when it ends, so after any crash the study's recorded spend holds every request the server
+received, plus at most those in flight at the crash (reported as of unknown outcome).
 
 Layout under the tuning run directory `runs/<name>/` (`<study>` is the study name made
 file-system safe, `evolve.files.safe_name`)::
@@ -43,17 +43,17 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-import threading
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from evolve.budget import Budget, Spend, SpendJournal
+from evolve.budget import Budget, SpendJournal, SpendListener
 from evolve.files import safe_name
-from evolve.llm.usage import UsageEvent, UsageTracker
+from evolve.llm.usage import Usage, UsageTracker
 from evolve.simulator.run_dir import read_json
 from evolve.tuning.records import TrialRecord
+from memory_policies.deprecation import warn_renamed
 
 SPEND_DIR = "spend"
 MAIN_JOURNAL = "main.jsonl"
@@ -79,26 +79,38 @@ class StudySpendJournals:
     def files(self) -> list[Path]:
         return sorted(self.directory.glob("*.jsonl")) if self.directory.is_dir() else []
 
-    def trial_spend(self) -> dict[int, Spend]:
+    def listener(self, usage: UsageTracker, *, worker: bool) -> SpendListener:
+        """A listener that journals to this process's file (opened on the first event: no
+        empty files) outside `trial` blocks. Close it when the worker ends."""
+        return SpendListener(usage, lambda: self.process_journal(worker=worker).open())
+
+    @contextlib.contextmanager
+    def trial(self, listener: SpendListener, number: int) -> Iterator[None]:
+        """Journal the calls made inside the block to trial `number`'s file."""
+        journal = self.trial_journal(number).open()  # exists even if no call is made
+        try:
+            with listener.redirect(journal):
+                yield
+        finally:
+            journal.close()
+
+    def trial_spend(self) -> dict[int, Usage]:
         """Spend per trial number, for every trial that has a journal."""
-        spend: dict[int, Spend] = {}
+        spend: dict[int, Usage] = {}
         for path in self.files():
             number = path.stem.removeprefix(_TRIAL_PREFIX)
             if path.stem.startswith(_TRIAL_PREFIX) and number.isdigit():
                 spend[int(number)] = SpendJournal(path).total()
         return spend
 
-    def total(self, records: Iterable[TrialRecord] = ()) -> Spend:
+    def total(self, records: Iterable[TrialRecord] = ()) -> Usage:
         """LLM calls and tokens of every journal, plus those of trials in `records` that
         finished before journals existed. Wall time is not summed here: the writers overlap
         (workers run side by side), so it is the trials' own `wall_time_s`."""
-        calls = tokens = unknown = 0
+        spent = Usage()
         journaled: set[int] = set()
         for path in self.files():
-            spent = SpendJournal(path).total()
-            calls += spent.llm_calls
-            tokens += spent.tokens
-            unknown += spent.unknown_outcome
+            spent = spent + SpendJournal(path).total()
             number = path.stem.removeprefix(_TRIAL_PREFIX)
             if path.stem.startswith(_TRIAL_PREFIX) and number.isdigit():
                 journaled.add(int(number))
@@ -106,69 +118,9 @@ class StudySpendJournals:
             # Trials without a journal: their Optuna attributes (a queued retry copies the
             # attributes of the trial it retries, so only finished trials carry spend).
             if record.number not in journaled and record.state in _CARRIED_STATES:
-                calls += record.llm_calls
-                tokens += record.tokens
-        return Spend(llm_calls=calls, tokens=tokens, unknown_outcome=unknown)
-
-
-class SpendRecorder:
-    """A usage listener that journals each request and completed call: to the running trial's
-    file while this worker evaluates a trial, else to this process's file. Close it when the
-    worker ends (requests ending afterwards stay of unknown outcome)."""
-
-    def __init__(self, journals: StudySpendJournals, usage: UsageTracker, *, worker: bool) -> None:
-        self.journals = journals
-        self.usage = usage
-        self.worker = worker
-        self._lock = threading.Lock()
-        self._started = time.perf_counter()
-        self._process: SpendJournal | None = None
-        self._trial: tuple[SpendJournal, float] | None = None
-        self._open_requests: dict[str, tuple[SpendJournal, float]] = {}
-        self._closed = False
-        # One bound-method object: the tracker removes a listener by identity.
-        self._listener = self._record
-        usage.add_listener(self._listener)
-
-    @contextlib.contextmanager
-    def trial(self, number: int) -> Iterator[None]:
-        """Journal the calls made inside the block to trial `number`'s file."""
-        journal = self.journals.trial_journal(number).open()  # exists even if no call is made
-        with self._lock:
-            self._trial = (journal, time.perf_counter())
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._trial = None
-            journal.close()
-
-    def close(self) -> None:
-        self.usage.remove_listener(self._listener)
-        with self._lock:
-            self._closed = True
-            process, self._process = self._process, None
-        if process is not None:
-            process.close()
-
-    def _record(self, event: UsageEvent) -> None:
-        request_id = getattr(event, "request_id", None)
-        with self._lock:
-            if self._closed:
-                return
-            if request_id is not None and request_id in self._open_requests:
-                # A request's end goes to the file that holds its start, even if its trial
-                # ended meanwhile (then the file is closed and the outcome stays unknown).
-                journal, started = self._open_requests.pop(request_id)
-            elif self._trial is not None:
-                journal, started = self._trial
-            else:
-                if self._process is None:  # opened on the first call: no empty files
-                    self._process = self.journals.process_journal(worker=self.worker).open()
-                journal, started = self._process, self._started
-            if request_id is not None and getattr(event, "state", None) == "started":
-                self._open_requests[request_id] = (journal, started)
-        journal.record(event, wall_time_s=time.perf_counter() - started)
+                # Optuna holds the total only: counted as prompt tokens (see `Usage`).
+                spent = spent + Usage(requests=record.llm_calls, prompt_tokens=record.tokens)
+        return spent.model_copy(update={"wall_time_s": 0.0})
 
 
 class StudyBudget(Budget):
@@ -190,20 +142,15 @@ class StudyBudget(Budget):
         self._wall_started = time.perf_counter()
         super().__init__(limits, lms, self.recorded())
 
-    def recorded(self) -> Spend:
+    def recorded(self) -> Usage:
         return self.journals.total(self._carried)
 
-    def spent(self) -> Spend:
-        recorded = self.recorded()
-        return Spend(
-            llm_calls=recorded.llm_calls,
-            tokens=recorded.tokens,
-            wall_time_s=self._wall_before + time.perf_counter() - self._wall_started,
-            unknown_outcome=recorded.unknown_outcome,
-        )
+    def spent(self) -> Usage:
+        wall = self._wall_before + time.perf_counter() - self._wall_started
+        return self.recorded().model_copy(update={"wall_time_s": wall})
 
 
-def recorded_spend(run_dir: str | Path, study_name: str | None = None) -> Spend:
+def recorded_spend(run_dir: str | Path, study_name: str | None = None) -> Usage:
     """The LLM calls and tokens a tuning run directory has recorded for its study (every
     study under `spend/` when `study_name` is None and no `tuning.json` names it)."""
     from evolve.tuning.layout import RESULT_FILE
@@ -219,7 +166,29 @@ def recorded_spend(run_dir: str | Path, study_name: str | None = None) -> Spend:
             records = result.trials
     if study_name is not None:
         return StudySpendJournals(run_dir, study_name).total(records)
-    total = Spend()
+    total = Usage()
     for directory in sorted((run_dir / SPEND_DIR).glob("*/")):
-        total = total.plus(StudySpendJournals(run_dir, directory.name).total())
+        total = total + StudySpendJournals(run_dir, directory.name).total()
     return total
+
+
+def __getattr__(name: str) -> Any:
+    if name == "SpendRecorder":
+        warn_renamed(
+            "evolve.tuning.spend.SpendRecorder",
+            "StudySpendJournals.listener (an evolve.budget.SpendListener) and "
+            "StudySpendJournals.trial",
+        )
+        return _SpendRecorder
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+class _SpendRecorder(SpendListener):
+    """The old constructor and `trial(number)`, on the one listener."""
+
+    def __init__(self, journals: StudySpendJournals, usage: UsageTracker, *, worker: bool) -> None:
+        super().__init__(usage, lambda: journals.process_journal(worker=worker).open())
+        self.journals = journals
+
+    def trial(self, number: int) -> contextlib.AbstractContextManager[None]:
+        return self.journals.trial(self, number)

@@ -43,9 +43,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from evolve.budget import Budget, BudgetExhausted, Spend
+from evolve.budget import Budget, BudgetExhausted, SpendListener
 from evolve.errors import ResumeMismatchError
 from evolve.llm import RoleLMs
+from evolve.llm.usage import Usage
 from evolve.simulator.environment import Environment
 from evolve.simulator.run_dir import config_differences
 from evolve.tuning.heldout import evaluate_heldout, record_heldout_choice
@@ -54,7 +55,7 @@ from evolve.tuning.layout import STUDY_ATTR_HASH, STUDY_ATTR_IDENTITY, TuningDir
 from evolve.tuning.records import TuningResult, trial_records
 from evolve.tuning.samplers import build_pruner, build_sampler
 from evolve.tuning.spec import ResolvedTuning, StudySpec, resolve_tuning
-from evolve.tuning.spend import SpendRecorder, StudyBudget, StudySpendJournals
+from evolve.tuning.spend import StudyBudget, StudySpendJournals
 from evolve.tuning.storage import fail_running_trials, open_study, storage_errors
 from evolve.tuning.tracking import NullStudyTracker, StudyContext, StudyTracker
 from evolve.tuning.trials import TrialLoop
@@ -173,17 +174,18 @@ class _Worker:
             if self.job.storage_url is not None
             else None
         )
-        recorder: SpendRecorder | None = None
+        spend_listener: SpendListener | None = None
         if journals is not None:
-            recorder = SpendRecorder(journals, self.lms.usage, worker=worker_only)
+            spend_listener = journals.listener(self.lms.usage, worker=worker_only)
             budget: Budget = StudyBudget(self.job.budget, self.lms, journals, before)
         else:
             budget = Budget(
                 self.job.budget,
                 self.lms,
-                Spend(
-                    llm_calls=sum(r.llm_calls for r in before),
-                    tokens=sum(r.tokens for r in before),
+                Usage(
+                    requests=sum(r.llm_calls for r in before),
+                    # Optuna holds the total only: counted as prompt tokens (see `Usage`).
+                    prompt_tokens=sum(r.tokens for r in before),
                     wall_time_s=sum(r.wall_time_s or 0.0 for r in before),
                 ),
             )
@@ -197,15 +199,15 @@ class _Worker:
             digest=digest,
             budget=budget,
             journals=journals,
-            recorder=recorder,
+            spend_listener=spend_listener,
             upper_bound=self.upper_bound,
             notes=notes,
         )
         try:
             return self._run_recorded(run, model_names, worker_only=worker_only)
         finally:
-            if recorder is not None:
-                recorder.close()
+            if spend_listener is not None:
+                spend_listener.close()
 
     def _run_recorded(
         self, run: StudyRun, model_names: dict[str, str], *, worker_only: bool

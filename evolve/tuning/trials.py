@@ -243,7 +243,9 @@ class TrialLoop:
             trial.set_user_attr(ATTR_MLFLOW_RUN, run_id)
         run.progress.trial_started(number, parameters)
         journaled = (
-            run.recorder.trial(number) if run.recorder is not None else contextlib.nullcontext()
+            run.journals.trial(run.spend_listener, number)
+            if run.journals is not None and run.spend_listener is not None
+            else contextlib.nullcontext()
         )
         with journaled:
             return self._evaluate_journaled(trial, number, policy, run_dir)

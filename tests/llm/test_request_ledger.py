@@ -16,12 +16,12 @@ import pytest
 from dspy.utils.exceptions import LMServerError
 from stub_server import StubServer
 
-from evolve.budget import Budget, Spend, SpendJournal
+from evolve.budget import Budget, SpendJournal
 from evolve.commands import interrupt
 from evolve.config import BudgetSpec
 from evolve.errors import Interrupted
 from evolve.llm import EndpointConfig, RoleLMs, build_lm
-from evolve.llm.usage import RequestEvent, RequestState
+from evolve.llm.usage import RequestEvent, RequestState, Usage
 
 
 class _Choice(dspy.Signature):
@@ -62,7 +62,7 @@ def test_each_retry_of_a_failing_server_is_its_own_journaled_request(tmp_path, c
     with StubServer(latency=0.0, fault="http500") as stub:
         # One retry: each call is two requests (the backoff before it is the test's cost).
         lms, journal = _journaled_lms(stub, tmp_path / "spend.jsonl", retries=1, client=client)
-        budget = Budget(BudgetSpec(max_llm_calls=4), lms, Spend())
+        budget = Budget(BudgetSpec(max_llm_calls=4), lms, Usage())
         for question in ("Which is a fruit?", "Which is a vegetable?"):
             with pytest.raises(LMServerError):
                 _ask(lms, question)
@@ -71,7 +71,7 @@ def test_each_retry_of_a_failing_server_is_its_own_journaled_request(tmp_path, c
     # DSPy's adapter may try again after a failed structured call: at least one call per
     # question, each of them 1 try + 1 retry.
     assert served >= 2 * 2 and served % 2 == 0
-    assert journal.total() == Spend(llm_calls=served, tokens=0, wall_time_s=0.0)
+    assert journal.total() == Usage(requests=served)
     lines = _lines(tmp_path / "spend.jsonl")
     ended = [line for line in lines if line.get("state") in ("finished", "failed")]
     assert len(ended) == served
@@ -89,7 +89,7 @@ def test_a_request_without_an_outcome_counts_as_spent_and_unknown(tmp_path):
     journal.record(RequestEvent("agent", "p-1", RequestState.FINISHED, 200), wall_time_s=2.0)
     journal.close()  # the process was killed while p-2 was in flight
     spend = SpendJournal(tmp_path / "spend.jsonl").total()
-    assert (spend.llm_calls, spend.unknown_outcome) == (2, 1)
+    assert (spend.requests, spend.unknown_outcome) == (2, 1)
     assert "1 started, outcome unknown" in spend.describe()
 
 
@@ -134,4 +134,4 @@ def test_no_request_starts_after_a_signal_at_concurrency_8(tmp_path):
     assert stats["chat_requests"] == workers
     assert len(outcomes) == workers and all(isinstance(o, Interrupted) for o in outcomes)
     # The requests in flight at the signal finished and are on the books; none is unknown.
-    assert journal.total().llm_calls == workers and journal.total().unknown_outcome == 0
+    assert journal.total().requests == workers and journal.total().unknown_outcome == 0

@@ -49,7 +49,8 @@ def test_the_new_names_are_silent(silent, tmp_path) -> None:
 
 def test_the_old_module_warns_and_holds_the_same_objects() -> None:
     sys.modules.pop("memory_policies.presets", None)
-    with pytest.warns(RenamedWarning, match=r"memory_policies\.presets .*memory_policies\.variants"):
+    old_to_new = r"memory_policies\.presets .*memory_policies\.variants"
+    with pytest.warns(RenamedWarning, match=old_to_new):
         presets = importlib.import_module("memory_policies.presets")
     from memory_policies import variants
 

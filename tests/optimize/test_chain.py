@@ -197,11 +197,11 @@ def persisted_calls(experiment: Path) -> int:
     calls = 0
     for period_dir in (experiment / "chain" / "train" / "users").glob("*/period_*"):
         if (period_dir / "result.json").exists():
-            calls += json.loads((period_dir / "result.json").read_text())["usage"]["llm_calls"]
+            calls += json.loads((period_dir / "result.json").read_text())["usage"]["calls"]
         elif (period_dir / "transcript.json").exists() and (
             period_dir / "checkpoint.json"
         ).exists():
-            calls += json.loads((period_dir / "transcript.json").read_text())["usage"]["llm_calls"]
+            calls += json.loads((period_dir / "transcript.json").read_text())["usage"]["calls"]
     for path in (experiment / "candidates").glob("*/candidate.json"):
         calls += json.loads(path.read_text()).get("reflection_calls", 0)
     return calls

@@ -180,8 +180,9 @@ def test_a_resumed_run_makes_the_same_choices_without_re_evaluating(
 
 
 def test_our_budget_stops_gepa_between_generations(tmp_path):
-    from evolve.budget import Budget, Spend
+    from evolve.budget import Budget
     from evolve.config import BudgetSpec
+    from evolve.llm.usage import Usage
     from evolve.optimize.gepa_engine import budget_stop
 
     env = Environment.from_original([make_item(f"user-{i}") for i in range(3)])
@@ -200,7 +201,7 @@ def test_our_budget_stops_gepa_between_generations(tmp_path):
         operators=[build_operator("parameter", proposer_factory=RandomStepProposer, bounds=BOUNDS)],
         objective="accuracy",
     )
-    budget = Budget(BudgetSpec(max_llm_calls=150), lms, Spend())
+    budget = Budget(BudgetSpec(max_llm_calls=150), lms, Usage())
     outcome = run_gepa(
         adapter,
         train_users=[f"user-{i}" for i in range(3)],
@@ -211,7 +212,7 @@ def test_our_budget_stops_gepa_between_generations(tmp_path):
         seed=0,
         stop_when=budget_stop(budget),
     )
-    spent = budget.spent().llm_calls
+    spent = budget.spent().requests
     assert spent >= 150  # stopped because of our limit, not GEPA's
     assert outcome.metric_calls is not None and outcome.metric_calls < 500
     assert len(outcome.proposals) < 50

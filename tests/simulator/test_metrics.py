@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from simulator.result_helpers import item, period
 
+from evolve.llm.usage import Usage
 from evolve.simulator.baselines import UpperBoundEntry, UpperBoundTable, random_score
 from evolve.simulator.metrics import check_variables, diagnose, summarize, summarize_by_period
 from evolve.simulator.records import (
-    CallUsage,
     Diagnosis,
     ProbeResult,
     SessionTranscript,
@@ -101,7 +101,7 @@ def test_summary_on_a_hand_computed_case():
             item(2, False, Diagnosis.WRITE),
             item(3, False, Diagnosis.READ, ub=False),
         ],
-        usage=CallUsage(llm_calls=3, prompt_tokens=10, completion_tokens=5),
+        usage=Usage(calls=3, prompt_tokens=10, completion_tokens=5),
     )
     # Period 1: 2 items (2 options each), 1 correct, random 1/2, UB 1 -> (0.5-0.5)/0.5 = 0
     p1 = period(

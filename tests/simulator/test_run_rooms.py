@@ -10,7 +10,8 @@ import pytest
 from scripted_lm import ScriptedLM, scripted_role_lms
 from simulator.eval_helpers import agent_responder, make_environment, simulator_responder
 
-from evolve.simulator.records import CallUsage, PeriodResult, SessionTranscript
+from evolve.llm.usage import Usage
+from evolve.simulator.records import PeriodResult, SessionTranscript
 from evolve.simulator.run.context import RunContext, RunOptions, UserRun
 from evolve.simulator.run.identity import assign_dir_names
 from evolve.simulator.run.unit import finish_unit
@@ -25,7 +26,7 @@ class InMemoryUnitFiles:
 
     def __init__(self) -> None:
         self.results: dict[tuple[str, int], PeriodResult] = {}
-        self.transcripts: dict[tuple[str, int], tuple[list[SessionTranscript], CallUsage]] = {}
+        self.transcripts: dict[tuple[str, int], tuple[list[SessionTranscript], Usage]] = {}
         self.checkpoints: dict[tuple[str, int], str] = {}
 
     def load_period_result(self, user_dir_name: str, period_index: int) -> PeriodResult | None:

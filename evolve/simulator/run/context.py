@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any, runtime_checkable
 from typing import Protocol as TypingProtocol
 
 from evolve.errors import Interrupted
-from evolve.simulator.records import CallUsage, PeriodResult, SessionTranscript
+from evolve.llm.usage import Usage
+from evolve.simulator.records import PeriodResult, SessionTranscript
 from evolve.simulator.run.episode import EpisodeConfig
 from evolve.simulator.user import SimulatedUser
 from memory_policies.deprecation import warn_renamed
@@ -86,14 +87,14 @@ class UnitFiles(TypingProtocol):
 
     def load_transcript(
         self, user_dir_name: str, period_index: int
-    ) -> tuple[list[SessionTranscript], CallUsage] | None: ...
+    ) -> tuple[list[SessionTranscript], Usage] | None: ...
 
     def save_transcript(
         self,
         user_dir_name: str,
         period_index: int,
         sessions: Sequence[SessionTranscript],
-        usage: CallUsage,
+        usage: Usage,
     ) -> None: ...
 
     def load_checkpoint(self, user_dir_name: str, period_index: int) -> str | None: ...

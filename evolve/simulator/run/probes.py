@@ -19,17 +19,16 @@ from typing import TYPE_CHECKING, Any
 
 import dspy
 
+from evolve.llm.usage import Usage, tracked_usage
 from evolve.simulator.baselines import random_score
 from evolve.simulator.metrics import Recall, check_variables, diagnose
 from evolve.simulator.records import (
-    CallUsage,
     ItemResult,
     ProbeResult,
     QuestionProbeResult,
     VariableRecall,
 )
 from evolve.simulator.run.episode import EpisodeConfig, ProbeScope
-from evolve.simulator.run.usage import tracked_usage
 
 if TYPE_CHECKING:
     from evolve.simulator.environment import EnvironmentItem
@@ -55,7 +54,7 @@ def required_variables(item: EnvironmentItem) -> list[str]:
 
 def _read_only_answer(
     run: RunContext, checkpoint: str, question: str, options: list[str]
-) -> tuple[Any, bool, CallUsage]:
+) -> tuple[Any, bool, Usage]:
     """One policy.answer on a private copy of the checkpoint: (answer, mutated, usage)."""
     state = run.policy.state_from_json(checkpoint)
     with dspy.track_usage() as tracker, run.slot(), run.lms.context("agent"):
@@ -65,7 +64,7 @@ def _read_only_answer(
 
 def _probe_variable(
     run: RunContext, item: EnvironmentItem, period_index: int, variable: str, checkpoint: str
-) -> tuple[ProbeResult, bool, CallUsage]:
+) -> tuple[ProbeResult, bool, Usage]:
     options = [str(value) for value in item.state_schema[variable]]
     question = probe_question(variable)
     answer, mutated, usage = _read_only_answer(run, checkpoint, question, options)
@@ -145,7 +144,7 @@ def parse_recalled_values(text: str) -> tuple[dict[str, Any], str | None]:
 
 def _probe_question(
     run: RunContext, item: EnvironmentItem, period_index: int, question_index: int, checkpoint: str
-) -> tuple[QuestionProbeResult, bool, CallUsage]:
+) -> tuple[QuestionProbeResult, bool, Usage]:
     query = structured_probe_prompt(item, question_index)
     state = run.policy.state_from_json(checkpoint)
     with dspy.track_usage() as tracker, run.slot(), run.lms.context("agent"):
@@ -179,7 +178,7 @@ def _probe_question(
     return probe, mutated, tracked_usage(tracker)
 
 
-ReadOnlyOutcome = tuple[Any, bool, CallUsage]
+ReadOnlyOutcome = tuple[Any, bool, Usage]
 
 
 @dataclass(frozen=True)
@@ -292,7 +291,7 @@ def _answered_correctly(
 
 def answer_question(
     run: RunContext, item: EnvironmentItem, question_index: int, checkpoint: str
-) -> tuple[Any, bool, CallUsage]:
+) -> tuple[Any, bool, Usage]:
     qa = item.qas[question_index]
     options = [choice.answer for choice in qa.answer_choices]
     # A paper-variant policy's own prompt already asks for the option fitting the current

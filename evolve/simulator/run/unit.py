@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any
 import dspy
 
 from evolve.errors import EnvironmentDataError
+from evolve.llm.usage import tracked_usage
 from evolve.protocol import rules_for
 from evolve.simulator.records import PeriodResult, SessionTranscript
 from evolve.simulator.run.context import RunContext, UserRun
 from evolve.simulator.run.probes import PROBE_STRATEGIES, answer_question, item_result, recalls_for
 from evolve.simulator.run.replay import replay_period
-from evolve.simulator.run.usage import tracked_usage
 from evolve.simulator.user import derive_seed, play_session, user_view_for
 
 if TYPE_CHECKING:

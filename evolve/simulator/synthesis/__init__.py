@@ -9,6 +9,8 @@ Two ways, one `Environment` type:
   tokens. docs/environments.md ("LLM-synthesized environments") documents it.
 """
 
+from typing import Any
+
 from evolve.simulator.synthesis.catalogs import Catalog, load_catalog
 from evolve.simulator.synthesis.config import (
     LLMSynthesisConfig,
@@ -37,7 +39,8 @@ from evolve.simulator.synthesis.pipeline import (
     UserPipeline,
     synthesize_environment_llm,
 )
-from evolve.simulator.synthesis.report import Stage, StageUsage, SynthesisReport, UserOutcome
+from evolve.simulator.synthesis.report import Stage, SynthesisReport, UserOutcome
+from memory_policies.deprecation import warn_renamed
 
 __all__ = [
     "PRESETS",
@@ -50,7 +53,6 @@ __all__ = [
     "RetryBudget",
     "Stage",
     "StageFailure",
-    "StageUsage",
     "SynthesisCancelled",
     "SynthesisReport",
     "SynthesisResult",
@@ -66,3 +68,12 @@ __all__ = [
     "synthesize_environment_llm",
     "synthesize_user",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "StageUsage":
+        warn_renamed("evolve.simulator.synthesis.StageUsage", "evolve.llm.Usage")
+        from evolve.llm.usage import Usage
+
+        return Usage
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -2,8 +2,10 @@
 checked call retried with its problems fed back, and a text refined until a classifier
 accepts it. Every stage of `evolve.simulator.synthesis.stages` goes through `StageCalls`.
 
-Tokens are counted per call in the calling thread (`dspy.track_usage`), which attributes
-them to the right user and stage even when users run concurrently.
+Tokens are counted per call in the calling thread (`evolve.llm.usage.tracked_usage`), which
+attributes them to the right user and stage even when users run concurrently. A stage's
+`Usage` counts predictor calls (`calls`), those the server never saw (`cache_hits`), and
+outputs that did not parse or failed validation (`parse_failures`, `rejected`).
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ import dspy
 from dspy.utils.exceptions import AdapterParseError
 
 from evolve.errors import ToolkitError
+from evolve.llm.usage import Usage, tracked_usage
 from evolve.seeds import derive_seed
 from evolve.simulator.synthesis.config import LLMSynthesisConfig
-from evolve.simulator.synthesis.report import Stage, StageUsage
+from evolve.simulator.synthesis.report import Stage
 
 if TYPE_CHECKING:
     from evolve.llm import RoleLMs
@@ -89,11 +92,11 @@ class StageCalls:
         self.user_id = user_id
         self.seed = seed
         self.stop = stop
-        self.pending: dict[str, StageUsage] = {}
+        self.pending: dict[str, Usage] = {}
         self.pending_refinements = 0
         self.profile_text = ""  # the user's profile as later stages are shown it
 
-    def take_pending(self) -> dict[str, StageUsage]:
+    def take_pending(self) -> dict[str, Usage]:
         pending, self.pending = self.pending, {}
         return pending
 
@@ -109,7 +112,7 @@ class StageCalls:
         )
         if temperature is not None:
             lm_config["temperature"] = temperature
-        usage = self.pending.setdefault(stage.value, StageUsage())
+        usage = self.pending.setdefault(stage.value, Usage())
         error: str | None = None
         prediction: dspy.Prediction | None = None
         with self.lms.context("simulator"), dspy.track_usage() as tracker:
@@ -118,16 +121,12 @@ class StageCalls:
             except AdapterParseError as exc:
                 error = one_line(exc)
             finally:
+                served = tracked_usage(tracker)
                 usage.calls += 1
-                for entries in tracker.usage_data.values():
-                    usage.billed_calls += len(entries)
-                    for entry in entries:
-                        usage.prompt_tokens += int(
-                            entry.get("prompt_tokens", entry.get("input_tokens")) or 0
-                        )
-                        usage.completion_tokens += int(
-                            entry.get("completion_tokens", entry.get("output_tokens")) or 0
-                        )
+                if not served.calls and (prediction is not None or error is not None):
+                    usage.cache_hits += 1  # answered, and the server was never asked
+                usage.prompt_tokens += served.prompt_tokens
+                usage.completion_tokens += served.completion_tokens
         if error is not None:
             usage.parse_failures += 1
         return prediction, error

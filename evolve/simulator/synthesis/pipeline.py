@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evolve.files import atomic_write_json
+from evolve.llm.usage import Usage, add_usage
 from evolve.simulator.environment import (
     QA,
     AnswerChoice,
@@ -46,10 +47,8 @@ from evolve.simulator.synthesis.personas import PersonaRecord, check_unique_ids
 from evolve.simulator.synthesis.queries import write_queries
 from evolve.simulator.synthesis.report import (
     Stage,
-    StageUsage,
     SynthesisReport,
     UserOutcome,
-    add_usage,
 )
 from evolve.simulator.synthesis.validate import QuestionSpec
 from evolve.simulator.synthesis.work_dir import OUTCOME_FILE, UserUnitFiles, WorkDir
@@ -108,14 +107,14 @@ class UserPipeline:
         self.calls = StageCalls(
             config, lms, user_id=persona.user_id, seed=seed, stop=stop or threading.Event()
         )
-        self.usage_total: dict[str, StageUsage] = {}
-        self.usage_this_run: dict[str, StageUsage] = {}
+        self.usage_total: dict[str, Usage] = {}
+        self.usage_this_run: dict[str, Usage] = {}
         self.resumed_units: list[str] = []
         self.refinements: dict[str, int] = {}
 
     # --- plumbing ------------------------------------------------------------------------
 
-    def _flush_pending(self) -> dict[str, StageUsage]:
+    def _flush_pending(self) -> dict[str, Usage]:
         pending = self.calls.take_pending()
         add_usage(self.usage_total, pending)
         add_usage(self.usage_this_run, pending)
@@ -128,7 +127,7 @@ class UserPipeline:
             self.resumed_units.append(unit)
             add_usage(
                 self.usage_total,
-                {stage: StageUsage.model_validate(u) for stage, u in stored["usage"].items()},
+                {stage: Usage.model_validate(u) for stage, u in stored["usage"].items()},
             )
             if stored.get("refinements"):
                 self.refinements[unit] = stored["refinements"]

@@ -3,12 +3,15 @@ the tokens and estimated cost per stage and per user."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from evolve.llm.usage import Usage, add_usage
 from evolve.simulator.synthesis.config import Prices
+from memory_policies.deprecation import warn_renamed
 
 # The paper's reported costs with gpt-4.1 (US dollars per user), shown beside our own counts.
 PAPER_SYNTHESIS_COST_PER_USER = 0.40
@@ -29,39 +32,13 @@ class Stage(StrEnum):
     ASSEMBLE = "assemble"
 
 
-class StageUsage(BaseModel):
-    """LLM work of one stage (or a sum of stages). `billed_calls` excludes cache hits."""
-
-    calls: int = 0
-    billed_calls: int = 0
-    parse_failures: int = 0
-    rejected: int = Field(default=0, description="Outputs that parsed but failed validation.")
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-
-    @property
-    def total_tokens(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
-
-    def plus(self, other: StageUsage) -> StageUsage:
-        return StageUsage(
-            **{name: getattr(self, name) + getattr(other, name) for name in StageUsage.model_fields}
-        )
-
-    def cost(self, prices: Prices) -> float:
-        return prices.cost(self.prompt_tokens, self.completion_tokens)
+def sum_usage(usages: Mapping[str, Usage] | Iterable[Usage]) -> Usage:
+    """The sum of a breakdown (stage -> `Usage`) or of a list."""
+    return sum(usages.values() if isinstance(usages, Mapping) else usages, Usage())
 
 
-def sum_usage(usages: dict[str, StageUsage] | list[StageUsage]) -> StageUsage:
-    total = StageUsage()
-    for usage in usages.values() if isinstance(usages, dict) else usages:
-        total = total.plus(usage)
-    return total
-
-
-def add_usage(target: dict[str, StageUsage], source: dict[str, StageUsage]) -> None:
-    for stage, usage in source.items():
-        target[stage] = target.get(stage, StageUsage()).plus(usage)
+def usage_cost(usage: Usage, prices: Prices) -> float:
+    return prices.cost(usage.prompt_tokens, usage.completion_tokens)
 
 
 class UserOutcome(BaseModel):
@@ -72,10 +49,12 @@ class UserOutcome(BaseModel):
         default=None, description="The failed part of that stage, e.g. answers_q03 or updates_p02."
     )
     reason: str | None = None
-    # Tokens of every stage, including units finished by earlier (resumed) runs.
-    usage: dict[str, StageUsage] = Field(default_factory=dict)
+    # LLM work per stage (stage -> `Usage`: `calls` are predictor calls, `cache_hits` those the
+    # server never saw, `parse_failures` and `rejected` their outputs that did not parse or
+    # failed validation), including units finished by earlier (resumed) runs.
+    usage: dict[str, Usage] = Field(default_factory=dict)
     # Tokens spent by this run only; a fully resumed user has none.
-    usage_this_run: dict[str, StageUsage] = Field(default_factory=dict)
+    usage_this_run: dict[str, Usage] = Field(default_factory=dict)
     resumed_units: list[str] = Field(default_factory=list)
     refinements: dict[str, int] = Field(default_factory=dict)
 
@@ -96,17 +75,17 @@ class SynthesisReport(BaseModel):
     def excluded(self) -> list[UserOutcome]:
         return [user for user in self.users if user.status == "excluded"]
 
-    def stage_totals(self, *, this_run: bool = False) -> dict[str, StageUsage]:
-        totals: dict[str, StageUsage] = {}
+    def stage_totals(self, *, this_run: bool = False) -> dict[str, Usage]:
+        totals: dict[str, Usage] = {}
         for user in self.users:
             add_usage(totals, user.usage_this_run if this_run else user.usage)
         return {stage.value: totals[stage.value] for stage in Stage if stage.value in totals}
 
-    def total(self, *, this_run: bool = False) -> StageUsage:
+    def total(self, *, this_run: bool = False) -> Usage:
         return sum_usage(self.stage_totals(this_run=this_run))
 
     def cost_per_user(self) -> float:
-        return self.total().cost(self.prices) / len(self.users) if self.users else 0.0
+        return usage_cost(self.total(), self.prices) / len(self.users) if self.users else 0.0
 
     def stage_table(self) -> str:
         """Tokens and estimated cost per stage (all runs of this work dir), plus totals."""
@@ -120,7 +99,7 @@ class SynthesisReport(BaseModel):
             lines.append(
                 f"{stage:<14} {usage.calls:>6} {usage.parse_failures:>6} {usage.rejected:>6} "
                 f"{usage.prompt_tokens:>9} {usage.completion_tokens:>10} "
-                f"{usage.cost(self.prices):>9.4f}"
+                f"{usage_cost(usage, self.prices):>9.4f}"
             )
         return "\n".join(lines)
 
@@ -136,16 +115,24 @@ class SynthesisReport(BaseModel):
             else:
                 note = ""
             lines.append(
-                f"{user.user_id:<{width}} {user.status:<9} {usage.total_tokens:>8} "
-                f"{usage.cost(self.prices):>8.4f}  {note}"
+                f"{user.user_id:<{width}} {user.status:<9} {usage.tokens:>8} "
+                f"{usage_cost(usage, self.prices):>8.4f}  {note}"
             )
         return "\n".join(lines)
 
     def cost_summary(self) -> str:
         prices = self.prices
+        cost = usage_cost(self.total(), prices)
         return (
-            f"estimated cost ${self.total().cost(prices):.4f} for {len(self.users)} user(s), "
+            f"estimated cost ${cost:.4f} for {len(self.users)} user(s), "
             f"${self.cost_per_user():.4f} per user at ${prices.input_per_million:g}/"
             f"${prices.output_per_million:g} per 1M input/output tokens; the paper reports "
             f"about ${PAPER_SYNTHESIS_COST_PER_USER:.2f} per user for data synthesis with gpt-4.1"
         )
+
+
+def __getattr__(name: str) -> Any:
+    if name == "StageUsage":
+        warn_renamed(f"{__name__}.StageUsage", "evolve.llm.usage.Usage")
+        return Usage
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

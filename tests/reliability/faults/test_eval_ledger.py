@@ -34,14 +34,14 @@ def test_eval_journals_every_call_across_a_kill_and_its_rerun(tmp_path):
         process.send_signal(signal.SIGKILL)
         process.wait(timeout=30)
         served_at_kill = stub.stats()["chat_requests"]
-        journaled_at_kill = ExperimentDir(out).load_spend().llm_calls
+        journaled_at_kill = ExperimentDir(out).load_spend().requests
         assert 0 <= served_at_kill - journaled_at_kill <= CONCURRENCY
 
         finished = run_cli(tmp_path, *args, *llm_flags(stub))
         assert finished.returncode == 0, finished.stderr[-3000:]
         served = stub.stats()["chat_requests"]
     spend = ExperimentDir(out).load_spend()
-    assert 0 <= served - spend.llm_calls <= CONCURRENCY
-    assert spend.llm_calls > journaled_at_kill and spend.tokens > 0
+    assert 0 <= served - spend.requests <= CONCURRENCY
+    assert spend.requests > journaled_at_kill and spend.tokens > 0
     # The summary tells the spend of every invocation into this directory.
-    assert f"{spend.llm_calls} LLM calls" in finished.stdout
+    assert f"{spend.requests} LLM calls" in finished.stdout

@@ -73,7 +73,7 @@ def _start(spec: Path, tmp_path: Path) -> subprocess.Popen[bytes]:
 
 
 def _ledger_calls(tmp_path: Path) -> int:
-    return ExperimentDir(tmp_path / "runs" / "ledger").load_spend().llm_calls
+    return ExperimentDir(tmp_path / "runs" / "ledger").load_spend().requests
 
 
 def test_ledger_after_kill_9_is_within_the_in_flight_calls(stub, tmp_path):
@@ -106,10 +106,10 @@ def test_ledger_after_kill_9_is_within_the_in_flight_calls(stub, tmp_path):
 
 
 def test_journal_carries_an_old_ledger_and_skips_a_torn_line(tmp_path):
-    from evolve.optimize.experiment_dir import Spend
+    from evolve.llm.usage import Usage
 
     store = ExperimentDir(tmp_path)
-    store.save_spend(Spend(llm_calls=7, tokens=70, wall_time_s=5.0))  # a pre-journal ledger
+    store.save_spend(Usage(requests=7, prompt_tokens=70, wall_time_s=5.0))  # a pre-journal ledger
     journal = store.open_journal()
     journal.record_call(
         role="agent",
@@ -130,7 +130,9 @@ def test_journal_carries_an_old_ledger_and_skips_a_torn_line(tmp_path):
     journal.close()
     with open(store.journal_file, "a", encoding="utf-8") as handle:
         handle.write('{"role": "agent", "prom')  # killed mid-write
-    assert store.load_spend() == Spend(llm_calls=8, tokens=82, wall_time_s=6.5)
+    assert store.load_spend() == Usage(
+        requests=8, prompt_tokens=80, completion_tokens=2, wall_time_s=6.5
+    )
     reopened = store.open_journal()  # a resumed run appends on a fresh line
     reopened.record_call(
         role="simulator",
@@ -141,4 +143,6 @@ def test_journal_carries_an_old_ledger_and_skips_a_torn_line(tmp_path):
         wall_time_s=7.0,
     )
     reopened.close()
-    assert store.load_spend() == Spend(llm_calls=9, tokens=84, wall_time_s=7.0)
+    assert store.load_spend() == Usage(
+        requests=9, prompt_tokens=81, completion_tokens=3, wall_time_s=7.0
+    )

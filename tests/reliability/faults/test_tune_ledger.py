@@ -158,6 +158,6 @@ def test_every_call_is_journaled_once_by_the_process_or_trial_that_made_it(tmp_p
     names = sorted(path.name for path in journals.files())
     worker_file = f"worker-{safe_name(socket.gethostname())}-{os.getpid()}.jsonl"
     assert names == ["main.jsonl", "trial-0000.jsonl", "trial-0001.jsonl", worker_file]
-    assert journals.total().llm_calls == made == main.llm_calls
+    assert journals.total().requests == made == main.llm_calls
     by_trial = journals.trial_spend()
-    assert all(by_trial[n].llm_calls == main.trial(n).llm_calls > 0 for n in (0, 1))
+    assert all(by_trial[n].requests == main.trial(n).llm_calls > 0 for n in (0, 1))

@@ -43,4 +43,4 @@ def test_no_request_reaches_the_server_after_sigint_at_concurrency_8(tmp_path):
     assert late < 0, f"a request arrived {late:.3f}s after SIGINT"
     ledger = ExperimentDir(tmp_path / "out").load_spend()
     # The requests in flight at the signal were received; their outcome may be unknown.
-    assert stats["chat_requests"] <= ledger.llm_calls <= stats["chat_requests"] + CONCURRENCY
+    assert stats["chat_requests"] <= ledger.requests <= stats["chat_requests"] + CONCURRENCY

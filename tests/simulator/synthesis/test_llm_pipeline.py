@@ -17,7 +17,7 @@ from evolve.simulator.synthesis import (
     catalog_personas,
     synthesize_environment_llm,
 )
-from evolve.simulator.synthesis.report import sum_usage
+from evolve.simulator.synthesis.report import sum_usage, usage_cost
 
 
 def run(
@@ -70,7 +70,7 @@ def test_clean_run_produces_a_valid_environment_and_accounts_every_stage(tmp_pat
     assert all(usage.prompt_tokens > 0 and usage.completion_tokens > 0 for usage in stages.values())
     assert stages["answers"].calls == 2 + 6
     assert report.total().calls == sum(player.counts.values())
-    assert report.total().cost(report.prices) > 0
+    assert usage_cost(report.total(), report.prices) > 0
     assert "answers" in report.stage_table() and "total" in report.stage_table()
 
 

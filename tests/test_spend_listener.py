@@ -1,0 +1,90 @@
+"""The one spend listener (`evolve.budget.SpendListener`): what `evolve run`'s budget, `evolve
+eval` and a tuning study journal, through one code path."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+
+from evolve.budget import SpendJournal, SpendListener
+from evolve.llm.usage import UsageTracker
+from evolve.tuning.spend import StudySpendJournals
+from memory_policies.deprecation import RenamedWarning
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_a_request_is_on_disk_before_it_is_sent(tmp_path):
+    """The tracker tells its listeners before the transport sends; the line must be in the file
+    (flushed, as another process reading it after a kill -9 sees it) by then."""
+    tracker = UsageTracker()
+    listener = SpendListener(tracker, SpendJournal(tmp_path / "spend.jsonl").open())
+    started = tracker.request_started("agent")  # the transport sends after this returns
+    on_disk = _lines(tmp_path / "spend.jsonl")  # a fresh handle: only what was flushed
+    assert on_disk[-1] == {
+        "request": started.request_id,
+        "role": "agent",
+        "state": "started",
+        "wall_s": on_disk[-1]["wall_s"],
+    }
+    tracker.request_ended(started, failed=False, status=200)
+    tracker.record(
+        "agent", {"prompt_tokens": 5, "completion_tokens": 2}, 0.1, requests_recorded=True
+    )
+    listener.close()
+    spend = SpendJournal(tmp_path / "spend.jsonl").total()
+    assert (spend.requests, spend.tokens, spend.unknown_outcome) == (1, 7, 0)
+
+
+def test_wall_time_continues_from_earlier_invocations_and_is_marked_at_close(tmp_path):
+    tracker = UsageTracker()
+    listener = SpendListener(tracker, SpendJournal(tmp_path / "s.jsonl").open(), wall_before=50.0)
+    tracker.record("agent", {}, 0.0)  # a cache hit
+    listener.close(mark_wall_time=True)
+    tracker.record("agent", {"prompt_tokens": 1}, 0.0)  # after close: not journaled
+    lines = _lines(tmp_path / "s.jsonl")
+    assert len(lines) == 2 and lines[0]["cache_hit"] is True and set(lines[1]) == {"wall_s"}
+    assert 50.0 <= lines[0]["wall_s"] <= lines[1]["wall_s"] < 60.0
+
+
+def test_a_redirected_block_gets_its_own_file_and_a_request_ends_where_it_started(tmp_path):
+    tracker = UsageTracker()
+    journals = StudySpendJournals(tmp_path, "study")
+    listener = journals.listener(tracker, worker=False)
+    assert journals.files() == []  # the process file opens on its first event
+    with journals.trial(listener, 3):
+        started = tracker.request_started("agent")
+    tracker.request_ended(started, failed=False, status=200)  # after its trial ended
+    tracker.record("simulator", {"prompt_tokens": 2}, 0.0)
+    listener.close()
+    names = [path.name for path in journals.files()]
+    assert names == ["main.jsonl", "trial-0003.jsonl"]
+    trial = _lines(journals.directory / "trial-0003.jsonl")
+    assert [line.get("state") for line in trial] == ["started"]  # its file was closed
+    main = _lines(journals.directory / "main.jsonl")
+    assert [line.get("role") for line in main] == ["simulator"]
+    spend = journals.trial_spend()[3]
+    assert (spend.requests, spend.unknown_outcome) == (1, 1)
+
+
+def test_the_old_tuning_recorder_still_works_and_warns(tmp_path):
+    import evolve.tuning.spend as spend_module
+
+    tracker = UsageTracker()
+    journals = StudySpendJournals(tmp_path, "study")
+    with pytest.warns(RenamedWarning, match="SpendRecorder"):
+        recorder_type = spend_module.SpendRecorder
+    recorder = recorder_type(journals, tracker, worker=True)
+    assert isinstance(recorder, SpendListener)
+    with recorder.trial(0):
+        tracker.record("agent", {"prompt_tokens": 4}, 0.0)
+    recorder.close()
+    assert journals.trial_spend()[0].tokens == 4
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert spend_module.StudySpendJournals is StudySpendJournals
