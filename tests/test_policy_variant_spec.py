@@ -9,7 +9,7 @@ import pytest
 
 from evolve.config import spec_from_dict
 from evolve.errors import ConfigError
-from evolve.simulator.storage import config_hash
+from evolve.simulator.run_dir import config_hash
 from memory_policies.deprecation import RenamedWarning
 
 

@@ -36,7 +36,7 @@ def _import_fresh(name: str) -> ModuleType:
         (
             "evolve.optimize.store",
             "evolve.optimize.experiment_dir",
-            ["Spend", "experiment_dir_for"],
+            ["ExperimentDir", "experiment_dir_for"],
         ),
         ("evolve.simulator.storage", "evolve.simulator.run_dir", ["RunLayout", "read_json"]),
         ("evolve.simulator.synthesis.store", "evolve.simulator.synthesis.work_dir", ["WorkDir"]),

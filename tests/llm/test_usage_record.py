@@ -12,7 +12,7 @@ import pytest
 
 from evolve.budget import SpendJournal
 from evolve.llm.usage import Usage, UsageSummary, add_usage
-from evolve.optimize.store import ExperimentStore
+from evolve.optimize.experiment_dir import ExperimentDir
 from evolve.simulator.records import PeriodResult
 from evolve.simulator.synthesis.report import UserOutcome, sum_usage
 from memory_policies.deprecation import RenamedWarning
@@ -77,7 +77,7 @@ def test_stored_records_of_the_old_types_load_silently(tmp_path):
         (tmp_path / "ledger.json").write_text(
             json.dumps({"llm_calls": 7, "tokens": 70, "wall_time_s": 5.0, "unknown_outcome": 1})
         )
-        ledger = ExperimentStore(tmp_path).load_spend()
+        ledger = ExperimentDir(tmp_path).load_spend()
         journal = tmp_path / "old.jsonl"
         journal.write_text(
             json.dumps({"carried": {"llm_calls": 2, "tokens": 20, "wall_time_s": 1.0}})
@@ -100,7 +100,7 @@ def test_stored_records_of_the_old_types_load_silently(tmp_path):
 
 
 def test_a_ledger_written_now_keeps_the_names_older_readers_know(tmp_path):
-    store = ExperimentStore(tmp_path)
+    store = ExperimentDir(tmp_path)
     spend = Usage(requests=4, prompt_tokens=30, completion_tokens=3, wall_time_s=2.0)
     store.save_spend(spend)
     stored = json.loads(store.ledger_file.read_text())

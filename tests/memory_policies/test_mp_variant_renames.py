@@ -119,7 +119,7 @@ def test_a_bundle_that_says_preset_loads_silently(silent, tmp_path) -> None:
 def test_the_policy_identity_keeps_the_old_key_so_run_hashes_do_not_change(silent) -> None:
     # Run and experiment config hashes include `identity()`: a renamed key would make every
     # earlier run directory refuse to resume.
-    from evolve.simulator.storage import config_hash
+    from evolve.simulator.run_dir import config_hash
 
     identity = build_policy("in_context:variant=paper,update_every=3").identity()
     assert identity["preset"] == "paper" and "variant" not in identity
