@@ -3,8 +3,6 @@
 Needs only `dspy` (and numpy; sentence-transformers for the default local embedder).
 """
 
-from typing import Any
-
 from memory_policies.base import (
     BUNDLE_FILE,
     BUNDLE_FORMAT_VERSION,
@@ -13,7 +11,7 @@ from memory_policies.base import (
     Message,
     PolicyAnswer,
 )
-from memory_policies.deprecation import warn_renamed
+from memory_policies.deprecation import renamed_attributes
 from memory_policies.embed import (
     Embedder,
     HashingEmbedder,
@@ -97,9 +95,4 @@ _RENAMED = {
     "ExternalSystemState": "MemorySystemState",
 }
 
-
-def __getattr__(name: str) -> Any:
-    if name in _RENAMED:
-        warn_renamed(f"memory_policies.{name}", f"memory_policies.{_RENAMED[name]}")
-        return globals()[_RENAMED[name]]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = renamed_attributes(__name__, _RENAMED, globals())

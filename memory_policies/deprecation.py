@@ -12,7 +12,7 @@ only developers running tests.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 REMOVED_IN = "0.2.0"
@@ -50,3 +50,18 @@ def rename_keys(data: Any, renamed: Mapping[str, str], *, where: str = "") -> An
         warn_renamed(f"{prefix}{old}", f"{prefix}{new}", stacklevel=4)
         moved[new] = moved.pop(old)
     return moved
+
+
+def renamed_attributes(
+    module: str, renamed: Mapping[str, str], namespace: Mapping[str, Any]
+) -> Callable[[str], Any]:
+    """A module `__getattr__` under which each old name of `renamed` (old -> new, both names
+    in `namespace`, the module's globals) still works, with a warning."""
+
+    def __getattr__(name: str) -> Any:
+        if name in renamed:
+            warn_renamed(f"{module}.{name}", f"{module}.{renamed[name]}")
+            return namespace[renamed[name]]
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+
+    return __getattr__

@@ -149,7 +149,7 @@ def generation_metrics(
         "candidates_evaluated": sum(
             count for g, count in evaluated.items() if int(g) <= record.generation
         ),
-        "spent.requests": spent.llm_calls,
+        "spent_llm_calls": spent.requests,
         "spent_tokens": spent.tokens,
         "spent_wall_time_s": spent.wall_time_s,
     }

@@ -9,8 +9,6 @@ spend journals, trackers and report rendering are internals of the submodules (`
 `layout`, `trials` and `heldout`).
 """
 
-from typing import Any
-
 from evolve.spec_base import IntRange
 from evolve.tuning.evolution import CandidateTuning, OptunaParameterProposer, tune_best_candidate
 from evolve.tuning.records import HeldoutRecord, TrialRecord, TuningResult
@@ -26,7 +24,7 @@ from evolve.tuning.spec import (
 from evolve.tuning.spend import recorded_spend
 from evolve.tuning.study import TuneProgress, run_study
 from evolve.tuning.tracking import StudyTracker, study_tracker_for
-from memory_policies.deprecation import warn_renamed
+from memory_policies.deprecation import renamed_attributes
 
 __all__ = [
     "CandidateTuning",
@@ -58,10 +56,4 @@ _RENAMED = {
     "run_tuning": "run_study",
 }
 
-
-def __getattr__(name: str) -> Any:
-    if name in _RENAMED:
-        new = _RENAMED[name]
-        warn_renamed(f"{__name__}.{name}", f"{__name__}.{new}")
-        return globals()[new]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = renamed_attributes(__name__, _RENAMED, globals())

@@ -50,7 +50,7 @@ from evolve.tuning.storage import (
     check_storage_url,
     prepare_storage_directory,
 )
-from memory_policies.deprecation import warn_renamed
+from memory_policies.deprecation import renamed_attributes
 from memory_policies.parameters import PARAMETER_RULES, parameter_problem
 
 DEFAULT_STORAGE = "sqlite:///mlruns/optuna.db"
@@ -448,10 +448,4 @@ _RENAMED = {
     "is_tuning_spec": "is_study_spec",
 }
 
-
-def __getattr__(name: str) -> Any:
-    if name in _RENAMED:
-        new = _RENAMED[name]
-        warn_renamed(f"{__name__}.{name}", f"{__name__}.{new}")
-        return globals()[new]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = renamed_attributes(__name__, _RENAMED, globals())

@@ -33,3 +33,14 @@ def test_the_warning_is_visible_to_users_by_default():
     assert issubclass(RenamedWarning, FutureWarning)
     with pytest.warns(RenamedWarning, match=f"removed in {REMOVED_IN}"):
         warn_renamed("--old", "--new")
+
+
+def test_renamed_attributes_serve_old_names_with_a_warning_and_refuse_unknown_ones():
+    from memory_policies.deprecation import renamed_attributes
+
+    namespace = {"NewThing": object()}
+    getattr_ = renamed_attributes("pkg.mod", {"OldThing": "NewThing"}, namespace)
+    with pytest.warns(RenamedWarning, match=r"pkg\.mod\.OldThing .*pkg\.mod\.NewThing"):
+        assert getattr_("OldThing") is namespace["NewThing"]
+    with pytest.raises(AttributeError, match="no attribute 'Missing'"):
+        getattr_("Missing")
