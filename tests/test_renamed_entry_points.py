@@ -12,13 +12,12 @@ with a `RenamedWarning`, and the new ones are silent.
 
 from __future__ import annotations
 
-import importlib
 import re
-import sys
 import warnings
 from pathlib import Path
 
 import pytest
+from fresh_import import import_fresh
 
 import evolve.api
 import evolve.optimize
@@ -81,19 +80,9 @@ def test_a_spec_read_through_the_old_names_is_the_same_study_spec():
     assert old == spec
 
 
-def _import_fresh(name: str):
-    saved = sys.modules.pop(name, None)
-    try:
-        return importlib.import_module(name)
-    finally:
-        sys.modules.pop(name, None)
-        if saved is not None:
-            sys.modules[name] = saved
-
-
 def test_the_old_module_evolve_tune_warns_and_mirrors_evolve_tuning():
     with pytest.warns(RenamedWarning, match=r"evolve\.tune is deprecated.*use evolve\.tuning"):
-        tune = _import_fresh("evolve.tune")
+        tune = import_fresh("evolve.tune")
     assert tune.__all__ == evolve.tuning.__all__
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -13,21 +13,11 @@ import subprocess
 import sys
 import warnings
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from fresh_import import import_fresh
 
 from memory_policies.deprecation import RenamedWarning
-
-
-def _import_fresh(name: str) -> ModuleType:
-    """Import the shim `name` anew (a module's top level runs once per process). Only for
-    shims: they define nothing, so a second copy holds the same objects."""
-    sys.modules.pop(name, None)
-    try:
-        return importlib.import_module(name)
-    finally:
-        sys.modules.pop(name, None)
 
 
 @pytest.mark.parametrize(
@@ -45,7 +35,7 @@ def _import_fresh(name: str) -> ModuleType:
 def test_an_old_module_path_warns_and_reexports(old: str, new: str, names: list[str]) -> None:
     module = importlib.import_module(new)
     with pytest.warns(RenamedWarning, match=rf"{old} .*{new}"):
-        shim = _import_fresh(old)
+        shim = import_fresh(old)
     for name in names:
         assert getattr(shim, name) is getattr(module, name)
     with pytest.raises(AttributeError):
@@ -85,7 +75,7 @@ def test_an_old_name_warns_and_is_the_new_one(module: str, old: str, new: str) -
 )
 def test_an_old_class_name_under_its_old_module_path_warns(old: str, new: str, name: str) -> None:
     with pytest.warns(RenamedWarning):
-        shim = _import_fresh(old)
+        shim = import_fresh(old)
     with pytest.warns(RenamedWarning, match=rf"{old}\.{name} "):
         cls = getattr(shim, name)
     assert cls.__module__ == new

@@ -9,6 +9,7 @@ import json
 import warnings
 
 import pytest
+from fresh_import import import_fresh
 
 from evolve.budget import SpendJournal
 from evolve.llm.usage import Usage, UsageSummary, add_usage
@@ -159,11 +160,8 @@ def test_an_unknown_name_is_still_an_attribute_error():
 
 
 def test_the_old_module_of_tracked_usage_still_works_and_warns():
-    import sys
-
-    sys.modules.pop("evolve.simulator.run.usage", None)
     with pytest.warns(RenamedWarning, match=r"evolve\.simulator\.run\.usage .*evolve\.llm\.usage"):
-        old = importlib.import_module("evolve.simulator.run.usage")
+        old = import_fresh("evolve.simulator.run.usage")
     from evolve.llm.usage import tracked_usage
 
     assert old.tracked_usage is tracked_usage

@@ -3,32 +3,20 @@ until `deprecation.REMOVED_IN`; the new names work silently."""
 
 from __future__ import annotations
 
-import importlib
-import sys
 import warnings
-from types import ModuleType
 
 import pytest
+from fresh_import import import_fresh
 
 import memory_policies
 from memory_policies.deprecation import RenamedWarning
-
-
-def _import_fresh(name: str) -> ModuleType:
-    """Import the shim `name` anew (a module's top level runs once per process). Only for
-    shims: they define nothing, so a second copy holds the same objects."""
-    sys.modules.pop(name, None)
-    try:
-        return importlib.import_module(name)
-    finally:
-        sys.modules.pop(name, None)
 
 
 def test_the_old_memory_system_module_warns_and_reexports() -> None:
     from memory_policies import memory_system
 
     with pytest.warns(RenamedWarning, match=r"memory_policies\.external_system .*memory_system"):
-        old = _import_fresh("memory_policies.external_system")
+        old = import_fresh("memory_policies.external_system")
     assert old.MemorySystem is memory_system.MemorySystem
     with pytest.warns(RenamedWarning, match=r"ExternalSystemPolicy .*MemorySystemPolicy"):
         assert old.ExternalSystemPolicy is memory_system.MemorySystemPolicy
@@ -59,6 +47,6 @@ def test_the_old_embedding_store_module_warns_and_reexports() -> None:
     from memory_policies import embedding_store
 
     with pytest.warns(RenamedWarning, match=r"memory_policies\.store .*embedding_store"):
-        old = _import_fresh("memory_policies.store")
+        old = import_fresh("memory_policies.store")
     assert old.EmbeddingStorePolicy is embedding_store.EmbeddingStorePolicy
     assert old.StoreState is embedding_store.StoreState

@@ -3,12 +3,11 @@ are silent, and what was stored under the old name (bundles, run hashes) loads u
 
 from __future__ import annotations
 
-import importlib
 import json
-import sys
 import warnings
 
 import pytest
+from fresh_import import import_fresh
 
 import memory_policies
 from memory_policies import (
@@ -48,10 +47,9 @@ def test_the_new_names_are_silent(silent, tmp_path) -> None:
 
 
 def test_the_old_module_warns_and_holds_the_same_objects() -> None:
-    sys.modules.pop("memory_policies.presets", None)
     old_to_new = r"memory_policies\.presets .*memory_policies\.variants"
     with pytest.warns(RenamedWarning, match=old_to_new):
-        presets = importlib.import_module("memory_policies.presets")
+        presets = import_fresh("memory_policies.presets")
     from memory_policies import variants
 
     assert presets.PresetRules is variants.VariantRules
