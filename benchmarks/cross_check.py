@@ -15,13 +15,16 @@ difference in what the two implementations did, not in arithmetic.
     .venv/bin/python benchmarks/cross_check.py --reference /path/to/amemgym \\
         --reference-python /path/to/venv/bin/python [--base-url URL --model NAME | --stub] \\
         [--users 2] [--preset tiny] [--seed 0] [--agents native,awi,awe,rag] \\
-        [--evolution question_only] [--embeddings-base-url URL] [--out DIR]
+        [--evolution question_only] [--embeddings-base-url URL] [--out DIR] [--table-only]
 
 Without --base-url the embedded llama.cpp server with the bundled model is started (and stopped
 at the end); --stub starts `stub_openai_server.py --scripted` instead, which answers every role
 of both implementations validly (scripted, not a model: the numbers test the plumbing and the
 branches, not memory) and logs every request to OUT/requests.jsonl, tagged with the step that
 sent it (`reference native overall`, `ours awe`, ...).
+
+--table-only makes no LLM call: it prints the table of the outputs already in --out, e.g.
+after agents were run in separate invocations into the same --out (pass their --model).
 
 AWE and RAG (the reference's mem0 agent, with and without its LLM write) need `mem0ai` (0.1.x,
 whose v1.1 pipeline the reference's configs name) and `milvus-lite` in the reference's Python,
@@ -129,6 +132,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--sequential",
         action="store_true",
         help="run the reference, then ours (default against a real endpoint: both at once)",
+    )
+    parser.add_argument(
+        "--table-only",
+        action="store_true",
+        help="no LLM calls: print the table of the outputs already in --out (e.g. agents run "
+        "in separate invocations; pass the --model those runs used)",
     )
     parser.add_argument("--out", type=Path, default=Path("runs") / "cross_check")
     args = parser.parse_args(argv)
@@ -518,12 +527,17 @@ def main(argv: list[str] | None = None) -> int:
     args.out = args.out.resolve()
     args.reference = args.reference.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
-    if args.env is not None:
+    env_file = args.out / "environment.json"
+    if args.table_only:
+        if not env_file.exists():
+            raise SystemExit(f"--table-only: no {env_file}; run the cross-check into --out first")
+        env = load_environment(env_file)
+    elif args.env is not None:
         env = load_environment(args.env)
     else:
         env = synthesize_environment(get_preset(args.preset), args.seed, args.users)
-    env_file = args.out / "environment.json"
-    save_environment(env, env_file)
+    if not args.table_only:
+        save_environment(env, env_file)
     agents = args.agents.split(",")
     specs = {
         "native": args.native_policy,
@@ -531,15 +545,20 @@ def main(argv: list[str] | None = None) -> int:
         "awe": args.awe_policy,
         "rag": args.rag_policy,
     }
-    with endpoint(args) as (base_url, model):
-        print(f"endpoint {base_url} model {model}; {len(env.items)} users", file=sys.stderr)
-        failures, our_code = run_both_sides(args, base_url, model, env_file, agents, specs)
+    if args.table_only:
+        model, failures, our_code = args.model or "local", {}, 0
+    else:
+        with endpoint(args) as (base_url, model):
+            print(f"endpoint {base_url} model {model}; {len(env.items)} users", file=sys.stderr)
+            failures, our_code = run_both_sides(args, base_url, model, env_file, agents, specs)
     rows: list[tuple[str, MetricSummary | None, str]] = []
     pairs: list[tuple[str, MetricSummary | None, MetricSummary | None]] = []
     for agent in agents:
         users, notes = reference_results(args.out / "reference", env, agent, model)
         report = our_report(args.out, specs[agent])
-        missing = "" if report else f"evolve eval exit {our_code}"
+        missing = (
+            "" if report else ("no report" if args.table_only else f"evolve eval exit {our_code}")
+        )
         finished = f"{len(users)} of {len(env.items)} users"
         reference_summary = summarize(list(users.values())) if users else None
         our_summary = MetricSummary.model_validate(report["summary"]) if report else None

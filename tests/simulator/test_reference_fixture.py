@@ -378,3 +378,35 @@ def test_cross_check_calls_a_gap_noise_only_inside_two_standard_errors():
     assert "+0.278" in native and "within noise" in native
     assert "+0.500" in awi and "BEYOND noise" in awi
     assert "no results" in awe
+
+
+def test_cross_check_table_only_prints_the_outputs_on_disk_without_an_endpoint(
+    tmp_path, monkeypatch, capsys
+):
+    """--table-only reads what earlier invocations left in --out (agents run one at a time)
+    and starts nothing: no endpoint, no reference step, no `evolve eval`."""
+    spec = importlib.util.spec_from_file_location(
+        "cross_check", FIXTURE.parents[2] / "benchmarks" / "cross_check.py"
+    )
+    cross_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cross_check)
+
+    def no_calls(*_args, **_kwargs):
+        raise AssertionError("--table-only must not start an endpoint or run a side")
+
+    monkeypatch.setattr(cross_check, "endpoint", no_calls)
+    monkeypatch.setattr(cross_check, "run_both_sides", no_calls)
+    shutil.copytree(FIXTURE / "native", tmp_path / "reference" / "native")
+    shutil.copy(FIXTURE / "environment.json", tmp_path / "environment.json")
+    (model_dir,) = (FIXTURE / "upperbound").iterdir()
+    argv = ["--reference", str(tmp_path), "--reference-python", "python", "--table-only"]
+    argv += ["--agents", "native", "--model", model_dir.name, "--out", str(tmp_path)]
+    assert cross_check.main(argv) == 0
+    table = capsys.readouterr().out
+    users, _ = cross_check.reference_results(tmp_path / "reference", ENV, "native", "stub")
+    accuracy = summarize(list(users.values())).accuracy
+    (reference_row,) = [line for line in table.splitlines() if line.startswith("reference native")]
+    assert reference_row.split()[2] == f"{accuracy:.3f}"
+    (ours_row,) = [line for line in table.splitlines() if line.startswith("ours native")]
+    assert "no report" in ours_row
+    assert "native  (one side has no results)" in table

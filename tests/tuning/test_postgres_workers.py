@@ -115,7 +115,16 @@ def test_main_and_two_workers_share_a_postgres_study(tmp_path, postgres_url):
             processes += [_start(tmp_path, spec, stub, "--worker") for _ in range(2)]
             outputs = [p.communicate(timeout=600) for p in processes]
         codes = [p.returncode for p in processes]
-        assert codes == [0, 0, 0], [err[-3000:] for _, err in outputs]
+        if codes != [0, 0, 0]:
+            # pytest.fail prints its message whole (an assert's is cut), and the stderr of the
+            # process that failed is the one that says why.
+            names = ["main", "worker 1", "worker 2"]
+            pytest.fail(
+                "\n\n".join(
+                    f"--- {name}: exit {code}\n{err[-4000:]}"
+                    for name, code, (_, err) in zip(names, codes, outputs, strict=True)
+                )
+            )
         main_out = outputs[0][0]
         assert "held-out (best" in main_out, main_out
 
