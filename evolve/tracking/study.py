@@ -19,8 +19,10 @@ one when there is none. Workers starting together may each create one; the earli
 time, then run id) is the parent. A run's start time is taken before it is stored, so a
 worker can store its run after another worker already checked and kept its own: every worker
 therefore looks again before each trial, after each trial and at the end, and on finding an
-earlier parent moves its trial runs there and deletes its own. A worker ends after the last
-run was created (creation happens at start, before any trial), so the study ends with one.
+earlier parent moves its trial runs there and deletes its own; a worker whose write finds its
+parent deleted (it looked just before the deletion) looks again and writes there. A worker
+ends after the last run was created (creation happens at start, before any trial), so the
+study ends with one.
 """
 
 from __future__ import annotations
@@ -111,6 +113,9 @@ class StudySpecView(Protocol):
 
 KIND_TUNING = "tuning"
 KIND_TRIAL = "trial"
+# Writes to a parent that another worker deleted meanwhile: look again, write again. Each
+# retry follows a deletion, and a worker deletes at most the one parent it created.
+_PARENT_ATTEMPTS = 4
 TAG_STUDY = "evolve.study"
 TAG_STORAGE = "evolve.storage"
 TAG_TRIAL = "evolve.trial"
@@ -240,7 +245,7 @@ class MLflowStudyTracker(StudyTracker):
         existing = self._parents()
         if existing:
             self.parent_run_id = existing[0].info.run_id
-            self.client.update_run(self.parent_run_id, status="RUNNING")
+            self._on_parent(lambda run_id: self.client.update_run(run_id, status="RUNNING"))
         else:
             run = self.client.create_run(
                 self.experiment_id,
@@ -252,15 +257,40 @@ class MLflowStudyTracker(StudyTracker):
             params = [Param(k, v) for k, v in study_params(context).items()]
             self.client.log_batch(own, params=params)
             self._created_parent = self.parent_run_id = own
-            self._adopt_earliest_parent()
-        self._tag_parent()
+        self._on_parent(self._tag_parent)
 
-    def _tag_parent(self) -> None:
+    def _on_parent(self, write: Callable[[str], object] | None = None) -> None:
+        """Adopt the earliest parent run, then `write(parent_run_id)`. Between a lookup and a
+        write the parent can be deleted: the worker that created it found an earlier one (see
+        the module docstring). Then look again and write to that one; a deleted parent is
+        the only error retried."""
+        from mlflow.exceptions import MlflowException
+
+        for attempt in range(_PARENT_ATTEMPTS):
+            try:
+                self._adopt_earliest_parent()
+                if write is not None:
+                    write(str(self.parent_run_id))
+                return
+            except MlflowException:
+                if attempt + 1 == _PARENT_ATTEMPTS or not self._parent_deleted():
+                    raise
+
+    def _parent_deleted(self) -> bool:
+        from mlflow.exceptions import MlflowException
+
+        try:
+            run = self.client.get_run(self.parent_run_id)
+        except MlflowException:
+            return False
+        return run.info.lifecycle_stage == "deleted"
+
+    def _tag_parent(self, run_id: str) -> None:
         from mlflow.entities import RunTag
 
         assert self.context is not None
         self.client.log_batch(
-            self.parent_run_id,
+            run_id,
             tags=[
                 RunTag(TAG_RUN_DIR, str(self.context.run_dir)),
                 RunTag("evolve.trials_requested", str(self.context.requested_trials)),
@@ -280,7 +310,7 @@ class MLflowStudyTracker(StudyTracker):
             self.client.delete_run(self._created_parent)
             self._created_parent = None
         self.parent_run_id = earliest
-        self._tag_parent()
+        self._tag_parent(earliest)
 
     def _parent_tags(self, context: StudyContext) -> dict[str, str]:
         return {
@@ -311,7 +341,7 @@ class MLflowStudyTracker(StudyTracker):
 
         assert self.context is not None
         context = self.context
-        self._adopt_earliest_parent()
+        self._on_parent()
         run = self.client.create_run(
             self.experiment_id,
             run_name=f"trial {number}",
@@ -388,17 +418,18 @@ class MLflowStudyTracker(StudyTracker):
         # The runs table shows names without configuring columns: the outcome goes there.
         self.client.update_run(run_id, name=trial_run_name(record))
         self.client.set_terminated(run_id, status)
-        self._adopt_earliest_parent()
+        self._on_parent()
 
     def finish(self, result: TuningResult) -> None:
-        from mlflow.entities import Metric
-
         if self.parent_run_id is None:
             return
-        self._adopt_earliest_parent()
-        run_id = self.parent_run_id
         self.traces.write(self.client)
         self._close_failed_children(result)
+        self._on_parent(lambda run_id: self._write_summary(run_id, result))
+
+    def _write_summary(self, run_id: str, result: TuningResult) -> None:
+        from mlflow.entities import Metric
+
         timestamp = now_ms()
         metrics, tags = study_summary(result)
         self.client.log_batch(

@@ -122,3 +122,61 @@ def test_a_parent_stored_late_with_an_earlier_start_wins_and_the_other_worker_mo
 
     next_trial = first.trial_started(1, {"update_every": 4}, seed=2)
     assert first.client.get_run(next_trial).data.tags[PARENT_RUN_TAG] == second.parent_run_id
+
+
+class _StaleLookupClient:
+    """A client whose first parent lookup answers what it would have before another worker
+    deleted a parent: the lookup ran, then the deletion, then this worker's write."""
+
+    def __init__(self, inner: Any, stale: list[Any]) -> None:
+        self._inner = inner
+        self._stale = stale
+        self._lookups = 0
+
+    def search_runs(self, *args: Any, **kwargs: Any) -> Any:
+        self._lookups += 1
+        if self._lookups == 1:
+            return self._stale
+        return self._inner.search_runs(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def test_a_worker_whose_parent_is_deleted_under_it_writes_to_the_earliest_instead(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A third worker looks up the parents while the first one's is still there; the first
+    then moves to an earlier parent and deletes its own; the third's writes must follow
+    (MLflow refuses any write to a deleted run, and the worker would crash)."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    context = _context(tmp_path)
+    first = MLflowStudyTracker(uri, "race-experiment")
+    first.start(context)
+    first_parent = first.parent_run_id
+    first_trial = first.trial_started(0, {"update_every": 2}, seed=1)
+    stale = [first.client.get_run(first_parent)]
+
+    stamped = stale[0].info.start_time - 1000
+    real_client = tuning_tracking.mlflow_client
+    monkeypatch.setattr(
+        tuning_tracking,
+        "mlflow_client",
+        lambda tracking_uri: _LateStoringClient(real_client(tracking_uri), stamped),
+    )
+    second = MLflowStudyTracker(uri, "race-experiment")
+    second.start(context)
+    first.trial_finished(_record(0, first_trial))  # moves to `second`'s parent, deletes its own
+    assert first.client.get_run(first_parent).info.lifecycle_stage == "deleted"
+
+    monkeypatch.setattr(
+        tuning_tracking,
+        "mlflow_client",
+        lambda tracking_uri: _StaleLookupClient(real_client(tracking_uri), stale),
+    )
+    third = MLflowStudyTracker(uri, "race-experiment")
+    third.start(context)  # found the deleted parent; its first write fails, then it looks again
+    assert third.parent_run_id == second.parent_run_id
+    parents = _active_parents(uri, "race-experiment")
+    assert [p.info.run_id for p in parents] == [second.parent_run_id]
+    assert parents[0].info.status == "RUNNING"
