@@ -1,6 +1,6 @@
 """MLflow tracking of a tuning study: one parent run per study, one child run per trial.
 
-Why about 490 lines: the parent/trial run layout below is one contract with `evolve compare`
+Why about 580 lines: the parent/trial run layout below is one contract with `evolve compare`
 and the MLflow UI, and the workers' shared-parent protocol is part of it.
 
 - parent run (tags `evolve.kind = tuning`, `evolve.study`, `evolve.config_hash`): params
