@@ -4,15 +4,9 @@ Every name of `evolve.tuning` is available here, the old ones (`TuneSpec`, `load
 `run_tuning`, ...) with their own warning.
 """
 
-from typing import Any
-
-from evolve import tuning as _tuning
-from evolve.tuning import *  # noqa: F403
+from evolve import tuning as _new
+from evolve.tuning import *  # noqa: F403  (`from evolve.tune import *` keeps working)
 from evolve.tuning import __all__  # noqa: F401
-from memory_policies.deprecation import warn_renamed
+from memory_policies.deprecation import moved_module
 
-warn_renamed("evolve.tune", "evolve.tuning")
-
-
-def __getattr__(name: str) -> Any:
-    return getattr(_tuning, name)
+__getattr__ = moved_module(__name__, _new)

@@ -11,8 +11,10 @@ only developers running tests.
 
 from __future__ import annotations
 
+import importlib
 import warnings
 from collections.abc import Callable, Mapping
+from types import ModuleType
 from typing import Any
 
 REMOVED_IN = "0.2.0"
@@ -53,15 +55,39 @@ def rename_keys(data: Any, renamed: Mapping[str, str], *, where: str = "") -> An
 
 
 def renamed_attributes(
-    module: str, renamed: Mapping[str, str], namespace: Mapping[str, Any]
+    module: str,
+    renamed: Mapping[str, str],
+    namespace: Mapping[str, Any],
+    *,
+    rest: ModuleType | None = None,
 ) -> Callable[[str], Any]:
-    """A module `__getattr__` under which each old name of `renamed` (old -> new, both names
-    in `namespace`, the module's globals) still works, with a warning."""
+    """A module `__getattr__` under which each old name of `renamed` still works, with a
+    warning. A new name is one of `namespace` (the module's globals) or `package.module:name`
+    for one that lives elsewhere (imported when first asked for). Other names come from
+    `rest` (a moved module's new home), else they are missing as usual."""
 
     def __getattr__(name: str) -> Any:
         if name in renamed:
-            warn_renamed(f"{module}.{name}", f"{module}.{renamed[name]}")
-            return namespace[renamed[name]]
+            home, _, new = renamed[name].rpartition(":")
+            warn_renamed(f"{module}.{name}", f"{home or module}.{new}")
+            return getattr(importlib.import_module(home), new) if home else namespace[new]
+        if rest is not None:
+            return getattr(rest, name)
         raise AttributeError(f"module {module!r} has no attribute {name!r}")
 
     return __getattr__
+
+
+def moved_module(
+    old: str, new: ModuleType, renamed: Mapping[str, str] | None = None
+) -> Callable[[str], Any]:
+    """For a module left at its old path: warns once, at its import, and returns its
+    `__getattr__`, which serves every name of `new` and the old names of `renamed` (old ->
+    new, a name in `new`), each with its own warning. A shim is then two statements:
+
+        import evolve.simulator.run_dir as _new
+        __getattr__ = moved_module(__name__, _new)
+    """
+    warn_renamed(old, new.__name__, stacklevel=4)  # the line that imported the old module
+    targets = {name: f"{new.__name__}:{target}" for name, target in (renamed or {}).items()}
+    return renamed_attributes(old, targets, {}, rest=new)

@@ -2,15 +2,7 @@
 store"; the word "store" alone named six things). Works with a `RenamedWarning` until
 `memory_policies.deprecation.REMOVED_IN`."""
 
-from __future__ import annotations
-
-from typing import Any
-
 import memory_policies.embedding_store as _new
-from memory_policies.deprecation import warn_renamed
+from memory_policies.deprecation import moved_module
 
-warn_renamed("memory_policies.store", "memory_policies.embedding_store")
-
-
-def __getattr__(name: str) -> Any:
-    return getattr(_new, name)
+__getattr__ = moved_module(__name__, _new)

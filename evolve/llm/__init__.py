@@ -1,7 +1,5 @@
 """LLM endpoints per role, the embedded llama.cpp server and usage accounting."""
 
-from typing import Any
-
 from evolve.llm.config import (
     ROLES,
     EmbeddedModelConfig,
@@ -15,7 +13,7 @@ from evolve.llm.config import (
 from evolve.llm.roles import RoleLMs, build_lm, open_role_lms, open_role_lms_from_args
 from evolve.llm.server import EmbeddedServer
 from evolve.llm.usage import Usage, UsageSummary, UsageTracker
-from memory_policies.deprecation import warn_renamed
+from memory_policies.deprecation import renamed_attributes
 
 __all__ = [
     "ROLES",
@@ -37,8 +35,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name == "RoleUsage":
-        warn_renamed("evolve.llm.RoleUsage", "evolve.llm.Usage")
-        return Usage
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = renamed_attributes(__name__, {"RoleUsage": "Usage"}, globals())

@@ -1,7 +1,5 @@
 """The self-evolution loop: GEPA population schedule, per-period chain, operators, lineage."""
 
-from typing import Any
-
 from evolve.budget import Budget, BudgetExhausted
 from evolve.objective import objective_value
 from evolve.optimize import list_edit  # noqa: F401  (registers the list_edit operator)
@@ -22,7 +20,7 @@ from evolve.records import (
     candidate_record,
     fingerprint,
 )
-from memory_policies.deprecation import warn_renamed
+from memory_policies.deprecation import renamed_attributes
 
 __all__ = [
     "Budget",
@@ -52,19 +50,12 @@ __all__ = [
     "objective_value",
 ]
 
+# Old names -> new names; they still work, with a warning. `run_experiment` is
+# `evolve.api.run_experiment` (it opens the LMs); the loop is `evolve_policy`.
+_RENAMED = {
+    "ExperimentStore": "ExperimentDir",
+    "run_experiment": "evolve_policy",
+    "Spend": "evolve.llm:Usage",
+}
 
-def __getattr__(name: str) -> Any:
-    # Old names work with a RenamedWarning until deprecation.REMOVED_IN. `run_experiment` is
-    # `evolve.api.run_experiment` (it opens the LMs); the loop is `evolve_policy`.
-    if name == "ExperimentStore":
-        warn_renamed("evolve.optimize.ExperimentStore", "evolve.optimize.ExperimentDir")
-        return ExperimentDir
-    if name == "run_experiment":
-        warn_renamed(f"{__name__}.run_experiment", f"{__name__}.evolve_policy")
-        return evolve_policy
-    if name == "Spend":
-        warn_renamed("evolve.optimize.Spend", "evolve.llm.Usage")
-        from evolve.llm.usage import Usage
-
-        return Usage
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = renamed_attributes(__name__, _RENAMED, globals())

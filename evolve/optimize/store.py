@@ -2,22 +2,7 @@
 `ExperimentStore` is `ExperimentDir`). Works with a `RenamedWarning` until
 `memory_policies.deprecation.REMOVED_IN`."""
 
-from __future__ import annotations
-
-from typing import Any
-
 import evolve.optimize.experiment_dir as _new
-from memory_policies.deprecation import warn_renamed
+from memory_policies.deprecation import moved_module
 
-warn_renamed("evolve.optimize.store", "evolve.optimize.experiment_dir")
-
-_RENAMED = {"ExperimentStore": "ExperimentDir"}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _RENAMED:
-        warn_renamed(
-            f"evolve.optimize.store.{name}", f"evolve.optimize.experiment_dir.{_RENAMED[name]}"
-        )
-        return getattr(_new, _RENAMED[name])
-    return getattr(_new, name)
+__getattr__ = moved_module(__name__, _new, {"ExperimentStore": "ExperimentDir"})

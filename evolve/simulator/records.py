@@ -14,7 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from evolve.llm.usage import Usage
-from memory_policies.deprecation import warn_renamed
+from memory_policies.deprecation import renamed_attributes
 
 
 class Diagnosis(StrEnum):
@@ -196,8 +196,4 @@ class UserResult(BaseModel):
     periods: list[PeriodResult] = Field(default_factory=list)
 
 
-def __getattr__(name: str) -> Any:
-    if name == "CallUsage":
-        warn_renamed("evolve.simulator.records.CallUsage", "evolve.llm.usage.Usage")
-        return Usage
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = renamed_attributes(__name__, {"CallUsage": "evolve.llm.usage:Usage"}, globals())

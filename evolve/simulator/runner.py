@@ -6,8 +6,6 @@ working; new code may import from the room that holds a name.
 
 from __future__ import annotations
 
-from typing import Any
-
 from evolve.simulator.run.context import (
     PolicySchedule,
     ProgressSink,
@@ -30,7 +28,7 @@ from evolve.simulator.run.probes import (
 from evolve.simulator.run.replay import load_recorded_sessions, recorded_sessions_path
 from evolve.simulator.run.scheduler import EvaluationReport, load_report, run_evaluation
 from evolve.simulator.run.unit import run_unit
-from memory_policies.deprecation import warn_renamed
+from memory_policies.deprecation import renamed_attributes
 
 __all__ = [
     "PROBE_STRATEGIES",
@@ -61,9 +59,5 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    # The old name works with a RenamedWarning until deprecation.REMOVED_IN.
-    if name == "UnitStore":
-        warn_renamed("evolve.simulator.runner.UnitStore", "evolve.simulator.runner.UnitFiles")
-        return UnitFiles
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# The old name works with a RenamedWarning until deprecation.REMOVED_IN.
+__getattr__ = renamed_attributes(__name__, {"UnitStore": "UnitFiles"}, globals())

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from evolve.files import atomic_write_json, safe_name
 from evolve.simulator.run_dir import read_json
 from evolve.tuning.records import IN_MEMORY_STORAGE, TuningResult
 from evolve.tuning.spec import parameter_slug
 from evolve.tuning.storage import redact_storage_url
-from memory_policies.deprecation import warn_renamed
+from memory_policies.deprecation import renamed_attributes
 
 # Study attributes: the configuration the study was made with (a rerun must match it).
 STUDY_ATTR_HASH = "evolve.config_hash"
@@ -66,9 +65,5 @@ def storage_label(url: str | None) -> str:
     return redact_storage_url(url) if url is not None else IN_MEMORY_STORAGE
 
 
-def __getattr__(name: str) -> Any:
-    # The old name works with a RenamedWarning until deprecation.REMOVED_IN.
-    if name == "TuningStore":
-        warn_renamed("evolve.tuning.layout.TuningStore", "evolve.tuning.layout.TuningDir")
-        return TuningDir
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# The old name works with a RenamedWarning until deprecation.REMOVED_IN.
+__getattr__ = renamed_attributes(__name__, {"TuningStore": "TuningDir"}, globals())

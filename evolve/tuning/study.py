@@ -59,7 +59,7 @@ from evolve.tuning.spend import StudyBudget, StudySpendJournals
 from evolve.tuning.storage import fail_running_trials, open_study, storage_errors
 from evolve.tuning.tracking import NullStudyTracker, StudyContext, StudyTracker
 from evolve.tuning.trials import TrialLoop
-from memory_policies.deprecation import warn_renamed
+from memory_policies.deprecation import renamed_attributes
 
 # Re-exported: callers build jobs and progress hooks from here, next to `run_study`.
 __all__ = ["TuneProgress", "TuningJob", "TuningDir", "job_from", "run_study"]
@@ -290,13 +290,8 @@ class _Worker:
         )
 
 
-def __getattr__(name: str) -> Any:
-    # Old names work with a RenamedWarning until deprecation.REMOVED_IN. `run_tuning` is
-    # `evolve.api.run_tuning`'s name (it opens the LMs); the worker is `run_study`.
-    if name == "TuningStore":
-        warn_renamed("evolve.tuning.study.TuningStore", "evolve.tuning.study.TuningDir")
-        return TuningDir
-    if name == "run_tuning":
-        warn_renamed(f"{__name__}.run_tuning", f"{__name__}.run_study")
-        return run_study
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# Old names -> new names; they still work, with a warning. `run_tuning` is
+# `evolve.api.run_tuning`'s name (it opens the LMs); the worker is `run_study`.
+__getattr__ = renamed_attributes(
+    __name__, {"TuningStore": "TuningDir", "run_tuning": "run_study"}, globals()
+)

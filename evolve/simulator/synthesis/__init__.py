@@ -9,8 +9,6 @@ Two ways, one `Environment` type:
   tokens. docs/environments.md ("LLM-synthesized environments") documents it.
 """
 
-from typing import Any
-
 from evolve.simulator.synthesis.catalogs import Catalog, load_catalog
 from evolve.simulator.synthesis.config import (
     LLMSynthesisConfig,
@@ -40,7 +38,7 @@ from evolve.simulator.synthesis.pipeline import (
     synthesize_environment_llm,
 )
 from evolve.simulator.synthesis.report import Stage, SynthesisReport, UserOutcome
-from memory_policies.deprecation import warn_renamed
+from memory_policies.deprecation import renamed_attributes
 
 __all__ = [
     "PRESETS",
@@ -70,10 +68,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name == "StageUsage":
-        warn_renamed("evolve.simulator.synthesis.StageUsage", "evolve.llm.Usage")
-        from evolve.llm.usage import Usage
-
-        return Usage
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = renamed_attributes(__name__, {"StageUsage": "evolve.llm:Usage"}, globals())

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
 from evolve.llm.usage import Usage, add_usage
 from evolve.simulator.synthesis.config import Prices
-from memory_policies.deprecation import warn_renamed
+from memory_policies.deprecation import renamed_attributes
 
 # The paper's reported costs with gpt-4.1 (US dollars per user), shown beside our own counts.
 PAPER_SYNTHESIS_COST_PER_USER = 0.40
@@ -131,8 +131,4 @@ class SynthesisReport(BaseModel):
         )
 
 
-def __getattr__(name: str) -> Any:
-    if name == "StageUsage":
-        warn_renamed(f"{__name__}.StageUsage", "evolve.llm.usage.Usage")
-        return Usage
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = renamed_attributes(__name__, {"StageUsage": "evolve.llm.usage:Usage"}, globals())
