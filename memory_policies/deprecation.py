@@ -85,7 +85,7 @@ def moved_module(
     `__getattr__`, which serves every name of `new` and the old names of `renamed` (old ->
     new, a name in `new`), each with its own warning. A shim is then two statements:
 
-        import evolve.simulator.run_dir as _new
+        import memory_policies.embedding_store as _new
         __getattr__ = moved_module(__name__, _new)
     """
     warn_renamed(old, new.__name__, stacklevel=4)  # the line that imported the old module
