@@ -64,7 +64,7 @@ from evolve.simulator.original_format import (
     parse_overall_results,
     period_results_from_original,
 )
-from evolve.simulator.records import UserResult
+from evolve.simulator.records import PeriodResult, UserResult
 from evolve.simulator.synthesis.offline import PRESETS, get_preset, synthesize_environment
 
 HERE = Path(__file__).resolve().parent
@@ -503,6 +503,63 @@ def accuracy_noise(summary: MetricSummary) -> float | None:
     return math.sqrt(summary.accuracy * (1 - summary.accuracy) / summary.n_items)
 
 
+def common_periods(
+    out: Path, env: Environment, agent: str, spec: str
+) -> tuple[MetricSummary, MetricSummary] | None:
+    """Both sides' scores on the user-periods both finished: like for like where a side
+    stopped early (the reference crashes on some model outputs; a run may be cut short).
+    Ours are read per period (`users/<id>/period_NN/result.json`), so an unfinished run
+    counts too."""
+    name = safe_name(spec.replace(":", "-"))
+    reference: list[UserResult] = []
+    ours: list[UserResult] = []
+    for item in env.items:
+        overall_file = out / "reference" / agent / item.id / "overall_results.json"
+        if not overall_file.exists():
+            continue
+        raw = json.loads(overall_file.read_text())
+        finished = 0
+        while finished < len(raw) and raw[finished] and all(e is not None for e in raw[finished]):
+            finished += 1
+        if not finished:
+            continue
+        parsed = parse_overall_results(raw[:finished])
+        for period in period_results_from_original(item, parsed, None):
+            ours_file = (
+                out / "ours" / name / "users" / item.id / f"period_{period.period_index:02d}"
+                / "result.json"
+            )  # fmt: skip
+            if ours_file.exists():
+                ours_period = PeriodResult.model_validate_json(ours_file.read_text())
+                reference.append(UserResult(user_id=item.id, periods=[period]))
+                ours.append(UserResult(user_id=item.id, periods=[ours_period]))
+    if not reference:
+        return None
+    return summarize(reference), summarize(ours)
+
+
+def format_common_periods(
+    rows: list[tuple[str, tuple[MetricSummary, MetricSummary] | None]],
+) -> str:
+    lines = ["like for like: the user-periods both sides finished (2 SE band as above)"]
+    for agent, pair in rows:
+        if pair is None:
+            lines.append(f"  {agent:<7} (no user-period finished on both sides)")
+            continue
+        reference, ours = pair
+        noise = [accuracy_noise(reference), accuracy_noise(ours)]
+        if reference.accuracy is None or ours.accuracy is None or None in noise:
+            lines.append(f"  {agent:<7} (no accuracy on one side)")
+            continue
+        band = 2 * math.sqrt(sum(se * se for se in noise if se is not None))
+        gap = ours.accuracy - reference.accuracy
+        lines.append(
+            f"  {agent:<7} reference {reference.accuracy:.3f}, ours {ours.accuracy:.3f} over "
+            f"{reference.n_items} items: {gap:+.3f} (2 SE {band:.3f})"
+        )
+    return "\n".join(lines)
+
+
 def format_differences(pairs: list[tuple[str, MetricSummary | None, MetricSummary | None]]) -> str:
     """Per agent: ours minus the reference in accuracy, against twice the standard error of
     that difference; a gap inside the band is what sampling noise alone gives."""
@@ -597,6 +654,11 @@ def main(argv: list[str] | None = None) -> int:
         "success: the original's diagnosis (both sides scored by this toolkit's code)"
     )
     print(format_differences(pairs))
+    print(
+        format_common_periods(
+            [(agent, common_periods(args.out, env, agent, specs[agent])) for agent in agents]
+        )
+    )
     for step, failure in failures.items():
         print(f"reference {step} failed: {failure}")
     return 0 if our_code == 0 else 1

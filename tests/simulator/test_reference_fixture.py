@@ -410,3 +410,36 @@ def test_cross_check_table_only_prints_the_outputs_on_disk_without_an_endpoint(
     (ours_row,) = [line for line in table.splitlines() if line.startswith("ours native")]
     assert "no report" in ours_row
     assert "native  (one side has no results)" in table
+
+
+def test_cross_check_compares_only_the_user_periods_both_sides_finished(tmp_path):
+    """The reference stopped in user 1's period 1 and our run lacks user 2's period 2: the
+    like-for-like line scores exactly the other user-periods, on both sides."""
+    spec = importlib.util.spec_from_file_location(
+        "cross_check", FIXTURE.parents[2] / "benchmarks" / "cross_check.py"
+    )
+    cross_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cross_check)
+    shutil.copytree(FIXTURE / "native", tmp_path / "reference" / "native")
+    results_file = tmp_path / "reference" / "native" / USERS[1] / "overall_results.json"
+    results = load(results_file)
+    results[1] = [None for _ in results[1]]
+    results_file.write_text(json.dumps(results))
+    kept = []
+    for item in ENV.items:  # ours: the reference's own answers, written as our period files
+        raw = load(FIXTURE / "native" / item.id / "overall_results.json")
+        for period in period_results_from_original(item, parse_overall_results(raw), None):
+            if (item.id, period.period_index) == (USERS[2], 2):
+                continue
+            directory = tmp_path / "ours" / "native" / "users" / item.id
+            directory /= f"period_{period.period_index:02d}"
+            directory.mkdir(parents=True)
+            (directory / "result.json").write_text(period.model_dump_json())
+            if item.id != USERS[1] or period.period_index == 0:
+                kept.append(UserResult(user_id=item.id, periods=[period]))
+    reference, ours = cross_check.common_periods(tmp_path, ENV, "native", "native")
+    expected = summarize(kept)
+    assert ours.n_items == reference.n_items == expected.n_items
+    assert ours.accuracy == reference.accuracy == expected.accuracy
+    line = cross_check.format_common_periods([("native", (reference, ours))]).splitlines()[1]
+    assert f"over {expected.n_items} items: +0.000" in line
