@@ -23,6 +23,9 @@ of both implementations validly (scripted, not a model: the numbers test the plu
 branches, not memory) and logs every request to OUT/requests.jsonl, tagged with the step that
 sent it (`reference native overall`, `ours awe`, ...).
 
+After the table: ours minus the reference's accuracy per agent with a 2-SE band, and the same
+on the user-periods both sides finished (like for like when the reference crashed mid-run).
+
 --table-only makes no LLM call: it prints the table of the outputs already in --out, e.g.
 after agents were run in separate invocations into the same --out (pass their --model).
 
