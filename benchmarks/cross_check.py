@@ -506,6 +506,20 @@ def accuracy_noise(summary: MetricSummary) -> float | None:
     return math.sqrt(summary.accuracy * (1 - summary.accuracy) / summary.n_items)
 
 
+def gap_and_band(reference: MetricSummary, ours: MetricSummary) -> tuple[float, float] | None:
+    """Ours minus the reference in accuracy, and twice the standard error of that difference
+    (two independent runs); None when a side has no accuracy."""
+    noise = [accuracy_noise(reference), accuracy_noise(ours)]
+    if reference.accuracy is None or ours.accuracy is None or None in noise:
+        return None
+    band = 2 * math.sqrt(sum(se * se for se in noise if se is not None))
+    return ours.accuracy - reference.accuracy, band
+
+
+def verdict(gap: float, band: float) -> str:
+    return "within noise" if abs(gap) <= band else "BEYOND noise: explain"
+
+
 def common_periods(
     out: Path, env: Environment, agent: str, spec: str
 ) -> tuple[MetricSummary, MetricSummary] | None:
@@ -550,15 +564,14 @@ def format_common_periods(
             lines.append(f"  {agent:<7} (no user-period finished on both sides)")
             continue
         reference, ours = pair
-        noise = [accuracy_noise(reference), accuracy_noise(ours)]
-        if reference.accuracy is None or ours.accuracy is None or None in noise:
+        gap_band = gap_and_band(reference, ours)
+        if gap_band is None:
             lines.append(f"  {agent:<7} (no accuracy on one side)")
             continue
-        band = 2 * math.sqrt(sum(se * se for se in noise if se is not None))
-        gap = ours.accuracy - reference.accuracy
+        gap, band = gap_band
         lines.append(
             f"  {agent:<7} reference {reference.accuracy:.3f}, ours {ours.accuracy:.3f} over "
-            f"{reference.n_items} items: {gap:+.3f} (2 SE {band:.3f})"
+            f"{reference.n_items} items: {gap:+.3f} (2 SE {band:.3f}; {verdict(gap, band)})"
         )
     return "\n".join(lines)
 
@@ -571,14 +584,12 @@ def format_differences(pairs: list[tuple[str, MetricSummary | None, MetricSummar
         if reference is None or ours is None:
             lines.append(f"  {agent:<7} (one side has no results)")
             continue
-        noise = [accuracy_noise(reference), accuracy_noise(ours)]
-        if reference.accuracy is None or ours.accuracy is None or None in noise:
+        gap_band = gap_and_band(reference, ours)
+        if gap_band is None:
             lines.append(f"  {agent:<7} (no accuracy on one side)")
             continue
-        gap = ours.accuracy - reference.accuracy
-        band = 2 * math.sqrt(sum(se * se for se in noise if se is not None))
-        verdict = "within noise" if abs(gap) <= band else "BEYOND noise: explain"
-        lines.append(f"  {agent:<7} {gap:+.3f}  (2 SE {band:.3f}; {verdict})")
+        gap, band = gap_band
+        lines.append(f"  {agent:<7} {gap:+.3f}  (2 SE {band:.3f}; {verdict(gap, band)})")
     return "\n".join(lines)
 
 

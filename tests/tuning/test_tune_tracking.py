@@ -45,23 +45,27 @@ def _context(tmp_path: Path) -> StudyContext:
     )
 
 
-class _LateStoringClient:
-    """A client whose first parent lookup misses the other worker's run and whose parent run
-    is stamped earlier than that run: it started first but stored its run last."""
+class _RacingClient:
+    """A client whose first parent lookup answers `first_lookup` (what another worker's
+    concurrent write or deletion made stale) and, given `start_time`, whose parent run is
+    stamped then: it started first but stored its run last."""
 
-    def __init__(self, inner: Any, start_time: int) -> None:
+    def __init__(
+        self, inner: Any, *, first_lookup: list[Any], start_time: int | None = None
+    ) -> None:
         self._inner = inner
+        self._first_lookup = first_lookup
         self._start_time = start_time
         self._lookups = 0
 
     def search_runs(self, *args: Any, **kwargs: Any) -> Any:
         self._lookups += 1
         if self._lookups == 1:
-            return []
+            return self._first_lookup
         return self._inner.search_runs(*args, **kwargs)
 
     def create_run(self, *args: Any, **kwargs: Any) -> Any:
-        if kwargs.get("run_name", "").startswith("tune "):
+        if self._start_time is not None and kwargs.get("run_name", "").startswith("tune "):
             kwargs["start_time"] = self._start_time
         return self._inner.create_run(*args, **kwargs)
 
@@ -102,7 +106,9 @@ def test_a_parent_stored_late_with_an_earlier_start_wins_and_the_other_worker_mo
     monkeypatch.setattr(
         tuning_tracking,
         "mlflow_client",
-        lambda tracking_uri: _LateStoringClient(real_client(tracking_uri), stamped),
+        lambda tracking_uri: _RacingClient(
+            real_client(tracking_uri), first_lookup=[], start_time=stamped
+        ),
     )
     second = MLflowStudyTracker(uri, "race-experiment")
     second.start(context)  # its lookup missed `first`'s run; its own is the earliest: kept
@@ -124,25 +130,6 @@ def test_a_parent_stored_late_with_an_earlier_start_wins_and_the_other_worker_mo
     assert first.client.get_run(next_trial).data.tags[PARENT_RUN_TAG] == second.parent_run_id
 
 
-class _StaleLookupClient:
-    """A client whose first parent lookup answers what it would have before another worker
-    deleted a parent: the lookup ran, then the deletion, then this worker's write."""
-
-    def __init__(self, inner: Any, stale: list[Any]) -> None:
-        self._inner = inner
-        self._stale = stale
-        self._lookups = 0
-
-    def search_runs(self, *args: Any, **kwargs: Any) -> Any:
-        self._lookups += 1
-        if self._lookups == 1:
-            return self._stale
-        return self._inner.search_runs(*args, **kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-
 def test_a_worker_whose_parent_is_deleted_under_it_writes_to_the_earliest_instead(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -162,7 +149,9 @@ def test_a_worker_whose_parent_is_deleted_under_it_writes_to_the_earliest_instea
     monkeypatch.setattr(
         tuning_tracking,
         "mlflow_client",
-        lambda tracking_uri: _LateStoringClient(real_client(tracking_uri), stamped),
+        lambda tracking_uri: _RacingClient(
+            real_client(tracking_uri), first_lookup=[], start_time=stamped
+        ),
     )
     second = MLflowStudyTracker(uri, "race-experiment")
     second.start(context)
@@ -172,7 +161,7 @@ def test_a_worker_whose_parent_is_deleted_under_it_writes_to_the_earliest_instea
     monkeypatch.setattr(
         tuning_tracking,
         "mlflow_client",
-        lambda tracking_uri: _StaleLookupClient(real_client(tracking_uri), stale),
+        lambda tracking_uri: _RacingClient(real_client(tracking_uri), first_lookup=stale),
     )
     third = MLflowStudyTracker(uri, "race-experiment")
     third.start(context)  # found the deleted parent; its first write fails, then it looks again
