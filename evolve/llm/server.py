@@ -57,15 +57,29 @@ def llama_server_binary() -> Path:
 
 
 def other_llama_servers() -> list[int]:
-    """Pids of llama-server processes already running on this machine (Linux; else none)."""
+    """Pids of llama-server processes already running on this machine that may run on a core
+    this process may use (Linux; else none). A server pinned to other cores (taskset, a
+    cpuset, a test worker of its own) does not compete with one started here."""
+    ours = _affinity(0)
     pids = []
     for comm in Path("/proc").glob("[0-9]*/comm"):
         try:
-            if comm.read_text().strip() == SERVER_KIND:
-                pids.append(int(comm.parent.name))
+            if comm.read_text().strip() != SERVER_KIND:
+                continue
+            pid = int(comm.parent.name)
+            theirs = _affinity(pid)
         except OSError:  # the process ended while we looked
             continue
+        if ours is None or theirs is None or ours & theirs:
+            pids.append(pid)
     return sorted(pids)
+
+
+def _affinity(pid: int) -> set[int] | None:
+    """The cores a process may run on, or None where the platform does not say."""
+    if not hasattr(os, "sched_getaffinity"):
+        return None
+    return set(os.sched_getaffinity(pid))
 
 
 def usable_cores() -> int:

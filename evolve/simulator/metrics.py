@@ -209,8 +209,11 @@ def check_variables(
 
 
 def original_failures(variables: Sequence[VariableCheck]) -> tuple[int, int] | None:
-    """The original's (write failures, read failures) of one item; None when a check lacks
-    the last update period (records made before it was kept)."""
+    """The original's (write failures, read failures) of one item; None when it was not
+    diagnosed (no checks: every question requires a variable) or a check lacks the last
+    update period (records made before it was kept)."""
+    if not variables:
+        return None
     writes = reads = 0
     for check in variables:
         if check.correct_at_last_update is None:

@@ -4,6 +4,7 @@ concurrency they imply (unit: nothing is started)."""
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import time
@@ -129,6 +130,33 @@ def test_other_servers_are_found_by_process_name(tmp_path):
         process.kill()
         process.wait()
     assert process.pid not in other_llama_servers()
+
+
+def test_a_server_pinned_to_other_cores_is_not_a_competitor(tmp_path):
+    if not Path("/proc/self/comm").exists() or not hasattr(os, "sched_setaffinity"):
+        pytest.skip("needs Linux /proc and CPU affinity")
+    mine = os.sched_getaffinity(0)
+    elsewhere = set(range(os.cpu_count() or 1)) - mine
+    if not elsewhere and len(mine) < 2:
+        pytest.skip("needs two cores")
+    fake = tmp_path / "llama-server"
+    shutil.copy("/bin/sleep", fake)
+    process = subprocess.Popen([str(fake), "30"])  # on this process's cores, as inherited
+    try:
+        deadline = time.monotonic() + 5
+        while process.pid not in other_llama_servers() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert process.pid in other_llama_servers()
+        if not elsewhere:  # every core is ours: keep one, give the server the others
+            first, *rest = sorted(mine)
+            os.sched_setaffinity(0, {first})
+            elsewhere = set(rest)
+        os.sched_setaffinity(process.pid, elsewhere)
+        assert process.pid not in other_llama_servers()
+    finally:
+        os.sched_setaffinity(0, mine)
+        process.kill()
+        process.wait()
 
 
 def test_threads_default_to_the_cores_this_process_may_use(monkeypatch):

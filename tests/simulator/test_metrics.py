@@ -145,6 +145,8 @@ def test_summary_on_a_hand_computed_case():
     }
     assert summary.degenerate_periods == 0
     assert (summary.llm_calls, summary.tokens) == (3, 15)
+    # No item was probed: the original-style diagnosis is unknown, not all memory successes.
+    assert (summary.original_write_failures, summary.memory_success) == (None, None)
     per_period = summarize_by_period([UserResult(user_id="u", periods=[p0, p1])])
     assert [s.memory_score for s in per_period] == [pytest.approx(0.5), pytest.approx(0.0)]
 
