@@ -1,5 +1,13 @@
 """Shared fixtures. Unit tests use the scripted LM; `integration` tests share one embedded
-llama.cpp server for the whole session."""
+llama.cpp server for the whole session (one per worker).
+
+The suite runs on two pytest-xdist workers (`-n 2 --dist loadgroup`, pyproject.toml) in groups
+(`group_of`): a group runs whole on one worker, so a module's fixtures are built once and
+tests that share files outside `tmp_path` never overlap. Each worker is pinned to its own
+half of the cores (`_pin_worker_to_its_cores`): llama.cpp's threads spin while they wait for
+each other, and a server using every core next to a busy second worker decodes many times
+slower; pinned, the embedded server sizes itself to its worker's cores
+(`evolve.llm.server.usable_cores`), as do the servers that commands under test start."""
 
 from __future__ import annotations
 
@@ -17,6 +25,64 @@ use_toolkit_caches()
 os.environ.setdefault("EVOLVE_MODEL_SOURCE", "pypi")
 
 from evolve.llm import EmbeddedServer, EndpointConfig, LLMConfig, RoleLMs, open_role_lms  # noqa: E402
+
+# Directories whose tests share files outside `tmp_path` (the packaging tests build into the
+# repository's dist/): each runs whole on one worker.
+SHARED_FILE_DIRS = ("tests/packaging/",)
+
+
+def group_of(nodeid: str) -> str:
+    """The group a test runs in: its shared-files directory, else its file (so a module's
+    fixtures, the embedded server's session included, are built once per group)."""
+    path = nodeid.split("::", 1)[0]
+    return next((shared for shared in SHARED_FILE_DIRS if path.startswith(shared)), path)
+
+
+def _start_order(item: pytest.Item) -> int:
+    """Longest groups first: the embedded model's tests, then the fresh-venv installs."""
+    if item.get_closest_marker("integration") is not None:
+        return 0
+    return 1 if item.get_closest_marker("slow_install") is not None else 2
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Starts the longest groups first (the scheduler keeps collection order), so the other
+    worker runs the short ones beside them instead of a long one running alone at the end."""
+    items.sort(key=_start_order)  # stable: within an order, collection order
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist, absent without it
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """`--dist loadgroup` with `group_of`'s groups, in collection order. Why not xdist's
+    own: it marks a test's group on a node-id attribute that pytest 9.2 no longer reads, so
+    every test became a group of its own."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileGroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid)
+
+    config.option.loadscopereorder = False
+    return FileGroupScheduling(config, log)
+
+
+def _pin_worker_to_its_cores() -> None:
+    """Under xdist, gives worker i of n the cores i, i+n, ... of those this process may use
+    (its children, llama-server included, inherit them). No-op outside xdist, off Linux, or
+    with fewer cores than workers."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if not worker.startswith("gw") or count < 2 or not hasattr(os, "sched_setaffinity"):
+        return
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < count:
+        return
+    os.sched_setaffinity(0, cores[int(worker[2:]) :: count])
+
+
+_pin_worker_to_its_cores()
 
 
 @pytest.fixture(scope="session")
