@@ -418,3 +418,41 @@ def test_a_prompt_names_no_candidate_before_export(tracked):
     # The header tags are the experiment's; the candidate that wrote a text is on its version.
     assert prompt.tags["evolve.experiment"] == "exp"
     assert "evolve.candidate_id" not in prompt.tags
+
+
+def test_a_tag_another_process_set_first_is_set_again_not_fatal(tmp_path):
+    """Workers of one study start together, and each describes the experiment: MLflow's SQL
+    store looks a tag up, then inserts it, so the slower insert breaks the unique key."""
+    from mlflow.exceptions import MlflowException
+    from sqlalchemy.exc import IntegrityError
+
+    from evolve.tracking.store import describe_experiment, mlflow_client
+    from evolve.tracking.tags import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, NOTE_TAG
+
+    store = mlflow_client(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    experiment_id = store.create_experiment("shared")
+
+    class RacedClient:
+        """Another process inserts each tag between this one's lookup and insert."""
+
+        def __init__(self) -> None:
+            self.raced: set[str] = set()
+
+        def set_experiment_tag(self, experiment: str, key: str, value: str) -> None:
+            if key not in self.raced:
+                self.raced.add(key)
+                store.set_experiment_tag(experiment, key, "the other process's")
+                duplicate = IntegrityError("INSERT INTO experiment_tags", {}, Exception("UNIQUE"))
+                raise MlflowException(str(duplicate)) from duplicate
+            store.set_experiment_tag(experiment, key, value)
+
+    describe_experiment(RacedClient(), experiment_id, "a shared study")
+    tags = store.get_experiment(experiment_id).tags
+    assert (tags[EXPERIMENT_KIND_TAG], tags[NOTE_TAG]) == (EXPERIMENT_KIND, "a shared study")
+
+    class BrokenClient:
+        def set_experiment_tag(self, experiment: str, key: str, value: str) -> None:
+            raise MlflowException("the store is read-only")
+
+    with pytest.raises(MlflowException, match="read-only"):  # any other error still stops
+        describe_experiment(BrokenClient(), experiment_id, "")

@@ -139,9 +139,25 @@ def strip_url_credentials(text: str) -> str:
 
 def describe_experiment(client: Any, experiment_id: str, description: str) -> None:
     """The experiment's description and kind (set again on every start: the spec may change)."""
-    client.set_experiment_tag(experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+    _set_experiment_tag(client, experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
     if description.strip():
-        client.set_experiment_tag(experiment_id, NOTE_TAG, description.strip())
+        _set_experiment_tag(client, experiment_id, NOTE_TAG, description.strip())
+
+
+def _set_experiment_tag(client: Any, experiment_id: str, key: str, value: str) -> None:
+    """`set_experiment_tag`, safe when processes set the same new tag at once (workers of one
+    study starting together). MLflow's SQL store looks the tag up, then inserts it; a second
+    process doing the same in between makes the insert break the table's unique key. Then the
+    tag exists, and setting it again updates it."""
+    from mlflow.exceptions import MlflowException
+    from sqlalchemy.exc import IntegrityError
+
+    try:
+        client.set_experiment_tag(experiment_id, key, value)
+    except MlflowException as error:
+        if not isinstance(error.__cause__, IntegrityError):
+            raise
+        client.set_experiment_tag(experiment_id, key, value)
 
 
 def prompt_name(experiment: str, component: str) -> str:
