@@ -578,7 +578,8 @@ def format_common_periods(
 
 def format_differences(pairs: list[tuple[str, MetricSummary | None, MetricSummary | None]]) -> str:
     """Per agent: ours minus the reference in accuracy, against twice the standard error of
-    that difference; a gap inside the band is what sampling noise alone gives."""
+    that difference; a gap inside the band is what sampling noise alone gives. Sides with
+    different item counts (one stopped early) get no verdict."""
     lines = ["ours - reference, accuracy (2 SE band: sampling noise of two independent runs)"]
     for agent, reference, ours in pairs:
         if reference is None or ours is None:
@@ -589,6 +590,12 @@ def format_differences(pairs: list[tuple[str, MetricSummary | None, MetricSummar
             lines.append(f"  {agent:<7} (no accuracy on one side)")
             continue
         gap, band = gap_band
+        if reference.n_items != ours.n_items:  # a side stopped early: no like-for-like verdict
+            lines.append(
+                f"  {agent:<7} {gap:+.3f}  (not comparable: the reference has {reference.n_items} "
+                f"items, ours {ours.n_items}; read the like-for-like line below)"
+            )
+            continue
         lines.append(f"  {agent:<7} {gap:+.3f}  (2 SE {band:.3f}; {verdict(gap, band)})")
     return "\n".join(lines)
 

@@ -371,13 +371,15 @@ def test_cross_check_calls_a_gap_noise_only_inside_two_standard_errors():
     near = MetricSummary(accuracy=0.5 + 5 / 18, n_items=18)
     far = MetricSummary(accuracy=1.0, n_items=18)
     assert cross_check.accuracy_noise(half) == pytest.approx(math.sqrt(0.25 / 18))
+    partial = MetricSummary(accuracy=0.5, n_items=6)  # a reference that stopped early
     text = cross_check.format_differences(
-        [("native", half, near), ("awi", half, far), ("awe", half, None)]
+        [("native", half, near), ("awi", half, far), ("awe", half, None), ("rag", partial, near)]
     )
-    native, awi, awe = text.splitlines()[1:]
+    native, awi, awe, rag = text.splitlines()[1:]
     assert "+0.278" in native and "within noise" in native
     assert "+0.500" in awi and "BEYOND noise" in awi
     assert "no results" in awe
+    assert "not comparable" in rag and "noise" not in rag
 
 
 def test_cross_check_table_only_prints_the_outputs_on_disk_without_an_endpoint(
