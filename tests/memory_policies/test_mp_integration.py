@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import dspy
 import pytest
+from dspy.utils.callback import BaseCallback
 
 from memory_policies import build_policy
 
@@ -14,6 +16,24 @@ TURNS = [
     "[Current Time: 2024-05-01 19:00]\nHi! I became vegetarian last month. Any quick dinner idea?",
     "Thanks. I also just started learning the piano, practising every evening.",
 ]
+
+
+class WriteRecorder(BaseCallback):
+    """Records the inputs and parsed output of every call of the policy's write predictor."""
+
+    def __init__(self, policy: Any) -> None:
+        self.policy = policy
+        self.calls: list[tuple[dict[str, Any], Any]] = []
+        self._started: dict[str, dict[str, Any]] = {}
+
+    def on_module_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
+        if instance is getattr(self.policy, "write", None):
+            # DSPy passes the call's bound arguments: Predict's fields are in its **kwargs.
+            self._started[call_id] = inputs.get("kwargs", inputs)
+
+    def on_module_end(self, call_id: str, outputs: Any, exception: Exception | None = None) -> None:
+        if call_id in self._started:
+            self.calls.append((self._started.pop(call_id), None if exception else outputs))
 
 
 def _stored_by(kind: str, prediction: Any) -> set[str]:
@@ -36,23 +56,12 @@ def _stored_in(kind: str, state: Any) -> set[str]:
 
 
 @pytest.mark.parametrize("kind", ["native", "in_context", "external", "raw_rag"])
-def test_policy_converses_remembers_and_answers(
-    role_lms_embedded, kind: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_policy_converses_remembers_and_answers(role_lms_embedded, kind: str) -> None:
     spec = "native" if kind == "native" else f"{kind}:update_every=2,short_term_len=2"
     policy = build_policy(spec)
-    writes: list[tuple[dict[str, Any], Any]] = []
-    predict = policy._predict
-
-    def record(state, component, predictor, **inputs):
-        prediction = predict(state, component, predictor, **inputs)
-        if component == "write":
-            writes.append((inputs, prediction))
-        return prediction
-
-    monkeypatch.setattr(policy, "_predict", record)
+    writes = WriteRecorder(policy)
     state = policy.initial_state()
-    with role_lms_embedded.context("agent"):
+    with role_lms_embedded.context("agent"), dspy.context(callbacks=[writes]):
         for message in TURNS:
             reply, state = policy.respond(state, message)
             assert reply.strip(), f"empty reply; parse failures: {state.parse_failures}"
@@ -65,7 +74,7 @@ def test_policy_converses_remembers_and_answers(
     assert free.text.strip()
     assert state.parse_failures.get("write", 0) == 0
     if kind == "native":
-        assert writes == []
+        assert writes.calls == []
         return
     if kind == "raw_rag":
         # No LLM in the write: the first exchange is stored as it was said.
@@ -74,8 +83,8 @@ def test_policy_converses_remembers_and_answers(
     # The first exchange left the buffer (4 messages = 2 + 2) and went to one write call,
     # and the memory holds exactly what the model's parsed write asked for: whether a 0.5B
     # model judges a fact worth keeping differs between CPUs; the plumbing must not.
-    assert len(writes) == 1
-    inputs, prediction = writes[0]
+    assert len(writes.calls) == 1
+    inputs, prediction = writes.calls[0]
     assert "vegetarian" in inputs["messages"] and "piano" not in inputs["messages"]
     assert prediction is not None
     assert _stored_in(kind, state) == _stored_by(kind, prediction)
