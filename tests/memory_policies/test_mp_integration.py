@@ -74,8 +74,7 @@ def test_policy_converses_remembers_and_answers(role_lms_embedded, kind: str) ->
     assert free.text.strip()
     assert state.parse_failures.get("write", 0) == 0
     if kind == "native":
-        assert writes.calls == []
-        return
+        return  # no long-term memory: its _write raises if a flush ever reaches it
     if kind == "raw_rag":
         # No LLM in the write: the first exchange is stored as it was said.
         assert "vegetarian" in policy.describe_memory(state)
