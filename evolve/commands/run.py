@@ -182,6 +182,9 @@ class _Bars(LoopProgress):
                 f"(accuracy {scores.summary.accuracy or 0:.2f})",
                 file=sys.stderr,
             )
+        warning = scores.summary.conversation.warning() if scores is not None else None
+        if self.enabled and warning:
+            tqdm.write(f"WARNING: {record.id} {split}: {warning}", file=sys.stderr)
         if scores is not None and scores.summary.unreliable:
             tqdm.write(
                 f"WARNING: {record.id} {split}: THESE NUMBERS ARE NOT MEANINGFUL: "

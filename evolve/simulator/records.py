@@ -47,6 +47,10 @@ class SessionTranscript(BaseModel):
         default=False, description="Off-policy: messages came from a recorded transcript."
     )
     simulator_parse_failures: int = 0
+    simulator_echo_retries: int = Field(
+        default=0,
+        description="Follow-ups asked again because the first copied an earlier message.",
+    )
     ended_early: str | None = Field(
         default=None, description="Why the session has fewer rounds than planned, if it has."
     )

@@ -31,6 +31,7 @@ import dspy
 from dspy.utils.exceptions import AdapterParseError
 
 from evolve.seeds import derive_seed
+from evolve.simulator.conversation_health import echo_of
 from evolve.simulator.records import SessionTranscript, TranscriptMessage
 from memory_policies.common import capped_call_config
 
@@ -48,7 +49,8 @@ FOLLOW_UP_INSTRUCTIONS = (
     "You role-play the user described by `persona`, chatting with an AI assistant. Write the "
     "user's next message: 1-3 short sentences, first person, in character. React to the "
     "assistant's last reply: answer its question, or ask a natural follow-up about the same "
-    "topic. Never end the conversation. `shared_facts` were already told and may be referred "
+    "topic, in your own words: never repeat or quote the assistant's reply or your own earlier "
+    "message. Never end the conversation. `shared_facts` were already told and may be referred "
     "to. `private_facts` are true now: never contradict them, and never state or hint at them."
 )
 
@@ -99,10 +101,22 @@ class UserView(TypingProtocol):
     """What the simulated user may see besides the conversation, for one session; it writes
     the user's next message from that and the latest exchange."""
 
+    # A follow-up that copies an earlier message is asked once more at this temperature
+    # (another seed); None: never asked again (the reference asks once).
+    echo_retry_temperature: float | None
+
     def next_message(
-        self, user: SimulatedUser, *, opening: str, last_user: str, last_assistant: str, seed: int
+        self,
+        user: SimulatedUser,
+        *,
+        opening: str,
+        last_user: str,
+        last_assistant: str,
+        seed: int,
+        temperature: float | None = None,
     ) -> str:
-        """One follow-up; raises AdapterParseError when the output cannot be parsed."""
+        """One follow-up (`temperature` None: the role's own); raises AdapterParseError when
+        the output cannot be parsed."""
         ...
 
 
@@ -116,6 +130,8 @@ class StateAwareUserView:
     topic: str
     shared_facts: Mapping[str, str]
     private_facts: Mapping[str, str]
+    # At temperature 0 (the embedded default) the same prompt copies again; sampling may not.
+    echo_retry_temperature: float | None = 0.7
 
     @classmethod
     def of(
@@ -133,7 +149,14 @@ class StateAwareUserView:
         return cls(persona, today, topic, shared, private)
 
     def next_message(
-        self, user: SimulatedUser, *, opening: str, last_user: str, last_assistant: str, seed: int
+        self,
+        user: SimulatedUser,
+        *,
+        opening: str,
+        last_user: str,
+        last_assistant: str,
+        seed: int,
+        temperature: float | None = None,
     ) -> str:
         return user.next_message(
             persona=self.persona,
@@ -144,6 +167,7 @@ class StateAwareUserView:
             last_user=last_user,
             last_assistant=last_assistant,
             seed=seed,
+            temperature=temperature,
         )
 
 
@@ -155,6 +179,7 @@ class PaperUserView:
     profile_date: str
     current_date: str
     state_schema: Mapping[str, Sequence[str]]
+    echo_retry_temperature: float | None = None  # the reference asks once
 
     def schema_text(self) -> str:
         return json.dumps(
@@ -164,7 +189,14 @@ class PaperUserView:
         )
 
     def next_message(
-        self, user: SimulatedUser, *, opening: str, last_user: str, last_assistant: str, seed: int
+        self,
+        user: SimulatedUser,
+        *,
+        opening: str,
+        last_user: str,
+        last_assistant: str,
+        seed: int,
+        temperature: float | None = None,
     ) -> str:
         return user.paper_next_message(
             view=self,
@@ -241,6 +273,7 @@ class SimulatedUser(dspy.Module):
         last_user: str,
         last_assistant: str,
         seed: int,
+        temperature: float | None = None,
     ) -> str:
         """One follow-up; raises AdapterParseError when the output cannot be parsed."""
         reply = last_assistant
@@ -256,7 +289,11 @@ class SimulatedUser(dspy.Module):
             # Forwarded to the endpoint: sampled follow-ups are reproducible where supported.
             # 1-3 short sentences fit the policies' reply cap, which bounds what a small model's
             # repetition loop costs (under `paper` the endpoint's own max_tokens applies).
-            config={"seed": seed, **capped_call_config()},
+            config={
+                "seed": seed,
+                **capped_call_config(),
+                **({} if temperature is None else {"temperature": temperature}),
+            },
         )
         return str(prediction.message).strip()
 
@@ -268,6 +305,7 @@ class SimulatedUser(dspy.Module):
         last_user: str,
         last_assistant: str,
         seed: int,
+        temperature: float | None = None,
     ) -> str:
         """One follow-up under `paper`: no state value and only the last two messages, in
         full (the reference truncates nothing); raises AdapterParseError when unparseable."""
@@ -278,9 +316,31 @@ class SimulatedUser(dspy.Module):
             opening_message=opening,
             recent_messages=f"User: {last_user}\nAssistant: {last_assistant}",
             tracked_schema=view.schema_text(),
-            config={"seed": seed},
+            config={"seed": seed, **({} if temperature is None else {"temperature": temperature})},
         )
         return str(prediction.message).strip()
+
+
+def _ask_follow_up(
+    view: UserView,
+    user: SimulatedUser,
+    call_slot: Callable[[], AbstractContextManager[Any]],
+    lms: RoleLMs,
+    opening: str,
+    last_user: str,
+    last_assistant: str,
+    seed: int,
+    temperature: float | None = None,
+) -> str:
+    with call_slot(), lms.context("simulator"):
+        return view.next_message(
+            user,
+            opening=opening,
+            last_user=last_user,
+            last_assistant=last_assistant,
+            seed=seed,
+            temperature=temperature,
+        )
 
 
 def play_session(
@@ -312,6 +372,7 @@ def play_session(
     messages: list[TranscriptMessage] = []
     user_message = opening
     failures = 0
+    echo_retries = 0
     ended_early: str | None = None
     completed = 0
     for round_index in range(rounds):
@@ -323,14 +384,24 @@ def play_session(
         if round_index == rounds - 1:
             break
         try:
-            with call_slot(), lms.context("simulator"):
-                user_message = view.next_message(
-                    user,
-                    opening=opening,
-                    last_user=user_message,
-                    last_assistant=reply,
-                    seed=derive_seed(seed, session_index, round_index),
-                )
+            # A follow-up that only copies the assistant's reply (or the user's own last
+            # message) is asked once more with another seed; a second copy is kept and counted
+            # by the conversation-health report.
+            follow_up = _ask_follow_up(
+                view, user, call_slot, lms, opening, user_message, reply,
+                derive_seed(seed, session_index, round_index),
+            )  # fmt: skip
+            retry_temperature = view.echo_retry_temperature
+            if retry_temperature is not None and echo_of(
+                follow_up, last_assistant=reply, last_user=user_message
+            ):
+                echo_retries += 1
+                follow_up = _ask_follow_up(
+                    view, user, call_slot, lms, opening, user_message, reply,
+                    derive_seed(seed, session_index, round_index, "echo-retry"),
+                    temperature=retry_temperature,
+                )  # fmt: skip
+            user_message = follow_up
         except AdapterParseError as exc:
             failures += 1
             ended_early = "simulator output unparseable: " + " ".join(str(exc).split())[:200]
@@ -348,6 +419,7 @@ def play_session(
         rounds_planned=rounds,
         rounds_completed=completed,
         simulator_parse_failures=failures,
+        simulator_echo_retries=echo_retries,
         ended_early=ended_early,
     )
     return transcript, state

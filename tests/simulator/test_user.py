@@ -75,8 +75,17 @@ def test_one_round_is_the_opening_query_and_the_reply_without_simulator_call():
     assert [m.content for m in state.short_term] == [m.content for m in transcript.messages]
 
 
+def distinct_follow_ups():
+    """A simulated user whose follow-ups differ each round (the same one twice is a
+    self-repeat, which is asked again)."""
+    follow_ups = iter(
+        ["Thanks. Any other tips about keto breakfasts?", "Could I prepare them the night before?"]
+    )
+    return lambda call: {"message": next(follow_ups)}
+
+
 def test_follow_ups_alternate_and_the_simulator_sees_profile_and_current_state():
-    transcript, _, simulator_lm, agent_lm = play(rounds=3)
+    transcript, _, simulator_lm, agent_lm = play(rounds=3, simulator=distinct_follow_ups())
     assert len(simulator_lm.calls) == 2 and len(agent_lm.calls) == 3
     assert [m.role for m in transcript.messages] == ["user", "assistant"] * 3
     assert transcript.messages[2].content.startswith("Thanks. Any other tips")
@@ -237,3 +246,53 @@ def test_user_view_for_gives_the_blind_view_the_period_end_and_the_state_aware_v
     assert {**aware.shared_facts, **aware.private_facts} == {
         k: str(v) for k, v in period.state.items()
     }
+
+
+# ----- echoes: a follow-up that copies the assistant is asked once more ------------------------
+
+
+def echo_first_then(second: str):
+    """A simulated user that copies the assistant's reply on its first try of each round."""
+
+    def respond(call):
+        if call.settings.get("temperature") == StateAwareUserView.echo_retry_temperature:
+            return {"message": second}
+        reply = sections(call.user)["last_exchange"].split("Assistant: ", 1)[1]
+        return {"message": reply}
+
+    return respond
+
+
+def test_an_echoing_follow_up_is_asked_again_once_with_sampling_and_another_seed():
+    transcript, _, simulator_lm, _ = play(
+        rounds=2, simulator=echo_first_then("Which of them has the most protein?")
+    )
+    assert len(simulator_lm.calls) == 2
+    first, retry = simulator_lm.calls
+    assert first.settings.get("temperature") != StateAwareUserView.echo_retry_temperature
+    assert retry.settings["temperature"] == StateAwareUserView.echo_retry_temperature
+    assert retry.settings["seed"] != first.settings["seed"]
+    assert transcript.messages[2].content == "Which of them has the most protein?"
+    assert transcript.simulator_echo_retries == 1
+
+
+def test_a_second_echo_is_kept_and_counted_not_asked_a_third_time():
+    transcript, _, simulator_lm, _ = play(rounds=2, simulator=echo_first_then("Noted, thanks."))
+    assert len(simulator_lm.calls) == 2  # one retry, no more
+    assert transcript.messages[2].content == "Noted, thanks."  # the copy stays in the record
+    assert transcript.simulator_echo_retries == 1
+
+
+def test_a_fresh_follow_up_is_not_asked_again():
+    transcript, _, simulator_lm, _ = play(rounds=3, simulator=distinct_follow_ups())
+    assert len(simulator_lm.calls) == 2
+    assert transcript.simulator_echo_retries == 0
+
+
+def test_the_paper_user_is_asked_once_even_when_it_echoes():
+    simulator_lm = ScriptedLM(lambda call: {"message": "Reply number 1."}, model="sim")
+    transcript, paper_simulator = paper_play(rounds=2, lms=scripted_role_lms(
+        simulator=simulator_lm, agent=ScriptedLM(numbered_agent(), model="agent")
+    ))  # fmt: skip
+    assert len(simulator_lm.calls) == 1  # the reference asks once
+    assert transcript.simulator_echo_retries == 0
