@@ -44,9 +44,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def describe_config(config: LLMConfig) -> list[str]:
     lines = []
+    embedded_model = config.embedded.model_path or (
+        f"{bundled_model(config.embedded.model_size).description}, model size "
+        f"{config.embedded.model_size}"
+    )
     for role in ROLES:
         endpoint = config.endpoint_for(role)
-        lines.append(f"  {role:<10} {endpoint.describe() if endpoint else 'embedded llama.cpp'}")
+        served = endpoint.describe() if endpoint else f"embedded llama.cpp: {embedded_model}"
+        lines.append(f"  {role:<10} {served}")
     if config.needs_embedded_server():
         embedded = config.embedded
         selected = bundled_model(embedded.model_size)

@@ -122,6 +122,17 @@ def _run_locked(
     print()
     print(format_outcome(result))
     print(f"\nLLM usage of this invocation (cached responses cost nothing):\n{usage.table()}")
+    questions = sum(
+        scores.summary.n_items
+        for record in result.candidates
+        for scores in (record.train, record.heldout)
+        if scores is not None
+    )
+    # Only when this invocation made every call of the run: a resumed run's earlier calls are
+    # not in this invocation's usage, and its questions would dilute the figures.
+    per_question = usage.per_question(questions) if usage.total_calls == result.llm_calls else None
+    if per_question:
+        print(per_question)
     if result.best_id is not None:
         from evolve.export import write_bundle
         from evolve.optimize.experiment_dir import ExperimentDir

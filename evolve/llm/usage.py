@@ -212,15 +212,33 @@ class UsageSummary(BaseModel):
     def table(self) -> str:
         # "cached": calls answered from DSPy's response cache; "reused": prompt tokens the
         # server took from its prompt cache rather than evaluating them.
-        lines = [f"{'role':<10} {'calls':>6} {'cached':>6} {'failed':>6} {'prompt':>8} "
-                 f"{'reused':>8} {'completion':>10} {'latency':>9}"]  # fmt: skip
+        # "evaluated": prompt tokens the server computed; "decoded": completion tokens;
+        # "call time": the role's calls' summed wall time (calls overlap when concurrent).
+        lines = [f"{'role':<10} {'calls':>6} {'cached':>6} {'failed':>6} {'evaluated':>9} "
+                 f"{'reused':>8} {'decoded':>8} {'call time':>10}"]  # fmt: skip
         for role, usage in self.roles.items():
             lines.append(
                 f"{role:<10} {usage.calls:>6} {usage.cache_hits:>6} {usage.failures:>6} "
-                f"{usage.prompt_tokens:>8} {usage.prompt_tokens_cached:>8} "
-                f"{usage.completion_tokens:>10} {usage.latency_s:>8.1f}s"
+                f"{usage.prompt_tokens - usage.prompt_tokens_cached:>9} "
+                f"{usage.prompt_tokens_cached:>8} {usage.completion_tokens:>8} "
+                f"{usage.latency_s:>9.1f}s"
             )
         return "\n".join(lines)
+
+    def per_question(self, questions: int) -> str | None:
+        """Tokens per scored question over every role (None without questions)."""
+        if questions <= 0:
+            return None
+        prompt = sum(u.prompt_tokens for u in self.roles.values())
+        reused = sum(u.prompt_tokens_cached for u in self.roles.values())
+        decoded = sum(u.completion_tokens for u in self.roles.values())
+        calls = sum(u.calls for u in self.roles.values())
+        return (
+            f"per scored question ({questions}): {calls / questions:.1f} calls, "
+            f"{(prompt - reused) / questions:.0f} prompt tokens evaluated, "
+            f"{reused / questions:.0f} reused ({reused / prompt if prompt else 0:.0%}), "
+            f"{decoded / questions:.0f} decoded"
+        )
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,8 @@ def test_eval_prints_the_kept_deviations_under_paper_only(tmp_path, monkeypatch,
     assert main([*argv, "--protocol", protocol]) == 0
     stderr = capsys.readouterr().err
     assert calls_at_start == [0]  # before the first LLM call
+    # Which model serves which role, first (the eval calls the simulator and the agent).
+    assert "models: simulator: simulator-model (endpoint); agent: agent-model (endpoint)" in stderr
     if protocol == "paper":
         assert_deviations_printed(stderr)
         assert "protocol paper: max_tokens simulator 1000, agent 1000" in stderr

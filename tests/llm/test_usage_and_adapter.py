@@ -55,3 +55,34 @@ def test_response_format_dialects():
     assert openai["json_schema"]["schema"]["required"] == ["choice"]
     assert response_format_for(Pick, "json_object") == {"type": "json_object"}
     assert response_format_for(Pick, "none") is None
+
+
+def test_the_usage_table_splits_evaluated_from_reused_prompt_tokens_and_gives_per_question():
+    from evolve.llm.usage import Usage, UsageSummary
+
+    usage = UsageSummary(
+        roles={
+            "agent": Usage(
+                calls=30,
+                prompt_tokens=9000,
+                prompt_tokens_cached=6000,
+                completion_tokens=1200,
+                latency_s=50.0,
+            ),
+            "simulator": Usage(
+                calls=10,
+                prompt_tokens=3000,
+                prompt_tokens_cached=0,
+                completion_tokens=400,
+                latency_s=20.0,
+            ),
+        }  # fmt: skip
+    )
+    agent_row = next(line for line in usage.table().splitlines() if line.startswith("agent"))
+    assert agent_row.split()[4:7] == ["3000", "6000", "1200"]  # evaluated, reused, decoded
+    line = usage.per_question(20)
+    assert line == (
+        "per scored question (20): 2.0 calls, 300 prompt tokens evaluated, 300 reused (50%), "
+        "80 decoded"
+    )
+    assert usage.per_question(0) is None
