@@ -3,7 +3,8 @@
 Always: which model serves which role. Under `protocol = "paper"`: the completion limits in
 use (the reference's 8192 unless the user set one) and the kept rows of the deviation table
 (`evolve.paper_deviations`), one line each, so that nobody reads a paper run's numbers
-without seeing where it differs from the reference code. Under `evolve`: nothing more (its differences are the protocol itself).
+without seeing where it differs from the reference code. Under `evolve`: nothing more (its
+differences are the protocol itself).
 """
 
 from __future__ import annotations
