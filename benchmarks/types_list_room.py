@@ -80,8 +80,12 @@ def main() -> None:
     parser.add_argument("--spec", type=Path, default=ROOT / "experiments" / "quickstart.toml")
     parser.add_argument("--seeds", type=int, nargs="+", default=None)
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "types_list_room")
+    parser.add_argument("--threads", type=int, default=None, help="embedded server threads")
     args = parser.parse_args()
     spec = api.load_spec(args.spec)
+    if args.threads is not None:
+        embedded = spec.llm.embedded.model_copy(update={"threads": args.threads})
+        spec = spec.model_copy(update={"llm": spec.llm.model_copy(update={"embedded": embedded})})
     seeds = args.seeds or [spec.environment.seed + offset for offset in range(3)]
     ideal = ideal_types_list()
     print(f"ideal types list:\n{ideal}\n", flush=True)

@@ -226,6 +226,15 @@ class EmbeddedModelConfig(BaseModel):
         default=4096, ge=512, description="Context tokens per slot (server context = slots x this)."
     )
     threads: int | None = Field(default=None, ge=1, description="Unset: all cores.")
+    poll: int = Field(
+        default=0,
+        ge=0,
+        le=100,
+        description="How hard llama.cpp's threads spin while waiting for each other (llama-server "
+        "--poll, 0-100). 0 (ours): they sleep, so a busy neighbour process costs little; "
+        "llama.cpp's 50 is a little faster on idle cores and far slower beside one "
+        "(benchmarks/embedded_threads.py).",
+    )
     port: int | None = Field(default=None, ge=1, le=65535, description="Unset: a free port.")
     startup_timeout: float = Field(default=240.0, gt=0)
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)

@@ -195,6 +195,7 @@ class EmbeddedServer:
             "--cache-ram", str(PROMPT_CACHE_RAM_MIB),
             "--threads", str(threads),
             "--threads-batch", str(threads),
+            "--poll", str(self.config.poll),
             # The context size is ours, never shrunk to fit a device's free memory.
             "--fit", "off",
             "--no-webui",

@@ -45,6 +45,8 @@ def test_command_serves_slots_on_loopback_with_a_context_per_slot(tmp_path):
     assert option(command, "--parallel") == "3"
     assert option(command, "--ctx-size") == str(3 * 2048)
     assert option(command, "--threads") == "2"
+    # Threads sleep while they wait: a busy neighbour process stalls a spinning server.
+    assert option(command, "--poll") == "0"
     assert {"--cont-batching", "--cache-prompt", "--no-kv-unified"} <= set(command)
     assert option(command, "--alias") == server.model_name
 
