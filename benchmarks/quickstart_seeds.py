@@ -7,23 +7,32 @@ seed among them) twice: as shipped (`feedback = "diagnostic"`), and as the blind
 whatever the blind run gains is selection on noise). Prints per seed, on the held-out users:
 the base, the best, the blind control's best, the upper bound and random (accuracy), the
 memory scores of base and best, and the number of held-out questions; then the means and the
-LLM calls and tokens spent. Runs resume (records under --runs-dir), so a rerun only prints.
+LLM calls and tokens spent, and the conversation health of each run.
+
+Runs resume, also across sessions: the run directories are kept under
+`benchmarks/records/quickstart_seeds/` (committed with the repository; the response cache is
+not), so a rerun finishes what is missing and a finished one only prints. The table is also
+written to `benchmarks/records/quickstart_seeds/summary.json`, which the README's first result
+quotes.
 
     .venv/bin/python benchmarks/quickstart_seeds.py [--seeds 13 14 15] [--spec ...]
-        [--runs-dir runs/quickstart_seeds] [--no-tracking]
+        [--runs-dir benchmarks/records/quickstart_seeds] [--no-tracking] [--threads N]
 
-Every role is served by the spec's LLM setup (the embedded 0.5B model for the quickstart).
+Every role is served by the spec's LLM setup (the embedded 1.5B model for the quickstart).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
 from pathlib import Path
 
 from evolve import api
 from evolve.config import ExperimentSpec
+from evolve.files import atomic_write_text
+from evolve.optimize.report import conversation_lines
 from evolve.records import ExperimentResult
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,6 +66,7 @@ def heldout_row(result: ExperimentResult) -> dict[str, float | int | None]:
         "calls": result.llm_calls,
         "tokens": result.tokens,
         "wall_s": result.wall_time_s,
+        "conversation": conversation_lines(result),
     }
 
 
@@ -68,10 +78,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--spec", type=Path, default=ROOT / "experiments" / "quickstart.toml")
     parser.add_argument("--seeds", type=int, nargs="+", default=None)
-    parser.add_argument("--runs-dir", type=Path, default=ROOT / "runs" / "quickstart_seeds")
+    parser.add_argument(
+        "--runs-dir", type=Path, default=ROOT / "benchmarks" / "records" / "quickstart_seeds"
+    )
     parser.add_argument("--no-tracking", action="store_true", help="no MLflow logging")
+    parser.add_argument("--threads", type=int, default=None, help="embedded server threads")
     args = parser.parse_args()
     spec = api.load_spec(args.spec)
+    if args.threads is not None:
+        embedded = spec.llm.embedded.model_copy(update={"threads": args.threads})
+        spec = spec.model_copy(update={"llm": spec.llm.model_copy(update={"embedded": embedded})})
     own = spec.environment.seed
     seeds = args.seeds or [own, own + 1, own + 2]
     rows: list[tuple[int, dict, dict]] = []
@@ -89,6 +105,10 @@ def main() -> None:
                 flush=True,
             )
         rows.append((seed, runs[spec.optimizer.feedback], runs["blind"]))
+        summary = [
+            {"seed": seed, "shipped": shipped, "blind": blind} for seed, shipped, blind in rows
+        ]
+        atomic_write_text(args.runs_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
 
     print(
         f"\nheld-out accuracy (memory score) per environment seed; spec {args.spec.name}, "
@@ -102,6 +122,8 @@ def main() -> None:
             f"  {_f(shipped.get('random'))} |        {_f(shipped.get('base_memory'))} "
             f"{_f(shipped.get('best_memory'))}"
         )
+        for line in shipped.get("conversation", []):
+            print(f"      {line}")
     complete = [(s, b) for _, s, b in rows if s and b]
     if complete:
 
