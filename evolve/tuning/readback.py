@@ -10,7 +10,8 @@ from typing import Any
 
 from evolve.tuning.layout import RESULT_FILE, TuningDir
 from evolve.tuning.records import IN_MEMORY_STORAGE, TrialRecord, with_journaled_spend
-from evolve.tuning.report import format_result, format_score, format_trials
+from evolve.objective import format_score
+from evolve.tuning.report import format_result, format_trials
 from evolve.tuning.spec import is_study_spec, load_study_spec
 from evolve.tuning.spend import StudySpendJournals
 
