@@ -422,7 +422,7 @@ def run_eval(args: argparse.Namespace) -> int:
     print("write / read / util = our partition of the wrong answers (failure_partition.json)")
     print(
         "\nthe original's rules on the same answers (diagnosis_*.json in original/): acc+rf = "
-        "accuracy with a random choice for unparseable answers (expected), paper mem = the "
+        "accuracy with a random choice for unparseable answers (expected), paper-mem = the "
         "paper's mean of per-user-period memory scores, under the same '-' rule, write/read "
         "per item = "
         "variables recalled wrongly (wrong at the last update too / right then), mem success "

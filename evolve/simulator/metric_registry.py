@@ -134,7 +134,7 @@ _declare(
     "original",
 )  # fmt: skip
 _declare(
-    "memory_score_original", "memory score (paper's formula)", "paper mem", "maximize",
+    "memory_score_original", "memory score (paper's formula)", "paper-mem", "maximize",
     UNBOUNDED,
     "The reference's mean over user-periods, with random fallback for unparseable answers; "
     "user-periods whose upper bound is not clearly above random have none, as for ours.",

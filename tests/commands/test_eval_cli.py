@@ -67,8 +67,7 @@ def test_eval_two_policies_side_by_side_then_resume(tmp_path, scripted, capsys):
     lines = output.splitlines()
     start = next(i for i, line in enumerate(lines) if line.split()[:2] == ["policy", "acc+rf"])
     original = lines[start:]
-    assert original[0].split() == ["policy", "acc+rf", "paper", "mem", "write/item"] + [
-        "read/item",
+    assert original[0].split() == ["policy", "acc+rf", "paper-mem", "write/item", "read/item"] + [
         "mem",
         "success",
     ]
