@@ -281,9 +281,7 @@ def memory_margin(random_scores: Sequence[float]) -> float:
     return max(MARGIN_QUESTIONS, MARGIN_STANDARD_ERRORS * standard_error) / len(random_scores)
 
 
-def memory_ratio(
-    score: float, random_scores: Sequence[float], upper_bound: float
-) -> float | None:
+def memory_ratio(score: float, random_scores: Sequence[float], upper_bound: float) -> float | None:
     """`(score - random) / (upper_bound - random)` over one set of questions (`score` and
     `upper_bound` are shares of them, `random_scores` one per question), or None when the
     upper bound is not clearly above random (`memory_margin`): then the ratio divides by noise.

@@ -545,7 +545,9 @@ def trial_run_name(record: TrialRecord) -> str:
     runs table's name column shows without configuring it."""
     parts = [f"trial {record.number}"]
     if record.values and math.isfinite(record.values[0]):
-        unit = {"memory_score": "memory", "accuracy": "acc"}.get(record.objective_used or "", "value")
+        unit = {"memory_score": "memory", "accuracy": "acc"}.get(
+            record.objective_used or "", "value"
+        )
         parts.append(f"{unit} {format_score(record.values[0], 2)}")
     if record.state != "complete":
         parts.append(record.state)

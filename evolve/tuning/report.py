@@ -29,7 +29,13 @@ def format_trials(
     shown = [r for r in records if r.state != "surplus"]
     name_width = [max(len(name), 3) for name in names]
     head = ["trial", "state      ", *(n.rjust(w) for n, w in zip(names, name_width, strict=True))]
-    head += [f"{'objective':>9}", f"{'memory':>7}", f"{'acc':>6}", f"{'tokens':>8}", f"{'calls':>6}"]
+    head += [
+        f"{'objective':>9}",
+        f"{'memory':>7}",
+        f"{'acc':>6}",
+        f"{'tokens':>8}",
+        f"{'calls':>6}",
+    ]
     header = " ".join(head)
     lines = [header, "-" * len(header)]
     for r in sorted(shown, key=lambda r: r.number):
