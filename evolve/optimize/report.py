@@ -13,7 +13,6 @@ from evolve.records import CandidateRecord, ExperimentResult
 from evolve.simulator.metric_registry import metrics_in
 from evolve.simulator.metrics import MetricSummary
 
-
 _score = format_score
 
 

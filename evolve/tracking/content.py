@@ -340,7 +340,8 @@ def candidates_markdown(table: dict[str, list[Any]]) -> str:
     """The candidate table as Markdown, for the parent run's description (the run page
     renders it): id, status, train and held-out memory score and accuracy ("-": undefined)."""
     lines = [
-        "| candidate | status | mutation | train memory | heldout memory | train acc | heldout acc |",
+        "| candidate | status | mutation | train memory | heldout memory | train acc | "
+        "heldout acc |",
         "|---|---|---|---|---|---|---|",
     ]
     for index, candidate in enumerate(table["candidate"]):
