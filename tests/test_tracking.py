@@ -352,6 +352,16 @@ def test_every_proposal_is_a_run_with_its_status(tracked):
             assert by_id[record.id].data.tags["evolve.candidate_status"] == expected
 
 
+def named_scores(record) -> str:
+    """`memory 0.50/- acc 0.75/-`: each score named, train/held-out, "-" where undefined."""
+
+    def pair(name: str) -> str:
+        values = [getattr(s.summary, name) if s else None for s in (record.train, record.heldout)]
+        return "/".join("-" if v is None else f"{v:.2f}" for v in values)
+
+    return f"memory {pair('memory_score')} acc {pair('accuracy')}"
+
+
 def test_scores_show_without_configuring_the_runs_table(tracked):
     tmp_path, uri, _, result, _ = tracked
     client, parents, children = runs_by_kind(uri, "amemgym-evolve/exp")
@@ -359,13 +369,11 @@ def test_scores_show_without_configuring_the_runs_table(tracked):
         record = result.candidate(child.data.tags["evolve.candidate_id"])
         if record.train is None:
             continue
-        heldout = "-" if record.heldout is None else f"{record.heldout.summary.accuracy:.2f}"
-        expected = f"{record.id} {record.train.summary.accuracy:.2f}/{heldout}"
-        assert child.info.run_name == expected  # train/held-out accuracy
+        expected = f"{record.id} {named_scores(record)}"
+        assert child.info.run_name == expected  # train/held-out memory score and accuracy
     parent = parents[0]
     best = result.candidate(result.best_id)
-    best_accuracy = f"{best.train.summary.accuracy:.2f}/{best.heldout.summary.accuracy:.2f}"
-    assert parent.info.run_name == f"best {best_accuracy} {best.id}"
+    assert parent.info.run_name == f"best {named_scores(best)} {best.id}"
     # The parent's description lists every candidate; its table artifact too.
     for record in result.candidates:
         assert f"| {record.id} |" in parent.data.tags["mlflow.note.content"]
