@@ -252,8 +252,9 @@ def test_trials_are_tracked_in_mlflow_under_the_study_parent_run(tmp_path):
         assert child.data.tags["mlflow.note.content"].startswith(f"Trial {record.number} of")
         # The outcome is in the name: the runs table shows it without configuring columns.
         named = f"trial {record.number}"
-        if record.values:
-            named += f" {record.values[0]:.2f}"
+        if record.values:  # named: the memory score, or accuracy where it is undefined
+            unit = "memory" if record.objective_used == "memory_score" else "acc"
+            named += f" {unit} {record.values[0]:.2f}"
         if record.state != "complete":
             named += f" {record.state}"
         assert child.info.run_name == named
