@@ -224,6 +224,29 @@ def format_outcome(result: ExperimentResult) -> str:
     return "\n".join(lines)
 
 
+def heldout_warning(result: ExperimentResult) -> str | None:
+    """One line when the best does not beat the base on the held-out users (None when it
+    does, or when either was not scored there): an export must not crown it silently."""
+    if result.best_id is None:
+        return None
+    best = result.candidate(result.best_id)
+    base = result.lineage(best.id)[-1]
+    if best.heldout is None or base.heldout is None:
+        return None
+    unit = best.heldout.objective_used or best.heldout.objective
+    if best.id == base.id:
+        return (
+            f"warning: the exported policy is the base ({base.id}): no candidate beat it on "
+            f"the train users (held-out {unit} {_score(base.heldout.score)})"
+        )
+    if best.heldout.score > base.heldout.score:
+        return None
+    return (
+        f"warning: the best ({best.id}) does not beat the base ({base.id}) on the held-out "
+        f"users: {unit} {_score(best.heldout.score)} vs {_score(base.heldout.score)}"
+    )
+
+
 def _change_in_words(record: CandidateRecord) -> str:
     mutation = record.mutation
     if mutation.edits:
