@@ -77,6 +77,9 @@ MARGIN_QUESTIONS = 2.0
 MARGIN_STANDARD_ERRORS = 2.0
 # Float noise when comparing shares of questions (sums of 1/3 are not exact).
 _FLOAT_TOLERANCE = 1e-9
+# Decimals kept of a derived score, recorded and logged: enough for any comparison, and no
+# 8.88e-16 where the exact value is 0.
+ROUND_DIGITS = 9
 # More degenerate user-periods than this share leaves the per-period mean to a minority.
 DEGENERATE_SHARE_LIMIT = 0.25
 # More unparseable answers (or upper-bound answers) than this share of the scored items makes
@@ -163,7 +166,7 @@ class MetricSummary(BaseModel):
         for declaration in METRICS.values():  # declared metrics, derived ones included
             value = declaration.value_of(self)
             if value is not None:
-                values[f"{prefix}{declaration.name}"] = value
+                values[f"{prefix}{declaration.name}"] = _rounded(value)
         values[f"{prefix}n_items"] = float(self.n_items)
         values[f"{prefix}degenerate_periods"] = float(self.degenerate_periods)
         values[f"{prefix}parse_failures"] = float(self.parse_failures_total)
@@ -292,7 +295,13 @@ def memory_ratio(score: float, random_scores: Sequence[float], upper_bound: floa
     room = upper_bound - random_mean
     if room < memory_margin(random_scores) - _FLOAT_TOLERANCE:
         return None
-    return (score - random_mean) / room
+    # Rounded: a sum of thirds is inexact, and chance-level accuracy must read 0, not 3e-16.
+    return _rounded((score - random_mean) / room)
+
+
+def _rounded(value: float) -> float:
+    """`value` without float noise (9 decimals; -0.0 made 0.0)."""
+    return round(value, ROUND_DIGITS) + 0.0
 
 
 def _no_margin_reason(random_scores: Sequence[float], upper_bound: float) -> str:

@@ -122,6 +122,19 @@ def test_no_defined_score_leaves_0_to_1_while_the_accuracy_is_between_random_and
     assert checked > 20  # the property was exercised, not vacuously true
 
 
+def test_chance_level_accuracy_reads_zero_not_float_noise():
+    from evolve.objective import format_score
+
+    # 24 three-option questions, 8 right (chance), the upper bound 16: (8/24 - mean of 24
+    # thirds) used to come out as 3.3e-16, and 8.88e-16 in MLflow.
+    items = [item(q, q < 8, q < 16) for q in range(24)]
+    summary = summarize_one(PeriodResult(user_id="u", period_index=0, state={}, items=items))
+    assert summary.memory_score == 0.0
+    flat = summary.flat_metrics()
+    assert flat["memory_score"] == 0.0 and flat["random_score"] == 0.333333333
+    assert format_score(-1e-12) == "0.000" and format_score(None) == "-"
+
+
 # ----- a stub that answers "1" to everything ------------------------------------------------
 
 
