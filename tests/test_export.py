@@ -75,6 +75,10 @@ def test_registered_as_champion_and_loadable_as_pyfunc(experiment):
     assert version.tags["evolve.candidate_id"] == result.best_id
     best = result.candidate(result.best_id)
     assert float(version.tags["heldout_score"]) == pytest.approx(best.heldout.score, abs=1e-5)
+    # The score's unit is named; the memory score is tagged only where it is defined.
+    assert version.tags["heldout_objective_used"] == best.heldout.objective_used
+    memory = best.heldout.summary.memory_score
+    assert version.tags.get("heldout_memory_score") == (None if memory is None else f"{memory:.6g}")
     assert result.best_id in version.description and "Held-out score" in version.description
     # A LoggedModel whose source is the best candidate's run; the run was not reopened.
     assert version.source.startswith("models:/m-"), version.source
