@@ -346,7 +346,8 @@ def test_every_proposal_is_a_run_with_its_status(tracked):
         assert "old_sum" not in reason and not re.search(r"\d\.\d{4,}", reason)
         assert run.info.status in ("FINISHED", "FAILED")
         assert status in run.info.run_name
-        if status == "rejected":  # GEPA's minibatch verdict
+        if status == "rejected":  # GEPA's minibatch verdict, in words
+            assert reason.startswith(("below its parent", "no better than its parent")), reason
             assert "minibatch_score" in run.data.metrics
             assert "minibatch_parent_score" in run.data.metrics
     for record in result.candidates:
