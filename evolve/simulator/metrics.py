@@ -77,7 +77,7 @@ MARGIN_QUESTIONS = 2.0
 MARGIN_STANDARD_ERRORS = 2.0
 # Float noise when comparing shares of questions (sums of 1/3 are not exact).
 _FLOAT_TOLERANCE = 1e-9
-# Decimals kept of a derived score, recorded and logged: enough for any comparison, and no
+# Decimals kept of a memory score, recorded and logged: enough for any comparison, and no
 # 8.88e-16 where the exact value is 0.
 ROUND_DIGITS = 9
 # More degenerate user-periods than this share leaves the per-period mean to a minority.
@@ -166,7 +166,7 @@ class MetricSummary(BaseModel):
         for declaration in METRICS.values():  # declared metrics, derived ones included
             value = declaration.value_of(self)
             if value is not None:
-                values[f"{prefix}{declaration.name}"] = _rounded(value)
+                values[f"{prefix}{declaration.name}"] = value
         values[f"{prefix}n_items"] = float(self.n_items)
         values[f"{prefix}degenerate_periods"] = float(self.degenerate_periods)
         values[f"{prefix}parse_failures"] = float(self.parse_failures_total)

@@ -131,7 +131,7 @@ def test_chance_level_accuracy_reads_zero_not_float_noise():
     summary = summarize_one(PeriodResult(user_id="u", period_index=0, state={}, items=items))
     assert summary.memory_score == 0.0
     flat = summary.flat_metrics()
-    assert flat["memory_score"] == 0.0 and flat["random_score"] == 0.333333333
+    assert flat["memory_score"] == 0.0 and flat["memory_score_period_mean"] == 0.0
     assert format_score(-1e-12) == "0.000" and format_score(None) == "-"
 
 
