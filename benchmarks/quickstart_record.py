@@ -25,7 +25,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-SUMMARY_FIELDS = ("accuracy", "memory_score", "pooled_memory_score")
+SUMMARY_FIELDS = ("accuracy", "memory_score", "memory_score_period_mean")
 
 
 def _scores(scores: dict[str, Any] | None) -> dict[str, Any]:

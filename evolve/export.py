@@ -477,6 +477,10 @@ def _score_tags(candidate: CandidateRecord | None) -> dict[str, str]:
         if scores is None:
             continue
         tags[f"{split}_score"] = f"{scores.score:.6g}"
+        if scores.objective_used:  # what `score` is: memory_score, or accuracy
+            tags[f"{split}_objective_used"] = scores.objective_used
+        if scores.summary.memory_score is not None:  # undefined: no tag, never a stand-in
+            tags[f"{split}_memory_score"] = f"{scores.summary.memory_score:.6g}"
         if scores.summary.accuracy is not None:  # unknown for a record rebuilt from a run
             tags[f"{split}_accuracy"] = f"{scores.summary.accuracy:.6g}"
     return tags

@@ -1,17 +1,17 @@
 """The objective evolution and tuning optimize, and the stored results it is computed from.
 
 A leaf module (only `evolve.simulator` below it): `evolve.optimize` and `evolve.tuning` both
-score candidates here, so a change of objective (e.g. a pooled memory score) is made once.
+score candidates here, so a change of objective is made once.
 """
 
 from __future__ import annotations
 
 import typing
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Literal
 
-from evolve.simulator.metrics import OBJECTIVE_MEMORY_SCORE_KIND, MetricSummary
+from evolve.simulator.metrics import MetricSummary
 from evolve.simulator.records import PeriodResult
 from evolve.simulator.run_dir import read_json
 
@@ -19,26 +19,24 @@ from evolve.simulator.run_dir import read_json
 Objective = Literal["memory_score", "accuracy"]
 OBJECTIVES: tuple[Objective, ...] = typing.get_args(Objective)
 
-# Recorded as `objective_used` wherever a score is stored, so a reader sees which one it is.
-POOLED_OBJECTIVE = f"{OBJECTIVE_MEMORY_SCORE_KIND}_memory_score"
-
 
 def objective_value(summary: MetricSummary, objective: str) -> float:
-    """The score selection and pruning use: for the memory score its pooled form (ratio of
-    means over all items, see `metrics`), or accuracy where that is undefined.
+    """The score selection and pruning use: the memory score (the headline, see `metrics`),
+    or accuracy where the memory score is undefined; `objective_used` names which.
 
-    Whether the pooled score is defined depends only on the environment and the upper bound,
+    Whether the memory score is defined depends only on the questions and the upper bound,
     never on the candidate, so the fallback is the same for every candidate.
     """
-    if objective_used(summary, objective) == POOLED_OBJECTIVE:
-        return float(summary.pooled_memory_score)  # type: ignore[arg-type]
+    if objective_used(summary, objective) == "memory_score":
+        return float(summary.memory_score)  # type: ignore[arg-type]
     return float(summary.accuracy or 0.0)
 
 
 def objective_used(summary: MetricSummary, objective: str) -> str:
-    """The name of what `objective_value` returned for this summary."""
-    if objective == "memory_score" and summary.pooled_memory_score is not None:
-        return POOLED_OBJECTIVE
+    """The name of what `objective_value` returned for this summary (recorded as
+    `objective_used` wherever a score is stored, so a reader sees which one it is)."""
+    if objective == "memory_score" and summary.memory_score is not None:
+        return "memory_score"
     return "accuracy"
 
 
@@ -51,3 +49,26 @@ def load_period_results(run_dir: Path, periods: Iterable[int] | None = None) -> 
         if wanted is None or result.period_index in wanted:
             results.append(result)
     return results
+
+
+def format_score(value: float | None, digits: int = 3) -> str:
+    """A score for display: `digits` decimals, "-" when there is none, never "-0.000"."""
+    if value is None:
+        return "-"
+    text = f"{value:.{digits}f}"
+    return text[1:] if text.startswith("-") and float(text) == 0.0 else text
+
+
+def scores_text(metrics: Mapping[str, float], objective_used: str | None = None) -> str:
+    """`memory_score X, accuracy Y` from flat metrics, each named, for one-line reports.
+
+    An undefined memory score is shown as "-" with a word on why, next to the accuracy, so a
+    fallback objective never passes for a memory score."""
+    memory = metrics.get("memory_score")
+    text = f"memory_score {format_score(memory)}"
+    if memory is None:
+        text += " (upper bound not clearly above random)"
+    text += f", accuracy {format_score(metrics.get('accuracy'))}"
+    if objective_used == "accuracy" and memory is None:
+        text += " (objective: accuracy)"
+    return text

@@ -72,12 +72,12 @@ class EvaluationScores(_Frozen):
 
     users: list[str]
     score: float = Field(
-        description="The objective (the pooled memory score; accuracy where undefined)."
+        description="The objective (the memory score; accuracy where it is undefined)."
     )
     objective: str
     objective_used: str | None = Field(
         default=None,
-        description="What `score` is: pooled_memory_score or accuracy (None: older records).",
+        description="What `score` is: memory_score or accuracy (None: older records).",
     )
     per_user: dict[str, float] = Field(description="The objective per user (Pareto selection).")
     summary: MetricSummary

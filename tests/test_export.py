@@ -75,6 +75,10 @@ def test_registered_as_champion_and_loadable_as_pyfunc(experiment):
     assert version.tags["evolve.candidate_id"] == result.best_id
     best = result.candidate(result.best_id)
     assert float(version.tags["heldout_score"]) == pytest.approx(best.heldout.score, abs=1e-5)
+    # The score's unit is named; the memory score is tagged only where it is defined.
+    assert version.tags["heldout_objective_used"] == best.heldout.objective_used
+    memory = best.heldout.summary.memory_score
+    assert version.tags.get("heldout_memory_score") == (None if memory is None else f"{memory:.6g}")
     assert result.best_id in version.description and "Held-out score" in version.description
     # A LoggedModel whose source is the best candidate's run; the run was not reopened.
     assert version.source.startswith("models:/m-"), version.source
@@ -298,3 +302,35 @@ def test_python_api_page_script_builds_the_candidates_table(experiment, monkeypa
     assert best["id"] == result.best_id
     assert set(runs["tags.evolve.candidate_id"]) <= set(candidates["id"])
     assert len(runs) >= 2 and runs["tags.evolve.mutation"].notna().all()
+
+
+def test_export_warns_in_one_line_when_the_best_does_not_beat_the_base(
+    experiment, monkeypatch, capsys
+):
+    from evolve.cli import main
+    from evolve.optimize.report import heldout_warning
+
+    tmp_path, _, _, result = experiment
+    best = result.candidate(result.best_id)
+    base = result.lineage(best.id)[-1]
+    assert best.id != base.id and best.heldout.score > base.heldout.score
+    assert heldout_warning(result) is None  # it beats the base: nothing to say
+    args = ["export", "exp", "--runs-dir", str(tmp_path / "runs"), "--no-register"]
+    assert main([*args, "--out", str(tmp_path / "beats")]) == 0
+    assert "warning" not in capsys.readouterr().err
+    # The same run where the best only ties the base on the held-out users.
+    tied = best.model_copy(
+        update={"heldout": best.heldout.model_copy(update={"score": base.heldout.score})}
+    )
+    tampered = result.model_copy(
+        update={"candidates": [tied if r.id == best.id else r for r in result.candidates]}
+    )
+    monkeypatch.setattr(ExperimentDir, "load_result", lambda self: tampered)
+    assert main([*args, "--out", str(tmp_path / "ties")]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    unit = best.heldout.objective_used
+    score = f"{base.heldout.score:.3f}"
+    assert warnings == [
+        f"warning: the best ({best.id}) does not beat the base ({base.id}) on the held-out "
+        f"users: {unit} {score} vs {score}"
+    ]

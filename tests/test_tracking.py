@@ -340,16 +340,30 @@ def test_every_proposal_is_a_run_with_its_status(tracked):
         run = by_id[record.id]
         status = run.data.tags["evolve.candidate_status"]
         assert status == str(record.status) and status in ("rejected", "invalid")
-        assert run.data.tags["evolve.candidate_reason"]
+        reason = run.data.tags["evolve.candidate_reason"]
+        assert reason
+        # In words with rounded scores, never GEPA's raw `old_sum=-0.33333333333333187`.
+        assert "old_sum" not in reason and not re.search(r"\d\.\d{4,}", reason)
         assert run.info.status in ("FINISHED", "FAILED")
         assert status in run.info.run_name
-        if status == "rejected":  # GEPA's minibatch verdict
+        if status == "rejected":  # GEPA's minibatch verdict, in words
+            assert reason.startswith(("below its parent", "no better than its parent")), reason
             assert "minibatch_score" in run.data.metrics
             assert "minibatch_parent_score" in run.data.metrics
     for record in result.candidates:
         if record.train is not None:
             expected = "base" if record.generation == 0 else "accepted"
             assert by_id[record.id].data.tags["evolve.candidate_status"] == expected
+
+
+def named_scores(record) -> str:
+    """`memory 0.50/- acc 0.75/-`: each score named, train/held-out, "-" where undefined."""
+
+    def pair(name: str) -> str:
+        values = [getattr(s.summary, name) if s else None for s in (record.train, record.heldout)]
+        return "/".join("-" if v is None else f"{v:.2f}" for v in values)
+
+    return f"memory {pair('memory_score')} acc {pair('accuracy')}"
 
 
 def test_scores_show_without_configuring_the_runs_table(tracked):
@@ -359,13 +373,11 @@ def test_scores_show_without_configuring_the_runs_table(tracked):
         record = result.candidate(child.data.tags["evolve.candidate_id"])
         if record.train is None:
             continue
-        heldout = "-" if record.heldout is None else f"{record.heldout.summary.accuracy:.2f}"
-        expected = f"{record.id} {record.train.summary.accuracy:.2f}/{heldout}"
-        assert child.info.run_name == expected  # train/held-out accuracy
+        expected = f"{record.id} {named_scores(record)}"
+        assert child.info.run_name == expected  # train/held-out memory score and accuracy
     parent = parents[0]
     best = result.candidate(result.best_id)
-    best_accuracy = f"{best.train.summary.accuracy:.2f}/{best.heldout.summary.accuracy:.2f}"
-    assert parent.info.run_name == f"best {best_accuracy} {best.id}"
+    assert parent.info.run_name == f"best {named_scores(best)} {best.id}"
     # The parent's description lists every candidate; its table artifact too.
     for record in result.candidates:
         assert f"| {record.id} |" in parent.data.tags["mlflow.note.content"]

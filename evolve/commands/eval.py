@@ -32,6 +32,7 @@ from evolve.files import safe_name
 from evolve.llm import RoleLMs, add_llm_arguments, open_role_lms_from_args
 from evolve.llm.usage import Usage
 from evolve.locking import run_lock
+from evolve.objective import format_score
 from evolve.optimize.experiment_dir import ExperimentDir
 from evolve.paths import cache_dir
 from evolve.protocol import EVAL_COMMAND_PROTOCOL, PROTOCOLS, rules_for
@@ -243,28 +244,14 @@ def _load_env(args: argparse.Namespace) -> tuple[Environment, int, int]:
     return env, rounds_initial, rounds_update
 
 
-def _fmt(value: float | None, digits: int = 3) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
-def _memory_cell(summary: MetricSummary) -> str:
-    """The per-user-period mean; "undef" when an upper bound is known but the mean is not."""
-    if summary.memory_score is None and summary.upper_bound_score is not None:
-        return "undef"
-    return _fmt(summary.memory_score)
-
-
 def _metric_cells(view: View, summary: MetricSummary) -> tuple[str, list[str]]:
-    """The header and the cells of the declared metrics of a table, in declaration order."""
+    """The header and the cells of the declared metrics of a table, in declaration order
+    ("-" where a score is undefined; the accuracy always has its own column)."""
     header, cells = [], []
     for declaration in metrics_in(view):
         width = max(6, len(declaration.column))
         header.append(f"{declaration.column:>{width}}")
-        if declaration.name == "memory_score":
-            cell = _memory_cell(summary)
-        else:
-            cell = _fmt(declaration.value_of(summary))
-        cells.append(f"{cell:>{width}}")
+        cells.append(f"{format_score(declaration.value_of(summary)):>{width}}")
     return " ".join(header), cells
 
 
@@ -306,6 +293,8 @@ def format_notes(rows: list[tuple[str, EvaluationReport]]) -> list[str]:
         s = report.summary
         if s.memory_score is None and s.upper_bound_score is not None:
             notes.append(f"{name}: memory score undefined: {s.memory_score_undefined}")
+        elif s.memory_score_period_mean is None and s.period_mean_undefined:
+            notes.append(f"{name}: mean of periods undefined: {s.period_mean_undefined}")
     for name, report in rows:
         health = report.summary.conversation
         if health.user_messages or health.assistant_messages:
@@ -432,14 +421,17 @@ def run_eval(args: argparse.Namespace) -> int:
         + ", ".join(f"{kind} {count}" for kind, count in failures.items())
     )
     print(
-        "memory = mean over user-periods of (S - S_rand) / (S_UB - S_rand); pooled = the same "
-        "ratio of means over all items (what evolve run and evolve tune optimize)"
+        "memory = the memory score (S - S_rand) / (S_UB - S_rand) over all items; mem/period = "
+        "the mean of per-user-period memory scores; '-' = undefined: the upper bound is not "
+        "clearly above random (by 2 questions and 2 standard errors); evolve run and evolve "
+        "tune optimize memory"
     )
     print("write / read / util = our partition of the wrong answers (failure_partition.json)")
     print(
         "\nthe original's rules on the same answers (diagnosis_*.json in original/): acc+rf = "
-        "accuracy with a random choice for unparseable answers (expected), memory = plain mean "
-        "over all user-periods ('-': a period divides by zero), write/read per item = "
+        "accuracy with a random choice for unparseable answers (expected), paper-mem = the "
+        "paper's mean of per-user-period memory scores, under the same '-' rule, write/read "
+        "per item = "
         "variables recalled wrongly (wrong at the last update too / right then), mem success "
         "= share of items with neither ('-' under --probes wrong_only)"
     )

@@ -90,4 +90,18 @@ def run_export(args: argparse.Namespace) -> int:
         )
     for component, uri in sorted(result.prompts.items()):
         print(f"prompt {component}: {uri}")
+    warning = _heldout_warning(args.target, args.runs_dir)
+    if warning:
+        print(warning, file=sys.stderr)
     return 0
+
+
+def _heldout_warning(target: str, runs_dir: Path) -> str | None:
+    """The held-out verdict of an experiment directory's best (none for an MLflow run id)."""
+    from evolve.optimize.experiment_dir import ExperimentDir
+    from evolve.optimize.report import heldout_warning
+
+    directory = experiment_dir_for(target, runs_dir)
+    if directory is None or not (directory / "experiment.json").is_file():
+        return None
+    return heldout_warning(ExperimentDir(directory).load_result())

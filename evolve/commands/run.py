@@ -26,6 +26,7 @@ from evolve.llm import (
     protocol_llm_config,
 )
 from evolve.locking import run_lock
+from evolve.objective import scores_text
 from evolve.optimize import LoopProgress, evolve_policy, format_lineage, format_table
 from evolve.optimize.loop import reflector_setup
 from evolve.optimize.report import format_outcome
@@ -160,9 +161,16 @@ class _Bars(LoopProgress):
         self.generations: tqdm | None = None
         self.evaluation = EvaluationBar(enabled)
 
-    def stage(self, text: str) -> None:
+    def _write(self, text: str) -> None:
+        """A plain line on stderr; above the bars when they are drawn. --no-progress hides
+        the bars only: a long run still says what it is doing, one line per candidate."""
         if self.enabled:
-            tqdm.write(f"... {text}", file=sys.stderr)
+            tqdm.write(text, file=sys.stderr)
+        else:
+            print(text, file=sys.stderr, flush=True)
+
+    def stage(self, text: str) -> None:
+        self._write(f"... {text}")
 
     def generation_started(self, generation: int, total: int) -> None:
         if self.generations is None:
@@ -178,29 +186,26 @@ class _Bars(LoopProgress):
             self.generations.refresh()
 
     def candidate_proposed(self, record: CandidateRecord) -> None:
-        if self.enabled and record.generation > 0:
+        if record.generation > 0:
             status = "" if record.status == "proposed" else f" [{record.status}]"
-            tqdm.write(f"    {record.id}: {record.mutation.describe()}{status}", file=sys.stderr)
+            self._write(f"    {record.id}: {record.mutation.describe()}{status}")
 
     def evaluation_started(self, record: CandidateRecord, split: str) -> ProgressSink | None:
         return self.evaluation.sink(f"{record.id} {split}")
 
     def evaluation_finished(self, record: CandidateRecord, split: str) -> None:
         scores = getattr(record, split)
-        if self.enabled and scores is not None:
-            tqdm.write(
-                f"    {record.id} {split}: score {scores.score:.3f} "
-                f"(accuracy {scores.summary.accuracy or 0:.2f})",
-                file=sys.stderr,
-            )
-        warning = scores.summary.conversation.warning() if scores is not None else None
-        if self.enabled and warning:
-            tqdm.write(f"WARNING: {record.id} {split}: {warning}", file=sys.stderr)
-        if scores is not None and scores.summary.unreliable:
-            tqdm.write(
+        if scores is None:
+            return
+        metrics = scores.summary.flat_metrics()
+        self._write(f"    {record.id} {split}: {scores_text(metrics, scores.objective_used)}")
+        warning = scores.summary.conversation.warning()
+        if warning:
+            self._write(f"WARNING: {record.id} {split}: {warning}")
+        if scores.summary.unreliable:
+            self._write(
                 f"WARNING: {record.id} {split}: THESE NUMBERS ARE NOT MEANINGFUL: "
-                f"{scores.summary.unreliable}",
-                file=sys.stderr,
+                f"{scores.summary.unreliable}"
             )
 
     def close(self) -> None:

@@ -29,6 +29,7 @@ from evolve.llm import (
     protocol_llm_config,
 )
 from evolve.locking import run_lock
+from evolve.objective import format_score, scores_text
 from evolve.simulator.runner import ProgressSink
 from evolve.tracking_uri import masked_uri
 from evolve.tuning import (
@@ -109,6 +110,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_llm_arguments(parser)
     parser.set_defaults(handler=run_tune)
+
+
+def _trial_scores(record: TrialRecord) -> str:
+    """A finished trial's train scores, each named (its metrics: the latest period's summary
+    when pruned); without metrics (a failed trial), the objective value alone."""
+    if record.metrics:
+        return scores_text(record.metrics, record.objective_used)
+    value = record.values[0] if record.values else None
+    return f"{record.objective_used or 'objective'} {format_score(value)}"
 
 
 def run_tune(args: argparse.Namespace) -> int:
@@ -221,9 +231,7 @@ class _Bars(TuneProgress):
         self.evaluation.set_postfix(f"period {period}: {objective} {value:.3f}")
 
     def trial_finished(self, record: TrialRecord) -> None:
-        value = record.values[0] if record.values else None
-        shown = "-" if value is None else f"{value:.3f}"
-        text = f"    trial {record.number} {record.state}: {record.objective_used or ''} {shown}"
+        text = f"    trial {record.number} {record.state}: {_trial_scores(record)}"
         if record.state == "pruned" and record.last_period is not None:
             text += f" (after period {record.last_period})"
         if record.state == "failed" and record.note:
@@ -247,8 +255,8 @@ class _Bars(TuneProgress):
 
     def heldout_finished(self, record: HeldoutRecord) -> None:
         self._write(
-            f"    held-out {parameter_slug(record.parameters)}: {record.objective_used} "
-            f"{record.score:.3f} (accuracy {record.metrics.get('accuracy', 0.0):.3f})"
+            f"    held-out {parameter_slug(record.parameters)}: "
+            f"{scores_text(record.metrics, record.objective_used)}"
         )
 
     def evaluation_started(self, label: str) -> ProgressSink | None:

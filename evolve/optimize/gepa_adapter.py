@@ -179,10 +179,10 @@ class AMemGymAdapter:
         if user.user_id not in self.units:
             defined = self.objective == "memory_score" and summary.memory_score is not None
             self.units[user.user_id] = "memory_score" if defined else "accuracy"
+        # No separate memory score: an undefined one must not enter GEPA's frontier as 0.
         return {
             "score": objective_value(summary, self.units[user.user_id]),
             "accuracy": float(summary.accuracy or 0.0),
-            "memory_score": float(summary.memory_score or 0.0),
         }
 
     def run_users(

@@ -16,6 +16,7 @@ from typing import Any
 
 from gepa.core.callbacks import GEPACallback
 
+from evolve.objective import format_score
 from evolve.optimize.context import EvolutionContext
 from evolve.optimize.gepa_adapter import AMemGymAdapter
 from evolve.optimize.operators import is_parameter
@@ -52,10 +53,11 @@ class GepaRecordSync(GEPACallback):
         self.rejected = None
 
     def on_candidate_rejected(self, event: Any) -> None:
+        new, old = float(event["new_score"]), float(event["old_score"])
         self.rejected = {
-            "minibatch_score": float(event["new_score"]),
-            "minibatch_parent_score": float(event["old_score"]),
-            "reason": str(event["reason"]),
+            "minibatch_score": new,
+            "minibatch_parent_score": old,
+            "reason": rejection_in_words(new, old, str(event["reason"])),
         }
 
     def on_iteration_end(self, event: Any) -> None:
@@ -307,3 +309,16 @@ class GepaRecordSync(GEPACallback):
             return
         context.store.save_generation(record)
         context.tracker.log_generation(record, spent=context.budget.spent())
+
+
+def rejection_in_words(new: float, old: float, gepa_reason: str) -> str:
+    """GEPA's rejection text (`... (old_sum=-0.33333333333333187, new_sum=...)`) as the
+    reason a reader sees: the two minibatch sums, rounded, and what they mean."""
+    scores = f"{format_score(new)} vs its parent's {format_score(old)}"
+    if "not selected" in gepa_reason:  # passed the check, another proposal was chosen
+        return (
+            f"passed the minibatch check ({scores}, summed over the minibatch users) but "
+            "another proposal of the same step was selected"
+        )
+    verdict = "below its parent" if new < old - 1e-9 else "no better than its parent"
+    return f"{verdict} on the minibatch: {scores} (the score summed over the minibatch users)"

@@ -7,19 +7,40 @@ run all show the same text.
 
 from __future__ import annotations
 
+from evolve.objective import format_score
 from evolve.protocol import rules_for
 from evolve.records import CandidateRecord, ExperimentResult
 from evolve.simulator.conversation_health import ConversationHealth
 from evolve.simulator.metric_registry import metrics_in
 from evolve.simulator.metrics import MetricSummary
 
-
-def _score(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}"
+_score = format_score
 
 
 def _rate(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
+    return format_score(value, 2)
+
+
+def score_unit(result: ExperimentResult) -> str:
+    """What the candidates' `score` is, in words: the objective, or accuracy where the memory
+    score is undefined (its upper bound not clearly above random), said so."""
+    objective = next(
+        (r.train.objective for r in result.candidates if r.train is not None), "memory_score"
+    )
+    used = {
+        scores.objective_used
+        for record in result.candidates
+        for scores in (record.train, record.heldout)
+        if scores is not None and scores.objective_used
+    }
+    if objective == "memory_score" and "accuracy" in used:
+        return (
+            "accuracy where the memory score is undefined (upper bound not clearly above "
+            "random), else memory_score"
+            if "memory_score" in used
+            else "accuracy (the memory score is undefined: upper bound not clearly above random)"
+        )
+    return objective
 
 
 def generation_rows(result: ExperimentResult) -> list[dict[str, object]]:
@@ -56,16 +77,13 @@ def generation_rows(result: ExperimentResult) -> list[dict[str, object]]:
 
 
 def format_table(result: ExperimentResult) -> str:
-    objective = next(
-        (r.train.objective for r in result.candidates if r.train is not None), "memory_score"
-    )
     diagnosis = [declaration.column for declaration in metrics_in("report")]
     header = (
         f"{'gen':>3} {'cands':>5} {'best':<8} {'best train':>10} {'mean train':>10} "
         f"{'held-out':>8} {''.join(f'{column:>5} ' for column in diagnosis)}{'parse':>5} "
         f"{'tokens':>9} {'calls':>6}"
     )
-    lines = [f"experiment {result.name} ({result.schedule}; score = {objective})", header]
+    lines = [f"experiment {result.name} ({result.schedule}; score = {score_unit(result)})", header]
     for row in generation_rows(result):
         cands = f"{row['evaluated']}/{row['proposed']}"
         parse = "-" if row["parse_failures"] is None else str(row["parse_failures"])
@@ -114,15 +132,16 @@ def conversation_lines(result: ExperimentResult) -> list[str]:
 
 def chain_headline(summary: MetricSummary, protocol: str) -> str:
     """The per-period chain's headline: under paper the paper's number, the reference's
-    formula (`memory_score_original`: plain mean over every user-period, an unparseable
-    answer given its random score), with ours next to it; under evolve our memory score."""
+    formula (`memory_score_original`: mean over user-periods, an unparseable answer given its
+    random score), with ours next to it; under evolve our memory score. "-": undefined (an
+    upper bound not clearly above random)."""
     headline = rules_for(protocol).headline_memory_score
     if headline == "memory_score_original":
         return (
             f"evolving train run (the paper's number, the reference's formula): memory score "
             f"{_score(summary.memory_score_original)}, accuracy with random fallback "
             f"{_score(summary.accuracy_with_random_fallback)}; ours (parse failures wrong, "
-            f"degenerate periods left out): memory score {_score(summary.memory_score)}, "
+            f"over all items): memory score {_score(summary.memory_score)}, "
             f"accuracy {_score(summary.accuracy)}, parse failures "
             f"{summary.parse_failures_total}"
         )
@@ -204,16 +223,43 @@ def format_outcome(result: ExperimentResult) -> str:
         verdict = f"the best ({best.id}) beats the base on the held-out users"
     else:
         verdict = f"the best ({best.id}) does NOT beat the base on the held-out users"
+    if objective == "accuracy":
+        compared = f"accuracy {_score(best.heldout.score)} vs {_score(base.heldout.score)}"
+        if best.heldout.objective == "memory_score":
+            compared += " (memory score undefined: upper bound not clearly above random)"
+    else:
+        compared = (
+            f"{objective} {_score(best.heldout.score)} vs {_score(base.heldout.score)}, "
+            f"accuracy {_score(best_accuracy)} vs {_score(base_accuracy)}"
+        )
     lines.append(
         f"held-out ({users} user{'s' if users != 1 else ''}, {questions} questions): {verdict}: "
-        f"{objective} {best.heldout.score:.3f} vs {base.heldout.score:.3f}"
-        + (
-            ""
-            if objective == "accuracy"
-            else f", accuracy {_score(best_accuracy)} vs {_score(base_accuracy)}"
-        )
+        f"{compared}"
     )
     return "\n".join(lines)
+
+
+def heldout_warning(result: ExperimentResult) -> str | None:
+    """One line when the best does not beat the base on the held-out users (None when it
+    does, or when either was not scored there): an export must not crown it silently."""
+    if result.best_id is None:
+        return None
+    best = result.candidate(result.best_id)
+    base = result.lineage(best.id)[-1]
+    if best.heldout is None or base.heldout is None:
+        return None
+    unit = best.heldout.objective_used or best.heldout.objective
+    if best.id == base.id:
+        return (
+            f"warning: the exported policy is the base ({base.id}): no candidate beat it on "
+            f"the train users (held-out {unit} {_score(base.heldout.score)})"
+        )
+    if best.heldout.score > base.heldout.score:
+        return None
+    return (
+        f"warning: the best ({best.id}) does not beat the base ({base.id}) on the held-out "
+        f"users: {unit} {_score(best.heldout.score)} vs {_score(base.heldout.score)}"
+    )
 
 
 def _change_in_words(record: CandidateRecord) -> str:

@@ -89,14 +89,17 @@ _declare(
 )  # fmt: skip
 _declare(
     "memory_score", "memory score", "memory", "maximize", UNBOUNDED,
-    "Mean over user-periods; None: no upper bound, or more than a quarter of the "
-    "user-periods degenerate (see memory_score_undefined).",
+    "The headline: (mean S - mean S_rand) / (mean S_UB - mean S_rand) over all items; None "
+    "(shown as -) when the upper bound is not clearly above random (see "
+    "memory_score_undefined). Within [0, 1] whenever the accuracy is between random and the "
+    "upper bound.",
     "eval", "per_period",
 )  # fmt: skip
 _declare(
-    "pooled_memory_score", "memory score (pooled)", "pooled", "maximize", UNBOUNDED,
-    "(mean S - mean S_rand) / (mean S_UB - mean S_rand) over all items; None: no upper "
-    "bound, or mean S_UB <= mean S_rand.",
+    "memory_score_period_mean", "memory score (mean of periods)", "mem/period", "maximize",
+    UNBOUNDED,
+    "Mean of the per-user-period memory scores over the user-periods that have one; None when "
+    "none has, or more than a quarter have none (see period_mean_undefined).",
     "eval",
 )  # fmt: skip
 _declare(
@@ -131,9 +134,10 @@ _declare(
     "original",
 )  # fmt: skip
 _declare(
-    "memory_score_original", "memory score (original)", "memory", "maximize", UNBOUNDED,
-    "The reference's plain mean over all user-periods (no degenerate rule); None where it "
-    "would divide by zero, or without an upper bound.",
+    "memory_score_original", "memory score (paper's formula)", "paper-mem", "maximize",
+    UNBOUNDED,
+    "The reference's mean over user-periods, with random fallback for unparseable answers; "
+    "user-periods whose upper bound is not clearly above random have none, as for ours.",
     "original",
 )  # fmt: skip
 _declare(

@@ -9,16 +9,23 @@ Definitions (AMemGym, arXiv 2603.01966):
   An unparseable answer counts as wrong (and is counted in `parse_failures["answer"]`).
 - random score: expected accuracy of a uniform random choice among an item's options.
 - upper bound: the agent LLM answering with the gold state stated explicitly.
-- memory score: per user-period `(S_overall - S_random) / (S_UB - S_random)`, averaged over
-  user-periods. A user-period with `S_UB <= S_random` has no room for memory to matter: it is
-  left out of the average and counted in `degenerate_periods`. When no upper bound is known,
-  every user-period is degenerate, or more than a quarter of them are (the mean would speak
-  for a minority), the memory score is None and `memory_score_undefined` says why.
-- pooled memory score: `(mean S - mean S_random) / (mean S_UB - mean S_random)` with each mean
-  over all items, degenerate periods included; None when `mean S_UB <= mean S_random`. It is
-  reported next to the per-user-period mean and is what selection and pruning optimize
-  (`OBJECTIVE_MEMORY_SCORE_KIND`): it weighs every item equally, so a few periods with little
-  room above random cannot decide it, and it stays defined when some periods are degenerate.
+- memory score, and when it is undefined: `(S - S_random) / (S_UB - S_random)` means something
+  only when the upper bound is clearly above random: by at least `MARGIN_QUESTIONS` (2)
+  questions AND by `MARGIN_STANDARD_ERRORS` (2) binomial standard errors of the random score
+  over the same questions (`sqrt(sum p (1 - p))` questions, p = 1 / #options of each item).
+  Below that margin an upper bound could be a guesser's luck, and the ratio divides by noise
+  (1/8 correct against an upper bound of 3/8 on 3-option questions gave -5.00). A set of
+  questions without that margin has no memory score: None, shown as "-", never logged,
+  averaged or optimized. See `memory_ratio`.
+- memory score (the headline, `memory_score`): the ratio over all items of the set,
+  `(mean S - mean S_random) / (mean S_UB - mean S_random)`, the margin checked over those
+  items. It weighs every item equally, stays within [0, 1] whenever the accuracy lies between
+  random and the upper bound, and is what selection and pruning optimize.
+  `memory_score_undefined` says why it is None.
+- memory score, mean of periods (`memory_score_period_mean`): the ratio per user-period (the
+  margin checked over that period's items), averaged over the user-periods that have one.
+  User-periods without one are counted in `degenerate_periods`; when every one is degenerate,
+  or more than a quarter are (the mean would speak for a minority), it is None.
 - not meaningful: when answers, or upper-bound answers, fail to parse on more than half of the
   scored items, the numbers measure the output format, not memory; `unreliable` says so.
 - diagnosis of a wrong item: a required variable that is recalled wrongly now and was also
@@ -34,13 +41,16 @@ Definitions (AMemGym, arXiv 2603.01966):
   count per item and the share of memory successes (the original has no aggregate).
 - accuracy_with_random_fallback: the original's rule for an unparseable answer (a random
   option, scored like a real answer), in expectation: such an item earns its random score.
-- original memory score: the reference's plain mean over every user-period of
-  `(S - S_rand) / (S_UB - S_rand)` with S the accuracy with random fallback, negative
-  denominators included; None where the reference would divide by zero (inf / NaN).
+- original memory score: the reference's mean over user-periods of
+  `(S - S_rand) / (S_UB - S_rand)` with S the accuracy with random fallback, under the same
+  rule as ours: user-periods whose upper bound is not clearly above random have none and are
+  left out, and more than a quarter of those leaves it None (the reference averages every
+  user-period, negative denominators included, which can read 1.00 at chance accuracy).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
@@ -60,15 +70,22 @@ if TYPE_CHECKING:
     from evolve.simulator.baselines import UpperBoundTable
 
 PARSE_FAILURE_KINDS = ("answer", "probe", "simulator", "policy", "upper_bound")
-# Below this margin S_UB and S_random are treated as equal (floating-point noise).
-_DEGENERATE_MARGIN = 1e-9
+# The upper bound must beat random by this many questions AND this many binomial standard
+# errors of the random score before a memory score is defined (see `memory_ratio`). Two
+# standard errors: a guessing upper-bound model clears it about once in forty sets; two
+# questions: on a few questions, or many options, one lucky question must not suffice.
+MARGIN_QUESTIONS = 2.0
+MARGIN_STANDARD_ERRORS = 2.0
+# Float noise when comparing shares of questions (sums of 1/3 are not exact).
+_FLOAT_TOLERANCE = 1e-9
+# Decimals kept of a memory score, recorded and logged: enough for any comparison, and no
+# 8.88e-16 where the exact value is 0.
+ROUND_DIGITS = 9
 # More degenerate user-periods than this share leaves the per-period mean to a minority.
 DEGENERATE_SHARE_LIMIT = 0.25
 # More unparseable answers (or upper-bound answers) than this share of the scored items makes
 # the scores measure the output format rather than memory.
 PARSE_FAILURE_SHARE_LIMIT = 0.5
-# Which memory score selection (evolution) and pruning (tuning) optimize; recorded with results.
-OBJECTIVE_MEMORY_SCORE_KIND = "pooled"
 
 
 def random_score(option_states: Sequence[Sequence[str]], gold_state: Sequence[str]) -> float:
@@ -89,8 +106,11 @@ class MetricSummary(BaseModel):
     memory_score_undefined: str | None = Field(
         default=None, description="Why memory_score is None (None when it is defined)."
     )
-    pooled_memory_score: float | None = Field(
-        default=None, description=metric_description("pooled_memory_score")
+    memory_score_period_mean: float | None = Field(
+        default=None, description=metric_description("memory_score_period_mean")
+    )
+    period_mean_undefined: str | None = Field(
+        default=None, description="Why memory_score_period_mean is None (None when defined)."
     )
     accuracy_with_random_fallback: float | None = Field(
         default=None, description=metric_description("accuracy_with_random_fallback")
@@ -125,7 +145,10 @@ class MetricSummary(BaseModel):
     parse_failures: dict[str, int] = Field(
         default_factory=lambda: dict.fromkeys(PARSE_FAILURE_KINDS, 0)
     )
-    degenerate_periods: int = Field(default=0, description="User-periods with S_UB <= S_random.")
+    degenerate_periods: int = Field(
+        default=0,
+        description="User-periods without a memory score: upper bound not clearly above random.",
+    )
     unreliable: str | None = Field(
         default=None,
         description="Why the numbers are not meaningful (more than half of the scored items "
@@ -257,6 +280,47 @@ def _mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+def memory_margin(random_scores: Sequence[float]) -> float:
+    """The least share of the questions by which the upper bound must beat random for a
+    memory score to be defined: `MARGIN_QUESTIONS` questions, or `MARGIN_STANDARD_ERRORS`
+    binomial standard errors of the random score over these questions, whichever is larger."""
+    if not random_scores:
+        return math.inf
+    standard_error = math.sqrt(sum(p * (1.0 - p) for p in random_scores))  # in questions
+    return max(MARGIN_QUESTIONS, MARGIN_STANDARD_ERRORS * standard_error) / len(random_scores)
+
+
+def memory_ratio(score: float, random_scores: Sequence[float], upper_bound: float) -> float | None:
+    """`(score - random) / (upper_bound - random)` over one set of questions (`score` and
+    `upper_bound` are shares of them, `random_scores` one per question), or None when the
+    upper bound is not clearly above random (`memory_margin`): then the ratio divides by noise.
+    """
+    if not random_scores:
+        return None
+    random_mean = sum(random_scores) / len(random_scores)
+    room = upper_bound - random_mean
+    if room < memory_margin(random_scores) - _FLOAT_TOLERANCE:
+        return None
+    # Rounded: a sum of thirds is inexact, and chance-level accuracy must read 0, not 3e-16.
+    return _rounded((score - random_mean) / room)
+
+
+def _rounded(value: float) -> float:
+    """`value` without float noise (9 decimals; -0.0 made 0.0)."""
+    return round(value, ROUND_DIGITS) + 0.0
+
+
+def _no_margin_reason(random_scores: Sequence[float], upper_bound: float) -> str:
+    n = len(random_scores)
+    random_mean = sum(random_scores) / n
+    needed = memory_margin(random_scores) * n
+    return (
+        f"the upper bound ({upper_bound * n:.0f} of {n} questions) is not clearly above random "
+        f"({random_mean * n:.1f} of {n}): a memory score needs it higher by at least "
+        f"{needed:.1f} questions (2 questions and 2 standard errors of the random score)"
+    )
+
+
 def summarize_periods(
     periods: Iterable[PeriodResult], upper_bound: UpperBoundTable | None = None
 ) -> MetricSummary:
@@ -265,7 +329,7 @@ def summarize_periods(
     conversation = conversation_health(periods)
     items_total = 0
     correct = 0
-    random_total = 0.0
+    random_values: list[float] = []
     upper_bound_values: list[float] = []
     upper_bound_known = True
     counts = dict.fromkeys(Diagnosis, 0)
@@ -273,9 +337,8 @@ def summarize_periods(
     normalized: list[float] = []
     degenerate = 0
     fallback_total = 0.0
-    # The reference's plain mean: every user-period, None once one would divide by zero.
+    # The reference's per-period ratio with S = accuracy with random fallback.
     original_normalized: list[float] = []
-    original_defined = True
     original_counts: list[tuple[int, int]] | None = []
     user_periods = 0
     llm_calls = 0
@@ -296,7 +359,7 @@ def summarize_periods(
         for item in period.items:
             items_total += 1
             correct += item.correct
-            random_total += item.random_score
+            random_values.append(item.random_score)
             fallback_total += item.random_score if item.parse_failed else float(item.correct)
             counts[item.diagnosis] += 1
             failures = original_failures(item.variables)
@@ -317,21 +380,21 @@ def summarize_periods(
             )
         upper_bound_values.extend(period_ub)
         if len(period_ub) == len(period.items):
-            s_overall = period.accuracy
-            s_random = sum(item.random_score for item in period.items) / len(period.items)
+            randoms = [item.random_score for item in period.items]
             s_ub = sum(period_ub) / len(period_ub)
-            if s_ub - s_random <= _DEGENERATE_MARGIN:
+            ratio = memory_ratio(period.accuracy, randoms, s_ub)
+            if ratio is None:
                 degenerate += 1
-            else:
-                normalized.append((s_overall - s_random) / (s_ub - s_random))
+                continue
+            normalized.append(ratio)
             s_fallback = sum(
                 item.random_score if item.parse_failed else float(item.correct)
                 for item in period.items
             ) / len(period.items)
-            if s_ub == s_random:
-                original_defined = False
-            else:
-                original_normalized.append((s_fallback - s_random) / (s_ub - s_random))
+            # Defined exactly when ours is: the margin depends on the questions only.
+            original = memory_ratio(s_fallback, randoms, s_ub)
+            if original is not None:
+                original_normalized.append(original)
     if items_total == 0:
         return MetricSummary(
             n_user_periods=user_periods,
@@ -341,25 +404,20 @@ def summarize_periods(
             conversation=conversation,
         )
     accuracy = correct / items_total
-    random_mean = random_total / items_total
+    random_mean = sum(random_values) / items_total
     upper_bound_mean = _mean(upper_bound_values) if upper_bound_known else None
-    scored_periods = degenerate + len(normalized)
-    memory_score, undefined = _per_period_memory_score(
-        normalized, degenerate, scored_periods, upper_bound_known
-    )
-    original_memory = (
-        sum(original_normalized) / len(original_normalized)
-        if upper_bound_known and original_defined and original_normalized
-        else None
-    )
+    memory_score, undefined = _memory_score(accuracy, random_values, upper_bound_mean)
+    period_mean, period_mean_undefined = _period_mean(normalized, degenerate, upper_bound_known)
+    original_memory, _ = _period_mean(original_normalized, degenerate, upper_bound_known)
     original_diagnosis = _original_diagnosis_means(original_counts)
     return MetricSummary(
         accuracy=accuracy,
         accuracy_with_random_fallback=fallback_total / items_total,
         memory_score=memory_score,
-        memory_score_original=original_memory,
         memory_score_undefined=undefined,
-        pooled_memory_score=pooled_memory_score(accuracy, random_mean, upper_bound_mean),
+        memory_score_period_mean=period_mean,
+        period_mean_undefined=period_mean_undefined,
+        memory_score_original=original_memory,
         random_score=random_mean,
         upper_bound_score=upper_bound_mean,
         write_failure_rate=counts[Diagnosis.WRITE] / items_total,
@@ -390,36 +448,36 @@ def _original_diagnosis_means(
     }
 
 
-def pooled_memory_score(
-    accuracy: float | None, random_mean: float | None, upper_bound_mean: float | None
-) -> float | None:
-    """(mean S - mean S_rand) / (mean S_UB - mean S_rand), means over all items."""
-    if accuracy is None or random_mean is None or upper_bound_mean is None:
-        return None
-    room = upper_bound_mean - random_mean
-    if room <= _DEGENERATE_MARGIN:
-        return None
-    return (accuracy - random_mean) / room
-
-
-def _per_period_memory_score(
-    normalized: Sequence[float], degenerate: int, scored_periods: int, upper_bound_known: bool
+def _memory_score(
+    accuracy: float, random_values: Sequence[float], upper_bound_mean: float | None
 ) -> tuple[float | None, str | None]:
-    """The mean over non-degenerate user-periods, or None and why it is undefined."""
+    """The headline memory score over all items, or None and why it is undefined."""
+    if upper_bound_mean is None:
+        return None, "no upper bound is known for every item"
+    score = memory_ratio(accuracy, random_values, upper_bound_mean)
+    if score is None:
+        return None, _no_margin_reason(random_values, upper_bound_mean)
+    return score, None
+
+
+def _period_mean(
+    normalized: Sequence[float], degenerate: int, upper_bound_known: bool
+) -> tuple[float | None, str | None]:
+    """The mean over user-periods that have a memory score, or None and why it has none."""
+    scored_periods = degenerate + len(normalized)
     if not upper_bound_known:
         return None, "no upper bound is known for every item"
     if scored_periods == 0:
         return None, "no user-period has questions"
     if not normalized:
         return None, (
-            f"all {degenerate} user-period(s) are degenerate (upper bound <= random: no room "
-            "for memory to matter)"
+            f"none of the {degenerate} user-period(s) has an upper bound clearly above random"
         )
     if degenerate > DEGENERATE_SHARE_LIMIT * scored_periods:
         return None, (
-            f"{degenerate} of {scored_periods} user-periods are degenerate (upper bound <= "
-            f"random), more than a quarter: their mean would come from the "
-            f"{len(normalized)} others; see the pooled score"
+            f"{degenerate} of {scored_periods} user-periods have no upper bound clearly above "
+            f"random, more than a quarter: their mean would come from the {len(normalized)} "
+            "others"
         )
     return sum(normalized) / len(normalized), None
 

@@ -14,10 +14,11 @@ from __future__ import annotations
 import difflib
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from evolve.objective import format_score
 from evolve.simulator.metric_registry import metrics_in
 from evolve.tracking.tags import (
     NOTE_TAG,
@@ -239,33 +240,39 @@ def proposal_status(record: CandidateRecord, reason: str | None = None) -> tuple
 
 
 def _score_text(value: float | None) -> str:
-    return "-" if value is None or math.isnan(value) else f"{value:.2f}"
+    return "-" if value is None or math.isnan(value) else format_score(value, 2)
 
 
-def accuracies(record: CandidateRecord) -> str:
-    """`0.42/0.38`: train and held-out accuracy, `-` for a split not evaluated."""
-    return "/".join(
-        _score_text(scores.summary.accuracy if scores is not None else None)
-        for scores in (record.train, record.heldout)
-    )
+def split_scores(record: CandidateRecord) -> str:
+    """`memory 0.12/0.05 acc 0.42/0.38`: the memory score and the accuracy, train/held-out,
+    each named; `-` for a split not evaluated or a memory score that is undefined."""
+
+    def pair(value_of: Callable[[EvaluationScores], float | None]) -> str:
+        return "/".join(
+            _score_text(value_of(scores) if scores is not None else None)
+            for scores in (record.train, record.heldout)
+        )
+
+    memory = pair(lambda scores: scores.summary.memory_score)
+    return f"memory {memory} acc {pair(lambda scores: scores.summary.accuracy)}"
 
 
 def candidate_run_name(record: CandidateRecord, status: str | None = None) -> str:
     """What the runs table shows for a candidate without configuring columns: its id and
-    train/held-out accuracy (`g03-c0 0.42/0.38`), or what became of a proposal that was
-    never evaluated (`g02-c0 rejected`)."""
+    train/held-out scores (`g03-c0 memory 0.12/0.05 acc 0.42/0.38`), or what became of a
+    proposal that was never evaluated (`g02-c0 rejected`)."""
     if record.train is None and status not in (None, ACCEPTED, BASE):
         return f"{record.id} {status}"
-    return f"{record.id} {accuracies(record)}"
+    return f"{record.id} {split_scores(record)}"
 
 
 def experiment_run_name(name: str, best: CandidateRecord | None) -> str:
     """The parent run's name: the experiment's until a best candidate is known, then that
-    candidate's train/held-out accuracy first (`best 0.42/0.38 g03-c0`), where the
-    collapsed table's name column shows it."""
+    candidate's train/held-out scores first (`best memory 0.12/0.05 acc 0.42/0.38 g03-c0`),
+    where the collapsed table's name column shows it."""
     if best is None:
         return name
-    return f"best {accuracies(best)} {best.id}"
+    return f"best {split_scores(best)} {best.id}"
 
 
 def evaluation_window(directory: Path) -> tuple[int, int] | None:
@@ -292,7 +299,8 @@ def candidates_table(
     records: Sequence[CandidateRecord], statuses: dict[str, list[str]]
 ) -> dict[str, list[Any]]:
     """One row per candidate (the parent run's `candidates` table artifact): id, status,
-    generation, parents, mutation, train and held-out accuracy and score. Undefined
+    generation, parents, mutation, train and held-out memory score, accuracy and objective
+    score (`score`: what selection used, see `evolve.objective_used`). Undefined
     numbers are None (null in the table), never a stand-in value."""
     columns: dict[str, list[Any]] = {
         name: []
@@ -302,6 +310,8 @@ def candidates_table(
             "generation",
             "parents",
             "mutation",
+            "train_memory_score",
+            "heldout_memory_score",
             "train_accuracy",
             "heldout_accuracy",
             "train_score",
@@ -318,8 +328,9 @@ def candidates_table(
         columns["mutation"].append(record.mutation.describe())
         for split in ("train", "heldout"):
             scores = getattr(record, split)
-            accuracy = scores.summary.accuracy if scores is not None else None
-            columns[f"{split}_accuracy"].append(accuracy)
+            summary = scores.summary if scores is not None else None
+            columns[f"{split}_memory_score"].append(summary.memory_score if summary else None)
+            columns[f"{split}_accuracy"].append(summary.accuracy if summary else None)
             columns[f"{split}_score"].append(scores.score if scores is not None else None)
         columns["reason"].append(reason)
     return columns
@@ -327,14 +338,17 @@ def candidates_table(
 
 def candidates_markdown(table: dict[str, list[Any]]) -> str:
     """The candidate table as Markdown, for the parent run's description (the run page
-    renders it): id, status, train and held-out accuracy."""
+    renders it): id, status, train and held-out memory score and accuracy ("-": undefined)."""
     lines = [
-        "| candidate | status | mutation | train acc | heldout acc |",
-        "|---|---|---|---|---|",
+        "| candidate | status | mutation | train memory | heldout memory | train acc | "
+        "heldout acc |",
+        "|---|---|---|---|---|---|---|",
     ]
     for index, candidate in enumerate(table["candidate"]):
         lines.append(
             f"| {candidate} | {table['status'][index]} | {table['mutation'][index]} | "
+            f"{_score_text(table['train_memory_score'][index])} | "
+            f"{_score_text(table['heldout_memory_score'][index])} | "
             f"{_score_text(table['train_accuracy'][index])} | "
             f"{_score_text(table['heldout_accuracy'][index])} |"
         )

@@ -334,7 +334,7 @@ class MLflowTracker(ExperimentTracker):
         self.prompts.tag_scores(entry, split, scores.score)
         self.client.log_text(run_id, per_period_table(scores), f"scores/{split}_per_period.csv")
         self.client.set_tag(run_id, TAG_STATUS, str(record.status))
-        if scores.objective_used:  # e.g. pooled_memory_score: what `score` is
+        if scores.objective_used:  # memory_score or accuracy: what `score` is
             self.client.set_tag(run_id, f"evolve.{split}_objective_used", scores.objective_used)
         self.client.update_run(run_id, name=candidate_run_name(record))
         self.client.set_terminated(run_id, "FINISHED", end_time=window[1] if window else None)

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from evolve.objective import format_score
 from evolve.tracking.content import experiment_params
 from evolve.tracking.hooks import TrackingContext
 from evolve.tracking.store import (
@@ -539,11 +540,15 @@ def _quoted(text: str) -> str:
 
 
 def trial_run_name(record: TrialRecord) -> str:
-    """`trial 3 0.42` (its value), `trial 4 0.30 pruned`, `trial 5 failed`: what the runs
-    table's name column (about 17 characters) shows without configuring it."""
+    """`trial 3 memory 0.42` (its value, named: `acc` where the objective is accuracy, or the
+    memory score is undefined), `trial 4 memory 0.30 pruned`, `trial 5 failed`: what the
+    runs table's name column shows without configuring it."""
     parts = [f"trial {record.number}"]
     if record.values and math.isfinite(record.values[0]):
-        parts.append(f"{record.values[0]:.2f}")
+        unit = {"memory_score": "memory", "accuracy": "acc"}.get(
+            record.objective_used or "", "value"
+        )
+        parts.append(f"{unit} {format_score(record.values[0], 2)}")
     if record.state != "complete":
         parts.append(record.state)
     return " ".join(parts)

@@ -8,9 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from evolve.objective import format_score
 from evolve.tuning.layout import RESULT_FILE, TuningDir
 from evolve.tuning.records import IN_MEMORY_STORAGE, TrialRecord, with_journaled_spend
-from evolve.tuning.report import format_result, format_score, format_trials
+from evolve.tuning.report import format_result, format_trials
 from evolve.tuning.spec import is_study_spec, load_study_spec
 from evolve.tuning.spend import StudySpendJournals
 

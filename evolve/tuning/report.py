@@ -8,16 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from evolve.objective import format_score, scores_text
 from evolve.tuning.records import (
     IN_MEMORY_STORAGE,
     TrialRecord,
     TuningResult,
 )
-
-
-def format_score(value: float | None, digits: int = 3) -> str:
-    """A score with `digits` decimals, "-" when there is none."""
-    return "-" if value is None else f"{value:.{digits}f}"
 
 
 def _state_text(record: TrialRecord) -> str:
@@ -33,7 +29,13 @@ def format_trials(
     shown = [r for r in records if r.state != "surplus"]
     name_width = [max(len(name), 3) for name in names]
     head = ["trial", "state      ", *(n.rjust(w) for n, w in zip(names, name_width, strict=True))]
-    head += [f"{'value':>7}", f"{'memory':>7}", f"{'acc':>6}", f"{'tokens':>8}", f"{'calls':>6}"]
+    head += [
+        f"{'objective':>9}",
+        f"{'memory':>7}",
+        f"{'acc':>6}",
+        f"{'tokens':>8}",
+        f"{'calls':>6}",
+    ]
     header = " ".join(head)
     lines = [header, "-" * len(header)]
     for r in sorted(shown, key=lambda r: r.number):
@@ -43,7 +45,7 @@ def format_trials(
         ]
         value = r.values[0] if r.values else (r.periods.get(r.last_period) if r.periods else None)
         cells += [
-            f"{format_score(value):>7}",
+            f"{format_score(value):>9}",
             f"{format_score(r.metrics.get('memory_score')):>7}",
             f"{format_score(r.metrics.get('accuracy')):>6}",
             f"{int(r.metrics.get('tokens', 0)):>8}",
@@ -87,8 +89,7 @@ def format_result(result: TuningResult) -> str:
         which = f"trial {heldout.trial}" if heldout.trial is not None else "base policy"
         lines.append(
             f"held-out ({heldout.label}, {which}): {_params(heldout.parameters, names)}  "
-            f"{heldout.objective_used} {format_score(heldout.score)}  accuracy "
-            f"{format_score(heldout.metrics.get('accuracy'))}"
+            f"{scores_text(heldout.metrics, heldout.objective_used)}"
         )
     scope = (
         "this invocation"

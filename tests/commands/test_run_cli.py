@@ -79,10 +79,19 @@ def test_run_finds_the_marker_and_prints_lineage(tmp_path, inject, capsys):
     spec = write_spec(tmp_path)
     args = ["run", str(spec), "--runs-dir", str(tmp_path / "runs"), "--no-tracking"]
     assert main([*args, "--no-progress"]) == 0
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out
     assert "reflective(use)" in out
     policy = memory_policies.load(tmp_path / "runs" / "exp" / "best_policy")
     assert MARKER in policy.components()["use"]
+    # --no-progress hides the bars, not the run: one plain line per candidate evaluation,
+    # its scores named.
+    result = ExperimentDir(tmp_path / "runs" / "exp").load_result()
+    lines = captured.err.splitlines()
+    for record in result.candidates:
+        if record.train is not None:
+            (line,) = [x for x in lines if x.startswith(f"    {record.id} train: ")]
+            assert "memory_score " in line and ", accuracy " in line
 
 
 def test_llm_flags_override_the_spec(tmp_path, inject):

@@ -154,15 +154,19 @@ def test_accuracy_with_random_fallback_credits_unparseable_answers_their_random_
     assert s.accuracy_with_random_fallback == pytest.approx((1 + 0.25) / 3)
 
 
-def test_original_memory_score_is_a_plain_mean_including_periods_below_random():
-    # Period 0: S 1, random 1/4, UB 1 -> 1. Period 1: S 0, UB 0 < random: ours leaves it out
-    # (degenerate), the original divides by a negative room: (0 - 1/4) / (0 - 1/4) = 1.
-    good = [item(0, True, Diagnosis.CORRECT)]
-    below = [item(0, False, Diagnosis.WRITE, ub=False)]
+def test_the_papers_formula_gives_no_score_where_the_upper_bound_is_below_random():
+    # Period 0: S 3/3, random 1/4, UB 3/3 -> 1. Period 1: S 0, UB 0 < random. The reference
+    # divides by the negative room, (0 - 1/4) / (0 - 1/4) = 1, and its plain mean reads 1.00
+    # at zero accuracy; under our rule period 1 has no score, and 1 of 2 periods without one
+    # leaves the mean undefined.
+    good = [item(q, True, Diagnosis.CORRECT) for q in range(3)]
+    below = [item(q, False, Diagnosis.WRITE, ub=False) for q in range(3)]
     user = UserResult(user_id="u", periods=[period(0, good), period(1, below)])
     s = summarize([user])
-    assert s.memory_score is None and s.degenerate_periods == 1
-    assert s.memory_score_original == pytest.approx(1.0)
+    assert s.degenerate_periods == 1
+    assert s.memory_score_original is None and s.memory_score_period_mean is None
+    alone = summarize([UserResult(user_id="u", periods=[period(0, good)])])
+    assert alone.memory_score_original == pytest.approx(1.0)
 
 
 def test_original_memory_score_is_undefined_where_the_original_divides_by_zero():

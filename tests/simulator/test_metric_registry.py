@@ -39,7 +39,7 @@ def test_the_tables_list_the_declared_columns_in_order():
     assert header.split()[1:9] == [
         "acc",
         "memory",
-        "pooled",
+        "mem/period",
         "random",
         "UB",
         "write",
@@ -48,7 +48,7 @@ def test_the_tables_list_the_declared_columns_in_order():
     ]
     assert row.split()[1:3] == ["0.500", "0.250"]
     original = format_original_table([("native", report)]).splitlines()
-    assert original[0].split()[1:3] == ["acc+rf", "memory"]
+    assert original[0].split()[1:3] == ["acc+rf", "paper-mem"]
     assert original[2].split()[-1] == "0.750"
 
 

@@ -128,7 +128,13 @@ def test_summary_on_a_hand_computed_case():
     assert summary.accuracy == pytest.approx(3 / 6)
     assert summary.random_score == pytest.approx((4 * 0.25 + 2 * 0.5) / 6)
     assert summary.upper_bound_score == pytest.approx(5 / 6)
-    assert summary.memory_score == pytest.approx((0.5 + 0.0) / 2)
+    # The memory score over all 6 items: (1/2 - 1/3) / (5/6 - 1/3); the upper bound beats
+    # random by 3 questions, above the margin of 2 standard errors (2.24 questions).
+    assert summary.memory_score == pytest.approx((1 / 2 - 1 / 3) / (5 / 6 - 1 / 3))
+    # Period 1's upper bound beats random by 1 of 2 questions, under the 2-question margin:
+    # no score there, and 1 period of 2 without one leaves the mean of periods undefined.
+    assert summary.memory_score_period_mean is None
+    assert "1 of 2 user-periods" in summary.period_mean_undefined
     assert summary.write_failure_rate == pytest.approx(1 / 6)
     assert summary.read_failure_rate == pytest.approx(1 / 6)
     assert summary.utilization_failure_rate == pytest.approx(1 / 6)
@@ -143,12 +149,13 @@ def test_summary_on_a_hand_computed_case():
         "policy": 2,
         "upper_bound": 0,
     }
-    assert summary.degenerate_periods == 0
+    assert summary.degenerate_periods == 1
     assert (summary.llm_calls, summary.tokens) == (3, 15)
     # No item was probed: the original-style diagnosis is unknown, not all memory successes.
     assert (summary.original_write_failures, summary.memory_success) == (None, None)
     per_period = summarize_by_period([UserResult(user_id="u", periods=[p0, p1])])
-    assert [s.memory_score for s in per_period] == [pytest.approx(0.5), pytest.approx(0.0)]
+    # Period 0: UB 3/4 beats random 1/4 by 2 of 4 questions (the margin exactly): 0.5.
+    assert [s.memory_score for s in per_period] == [pytest.approx(0.5), None]
 
 
 def test_degenerate_user_period_is_excluded_and_counted():
@@ -162,14 +169,16 @@ def test_degenerate_user_period_is_excluded_and_counted():
             item(3, False, Diagnosis.WRITE, ub=False),
         ],
     )
-    # Periods 1-3: acc 1, random 1/4, UB 1 -> 1.0. One degenerate period in four is at most a
-    # quarter, so the mean over the other three stands (more would leave it undefined).
+    # Periods 1-3: 3 items, acc 1, random 1/4, UB 1 (2.25 questions above random, over the
+    # 2-question margin) -> 1.0. One degenerate period in four is at most a quarter, so the
+    # mean over the other three stands (more would leave it undefined).
     later = [
-        period(index, [item(0, True, Diagnosis.CORRECT), item(1, True, Diagnosis.CORRECT)])
-        for index in (1, 2, 3)
+        period(index, [item(q, True, Diagnosis.CORRECT) for q in range(3)]) for index in (1, 2, 3)
     ]
     summary = summarize([UserResult(user_id="u", periods=[p0, *later])])
     assert summary.degenerate_periods == 1
+    assert summary.memory_score_period_mean == pytest.approx(1.0)
+    # Over all 13 items: accuracy 10/13 equals the upper bound 10/13.
     assert summary.memory_score == pytest.approx(1.0)
 
 
@@ -205,9 +214,11 @@ def test_upper_bound_table_overrides_stored_values():
             parse_failed=bool(qi),
         )
     summary = summarize([UserResult(user_id="u", periods=[p0])], table)
-    # acc 0.5, random 0.25, UB 0.5 -> (0.5 - 0.25) / (0.5 - 0.25) = 1
+    # The table's answers, not the stored None: UB 1 of 2. Half a question above random is
+    # no margin: the memory score is undefined and says why.
     assert summary.upper_bound_score == pytest.approx(0.5)
-    assert summary.memory_score == pytest.approx(1.0)
+    assert summary.memory_score is None
+    assert "1 of 2 questions" in summary.memory_score_undefined
     assert summary.parse_failures["upper_bound"] == 1
 
 

@@ -106,7 +106,7 @@ def test_tune_best_candidate_finds_the_best_parameters(tmp_path):
         seed=1,
     )
     assert outcome.best_parameters == BEST
-    assert outcome.best_value == 1.0 and outcome.objective_used == "pooled_memory_score"
+    assert outcome.best_value == 1.0 and outcome.objective_used == "memory_score"
     assert len([t for t in outcome.trials if t.finished]) == 6
     assert (outcome.best_run_dir / "report.json").is_file()
     assert outcome.llm_calls > 0

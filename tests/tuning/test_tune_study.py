@@ -183,7 +183,7 @@ def test_grid_study_finds_the_best_setting_prunes_and_checks_held_out(tmp_path):
     assert len({tuple(r.parameters.items()) for r in result.trials}) == 9  # each point once
     best = result.trial(result.best[0])
     assert best.parameters == BEST and best.state == "complete" and best.values == [1.0]
-    assert best.objective_used == "pooled_memory_score"
+    assert best.objective_used == "memory_score"
     assert sorted(best.periods) == [0, 1, 2]
     pruned = [r for r in result.trials if r.state == "pruned"]
     assert pruned, "a median pruner must stop some of the weak settings"
@@ -252,8 +252,9 @@ def test_trials_are_tracked_in_mlflow_under_the_study_parent_run(tmp_path):
         assert child.data.tags["mlflow.note.content"].startswith(f"Trial {record.number} of")
         # The outcome is in the name: the runs table shows it without configuring columns.
         named = f"trial {record.number}"
-        if record.values:
-            named += f" {record.values[0]:.2f}"
+        if record.values:  # named: the memory score, or accuracy where it is undefined
+            unit = "memory" if record.objective_used == "memory_score" else "acc"
+            named += f" {unit} {record.values[0]:.2f}"
         if record.state != "complete":
             named += f" {record.state}"
         assert child.info.run_name == named
@@ -505,7 +506,7 @@ def test_tuning_on_the_embedded_model(tmp_path, role_lms_embedded):
     assert result.finished_trials == 1
     for record in result.trials:
         assert record.values is not None and -5.0 <= record.values[0] <= 5.0
-        assert record.objective_used in ("pooled_memory_score", "accuracy")
+        assert record.objective_used in ("memory_score", "accuracy")
         assert sorted(record.periods) == [0, 1, 2]  # a value reported after every period
         # Real answers were scored; their LLM calls may all be DSPy cache hits (counted as 0)
         # when this machine ran the same prompts before, so count items, not calls.

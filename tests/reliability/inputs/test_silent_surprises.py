@@ -176,60 +176,52 @@ def test_parse_failures_on_more_than_half_of_the_items_flag_the_summary():
 # ----- the memory score of a minority of periods -------------------------------------------
 
 
+def period_of(correct: int, ub: int, n: int = 4) -> list[ItemResult]:
+    """n three-option questions: the first `correct` answered right, the first `ub` right
+    under the upper bound."""
+    return [item(q, correct=q < correct, ub=q < ub) for q in range(n)]
+
+
 def three_option_example() -> list[UserResult]:
-    """A case in small: 6 user-periods of one three-option question (random 1/3);
-    in 4 the upper bound is wrong (degenerate) and so is the policy, in the 2 others both are
-    right. The per-period mean used to report 1.0 from the 2 non-degenerate periods alone."""
-    periods = [[item(0, correct=False, ub=False)] for _ in range(4)]
-    periods += [[item(0, correct=True, ub=True)] for _ in range(2)]
-    return users_of(periods)
+    """6 user-periods of 4 three-option questions (random 4/3 questions): in 4 the upper
+    bound is right on 2 (not clearly above random) and the policy on none; in 2 both are
+    right on all 4. The mean of periods used to report 1.0 from those 2 alone."""
+    return users_of([period_of(0, 2) for _ in range(4)] + [period_of(4, 4) for _ in range(2)])
 
 
-def test_more_than_a_quarter_degenerate_periods_leave_the_memory_score_undefined():
+def test_more_than_a_quarter_periods_without_a_score_leave_the_mean_of_periods_undefined():
     summary = summarize(three_option_example())
     assert summary.degenerate_periods == 4
-    assert summary.memory_score is None
-    assert "4 of 6 user-periods are degenerate" in summary.memory_score_undefined
-    # Pooled: mean UB 2/6 equals mean random 1/3, no room for memory: undefined as well.
-    assert summary.pooled_memory_score is None
+    assert summary.memory_score_period_mean is None
+    assert "4 of 6 user-periods" in summary.period_mean_undefined
+    # Over all 24 items: UB 16/24 against random 8/24, clearly above: defined.
+    assert summary.memory_score == pytest.approx((8 / 24 - 1 / 3) / (16 / 24 - 1 / 3))
 
 
-def test_pooled_score_is_the_ratio_of_means_over_all_items():
-    # Period A: UB 1/1, random 1/3, policy right. Period B: UB right on 1 of 2 items, policy
-    # wrong on both. Period C: degenerate (UB wrong), policy right.
-    users = users_of(
-        [
-            [item(0, True, True)],
-            [item(0, False, True), item(1, False, False)],
-            [item(0, True, False)],
-        ]
-    )
+def test_the_memory_score_is_the_ratio_of_means_over_all_items():
+    # Period A: UB 4/4, policy 3/4. Period B: UB 3/4, policy 1/4. Period C: UB 1/4 (no
+    # margin), policy 2/4.
+    users = users_of([period_of(3, 4), period_of(1, 3), period_of(2, 1)])
     summary = summarize(users)
-    accuracy, random_mean, ub_mean = 2 / 4, 1 / 3, 2 / 4
-    assert summary.pooled_memory_score == pytest.approx(
-        (accuracy - random_mean) / (ub_mean - random_mean)
-    )
-    # 1 degenerate of 3 > a quarter: the per-period mean is undefined, the pooled one is not
-    assert summary.memory_score is None and summary.pooled_memory_score is not None
+    accuracy, random_mean, ub_mean = 6 / 12, 1 / 3, 8 / 12
+    assert summary.memory_score == pytest.approx((accuracy - random_mean) / (ub_mean - random_mean))
+    # 2 of 3 periods lack a score (B's UB is 1.67 questions above random, under 2): more than
+    # a quarter, so the mean of periods is undefined while the memory score is not.
+    assert summary.degenerate_periods == 2 and summary.memory_score_period_mean is None
 
 
-def test_one_degenerate_period_in_four_keeps_the_per_period_mean():
-    users = users_of([[item(0, True, True)] for _ in range(3)] + [[item(0, True, False)]])
+def test_one_period_in_four_without_a_score_keeps_the_mean_of_periods():
+    users = users_of([period_of(4, 4) for _ in range(3)] + [period_of(4, 1)])
     summary = summarize(users)
     assert summary.degenerate_periods == 1
-    assert summary.memory_score == pytest.approx(1.0)
-    assert summary.memory_score_undefined is None
+    assert summary.memory_score_period_mean == pytest.approx(1.0)
+    assert summary.period_mean_undefined is None
 
 
-def test_eval_table_prints_undefined_with_the_count_and_the_pooled_score():
-    users = users_of(
-        [
-            [item(0, True, True)],
-            [item(0, False, True), item(1, False, False)],
-            [item(0, True, False)],
-        ]
-    )
+def test_eval_table_prints_a_dash_the_accuracy_and_why():
+    users = users_of([period_of(1, 2) for _ in range(3)])
     summary = summarize(users)
+    assert summary.memory_score is None
     report = EvaluationReport(
         run_dir=Path("r"),
         config_hash="h",
@@ -240,29 +232,24 @@ def test_eval_table_prints_undefined_with_the_count_and_the_pooled_score():
         wall_time_s=0.0,
     )
     table = format_table([("native", report)])
-    assert "pooled" in table.splitlines()[0]
-    row = table.splitlines()[2]
-    assert "undef" in row and f"{summary.pooled_memory_score:.3f}" in row
+    header, row = table.splitlines()[0].split(), table.splitlines()[2].split()
+    assert header[1:4] == ["acc", "memory", "mem/period"]
+    assert row[1:4] == ["0.250", "-", "-"]  # the accuracy in its own column, never in memory's
     from evolve.commands.eval import format_notes
 
     notes = format_notes([("native", report)])
-    assert any("memory score undefined" in n and "1 of 3 user-periods" in n for n in notes)
+    assert any("memory score undefined" in n and "not clearly above random" in n for n in notes)
 
 
-def test_selection_and_pruning_use_the_pooled_score_and_say_so():
+def test_selection_and_pruning_use_the_memory_score_and_say_so():
     from evolve.objective import objective_used
 
-    users = users_of(
-        [
-            [item(0, True, True)],
-            [item(0, False, True), item(1, False, False)],
-            [item(0, True, False)],
-        ]
-    )
+    users = users_of([period_of(3, 4), period_of(1, 3), period_of(2, 1)])
     summary = summarize(users)
-    assert objective_value(summary, "memory_score") == pytest.approx(summary.pooled_memory_score)
-    assert objective_used(summary, "memory_score") == "pooled_memory_score"
+    assert objective_value(summary, "memory_score") == pytest.approx(summary.memory_score)
+    assert objective_used(summary, "memory_score") == "memory_score"
     assert objective_value(summary, "accuracy") == pytest.approx(summary.accuracy)
     assert objective_used(summary, "accuracy") == "accuracy"
-    no_room = summarize(users_of([[item(0, True, False)]]))
+    no_room = summarize(users_of([period_of(1, 1)]))
     assert objective_used(no_room, "memory_score") == "accuracy"
+    assert objective_value(no_room, "memory_score") == pytest.approx(no_room.accuracy)
