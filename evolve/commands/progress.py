@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 import threading
+from pathlib import Path
 
 from tqdm import tqdm
 
@@ -29,6 +30,15 @@ def make_bar(enabled: bool, **kwargs) -> tqdm:
     """A bar on stderr; disabled (draws nothing) unless wanted and stderr is a terminal."""
     drawn = enabled and stderr_is_terminal()
     return tqdm(disable=not drawn, file=sys.stderr, dynamic_ncols=True, **kwargs)
+
+
+def kept_failed_units_line(units: int, answers: int, run_dir: Path) -> str:
+    """The one line a resumed evaluation prints when it keeps earlier unparseable answers."""
+    return (
+        f"evolve: kept {units} finished user-period(s) of an earlier invocation in {run_dir} "
+        f"with {answers} unparseable answer(s) (a broken endpoint or a weak model); they are "
+        f"not asked again: delete {run_dir} (or use another output directory) to redo them"
+    )
 
 
 class EvaluationBar:
@@ -65,6 +75,9 @@ class EvaluationBar:
                         position=1,
                         leave=False,
                     )
+
+            def kept_failed_units(self, *, units: int, answers: int, run_dir: Path) -> None:
+                print(kept_failed_units_line(units, answers, run_dir), file=sys.stderr)
 
             def unit_finished(self, user_id: str, period_index: int, *, resumed: bool) -> None:
                 if not resumed:
