@@ -30,6 +30,7 @@ from typing import Protocol as TypingProtocol
 import dspy
 from dspy.utils.exceptions import AdapterParseError
 
+from evolve.llm.response_cache import held_until_parsed
 from evolve.seeds import derive_seed
 from evolve.simulator.records import SessionTranscript, TranscriptMessage
 from memory_policies.common import capped_call_config
@@ -315,15 +316,20 @@ def play_session(
     ended_early: str | None = None
     completed = 0
     for round_index in range(rounds):
-        with call_slot(), lms.context("agent"):
+        # Kept out of the response cache if the policy counted an output it could not use
+        # (a memory write the adapter parsed but the policy refused).
+        failed_before = sum(state.parse_failures.values())
+        with held_until_parsed() as held, call_slot(), lms.context("agent"):
             reply, state = policy.respond(state, user_message)
+            if sum(state.parse_failures.values()) == failed_before:
+                held.accept()
         messages.append(TranscriptMessage(role="user", content=user_message))
         messages.append(TranscriptMessage(role="assistant", content=reply))
         completed += 1
         if round_index == rounds - 1:
             break
         try:
-            with call_slot(), lms.context("simulator"):
+            with held_until_parsed() as held, call_slot(), lms.context("simulator"):
                 user_message = view.next_message(
                     user,
                     opening=opening,
@@ -331,6 +337,8 @@ def play_session(
                     last_assistant=reply,
                     seed=derive_seed(seed, session_index, round_index),
                 )
+                if user_message:  # an empty follow-up ends the session: never replayed
+                    held.accept()
         except AdapterParseError as exc:
             failures += 1
             ended_early = "simulator output unparseable: " + " ".join(str(exc).split())[:200]
