@@ -52,6 +52,8 @@ class EvaluationBar:
         self.enabled = enabled
         self._lock = threading.Lock()
         self._bar: tqdm | None = None
+        # Evaluations of one command resume one after another: the first says it, once.
+        self._kept_said = False
 
     def set_postfix(self, text: str) -> None:
         with self._lock:
@@ -77,6 +79,10 @@ class EvaluationBar:
                     )
 
             def kept_failed_units(self, *, units: int, answers: int, run_dir: Path) -> None:
+                with owner._lock:
+                    if owner._kept_said:
+                        return
+                    owner._kept_said = True
                 print(kept_failed_units_line(units, answers, run_dir), file=sys.stderr)
 
             def unit_finished(self, user_id: str, period_index: int, *, resumed: bool) -> None:

@@ -102,19 +102,21 @@ def test_a_healthy_run_after_a_broken_one_equals_a_cold_run(tmp_path, fresh_cach
     assert results(home / "out") == cold
 
 
+@pytest.mark.parametrize("kind", ["eval", "run"])
 def test_a_rerun_in_a_broken_runs_directory_says_it_kept_the_failed_units(
-    tmp_path, fresh_cache, capsys
+    tmp_path, fresh_cache, capsys, kind
 ):
     fresh_cache("shared")
     out = tmp_path / "out"
     with StubServer(latency=0.0, fault="non_json") as broken:
-        invoke("eval", tmp_path, "openai", broken, out)
+        invoke(kind, tmp_path, "openai", broken, out)
     capsys.readouterr()
     with StubServer(latency=0.0) as healthy:
-        assert invoke("eval", tmp_path, "openai", healthy, out) == 0
+        assert invoke(kind, tmp_path, "openai", healthy, out) == 0
     lines = [line for line in capsys.readouterr().err.splitlines() if "kept" in line]
     assert len(lines) == 1, lines
-    assert "unparseable answer" in lines[0] and "delete" in lines[0] and str(out) in lines[0]
+    assert "unparseable" in lines[0] and "delete" in lines[0] and str(out) in lines[0]
+    assert "\n" not in lines[0]
 
 
 def test_probe_replies_that_do_not_parse_are_not_replayed(tmp_path, fresh_cache):
