@@ -22,9 +22,10 @@ Fault and accounting tests drive it through two extra routes:
   counters);
 - `POST /fault` with `{"mode": M, "count": N}` sets a fault for the next N chat requests
   (`count` omitted or null: until changed). Modes: `none`, `http500` (an HTTP 500 error),
-  `non_json` (200 with content that is not JSON), `truncated` (a body cut short before its
-  declared length), `hang` (never answers; the client must time out). `--fault MODE`
-  sets the same at start.
+  `non_json` (200 with content that is not JSON), `non_json_probes` (the same for diagnosis
+  probes only, as `guess_role` tells them; every other request is answered normally),
+  `truncated` (a body cut short before its declared length), `hang` (never answers; the
+  client must time out). `--fault MODE` sets the same at start.
 
 `--port 0` picks a free port; the first line printed is always `stub server on URL`.
 
@@ -60,7 +61,7 @@ from typing import Any
 
 _ids = itertools.count(1)
 
-FAULT_MODES = ("none", "http500", "non_json", "truncated", "hang")
+FAULT_MODES = ("none", "http500", "non_json", "non_json_probes", "truncated", "hang")
 
 
 class ServerState:
@@ -499,7 +500,9 @@ def make_handler(
             if fault == "http500":
                 self._send(500, {"error": {"message": "stub fault: internal error"}})
                 return
-            if fault == "non_json":
+            if fault == "non_json" or (
+                fault == "non_json_probes" and guess_role(request) == "probe"
+            ):
                 content = "I am not JSON, sorry."
             prompt = "".join(str(m.get("content", "")) for m in request.get("messages", []))
             prompt_tokens, completion_tokens = len(prompt) // 4, max(1, len(content) // 4)

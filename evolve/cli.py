@@ -27,6 +27,7 @@ from evolve.errors import (
 )
 from evolve.paths import use_toolkit_caches
 from evolve.spec_base import format_validation_error
+from evolve.stopping import endpoint_failure, reset_stop
 from memory_policies.errors import PolicyError
 
 COMMAND_MODULES = ["doctor", "env", "eval", "run", "compare", "export", "tune", "schema"]
@@ -60,11 +61,14 @@ def main(argv: list[str] | None = None) -> int:
     use_toolkit_caches()
     parser = build_parser()
     args = parser.parse_args(argv)
-    interrupt.STOP.clear()
+    reset_stop()
     with interrupt.stop_on_signals():
         code = _run_handler(args)
-        if code == EXIT_INTERRUPTED and argv is None:
-            interrupt.exit_interrupted()  # inside: a second signal during the grace exits at once
+        stopped = code == EXIT_INTERRUPTED or endpoint_failure() is not None
+        if stopped and argv is None:
+            # Inside: a second signal during the grace exits at once. After an endpoint
+            # failure too: other workers may sit in a call to a stalled server.
+            interrupt.exit_interrupted(code)
     return code
 
 
@@ -72,6 +76,10 @@ def _run_handler(args: argparse.Namespace) -> int:
     try:
         return int(_call_handler(args) or 0)
     except (KeyboardInterrupt, Interrupted):
+        failure = endpoint_failure()
+        if failure is not None:
+            # Another worker's refused call surfaced first; the failure is what stopped it.
+            return _llm_failure(failure)
         print(interrupt.INTERRUPTED_MESSAGE, file=sys.stderr)
         return EXIT_INTERRUPTED
     except (ToolkitError, PolicyError) as error:
@@ -79,12 +87,7 @@ def _run_handler(args: argparse.Namespace) -> int:
         print(f"evolve: error: {_one_line(error, limit=None)}", file=sys.stderr)
         return getattr(error, "exit_code", EXIT_BAD_INPUT)
     except LMError as error:
-        print(
-            f"evolve: error: an LLM call failed after its retries: {_one_line(error)}; check the "
-            f"endpoint (evolve doctor) and rerun to resume",
-            file=sys.stderr,
-        )
-        return EXIT_LLM_FAILURE
+        return _llm_failure(error)
     except OSError as error:
         code, message = _os_error(error)
         print(f"evolve: error: {message}", file=sys.stderr)
@@ -100,6 +103,15 @@ def _run_handler(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_BAD_INPUT
+
+
+def _llm_failure(error: BaseException) -> int:
+    print(
+        f"evolve: error: an LLM call failed after its retries: {_one_line(error)}; check the "
+        f"endpoint (evolve doctor) and rerun to resume",
+        file=sys.stderr,
+    )
+    return EXIT_LLM_FAILURE
 
 
 def _call_handler(args: argparse.Namespace) -> int | None:

@@ -116,3 +116,14 @@ def _no_ambient_tracking_uri(monkeypatch: pytest.MonkeyPatch) -> None:
     """Commands honour MLFLOW_TRACKING_URI: a developer's (a team server) must not receive
     the test runs. Tests of the variable set it themselves."""
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _no_stop_left_over() -> Iterator[None]:
+    """An endpoint failure stops the process's LM calls (`evolve.stopping`); a test that
+    provoked one must not refuse the next test's calls."""
+    from evolve.stopping import reset_stop
+
+    reset_stop()
+    yield
+    reset_stop()

@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from evolve.budget import SpendListener
 from evolve.commands import interrupt
-from evolve.commands.progress import stderr_is_terminal
+from evolve.commands.progress import kept_failed_units_line, stderr_is_terminal
 from evolve.commands.protocol_start import print_protocol_start
 from evolve.errors import ConfigError
 from evolve.files import safe_name
@@ -162,6 +162,9 @@ class TqdmProgress(ProgressSink):
         )
         self.calls = tqdm(desc=f"{self.label} LLM calls", unit="call", position=2, **options)
         self._bars = [self.periods, self.units, self.calls]
+
+    def kept_failed_units(self, *, units: int, answers: int, run_dir: Path) -> None:
+        print(kept_failed_units_line(units, answers, run_dir), file=sys.stderr)
 
     def unit_finished(self, user_id: str, period_index: int, *, resumed: bool) -> None:
         with self._lock:

@@ -1,6 +1,7 @@
 """Ctrl-C and SIGTERM for the `evolve` command: stop at once, exit 130, never hang on exit.
 
-The first SIGINT or SIGTERM sets `STOP` (the process-wide stop event that commands pass to
+The first SIGINT or SIGTERM (or the first LLM call that fails after its retries, see
+`evolve.stopping`) sets `STOP` (the process-wide stop event that commands pass to
 the runner, which checks it before each new unit and LLM call, and that the LM clients check
 before sending each HTTP request, retries included) and raises
 `KeyboardInterrupt` in the main thread, so context managers unwind: worker pools cancel
@@ -54,11 +55,11 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
-def _exit_now() -> NoReturn:
+def _exit_now(code: int = EXIT_INTERRUPTED) -> NoReturn:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):  # exiting anyway; a closed stream is fine
             stream.flush()
-    os._exit(EXIT_INTERRUPTED)
+    os._exit(code)
 
 
 @contextmanager
@@ -77,9 +78,10 @@ def stop_on_signals() -> Iterator[threading.Event]:
             signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
 
 
-def exit_interrupted(grace_s: float = EXIT_GRACE_S) -> NoReturn:
-    """Exit with 130 once the other non-daemon threads (pool workers finishing an in-flight
-    call) are done, or after `grace_s` whatever they are doing; skips interpreter teardown."""
+def exit_interrupted(code: int = EXIT_INTERRUPTED, grace_s: float = EXIT_GRACE_S) -> NoReturn:
+    """Exit with `code` (130, or 3 when an endpoint failure stopped the workers) once the
+    other non-daemon threads (pool workers finishing an in-flight call) are done, or after
+    `grace_s` whatever they are doing; skips interpreter teardown."""
     deadline = time.monotonic() + grace_s
     current = threading.current_thread()
     for thread in threading.enumerate():
@@ -88,4 +90,4 @@ def exit_interrupted(grace_s: float = EXIT_GRACE_S) -> NoReturn:
             break
         if thread is not current and not thread.daemon:
             thread.join(remaining)
-    _exit_now()
+    _exit_now(code)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 import threading
+from pathlib import Path
 
 from tqdm import tqdm
 
@@ -31,6 +32,15 @@ def make_bar(enabled: bool, **kwargs) -> tqdm:
     return tqdm(disable=not drawn, file=sys.stderr, dynamic_ncols=True, **kwargs)
 
 
+def kept_failed_units_line(units: int, answers: int, run_dir: Path) -> str:
+    """The one line a resumed evaluation prints when it keeps earlier unparseable answers."""
+    return (
+        f"evolve: kept {units} finished user-period(s) of an earlier invocation in {run_dir} "
+        f"with {answers} unparseable answer(s) (a broken endpoint or a weak model); they are "
+        f"not asked again: delete {run_dir} (or use another output directory) to redo them"
+    )
+
+
 class EvaluationBar:
     """The second-line bar of the evaluation under way: its user-periods and LLM calls.
 
@@ -42,6 +52,8 @@ class EvaluationBar:
         self.enabled = enabled
         self._lock = threading.Lock()
         self._bar: tqdm | None = None
+        # Evaluations of one command resume one after another: the first says it, once.
+        self._kept_said = False
 
     def set_postfix(self, text: str) -> None:
         with self._lock:
@@ -65,6 +77,13 @@ class EvaluationBar:
                         position=1,
                         leave=False,
                     )
+
+            def kept_failed_units(self, *, units: int, answers: int, run_dir: Path) -> None:
+                with owner._lock:
+                    if owner._kept_said:
+                        return
+                    owner._kept_said = True
+                print(kept_failed_units_line(units, answers, run_dir), file=sys.stderr)
 
             def unit_finished(self, user_id: str, period_index: int, *, resumed: bool) -> None:
                 if not resumed:

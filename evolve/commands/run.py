@@ -92,6 +92,16 @@ def _run_locked(
     )
     if tracker.location is not None:
         print(tracker.location.describe(), file=sys.stderr)
+    kept = _kept_unreliable_evaluations(args.runs_dir / spec.name)
+    if kept:
+        # A rerun keeps an earlier invocation's scores as they are, broken ones included.
+        print(
+            f"evolve: kept {kept} candidate evaluation(s) of an earlier invocation in "
+            f"{args.runs_dir / spec.name} whose answers were mostly unparseable (a broken "
+            f"endpoint or a weak model); they are not asked again: delete "
+            f"{args.runs_dir / spec.name} (or rename the experiment) to redo them",
+            file=sys.stderr,
+        )
     optimizer = spec.optimizer
     if optimizer.parameter_proposer == "optuna" or optimizer.tune_every is not None:
         import optuna
@@ -151,6 +161,17 @@ def _run_locked(
     if result.stopped:
         print(f"stopped early: {result.stopped}; raise the budget and rerun to continue")
     return 0
+
+
+def _kept_unreliable_evaluations(root: Path) -> int:
+    """Train and held-out scores already on disk whose summary is `unreliable`."""
+    from evolve.optimize.experiment_dir import ExperimentDir
+
+    return sum(
+        scores is not None and scores.summary.unreliable is not None
+        for record in ExperimentDir(root).load_candidates()
+        for scores in (record.train, record.heldout)
+    )
 
 
 class _Bars(LoopProgress):

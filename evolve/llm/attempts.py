@@ -10,8 +10,9 @@ Both clients go through one: the toolkit's `OpenAIChatLM` (its own client's tran
 litellm (a recording `litellm.client_session`, shared by every role).
 
 The same place enforces the stop: once `STOP` is set (SIGINT / SIGTERM, see
-`evolve.commands.interrupt`), a request that has not started is refused before any byte is
-sent, whichever code path (a retry, DSPy's adapter fallback, the next module call) asks.
+`evolve.commands.interrupt`, or a call that failed after its retries, see `evolve.stopping`),
+a request that has not started is refused before any byte is sent, whichever code path (a
+retry, DSPy's adapter fallback, the next module call) asks.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import openai
 
-from evolve.stopping import STOP
+from evolve.stopping import STOP, stop_reason
 
 if TYPE_CHECKING:
     from evolve.llm.usage import UsageTracker
@@ -86,9 +87,7 @@ class RecordingTransport:
 
     def handle_request(self, request: Any) -> Any:
         if STOP.is_set():
-            raise RequestsStopped(
-                "not sent: the process is stopping (SIGINT or SIGTERM received); a rerun resumes"
-            )
+            raise RequestsStopped(f"not sent: the process is stopping ({stop_reason()})")
         role, tracker = self.role, self.tracker
         if tracker is None:
             role, tracker = CALLER.get() or (None, None)

@@ -358,6 +358,26 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text[:40]!r}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value < 1e6:  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text[:40]!r}")
+    return value
+
+
 class _RenamedFlag(argparse.Action):
     """An old flag kept for one minor version: stores into the new flag's `dest` and warns."""
 
@@ -440,6 +460,18 @@ def add_llm_arguments(parser: argparse.ArgumentParser) -> None:
         "embedded server's, 256; under protocol paper the agent's and the simulated user's "
         "8192, the reference's)",
     )
+    group.add_argument(
+        "--timeout",
+        type=_positive_float,
+        help="seconds per request of every role (default: the endpoint's, 120; the embedded "
+        "server's, 600); a stalled server fails after (retries + 1) x timeout plus backoff",
+    )
+    group.add_argument(
+        "--retries",
+        type=_non_negative_int,
+        help="retries of a failed request, with backoff (default: the endpoint's, 3; the "
+        "embedded server's, 2)",
+    )
     group.add_argument("--no-llm-cache", action="store_true", help="disable the response cache")
     group.add_argument(
         "--cache-fingerprint",
@@ -472,14 +504,16 @@ def llm_config_from_args(args: argparse.Namespace, base: LLMConfig | None = None
         role_model = getattr(args, f"{role}_model", None)
         if role_model:
             updates[role] = EndpointConfig(model=role_model, **common)
-    max_tokens = getattr(args, "max_tokens", None)
     embedded_updates: dict[str, object] = {}
-    if max_tokens is not None:  # every endpoint in play, configured or given now
-        for key in ("default", *ROLES):
+    for name in ("max_tokens", "timeout", "retries"):
+        value = getattr(args, name, None)
+        if value is None:
+            continue
+        for key in ("default", *ROLES):  # every endpoint in play, configured or given now
             endpoint = updates.get(key) or getattr(config, key)
             if endpoint is not None:
-                updates[key] = endpoint.model_copy(update={"max_tokens": max_tokens})
-        embedded_updates["max_tokens"] = max_tokens
+                updates[key] = endpoint.model_copy(update={name: value})
+        embedded_updates[name] = value
     if getattr(args, "model_path", None):
         embedded_updates["model_path"] = args.model_path
     if getattr(args, "model_size", None):

@@ -3,7 +3,7 @@
 Hand-written around `dspy.cache` (its memory and disk layers are used as they are) because
 DSPy stores a response the moment it arrives, before any adapter has read it: a server whose
 replies do not parse would otherwise be replayed to every later run, even against a healthy
-server under the same model name. Three rules:
+server under the same model name. Four rules:
 
 - **Held until parsed.** Inside `held_until_parsed()` a received response is held, not
   stored. It is written only when the scope accepts it; a parse failure, an error or a
@@ -16,6 +16,10 @@ server under the same model name. Three rules:
   `cache_fingerprint` (the embedded server's names its model file, server kind and slots;
   remote endpoints may set one). The model name is in the request already. Never the address
   or the key: a fingerprint is what the user says identifies the model, nothing more.
+- **Dropped with a broken run.** A free-text reply (a simulated user's turn, an assistant's
+  turn) parses whatever a broken server sends. `recording_writes()` notes every response
+  stored inside it, from any thread, so that a run whose endpoint turns out broken (it
+  failed for good, or most answers did not parse) evicts what it stored (`evict_all`).
 - **Versioned.** Every key carries `RESPONSE_CACHE_FORMAT`: entries written before a change of
   these rules are never served again (delete the cache directory to reclaim their space).
 
@@ -115,6 +119,7 @@ def _close(held: HeldResponses, token: Token, *, failed: bool) -> None:
         for response in held.responses:
             if not response.served:
                 dspy.cache.put(response.request, response.value, response.ignored)
+                _record_write(response.request, response.ignored)
 
 
 def hold_in_adapters() -> None:
@@ -177,6 +182,58 @@ def evict(request: dict[str, Any], ignored: list[str] | None = None) -> None:
         disk.pop(key, None)
 
 
+class WrittenResponses:
+    """The cache entries stored while a `recording_writes()` block is open."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._written: list[tuple[dict[str, Any], list[str] | None]] = []
+
+    def add(self, request: dict[str, Any], ignored: list[str] | None) -> None:
+        with self._lock:
+            self._written.append((request, ignored))
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._written)
+
+    def evict_all(self) -> int:
+        """Remove every entry recorded from the cache; how many were recorded."""
+        with self._lock:
+            written, self._written = self._written, []
+        for request, ignored in written:
+            evict(request, ignored)
+        return len(written)
+
+
+# Process-wide, not per context: the writes of a run come from its worker threads.
+_recorders: list[WrittenResponses] = []
+_recorders_lock = threading.Lock()
+
+
+@contextmanager
+def recording_writes() -> Iterator[WrittenResponses]:
+    """Note every response stored into the cache inside the block (any thread's), so that
+    the caller can evict them all if the run turns out to have talked to a broken endpoint.
+    Blocks that overlap (concurrent evaluations) each note every write: one endpoint serves
+    them, so a broken one is broken for all."""
+    written = WrittenResponses()
+    with _recorders_lock:
+        _recorders.append(written)
+    try:
+        yield written
+    finally:
+        with _recorders_lock:
+            _recorders.remove(written)
+
+
+def _record_write(request: dict[str, Any], ignored: list[str] | None) -> None:
+    with _recorders_lock:
+        recorders = list(_recorders)
+    for written in recorders:
+        written.add(request, ignored)
+
+
 def lookup(request: dict[str, Any]) -> Any:
     """`dspy.cache.get` for a namespaced request, remembered so that a rejection evicts it."""
     value = dspy.cache.get(request)
@@ -189,6 +246,7 @@ def store(request: dict[str, Any], value: Any) -> None:
     """`dspy.cache.put`, deferred to the end of the enclosing `held_until_parsed` scope."""
     if _held.get() is None:
         dspy.cache.put(request, value)
+        _record_write(request, None)
     else:
         _note(_Response(request, value, None, served=False))
 
@@ -241,6 +299,7 @@ def guard(cache: Any) -> None:
         keyed = {**request, NAMESPACE_FIELD: marked}
         if _held.get() is None:
             put(keyed, value, ignored, *args, **kwargs)
+            _record_write(keyed, ignored)
         else:
             _note(_Response(keyed, value, ignored, served=False))
 

@@ -17,7 +17,7 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 import dspy
@@ -39,6 +39,7 @@ from evolve.llm.response_cache import answering, hold_in_adapters, scrub_cached_
 from evolve.llm.server import EmbeddedServer
 from evolve.llm.usage import UsageTracker
 from evolve.llm.usage_callback import track_usage
+from evolve.stopping import clear_endpoint_failure, stop_for_endpoint_failure
 
 # DSPy 3.4's default ("auto") engine routes openai/* through its native lm15 client, which
 # speaks the newer OpenAI dialect (max_completion_tokens). llama.cpp's server ignores that
@@ -137,18 +138,24 @@ class EndpointLM(dspy.LM):
                 raise Interrupted(
                     f"{self.model} call not completed: the process is stopping; a rerun resumes"
                 ) from error
-            if _is_client_failure(error):
-                raise _client_error(self.model, error) from error
-            raise
+            _raise_failure(self.model, error)
 
     async def acall(self, *args: Any, **kwargs: Any) -> Any:
         try:
             with answering(self.cache_fingerprint):
                 return await super().acall(*args, **kwargs)
         except Exception as error:
-            if _is_client_failure(error):
-                raise _client_error(self.model, error) from error
-            raise
+            _raise_failure(self.model, error)
+
+
+def _raise_failure(model: str, error: Exception) -> NoReturn:
+    """Raise what a failed LM call ends in: a client failure as ours; an endpoint failure
+    (after the client's retries) as it is, once it has stopped every other worker."""
+    if _is_client_failure(error):
+        raise _client_error(model, error) from error
+    if isinstance(error, LMError):
+        stop_for_endpoint_failure(error)
+    raise error
 
 
 def _client_error(model: str, error: BaseException) -> LMClientError:
@@ -180,9 +187,13 @@ class GuardedOpenAIChatLM(OpenAIChatLM):
         try:
             return super().__call__(*args, **kwargs)
         except Exception as error:
-            if _is_client_failure(error):
-                raise _client_error(self.model, error) from error
-            raise
+            _raise_failure(self.model, error)
+
+    async def acall(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().acall(*args, **kwargs)
+        except Exception as error:
+            _raise_failure(self.model, error)
 
 
 def build_lm(endpoint: EndpointConfig) -> dspy.BaseLM:
@@ -319,6 +330,7 @@ def check_reachable(endpoint: EndpointConfig, timeout: float = 10.0) -> None:
 
 @contextmanager
 def open_role_lms(config: LLMConfig) -> Iterator[RoleLMs]:
+    clear_endpoint_failure()  # an earlier session's failure does not refuse these LMs' calls
     config.check_keys()  # before any server start or LLM call
     # Here, in the calling thread: before any worker thread starts.
     load_lm_client(

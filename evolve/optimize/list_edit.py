@@ -13,6 +13,7 @@ from typing import Any
 import dspy
 from dspy.utils.exceptions import AdapterParseError
 
+from evolve.errors import ConfigError
 from evolve.llm import call_events
 from evolve.optimize.edits import (
     MAX_ADDED_ITEMS,
@@ -126,3 +127,52 @@ class ListEditOperator(MutationOperator):
 
 
 register_operator("list_edit", lambda *, reflector, **_: ListEditOperator(reflector))
+
+# The built-in operators that call the reflector (dropped under feedback = "none"), and those
+# of them that own text components: list_edit the list ones, reflective every one.
+_REFLECTIVE = frozenset({"reflective", "list_edit"})
+
+
+def refuse_idle_operators(optimizer: Any) -> None:
+    """Refuse (before any LLM call) an `optimizer.operators` list that would propose nothing.
+
+    Why at all: such a spec runs every generation and only ever evaluates the base, which reads
+    like a result ("no proposal was better") rather than the misconfiguration it is. Only the
+    built-in operators are judged: a plugin's ownership is known once it is built.
+    """
+    names = list(optimizer.operators or [])
+    if not names or not set(names) <= _REFLECTIVE | {"parameter", "tuned"}:
+        return
+    listed = f"operators = {names}"
+    if optimizer.feedback == "none" and set(names) <= _REFLECTIVE:
+        raise ConfigError(
+            f'optimizer: {listed} all call the reflector, which feedback = "none" turns off, so '
+            'no generation would propose anything; for the unevolved control drop "operators" '
+            '(feedback = "none" then evaluates the base only), or choose another feedback'
+        )
+    if "list_edit" not in names or optimizer.feedback == "none":
+        return
+    owners: dict[str, str | None] = {}
+    for component in optimizer.mutate_components:
+        owners[component] = next(
+            (
+                name
+                for name in names
+                if name == "reflective" or (name == "list_edit" and is_list_component(component))
+            ),
+            None,
+        )
+    if "list_edit" not in owners.values():
+        raise ConfigError(
+            f"optimizer: {listed} with mutate_components = {optimizer.mutate_components}: "
+            "list_edit edits list components only (write.types_to_remember) and would never "
+            "propose (a non-list component, or reflective listed first owns it); add a list "
+            'component to mutate_components, put "list_edit" first, or remove it'
+        )
+    orphans = [component for component, owner in owners.items() if owner is None]
+    if orphans:
+        raise ConfigError(
+            f"optimizer: {listed}: no operator rewrites {orphans} (list_edit edits list "
+            'components only); add "reflective" to operators or remove them from '
+            "mutate_components"
+        )

@@ -53,6 +53,7 @@ from evolve.llm import RoleLMs
 from evolve.optimize.chain import ChainSchedule
 from evolve.optimize.context import EvolutionContext, Schedule
 from evolve.optimize.experiment_dir import ExperimentDir
+from evolve.optimize.list_edit import refuse_idle_operators
 from evolve.optimize.operators import check_operator_names
 from evolve.optimize.parameters import ParameterProposer
 from evolve.optimize.population import PopulationSchedule, default_proposer
@@ -97,6 +98,7 @@ def evolve_policy(
     resolved = experiment if isinstance(experiment, ResolvedExperiment) else resolve(experiment)
     # Resolving imported the plugin modules (with the policy), so the registry is complete.
     check_operator_names(resolved.spec.optimizer.operators)
+    refuse_idle_operators(resolved.spec.optimizer)
     run = _ExperimentRun(
         resolved,
         lms,

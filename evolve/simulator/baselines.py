@@ -23,7 +23,9 @@ temperature, max_tokens, the protocol (its prompt layout) and `UPPER_BOUND_PROMP
 Only answers that parsed are cached, here and in DSPy's response cache: an unparseable answer
 is counted in the run that got it (as an upper-bound parse failure) and asked again of the
 server by the next one. `refresh=True` recomputes
-the whole table.
+the whole table. A cached entry is read back only if it agrees with the environment: the
+option it names exists and its `correct` flag is what that option's state says; otherwise the
+file is refused (an edited or corrupt file would move the memory score silently).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ import dspy
 from dspy.utils.exceptions import AdapterParseError
 from pydantic import BaseModel, Field
 
+from evolve.errors import ToolkitError
 from evolve.files import atomic_write_json, safe_name
 from evolve.llm.response_cache import held_until_parsed
 from evolve.protocol import DEFAULT_PROTOCOL, Protocol, rules_for
@@ -175,6 +178,41 @@ def _load_cached(path: Path, cache_key: str) -> dict[str, UpperBoundEntry]:
     if cached.format_version != UPPER_BOUND_FORMAT_VERSION or cached.cache_key != cache_key:
         return {}
     return {key: entry for key, entry in cached.entries.items() if not entry.parse_failed}
+
+
+class UpperBoundCacheError(ToolkitError):
+    """A cached upper-bound entry disagrees with the environment it claims to answer."""
+
+
+def check_cached_entries(path: Path, entries: dict[str, UpperBoundEntry], env: Environment) -> None:
+    """Refuse (one line) a cache whose entries do not match `env`'s questions and options.
+
+    Why recompute rather than trust: `correct` decides the upper bound and so the memory
+    score; it must be what the named option's state says for the variant given.
+    """
+    states: dict[tuple[str, int], list[list[str]]] = {
+        (item.id, qi): [list(choice.state) for choice in qa.answer_choices]
+        for item in env.items
+        for qi, qa in enumerate(item.qas)
+    }
+    fix = f"delete {path} or pass --refresh-upper-bound to recompute it"
+    for key, entry in entries.items():
+        where = f"upper-bound cache entry {key[:80]!r}"
+        options = states.get((entry.item_id, entry.question_index))
+        if key != UpperBoundTable.key(entry.item_id, entry.question_index, entry.variant_index):
+            problem = "is stored under another question's key"
+        elif options is None or not 0 <= entry.variant_index < len(options):
+            problem = "names a question or option this environment does not have"
+        elif entry.chosen is None or not 1 <= entry.chosen <= len(options):
+            problem = f"has chosen={entry.chosen!r}, expected an option number in 1..{len(options)}"
+        elif entry.correct != (options[entry.chosen - 1] == options[entry.variant_index]):
+            problem = (
+                f"says correct={entry.correct} for option {entry.chosen}, but that option's "
+                f"state {'matches' if not entry.correct else 'differs from'} the state given"
+            )
+        else:
+            continue
+        raise UpperBoundCacheError(f"{where} {problem} (the file was edited or is corrupt); {fix}")
 
 
 def _save_cache(path: Path, table: UpperBoundTable) -> None:
@@ -319,6 +357,7 @@ def compute_upper_bound(
         cache_key=cache_key,
         entries={} if refresh else _load_cached(path, cache_key),
     )
+    check_cached_entries(path, table.entries, env)
     todo = []
     for item in env.items:
         for qi, qa in enumerate(item.qas):

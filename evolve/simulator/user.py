@@ -30,6 +30,7 @@ from typing import Protocol as TypingProtocol
 import dspy
 from dspy.utils.exceptions import AdapterParseError
 
+from evolve.llm.response_cache import held_until_parsed
 from evolve.seeds import derive_seed
 from evolve.simulator.conversation_health import echo_of
 from evolve.simulator.records import SessionTranscript, TranscriptMessage
@@ -332,8 +333,8 @@ def _ask_follow_up(
     seed: int,
     temperature: float | None = None,
 ) -> str:
-    with call_slot(), lms.context("simulator"):
-        return view.next_message(
+    with held_until_parsed() as held, call_slot(), lms.context("simulator"):
+        message = view.next_message(
             user,
             opening=opening,
             last_user=last_user,
@@ -341,6 +342,9 @@ def _ask_follow_up(
             seed=seed,
             temperature=temperature,
         )
+        if message:  # an empty follow-up ends the session: never replayed
+            held.accept()
+    return message
 
 
 def play_session(
@@ -376,8 +380,13 @@ def play_session(
     ended_early: str | None = None
     completed = 0
     for round_index in range(rounds):
-        with call_slot(), lms.context("agent"):
+        # Kept out of the response cache if the policy counted an output it could not use
+        # (a memory write the adapter parsed but the policy refused).
+        failed_before = sum(state.parse_failures.values())
+        with held_until_parsed() as held, call_slot(), lms.context("agent"):
             reply, state = policy.respond(state, user_message)
+            if sum(state.parse_failures.values()) == failed_before:
+                held.accept()
         messages.append(TranscriptMessage(role="user", content=user_message))
         messages.append(TranscriptMessage(role="assistant", content=reply))
         completed += 1

@@ -94,6 +94,21 @@ def test_max_tokens_flag_reaches_every_endpoint_in_play_and_the_embedded_server(
         parse("--max-tokens", "0")
 
 
+def test_timeout_and_retries_flags_reach_every_endpoint_in_play_and_the_embedded_server():
+    spec_config = LLMConfig(reflector=EndpointConfig(model="r", base_url="http://127.0.0.1:9/v1"))
+    flags = ("--model", "m1", "--base-url", "http://127.0.0.1:9/v1")
+    config = llm_config_from_args(
+        parse(*flags, "--timeout", "2.5", "--retries", "0"), base=spec_config
+    )
+    for endpoint in (config.default, config.reflector, config.embedded):
+        assert (endpoint.timeout, endpoint.retries) == (2.5, 0)
+    unchanged = llm_config_from_args(parse(*flags))
+    assert (unchanged.default.timeout, unchanged.default.retries) == (120.0, 3)
+    for bad in (("--timeout", "0"), ("--timeout", "nan"), ("--retries", "-1")):
+        with pytest.raises(SystemExit):
+            parse(*bad)
+
+
 def test_base_url_without_model_is_a_clear_error():
     with pytest.raises(ConfigError, match="without --model"):
         llm_config_from_args(parse("--base-url", "http://127.0.0.1:9/v1"))

@@ -22,6 +22,7 @@ from evolve.config import BudgetSpec
 from evolve.errors import Interrupted
 from evolve.llm import EndpointConfig, RoleLMs, build_lm
 from evolve.llm.usage import RequestEvent, RequestState, Usage
+from evolve.stopping import reset_stop
 
 
 class _Choice(dspy.Signature):
@@ -64,6 +65,9 @@ def test_each_retry_of_a_failing_server_is_its_own_journaled_request(tmp_path, c
         lms, journal = _journaled_lms(stub, tmp_path / "spend.jsonl", retries=1, client=client)
         budget = Budget(BudgetSpec(max_llm_calls=4), lms, Usage())
         for question in ("Which is a fruit?", "Which is a vegetable?"):
+            # A call that fails for good stops the process's later calls (`evolve.stopping`);
+            # each question stands for a command of its own here.
+            reset_stop()
             with pytest.raises(LMServerError):
                 _ask(lms, question)
         served = stub.stats()["chat_requests"]

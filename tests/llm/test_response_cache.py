@@ -21,6 +21,8 @@ from evolve.llm.openai_client import OpenAIChatLM
 from evolve.llm.response_cache import NAMESPACE_FIELD, held_until_parsed
 from evolve.simulator.baselines import compute_upper_bound
 from evolve.simulator.synthesis.offline import get_preset, synthesize_environment
+from evolve.simulator.user import play_session
+from memory_policies.base import MemoryState
 
 
 class _Choice(dspy.Signature):
@@ -182,6 +184,40 @@ def test_a_scope_that_rejects_what_parsed_keeps_it_out_of_the_cache(fresh_cache)
         _ask(lms)
         held.accept()
     assert lm.sent == 2  # served; accepting a served reply keeps it
+
+
+class _RefusingPolicy:
+    """A policy turn whose LM call parses but whose output the policy then refuses (counted
+    in `state.parse_failures`, as a memory write it cannot apply)."""
+
+    def __init__(self, refuse: bool) -> None:
+        self.refuse = refuse
+
+    def respond(self, state: MemoryState, message: str) -> tuple[str, MemoryState]:
+        choice = dspy.Predict(_Choice)(question=message, options=["a", "b"]).choice
+        if self.refuse:
+            state.parse_failures["write"] = state.parse_failures.get("write", 0) + 1
+        return str(choice), state
+
+
+@pytest.mark.parametrize("refuse", [True, False], ids=["refused", "used"])
+def test_a_policy_turn_the_policy_refused_is_asked_again(fresh_cache, refuse):
+    lm = CannedLM(lambda messages: json.dumps({"choice": 2}))
+    for _ in range(2):
+        play_session(
+            policy=_RefusingPolicy(refuse),
+            state=MemoryState(kind="test"),
+            user=None,
+            lms=_lms(lm),
+            session_index=0,
+            session_time="2024-01-01",
+            query="Which is a fruit?",
+            exposed_states={},
+            view=None,
+            rounds=1,  # the simulated user is never called
+            seed=0,
+        )
+    assert lm.sent == (2 if refuse else 1)  # the control: a used turn is replayed
 
 
 def test_an_upper_bound_choice_out_of_range_is_asked_of_the_server_again(tmp_path, fresh_cache):

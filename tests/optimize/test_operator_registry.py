@@ -84,3 +84,49 @@ def test_an_unknown_operator_is_refused_before_any_llm_call(tmp_path):
         evolve_policy(spec, world.lms, runs_dir=tmp_path / "runs", upper_bound_cache=tmp_path)
     assert world.calls() == {"agent": 0, "reflector": 0, "simulator": 0}
     assert not (tmp_path / "runs").exists()
+
+
+def idle_spec(tmp_path: Path, optimizer: str) -> Path:
+    return write_spec(
+        tmp_path, optimizer=f"generations = 2\nreflection_minibatch_size = 2\n{optimizer}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("optimizer", "said"),
+    [
+        ('operators = ["list_edit"]\nmutate_components = ["use"]', "list_edit edits list"),
+        (
+            f'operators = ["list_edit"]\nfeedback = "none"\nmutate_components = ["{LIST}"]',
+            'feedback = "none" turns off',
+        ),
+        (
+            f'operators = ["reflective", "list_edit"]\nmutate_components = ["{LIST}"]',
+            "would never propose",
+        ),
+        (
+            f'operators = ["list_edit"]\nmutate_components = ["{LIST}", "use"]',
+            "no operator rewrites ['use']",
+        ),
+    ],
+    ids=["non-list-component", "feedback-none", "shadowed", "orphan-component"],
+)
+def test_operators_that_would_propose_nothing_are_refused_before_any_llm_call(
+    tmp_path, optimizer, said
+):
+    world = World()
+    spec = load_spec(idle_spec(tmp_path, optimizer))
+    with pytest.raises(ConfigError) as raised:
+        evolve_policy(spec, world.lms, runs_dir=tmp_path / "runs", upper_bound_cache=tmp_path)
+    assert said in str(raised.value) and "\n" not in str(raised.value)
+    assert world.calls() == {"agent": 0, "reflector": 0, "simulator": 0}
+
+
+def test_list_edit_on_its_list_component_is_accepted(tmp_path):
+    # The control: the quickstart's own operator setup passes the check and proposes.
+    world = World()
+    spec = load_spec(
+        idle_spec(tmp_path, f'operators = ["list_edit"]\nmutate_components = ["{LIST}"]')
+    )
+    evolve_policy(spec, world.lms, runs_dir=tmp_path / "runs", upper_bound_cache=tmp_path / "ub")
+    assert world.calls()["reflector"] > 0

@@ -60,6 +60,11 @@ class ProgressSink:
     def run_started(self, *, users: int, periods: int, finished_units: int) -> None:
         """`finished_units` user-periods were already on disk (a resumed run)."""
 
+    def kept_failed_units(self, *, units: int, answers: int, run_dir: Path) -> None:
+        """A resumed run kept `units` finished user-periods of an earlier invocation holding
+        `answers` answers that failed to parse (e.g. from a broken endpoint); they are not
+        asked again unless their files under `run_dir` are deleted."""
+
     def unit_finished(self, user_id: str, period_index: int, *, resumed: bool) -> None:
         """A user-period is done (`resumed`: loaded from disk, no LLM call)."""
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import dspy
 
+from evolve.llm.response_cache import held_until_parsed
 from evolve.llm.usage import Usage, tracked_usage
 from evolve.simulator.baselines import random_score
 from evolve.simulator.metrics import Recall, check_variables, diagnose
@@ -53,12 +54,24 @@ def required_variables(item: EnvironmentItem) -> list[str]:
 
 
 def _read_only_answer(
-    run: RunContext, checkpoint: str, question: str, options: list[str]
+    run: RunContext,
+    checkpoint: str,
+    question: str,
+    options: list[str] | None,
+    parsed: Callable[[Any], bool] = lambda answer: True,
 ) -> tuple[Any, bool, Usage]:
-    """One policy.answer on a private copy of the checkpoint: (answer, mutated, usage)."""
+    """One policy.answer on a private copy of the checkpoint: (answer, mutated, usage).
+
+    The replies it took reach the response cache only if the answer parsed, by the policy's
+    check and by `parsed` (our own reading of it, e.g. a probe's JSON): the adapter accepts a
+    reply whose text merely fits the signature, which a later check may still refuse.
+    """
     state = run.policy.state_from_json(checkpoint)
-    with dspy.track_usage() as tracker, run.slot(), run.lms.context("agent"):
-        answer = run.policy.answer(state, question, options=options)
+    with held_until_parsed() as held:
+        with dspy.track_usage() as tracker, run.slot(), run.lms.context("agent"):
+            answer = run.policy.answer(state, question, options=options)
+        if answer.parse_error is None and parsed(answer):
+            held.accept()
     return answer, state.model_dump_json() != checkpoint, tracked_usage(tracker)
 
 
@@ -146,10 +159,9 @@ def _probe_question(
     run: RunContext, item: EnvironmentItem, period_index: int, question_index: int, checkpoint: str
 ) -> tuple[QuestionProbeResult, bool, Usage]:
     query = structured_probe_prompt(item, question_index)
-    state = run.policy.state_from_json(checkpoint)
-    with dspy.track_usage() as tracker, run.slot(), run.lms.context("agent"):
-        answer = run.policy.answer(state, query)
-    mutated = state.model_dump_json() != checkpoint
+    answer, mutated, usage = _read_only_answer(
+        run, checkpoint, query, None, lambda reply: parse_recalled_values(reply.text)[1] is None
+    )
     values, error = (
         ({}, answer.parse_error) if answer.parse_error else parse_recalled_values(answer.text)
     )
@@ -175,7 +187,7 @@ def _probe_question(
         recalls=recalls,
         retrieved=list(answer.retrieved),
     )
-    return probe, mutated, tracked_usage(tracker)
+    return probe, mutated, usage
 
 
 ReadOnlyOutcome = tuple[Any, bool, Usage]

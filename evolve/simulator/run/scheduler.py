@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, Field
 
 from evolve.errors import EnvironmentDataError
+from evolve.llm.response_cache import recording_writes
 from evolve.protocol import DEFAULT_PROTOCOL, Protocol
 from evolve.simulator.metrics import (
     MetricSummary,
@@ -59,6 +60,7 @@ from evolve.simulator.run_dir import (
     export_original_layout,
     read_json,
 )
+from evolve.stopping import endpoint_failure
 
 if TYPE_CHECKING:
     from evolve.llm import RoleLMs
@@ -125,7 +127,34 @@ def run_evaluation(
     thread is interrupted (`KeyboardInterrupt`), no new unit or LLM call starts, queued work
     is cancelled and calls in flight are not waited for; `Interrupted` (or the interrupt) is
     raised and a rerun resumes from the finished units.
+
+    A broken endpoint leaves nothing to replay: when the evaluation ends in an LLM call that
+    failed for good, or with most answers unparseable (`summary.unreliable`), every response
+    it stored in the response cache is evicted (free-text turns parse whatever the server
+    sent, so only the run as a whole tells a broken reply from a healthy one).
     """
+    with recording_writes() as written:
+        try:
+            result = _run_evaluation(env, policy, lms, run_dir, config, options, **option_fields)
+        except BaseException:
+            if endpoint_failure() is not None:
+                written.evict_all()
+            raise
+        if result.summary.unreliable is not None:
+            written.evict_all()
+    return result
+
+
+def _run_evaluation(
+    env: Environment,
+    policy: MemoryPolicy,
+    lms: RoleLMs,
+    run_dir: Path,
+    config: EpisodeConfig,
+    options: RunOptions | None = None,
+    **option_fields: Any,
+) -> EvaluationReport:
+    """`run_evaluation` without the response-cache bookkeeping."""
     if options is not None and option_fields:
         raise TypeError("pass either options=RunOptions(...) or its fields, not both")
     options = options or RunOptions(**option_fields)
@@ -151,6 +180,15 @@ def run_evaluation(
 
     run = RunContext(policy, lms, layout, config, options)
     finished = _load_finished(layout, users)
+    failed_answers = [
+        sum(item.parse_failed for item in result.items) for user in users for result in user.results
+    ]
+    if any(failed_answers):
+        run.progress.kept_failed_units(
+            units=sum(1 for count in failed_answers if count),
+            answers=sum(failed_answers),
+            run_dir=layout.root,
+        )
     period_count = max((len(user.item.periods) for user in users), default=0)
     run.progress.run_started(users=len(users), periods=period_count, finished_units=finished)
 

@@ -17,7 +17,7 @@ from stub_server import StubServer
 
 from evolve.cli import main
 from evolve.llm import EndpointConfig, RoleLMs, build_lm
-from evolve.simulator.baselines import compute_upper_bound
+from evolve.simulator.baselines import UpperBoundCacheError, compute_upper_bound
 from evolve.simulator.environment import Environment, save_environment
 from evolve.simulator.synthesis.offline import get_preset, synthesize_environment
 
@@ -223,3 +223,55 @@ def test_eval_after_a_non_json_server_reasks_the_upper_bound(tmp_path, capsys):
         before = stub.stats()["chat_requests"]
         assert _eval(stub, env_file, tmp_path / "healthy", ub_cache) == 0
         assert stub.stats()["chat_requests"] == before
+
+
+# ----- a file read back is checked against the environment ---------------------------------
+
+
+def tamper(cache_dir: Path, change) -> str:
+    """Apply `change(entry)` to the first cached entry; return its key."""
+    (path,) = cache_dir.glob("upper_bound-*.json")
+    data = json.loads(path.read_text(encoding="utf-8"))
+    key = next(iter(data["entries"]))
+    change(data["entries"][key])
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return key
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        (lambda entry: entry.update(correct=not entry["correct"]), "says correct="),
+        (lambda entry: entry.update(chosen=99), "chosen=99"),
+        (lambda entry: entry.update(variant_index=99), "another question's key"),
+    ],
+    ids=["flipped-correct", "chosen-out-of-range", "foreign-variant"],
+)
+def test_an_edited_upper_bound_cache_is_refused_in_one_line(tmp_path, change, said):
+    env = tiny_env()
+    lms, _ = agent_lms(_generic_responder)
+    compute_upper_bound(env, lms, tmp_path)
+    key = tamper(tmp_path, change)
+
+    again, agent = agent_lms(_generic_responder)
+    with pytest.raises(UpperBoundCacheError) as raised:
+        compute_upper_bound(env, again, tmp_path)
+    message = str(raised.value)
+    assert "\n" not in message and said in message and key in message
+    assert "--refresh-upper-bound" in message
+    assert agent.calls == []  # refused before asking anything
+
+    # The documented way out recomputes the table.
+    fresh = compute_upper_bound(env, again, tmp_path, refresh=True)
+    assert fresh.parse_failures == 0 and len(fresh.entries) == variant_count(env)
+
+
+def test_an_untouched_upper_bound_cache_passes_the_check(tmp_path):
+    # The control: the check accepts what the toolkit itself wrote, right and wrong answers.
+    env = tiny_env()
+    lms, _ = agent_lms(_generic_responder)
+    first = compute_upper_bound(env, lms, tmp_path)
+    assert {entry.correct for entry in first.entries.values()} == {True, False}
+    again, agent = agent_lms(_generic_responder)
+    assert compute_upper_bound(env, again, tmp_path).entries == first.entries
+    assert agent.calls == []
