@@ -67,7 +67,12 @@ ROLE_OF_CALL = {
     "embedding": "embedder",
 }
 MEMORY_MARK = "MEMO-"  # what the scripted stub writes into every memory it makes up
+MEMORY_MARKS = re.compile(r"MEMO-\d+")
+FACT_MARKS = re.compile(r"FACT-\d+")  # what it writes into every fact it extracts
+# Per-request counts, compared as distributions per role and call (not unioned).
+QUANTITIES = ("turns", "memories", "facts")
 CONVERSATION_MARKS = re.compile(r"\((reply|follow-up) \d+\)")
+OPENING_MARKS = re.compile(r"\[Current Time: [^\]]+\]")
 
 
 def load_request_log(path: Path) -> list[dict[str, Any]]:
@@ -156,6 +161,22 @@ def request_items(entry: Mapping[str, Any], strings: Mapping[str, Any]) -> list[
     return sorted(found)
 
 
+def request_quantities(entry: Mapping[str, Any]) -> dict[str, int]:
+    """How much of each countable thing a logged chat request shows: earlier conversation
+    turns (the stub's reply / follow-up marks and session openings before the current turn),
+    stored memories (distinct MEMO- marks) and extracted facts (distinct FACT- marks)."""
+    texts = [_text(m) for m in entry.get("messages") or []]
+    full = "\n".join(texts)
+    earlier = "\n".join(texts[:-1]) if entry.get("role") in CHAT_TURN_CALLS else full
+    turns = {m.group(0) for m in CONVERSATION_MARKS.finditer(earlier)}
+    turns |= {m.group(0) for m in OPENING_MARKS.finditer(earlier)}
+    return {
+        "turns": len(turns),
+        "memories": len(set(MEMORY_MARKS.findall(full))),
+        "facts": len(set(FACT_MARKS.findall(full))),
+    }
+
+
 def _response_format(value: Any) -> str:
     if not value:
         return "none"
@@ -177,6 +198,7 @@ def reduce_request(entry: Mapping[str, Any], strings: Mapping[str, Any]) -> dict
         reduced["embedding_model"] = entry.get("model")
         return reduced
     reduced["items"] = request_items(entry, strings)
+    reduced.update(request_quantities(entry))
     reduced["temperature"] = entry.get("temperature")
     reduced["max_tokens"] = entry.get("max_tokens")
     reduced["response_format"] = _response_format(entry.get("response_format"))
@@ -191,19 +213,38 @@ def reduce_log(
     return [reduce_request(entry, strings) for entry in entries]
 
 
+def _distribution(values: Iterable[Any]) -> list[list[Any]]:
+    """[[value, how many requests], ...] sorted by value: a per-request count, not a union."""
+    counts: dict[Any, int] = {}
+    for value in values:
+        counts[value] = counts.get(value, 0) + 1
+    return [[value, counts[value]] for value in sorted(counts)]
+
+
 def summarize(reduced: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per 'role/policy/call': the union of items, each parameter's set of values, the count."""
+    """Per 'role/policy/call': the count, the union of items and how many requests carry each
+    item set (`items_per_request`), each parameter's set of values, and the distribution of
+    each quantity over the requests (`turns`, `memories`, `facts`)."""
     groups: dict[str, dict[str, Any]] = {}
+    per_request: dict[str, dict[str, list[Any]]] = {}
     for entry in reduced:
         key = f"{entry['role']}/{entry['policy']}/{entry['call']}"
         group = groups.setdefault(key, {"count": 0})
         group["count"] += 1
         if "items" in entry:
             group["items"] = sorted(set(group.get("items", [])) | set(entry["items"]))
+            lists = per_request.setdefault(key, {})
+            lists.setdefault("items_per_request", []).append(",".join(sorted(entry["items"])))
+            for name in QUANTITIES:
+                if name in entry:
+                    lists.setdefault(name, []).append(entry[name])
         for name in (*PARAMETERS, "embedding_model"):
             if name in entry:
                 values = {json.dumps(v) for v in group.get(name, [])} | {json.dumps(entry[name])}
                 group[name] = sorted((json.loads(v) for v in values), key=json.dumps)
+    for key, lists in per_request.items():
+        for name, values in lists.items():
+            groups[key][name] = _distribution(values)
     return dict(sorted(groups.items()))
 
 
@@ -226,12 +267,14 @@ class Difference:
         return f"role {self.key}: {self.item}: ours {self.ours!r}, reference {self.theirs!r}"
 
 
-def _covering(deviations: Sequence[Deviation], key: str, item: str) -> str | None:
-    role, policy, _ = key.split("/", 2)
+def _covering(
+    deviations: Sequence[Deviation], key: str, item: str, ours: Any, theirs: Any
+) -> str | None:
+    """The kept row that states exactly this difference (its role, policy, item and the
+    value on each side), or None: a row never accepts a value it does not state."""
+    role, policy, call = key.split("/", 2)
     for row in deviations:
-        if row.status != "kept" or role not in row.roles or item not in row.items:
-            continue
-        if not row.policies or policy in row.policies:
+        if row.accepts(role, policy, call, item, ours, theirs):
             return row.id
     return None
 
@@ -247,7 +290,7 @@ def compare(
     differences: list[Difference] = []
 
     def add(key: str, item: str, ours_value: Any, theirs_value: Any) -> None:
-        covered = _covering(deviations, key, item)
+        covered = _covering(deviations, key, item, ours_value, theirs_value)
         differences.append(Difference(key, item, ours_value, theirs_value, covered))
 
     for key in sorted(set(ours) | set(theirs)):
@@ -267,4 +310,10 @@ def compare(
         for name in (*PARAMETERS, "embedding_model"):
             if mine.get(name) != reference.get(name):
                 add(key, name, mine.get(name), reference.get(name))
+        if mine["count"] != reference["count"]:
+            add(key, "calls", mine["count"], reference["count"])
+        # Per-request measures, where the reference's reduced log has them.
+        for name in ("items_per_request", *QUANTITIES):
+            if name in reference and mine.get(name) != reference[name]:
+                add(key, name, mine.get(name), reference[name])
     return differences
