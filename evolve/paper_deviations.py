@@ -56,6 +56,7 @@ ITEMS = (
     "model",
     "embedding_model",
     "parsing",
+    "wording",  # how a prompt is worded (not compared: the project writes its own)
     "calls",  # how many calls the role makes (or: on one side only)
     "items_per_request",  # how many requests carry each set of items
     "turns",  # earlier conversation turns a request quotes
@@ -97,13 +98,17 @@ class Expectation(BaseModel):
     call: str | None = Field(
         default=None, description="Only requests of this call (reply, write, ...); None: any."
     )
+    policy: str | None = Field(
+        default=None, description="Only requests of this policy's run; None: any the row names."
+    )
     ours: Any = Field(description="The value on our side, as the comparison reports it.")
     reference: Any = Field(description="The value on the reference's side.")
 
-    def matches(self, item: str, call: str, ours: Any, reference: Any) -> bool:
+    def matches(self, policy: str, call: str, item: str, ours: Any, reference: Any) -> bool:
         return (
             self.item == item
             and (self.call is None or self.call == call)
+            and (self.policy is None or self.policy == policy)
             and _same(self.ours, ours)
             and _same(self.reference, reference)
         )
@@ -181,7 +186,7 @@ class Deviation(BaseModel):
             return False
         if self.policies and policy not in self.policies:
             return False
-        return any(e.matches(item, call, ours, ref) for e in self.expect)
+        return any(e.matches(policy, call, item, ours, ref) for e in self.expect)
 
     def start_line(self) -> str:
         """The one line printed at the start of a paper run."""
@@ -263,7 +268,8 @@ def _cell(text: str) -> str:
 
 
 def _expectation_text(expectation: Expectation) -> str:
-    where = f" ({expectation.call})" if expectation.call else ""
+    scope = [part for part in (expectation.policy, expectation.call) if part]
+    where = f" ({' '.join(scope)})" if scope else ""
     ours = json.dumps(expectation.ours)
     reference = json.dumps(expectation.reference)
     return f"{expectation.item}{where}: {ours} / {reference}"
