@@ -33,8 +33,9 @@ AMemGym code alike (see `guess_role`): plain text for chat replies and simulated
 ups, a fenced `{"answer": n}` for multiple-choice prompts (every fourth one unparseable, so the
 reference's random fallback runs; every fifth upper-bound answer wrong), the asked-for
 variables for diagnosis probes (real keys with cycling values, so some are right and some
-wrong, and every fifth probe with placeholder keys), JSON memory writes, mem0-style fact lists
-and memory events, reflector proposals, and deterministic vectors on `POST /v1/embeddings`.
+wrong, and every fifth probe with placeholder keys), JSON memory writes (marked `MEMO-<n>`),
+mem0-style fact lists (one fact marked `FACT-<n>`) and memory events (five ADDs marked
+`MEMO-<n>`), reflector proposals, and deterministic vectors on `POST /v1/embeddings`.
 `--log FILE` appends one JSON line per chat or embeddings request (role guess, messages,
 temperature, max_tokens, response_format, model; for embeddings the input texts) with the
 current tag, which `POST /log/tag` `{"tag": "native"}` sets (the run a request belongs to).
