@@ -11,7 +11,7 @@ compared by what they carry, found by looking for the environment's own data in 
 | `state` | a variable paired with one of its values (`"name": "value"`): the state given |
 | `schema` | a variable with every one of its possible values |
 | `last_messages` | earlier messages (a scripted reply or follow-up, or an earlier opening) |
-| `memory` | a stored memory (the stub's writes are marked `MEMO-<n>`) |
+| `memory` | a stored memory (the stub's memories are marked `MEMO-<n>`, its facts `FACT-<n>`) |
 | `options` | two or more answer options of a question |
 | `question` | a question of the environment |
 | `system_message` | a non-empty system message |
@@ -21,9 +21,14 @@ embeddings request is reduced to its `embedding_model`.
 
 Each request gets a key (role, policy, call): the role in the deviation table's vocabulary
 (`user`, `native`, `awi`, `awe`, `rag`, `upper_bound`, `probe`, `reflector`, `embedder`), the
-policy whose run sent it, and the stub's guess of the call (reply, answer, write, ...). A group
-is summarised by the union of its items and the set of each parameter's values; `compare`
-lists every difference between two summaries that no kept row of the deviation table covers.
+policy whose run sent it, and the stub's guess of the call (reply, answer, write, ...). Each
+request also gets counts: `turns` (earlier conversation turns it quotes), `memories` (distinct
+`MEMO-` marks) and `facts` (distinct `FACT-` marks). A group is summarised by its number of
+calls, the union of its items, how many requests carry each item set (`items_per_request`,
+not unioned), the set of each parameter's values and the distribution of each count over its
+requests; `compare` lists every difference between two summaries, each with the kept row of
+the deviation table that states exactly it (same role, policy, item and value on each side)
+or none.
 
 Reducing a log needs the standard library only (plus the environment's JSON), so the
 reference's log can be reduced anywhere; the test suite reduces ours the same way

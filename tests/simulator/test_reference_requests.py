@@ -6,8 +6,10 @@ reduced to information items and call parameters (`benchmarks/request_reduction.
 text). Here our paper mode runs against the same stub on the same environment: `evolve eval
 --protocol paper` for native, AWI (`in_context`), AWE (`external`) and RAG (`raw_rag`) with
 the upper bound, and the shipped question-only Table-3 spec's per-user evolution chain. Every
-role's reduced requests must equal the reference's, or the difference must be a kept row of
-`evolve/paper_deviations.toml` (same role, same item).
+role's reduced requests must equal the reference's (calls, items per request, parameters, and
+the distributions of turns, memories and facts shown), or the difference must be stated,
+value for value, by a kept row of `evolve/paper_deviations.toml`; and every difference a kept
+row states must still be found.
 """
 
 from __future__ import annotations
