@@ -22,9 +22,10 @@ embeddings request is reduced to its `embedding_model`.
 Each request gets a key (role, policy, call): the role in the deviation table's vocabulary
 (`user`, `native`, `awi`, `awe`, `rag`, `upper_bound`, `probe`, `reflector`, `embedder`), the
 policy whose run sent it, and the stub's guess of the call (reply, answer, write, ...). Each
-request also gets counts: `turns` (earlier conversation turns it quotes), `memories` (distinct
+request also gets its user-period (that of the latest session opening it quotes, '-' if none)
+and counts: `turns` (earlier conversation turns it quotes), `memories` (distinct
 `MEMO-` marks) and `facts` (distinct `FACT-` marks). A group is summarised by its number of
-calls, the union of its items, how many requests carry each item set (`items_per_request`,
+calls, its calls per user-period (`calls_per_user_period`), the union of its items, how many requests carry each item set (`items_per_request`,
 not unioned), the set of each parameter's values and the distribution of each count over its
 requests; `compare` lists every difference between two summaries, each with the kept row of
 the deviation table that states exactly it (same role, policy, item and value on each side)
@@ -115,6 +116,14 @@ def _environment_strings(environment: Sequence[Mapping[str, Any]]) -> dict[str, 
         for qa in item.get("qas", []):
             questions.append(qa["query"])
             options.append([choice["answer"] for choice in qa["answer_choices"]])
+    # Which user-period a session opening belongs to, by its timestamp.
+    sessions = {
+        str(session["session_time"]): f"{item.get('id', index)}/p{period_index}"
+        for index, item in enumerate(environment)
+        for period_index, period in enumerate(item.get("periods", []))
+        for session in period.get("sessions", [])
+        if session.get("session_time")
+    }
     schemas: dict[str, set[str]] = {}
     for item in environment:
         for name, values in item.get("state_schema", {}).items():
@@ -125,6 +134,7 @@ def _environment_strings(environment: Sequence[Mapping[str, Any]]) -> dict[str, 
         "questions": questions,
         "options": options,
         "schemas": schemas,
+        "sessions": sessions,
     }
 
 
@@ -182,6 +192,18 @@ def request_quantities(entry: Mapping[str, Any]) -> dict[str, int]:
     }
 
 
+OPENING_TIME = re.compile(r"\[Current Time: ([^\]]+)\]")
+
+
+def request_user_period(entry: Mapping[str, Any], strings: Mapping[str, Any]) -> str:
+    """The user-period a request belongs to: that of the latest session opening it quotes
+    (every conversation, history or transcript starts with one), or '-' when it quotes none
+    (the upper bound, or a memory without timestamps)."""
+    full = "\n".join(_text(m) for m in entry.get("messages") or [])
+    times = [t for t in OPENING_TIME.findall(full) if t in strings["sessions"]]
+    return strings["sessions"][max(times)] if times else "-"
+
+
 def _response_format(value: Any) -> str:
     if not value:
         return "none"
@@ -204,6 +226,7 @@ def reduce_request(entry: Mapping[str, Any], strings: Mapping[str, Any]) -> dict
         return reduced
     reduced["items"] = request_items(entry, strings)
     reduced.update(request_quantities(entry))
+    reduced["user_period"] = request_user_period(entry, strings)
     reduced["temperature"] = entry.get("temperature")
     reduced["max_tokens"] = entry.get("max_tokens")
     reduced["response_format"] = _response_format(entry.get("response_format"))
@@ -243,6 +266,8 @@ def summarize(reduced: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]
             for name in QUANTITIES:
                 if name in entry:
                     lists.setdefault(name, []).append(entry[name])
+            if "user_period" in entry:
+                lists.setdefault("calls_per_user_period", []).append(entry["user_period"])
         for name in (*PARAMETERS, "embedding_model"):
             if name in entry:
                 values = {json.dumps(v) for v in group.get(name, [])} | {json.dumps(entry[name])}
@@ -318,7 +343,7 @@ def compare(
         if mine["count"] != reference["count"]:
             add(key, "calls", mine["count"], reference["count"])
         # Per-request measures, where the reference's reduced log has them.
-        for name in ("items_per_request", *QUANTITIES):
+        for name in ("calls_per_user_period", "items_per_request", *QUANTITIES):
             if name in reference and mine.get(name) != reference[name]:
                 add(key, name, mine.get(name), reference[name])
     return differences

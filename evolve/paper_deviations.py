@@ -58,6 +58,7 @@ ITEMS = (
     "parsing",
     "wording",  # how a prompt is worded (not compared: the project writes its own)
     "calls",  # how many calls the role makes (or: on one side only)
+    "calls_per_user_period",  # how many calls in each user-period
     "items_per_request",  # how many requests carry each set of items
     "turns",  # earlier conversation turns a request quotes
     "memories",  # stored memories a request shows
@@ -80,6 +81,7 @@ COMPARED_ITEMS = (
     "response_format",
     "embedding_model",
     "calls",
+    "calls_per_user_period",
     "items_per_request",
     "turns",
     "memories",

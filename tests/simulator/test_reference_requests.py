@@ -150,7 +150,7 @@ def test_the_reduced_reference_log_holds_no_prompt_text():
     text = (FIXTURE / "reference_requests.json").read_text(encoding="utf-8")
     entries = load(FIXTURE / "reference_requests.json")
     allowed = {"role", "policy", "call", "items", "embedding_model", *reduction.PARAMETERS}
-    allowed |= set(reduction.QUANTITIES)
+    allowed |= {*reduction.QUANTITIES, "user_period"}
     assert all(set(entry) <= allowed for entry in entries)
     assert all(set(entry.get("items", [])) <= set(reduction.ITEMS) for entry in entries)
     assert "content" not in text and "Current Time" not in text
@@ -286,6 +286,33 @@ def test_counts_and_per_request_item_sets_are_compared_not_unioned():
     }
 
 
+def test_a_request_belongs_to_the_user_period_of_the_latest_opening_it_quotes():
+    environment = [
+        {
+            "id": "u0",
+            "periods": [
+                {"sessions": [{"session_time": "2024-01-01 10:00:00"}]},
+                {"sessions": [{"session_time": "2024-02-01 10:00:00"}]},
+            ],
+        }
+    ]
+    strings = reduction._environment_strings(environment)
+    history = (
+        "[Current Time: 2024-01-01 10:00:00]\nhi (reply 1) [Current Time: 2024-02-01 10:00:00]"
+    )
+    quoting = {"messages": [{"role": "user", "content": history}]}
+    assert reduction.request_user_period(quoting, strings) == "u0/p1"
+    assert reduction.request_user_period({"messages": []}, strings) == "-"
+    ours = reduction.summarize([{**_entry([]), "user_period": "u0/p1"}])
+    theirs = reduction.summarize([{**_entry([]), "user_period": "u0/p0"}])
+    (found,) = reduction.compare(ours, theirs, [])
+    assert (found.item, found.ours, found.theirs) == (
+        "calls_per_user_period",
+        [["u0/p1", 1]],
+        [["u0/p0", 1]],
+    )
+
+
 def test_the_stub_marks_facts_apart_from_stored_memories():
     entry = {
         "role": "update",
@@ -301,7 +328,7 @@ def test_every_row_of_the_deviation_table_uses_the_vocabulary():
     roles |= {"embedder"}
     items = set(reduction.ITEMS) | set(reduction.PARAMETERS)
     items |= {"feedback", "model", "embedding_model", "parsing", "calls", "wording"}
-    items |= {"items_per_request", *reduction.QUANTITIES}
+    items |= {"calls_per_user_period", "items_per_request", *reduction.QUANTITIES}
     rows = read_deviations(DEVIATIONS)  # valid rows, unique ids
     for row in rows:
         assert set(row.roles) <= roles, row.id
