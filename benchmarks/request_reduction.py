@@ -23,13 +23,13 @@ Each request gets a key (role, policy, call): the role in the deviation table's 
 (`user`, `native`, `awi`, `awe`, `rag`, `upper_bound`, `probe`, `reflector`, `embedder`), the
 policy whose run sent it, and the stub's guess of the call (reply, answer, write, ...). Each
 request also gets its user-period (that of the latest session opening it quotes, '-' if none)
-and counts: `turns` (earlier conversation turns it quotes), `memories` (distinct
-`MEMO-` marks) and `facts` (distinct `FACT-` marks). A group is summarised by its number of
-calls, its calls per user-period (`calls_per_user_period`), the union of its items, how many requests carry each item set (`items_per_request`,
-not unioned), the set of each parameter's values and the distribution of each count over its
-requests; `compare` lists every difference between two summaries, each with the kept row of
-the deviation table that states exactly it (same role, policy, item and value on each side)
-or none.
+and counts: `turns` (earlier conversation turns it quotes), `memories` (distinct `MEMO-`
+marks) and `facts` (distinct `FACT-` marks). A group is summarised by its number of calls,
+its calls per user-period (`calls_per_user_period`), the union of its items, how many
+requests carry each item set (`items_per_request`, not unioned), the set of each parameter's
+values and the distribution of each count over its requests; `compare` lists every
+difference between two summaries, each with the kept row of the deviation table that states
+exactly it (same role, policy, item and value on each side) or none.
 
 Reducing a log needs the standard library only (plus the environment's JSON), so the
 reference's log can be reduced anywhere; the test suite reduces ours the same way
