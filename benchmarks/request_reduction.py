@@ -24,7 +24,8 @@ Each request gets a key (role, policy, call): the role in the deviation table's 
 policy whose run sent it, and the stub's guess of the call (reply, answer, write, ...). Each
 request also gets its user-period (that of the latest session opening it quotes, '-' if none)
 and counts: `turns` (earlier conversation turns it quotes), `memories` (distinct `MEMO-`
-marks) and `facts` (distinct `FACT-` marks). A group is summarised by its number of calls,
+marks), `facts` (distinct `FACT-` marks) and `own_period_end` (1 when it shows its own
+period's end date, the simulated user's "today"). A group is summarised by its number of calls,
 its calls per user-period (`calls_per_user_period`), the union of its items, how many
 requests carry each item set (`items_per_request`, not unioned), the set of each parameter's
 values and the distribution of each count over its requests; `compare` lists every
@@ -76,7 +77,7 @@ MEMORY_MARK = "MEMO-"  # what the scripted stub writes into every memory it make
 MEMORY_MARKS = re.compile(r"MEMO-\d+")
 FACT_MARKS = re.compile(r"FACT-\d+")  # what it writes into every fact it extracts
 # Per-request counts, compared as distributions per role and call (not unioned).
-QUANTITIES = ("turns", "memories", "facts")
+QUANTITIES = ("turns", "memories", "facts", "own_period_end")
 CONVERSATION_MARKS = re.compile(r"\((reply|follow-up) \d+\)")
 OPENING_MARKS = re.compile(r"\[Current Time: [^\]]+\]")
 
@@ -124,6 +125,11 @@ def _environment_strings(environment: Sequence[Mapping[str, Any]]) -> dict[str, 
         for session in period.get("sessions", [])
         if session.get("session_time")
     }
+    period_ends = {
+        f"{item.get('id', index)}/p{period_index}": str(period.get("period_end", ""))[:10]
+        for index, item in enumerate(environment)
+        for period_index, period in enumerate(item.get("periods", []))
+    }
     schemas: dict[str, set[str]] = {}
     for item in environment:
         for name, values in item.get("state_schema", {}).items():
@@ -135,6 +141,7 @@ def _environment_strings(environment: Sequence[Mapping[str, Any]]) -> dict[str, 
         "options": options,
         "schemas": schemas,
         "sessions": sessions,
+        "period_ends": period_ends,
     }
 
 
@@ -204,6 +211,16 @@ def request_user_period(entry: Mapping[str, Any], strings: Mapping[str, Any]) ->
     return strings["sessions"][max(times)] if times else "-"
 
 
+def shows_own_period_end(entry: Mapping[str, Any], strings: Mapping[str, Any], where: str) -> int:
+    """1 when the request shows the end date of its own user-period as a bare date (the
+    simulated user's 'today'), else 0: `dates` alone cannot tell it from another date."""
+    end = strings["period_ends"].get(where, "")
+    if not end:
+        return 0
+    full = "\n".join(_text(m) for m in entry.get("messages") or [])
+    return int(re.search(rf"{re.escape(end)}(?![ T]\d\d:)", full) is not None)
+
+
 def _response_format(value: Any) -> str:
     if not value:
         return "none"
@@ -227,6 +244,7 @@ def reduce_request(entry: Mapping[str, Any], strings: Mapping[str, Any]) -> dict
     reduced["items"] = request_items(entry, strings)
     reduced.update(request_quantities(entry))
     reduced["user_period"] = request_user_period(entry, strings)
+    reduced["own_period_end"] = shows_own_period_end(entry, strings, reduced["user_period"])
     reduced["temperature"] = entry.get("temperature")
     reduced["max_tokens"] = entry.get("max_tokens")
     reduced["response_format"] = _response_format(entry.get("response_format"))

@@ -63,6 +63,7 @@ ITEMS = (
     "turns",  # earlier conversation turns a request quotes
     "memories",  # stored memories a request shows
     "facts",  # freshly extracted facts a request shows
+    "own_period_end",  # whether a request shows its own period's end date
 )
 # The items the request comparison measures: a kept row covering one of them states the
 # value expected on each side (`expect`), and only that exact difference is accepted.
@@ -86,6 +87,7 @@ COMPARED_ITEMS = (
     "turns",
     "memories",
     "facts",
+    "own_period_end",
 )
 DEVIATIONS_FILE = "paper_deviations.toml"
 

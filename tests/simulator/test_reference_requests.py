@@ -313,6 +313,22 @@ def test_a_request_belongs_to_the_user_period_of_the_latest_opening_it_quotes():
     )
 
 
+def test_a_request_shows_its_own_period_end_or_not():
+    environment = [
+        {
+            "id": "u0",
+            "start_time": "2024-01-01",
+            "periods": [{"period_end": "2024-01-31"}, {"period_end": "2024-02-28"}],
+        }
+    ]
+    strings = reduction._environment_strings(environment)
+    today = {"messages": [{"role": "user", "content": "today is 2024-02-28"}]}
+    other = {"messages": [{"role": "user", "content": "today is 2024-01-31"}]}
+    assert reduction.shows_own_period_end(today, strings, "u0/p1") == 1
+    assert reduction.shows_own_period_end(other, strings, "u0/p1") == 0
+    assert reduction.shows_own_period_end(today, strings, "-") == 0
+
+
 def test_the_stub_marks_facts_apart_from_stored_memories():
     entry = {
         "role": "update",
