@@ -11,7 +11,7 @@ compared by what they carry, found by looking for the environment's own data in 
 | `state` | a variable paired with one of its values (`"name": "value"`): the state given |
 | `schema` | a variable with every one of its possible values |
 | `last_messages` | earlier messages (a scripted reply or follow-up, or an earlier opening) |
-| `memory` | a stored memory (the stub's writes are marked `MEMO-<n>`) |
+| `memory` | a stored memory (the stub's memories are marked `MEMO-<n>`, its facts `FACT-<n>`) |
 | `options` | two or more answer options of a question |
 | `question` | a question of the environment |
 | `system_message` | a non-empty system message |
@@ -21,9 +21,16 @@ embeddings request is reduced to its `embedding_model`.
 
 Each request gets a key (role, policy, call): the role in the deviation table's vocabulary
 (`user`, `native`, `awi`, `awe`, `rag`, `upper_bound`, `probe`, `reflector`, `embedder`), the
-policy whose run sent it, and the stub's guess of the call (reply, answer, write, ...). A group
-is summarised by the union of its items and the set of each parameter's values; `compare`
-lists every difference between two summaries that no kept row of the deviation table covers.
+policy whose run sent it, and the stub's guess of the call (reply, answer, write, ...). Each
+request also gets its user-period (that of the latest session opening it quotes, '-' if none)
+and counts: `turns` (earlier conversation turns it quotes), `memories` (distinct `MEMO-`
+marks), `facts` (distinct `FACT-` marks) and `own_period_end` (1 when it shows its own
+period's end date, the simulated user's "today"). A group is summarised by its number of calls,
+its calls per user-period (`calls_per_user_period`), the union of its items, how many
+requests carry each item set (`items_per_request`, not unioned), the set of each parameter's
+values and the distribution of each count over its requests; `compare` lists every
+difference between two summaries, each with the kept row of the deviation table that states
+exactly it (same role, policy, item and value on each side) or none.
 
 Reducing a log needs the standard library only (plus the environment's JSON), so the
 reference's log can be reduced anywhere; the test suite reduces ours the same way
@@ -67,7 +74,12 @@ ROLE_OF_CALL = {
     "embedding": "embedder",
 }
 MEMORY_MARK = "MEMO-"  # what the scripted stub writes into every memory it makes up
+MEMORY_MARKS = re.compile(r"MEMO-\d+")
+FACT_MARKS = re.compile(r"FACT-\d+")  # what it writes into every fact it extracts
+# Per-request counts, compared as distributions per role and call (not unioned).
+QUANTITIES = ("turns", "memories", "facts", "own_period_end")
 CONVERSATION_MARKS = re.compile(r"\((reply|follow-up) \d+\)")
+OPENING_MARKS = re.compile(r"\[Current Time: [^\]]+\]")
 
 
 def load_request_log(path: Path) -> list[dict[str, Any]]:
@@ -105,6 +117,19 @@ def _environment_strings(environment: Sequence[Mapping[str, Any]]) -> dict[str, 
         for qa in item.get("qas", []):
             questions.append(qa["query"])
             options.append([choice["answer"] for choice in qa["answer_choices"]])
+    # Which user-period a session opening belongs to, by its timestamp.
+    sessions = {
+        str(session["session_time"]): f"{item.get('id', index)}/p{period_index}"
+        for index, item in enumerate(environment)
+        for period_index, period in enumerate(item.get("periods", []))
+        for session in period.get("sessions", [])
+        if session.get("session_time")
+    }
+    period_ends = {
+        f"{item.get('id', index)}/p{period_index}": str(period.get("period_end", ""))[:10]
+        for index, item in enumerate(environment)
+        for period_index, period in enumerate(item.get("periods", []))
+    }
     schemas: dict[str, set[str]] = {}
     for item in environment:
         for name, values in item.get("state_schema", {}).items():
@@ -115,6 +140,8 @@ def _environment_strings(environment: Sequence[Mapping[str, Any]]) -> dict[str, 
         "questions": questions,
         "options": options,
         "schemas": schemas,
+        "sessions": sessions,
+        "period_ends": period_ends,
     }
 
 
@@ -156,6 +183,44 @@ def request_items(entry: Mapping[str, Any], strings: Mapping[str, Any]) -> list[
     return sorted(found)
 
 
+def request_quantities(entry: Mapping[str, Any]) -> dict[str, int]:
+    """How much of each countable thing a logged chat request shows: earlier conversation
+    turns (the stub's reply / follow-up marks and session openings before the current turn),
+    stored memories (distinct MEMO- marks) and extracted facts (distinct FACT- marks)."""
+    texts = [_text(m) for m in entry.get("messages") or []]
+    full = "\n".join(texts)
+    earlier = "\n".join(texts[:-1]) if entry.get("role") in CHAT_TURN_CALLS else full
+    turns = {m.group(0) for m in CONVERSATION_MARKS.finditer(earlier)}
+    turns |= {m.group(0) for m in OPENING_MARKS.finditer(earlier)}
+    return {
+        "turns": len(turns),
+        "memories": len(set(MEMORY_MARKS.findall(full))),
+        "facts": len(set(FACT_MARKS.findall(full))),
+    }
+
+
+OPENING_TIME = re.compile(r"\[Current Time: ([^\]]+)\]")
+
+
+def request_user_period(entry: Mapping[str, Any], strings: Mapping[str, Any]) -> str:
+    """The user-period a request belongs to: that of the latest session opening it quotes
+    (every conversation, history or transcript starts with one), or '-' when it quotes none
+    (the upper bound, or a memory without timestamps)."""
+    full = "\n".join(_text(m) for m in entry.get("messages") or [])
+    times = [t for t in OPENING_TIME.findall(full) if t in strings["sessions"]]
+    return strings["sessions"][max(times)] if times else "-"
+
+
+def shows_own_period_end(entry: Mapping[str, Any], strings: Mapping[str, Any], where: str) -> int:
+    """1 when the request shows the end date of its own user-period as a bare date (the
+    simulated user's 'today'), else 0: `dates` alone cannot tell it from another date."""
+    end = strings["period_ends"].get(where, "")
+    if not end:
+        return 0
+    full = "\n".join(_text(m) for m in entry.get("messages") or [])
+    return int(re.search(rf"{re.escape(end)}(?![ T]\d\d:)", full) is not None)
+
+
 def _response_format(value: Any) -> str:
     if not value:
         return "none"
@@ -177,6 +242,9 @@ def reduce_request(entry: Mapping[str, Any], strings: Mapping[str, Any]) -> dict
         reduced["embedding_model"] = entry.get("model")
         return reduced
     reduced["items"] = request_items(entry, strings)
+    reduced.update(request_quantities(entry))
+    reduced["user_period"] = request_user_period(entry, strings)
+    reduced["own_period_end"] = shows_own_period_end(entry, strings, reduced["user_period"])
     reduced["temperature"] = entry.get("temperature")
     reduced["max_tokens"] = entry.get("max_tokens")
     reduced["response_format"] = _response_format(entry.get("response_format"))
@@ -191,19 +259,40 @@ def reduce_log(
     return [reduce_request(entry, strings) for entry in entries]
 
 
+def _distribution(values: Iterable[Any]) -> list[list[Any]]:
+    """[[value, how many requests], ...] sorted by value: a per-request count, not a union."""
+    counts: dict[Any, int] = {}
+    for value in values:
+        counts[value] = counts.get(value, 0) + 1
+    return [[value, counts[value]] for value in sorted(counts)]
+
+
 def summarize(reduced: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per 'role/policy/call': the union of items, each parameter's set of values, the count."""
+    """Per 'role/policy/call': the count, the union of items and how many requests carry each
+    item set (`items_per_request`), each parameter's set of values, and the distribution of
+    each quantity over the requests (`turns`, `memories`, `facts`)."""
     groups: dict[str, dict[str, Any]] = {}
+    per_request: dict[str, dict[str, list[Any]]] = {}
     for entry in reduced:
         key = f"{entry['role']}/{entry['policy']}/{entry['call']}"
         group = groups.setdefault(key, {"count": 0})
         group["count"] += 1
         if "items" in entry:
             group["items"] = sorted(set(group.get("items", [])) | set(entry["items"]))
+            lists = per_request.setdefault(key, {})
+            lists.setdefault("items_per_request", []).append(",".join(sorted(entry["items"])))
+            for name in QUANTITIES:
+                if name in entry:
+                    lists.setdefault(name, []).append(entry[name])
+            if "user_period" in entry:
+                lists.setdefault("calls_per_user_period", []).append(entry["user_period"])
         for name in (*PARAMETERS, "embedding_model"):
             if name in entry:
                 values = {json.dumps(v) for v in group.get(name, [])} | {json.dumps(entry[name])}
                 group[name] = sorted((json.loads(v) for v in values), key=json.dumps)
+    for key, lists in per_request.items():
+        for name, values in lists.items():
+            groups[key][name] = _distribution(values)
     return dict(sorted(groups.items()))
 
 
@@ -226,12 +315,14 @@ class Difference:
         return f"role {self.key}: {self.item}: ours {self.ours!r}, reference {self.theirs!r}"
 
 
-def _covering(deviations: Sequence[Deviation], key: str, item: str) -> str | None:
-    role, policy, _ = key.split("/", 2)
+def _covering(
+    deviations: Sequence[Deviation], key: str, item: str, ours: Any, theirs: Any
+) -> str | None:
+    """The kept row that states exactly this difference (its role, policy, item and the
+    value on each side), or None: a row never accepts a value it does not state."""
+    role, policy, call = key.split("/", 2)
     for row in deviations:
-        if row.status != "kept" or role not in row.roles or item not in row.items:
-            continue
-        if not row.policies or policy in row.policies:
+        if row.accepts(role, policy, call, item, ours, theirs):
             return row.id
     return None
 
@@ -247,7 +338,7 @@ def compare(
     differences: list[Difference] = []
 
     def add(key: str, item: str, ours_value: Any, theirs_value: Any) -> None:
-        covered = _covering(deviations, key, item)
+        covered = _covering(deviations, key, item, ours_value, theirs_value)
         differences.append(Difference(key, item, ours_value, theirs_value, covered))
 
     for key in sorted(set(ours) | set(theirs)):
@@ -267,4 +358,10 @@ def compare(
         for name in (*PARAMETERS, "embedding_model"):
             if mine.get(name) != reference.get(name):
                 add(key, name, mine.get(name), reference.get(name))
+        if mine["count"] != reference["count"]:
+            add(key, "calls", mine["count"], reference["count"])
+        # Per-request measures, where the reference's reduced log has them.
+        for name in ("calls_per_user_period", "items_per_request", *QUANTITIES):
+            if name in reference and mine.get(name) != reference[name]:
+                add(key, name, mine.get(name), reference[name])
     return differences

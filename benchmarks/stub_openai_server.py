@@ -34,8 +34,9 @@ AMemGym code alike (see `guess_role`): plain text for chat replies and simulated
 ups, a fenced `{"answer": n}` for multiple-choice prompts (every fourth one unparseable, so the
 reference's random fallback runs; every fifth upper-bound answer wrong), the asked-for
 variables for diagnosis probes (real keys with cycling values, so some are right and some
-wrong, and every fifth probe with placeholder keys), JSON memory writes, mem0-style fact lists
-and memory events, reflector proposals, and deterministic vectors on `POST /v1/embeddings`.
+wrong, and every fifth probe with placeholder keys), JSON memory writes (marked `MEMO-<n>`),
+mem0-style fact lists (one fact marked `FACT-<n>`) and memory events (five ADDs marked
+`MEMO-<n>`), reflector proposals, and deterministic vectors on `POST /v1/embeddings`.
 `--log FILE` appends one JSON line per chat or embeddings request (role guess, messages,
 temperature, max_tokens, response_format, model; for embeddings the input texts) with the
 current tag, which `POST /log/tag` `{"tag": "native"}` sets (the run a request belongs to).
@@ -265,6 +266,10 @@ def guess_role(request: dict[str, Any]) -> str:
     return "reply"
 
 
+# Memories one scripted mem0-style update adds (see Script.chat).
+ADDS_PER_UPDATE = 5
+
+
 def _fenced(value: Any) -> str:
     return f"```json\n{json.dumps(value, ensure_ascii=False)}\n```"
 
@@ -328,12 +333,21 @@ class Script:
         if role == "write":
             return role, json.dumps({f"note_{n}": f"MEMO-{n}: the user shared a preference"})
         if role == "extract":
-            return role, json.dumps({"facts": [f"MEMO-{n}: the user shared a preference"]})
+            # A fact is marked FACT-, a stored memory MEMO-: a request quoting both is counted
+            # right (facts to decide on, memories related to them).
+            return role, json.dumps({"facts": [f"FACT-{n}: the user shared a preference"]})
         if role == "update":
-            fact = f"MEMO-{n}: the user shared a preference"
+            # Several memories per update, so a user's store outgrows the paper's top_k (30)
+            # and the retrieval cut shows in what the agent is shown.
+            texts = [
+                f"MEMO-{ADDS_PER_UPDATE * n + k}: the user shared a preference"
+                for k in range(ADDS_PER_UPDATE)
+            ]
             if '"events"' in last or "events" in properties:  # this toolkit's event list
-                return role, json.dumps({"events": [{"event": "ADD", "id": 0, "text": fact}]})
-            return role, json.dumps({"memory": [{"id": "0", "text": fact, "event": "ADD"}]})
+                events = [{"event": "ADD", "id": 0, "text": text} for text in texts]
+                return role, json.dumps({"events": events})
+            memory = [{"id": str(k), "text": text, "event": "ADD"} for k, text in enumerate(texts)]
+            return role, json.dumps({"memory": memory})
         if role == "reflector":
             section = (
                 "1. Current situation: what the user says is true for them now, with the date.\n"

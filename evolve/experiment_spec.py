@@ -194,7 +194,12 @@ class OptimizerSpec(_Strict):
         default_factory=dict, description="Numeric parameters that may mutate, with bounds."
     )
     max_feedback_failures: int = Field(default=4, ge=1, description="Failures shown per proposal.")
-    max_feedback_chars: int = Field(default=1600, ge=200)
+    max_feedback_chars: int = Field(
+        default=1600,
+        ge=200,
+        description='Feedback length cap. Unset under protocol = "paper": the per-period '
+        "chain's feedback is not cut (the reference's is not).",
+    )
     max_instruction_chars: int = Field(default=1200, ge=50)
     reflector_temperature: float = Field(
         default=0.7,

@@ -14,15 +14,16 @@ any other file, `read_deviations(path)`).
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tomllib
 from collections.abc import Sequence
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 # Who is shown something: the simulated user, each policy, the upper bound, the diagnosis
 # probe, the reflector and the embedding model.
@@ -55,9 +56,73 @@ ITEMS = (
     "model",
     "embedding_model",
     "parsing",
-    "calls",  # the role makes calls on one side only
+    "wording",  # how a prompt is worded (not compared: the project writes its own)
+    "calls",  # how many calls the role makes (or: on one side only)
+    "calls_per_user_period",  # how many calls in each user-period
+    "items_per_request",  # how many requests carry each set of items
+    "turns",  # earlier conversation turns a request quotes
+    "memories",  # stored memories a request shows
+    "facts",  # freshly extracted facts a request shows
+    "own_period_end",  # whether a request shows its own period's end date
+)
+# The items the request comparison measures: a kept row covering one of them states the
+# value expected on each side (`expect`), and only that exact difference is accepted.
+COMPARED_ITEMS = (
+    "profile",
+    "dates",
+    "state",
+    "schema",
+    "last_messages",
+    "memory",
+    "options",
+    "question",
+    "system_message",
+    "temperature",
+    "max_tokens",
+    "response_format",
+    "embedding_model",
+    "calls",
+    "calls_per_user_period",
+    "items_per_request",
+    "turns",
+    "memories",
+    "facts",
+    "own_period_end",
 )
 DEVIATIONS_FILE = "paper_deviations.toml"
+
+
+class Expectation(BaseModel):
+    """The value a compared item takes on each side where a kept row differs: the request
+    comparison accepts a difference only when it equals one of its row's expectations."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    item: str = Field(description="A compared item the row lists.")
+    call: str | None = Field(
+        default=None, description="Only requests of this call (reply, write, ...); None: any."
+    )
+    policy: str | None = Field(
+        default=None, description="Only requests of this policy's run; None: any the row names."
+    )
+    ours: Any = Field(description="The value on our side, as the comparison reports it.")
+    reference: Any = Field(description="The value on the reference's side.")
+
+    def matches(self, policy: str, call: str, item: str, ours: Any, reference: Any) -> bool:
+        return (
+            self.item == item
+            and (self.call is None or self.call == call)
+            and (self.policy is None or self.policy == policy)
+            and _same(self.ours, ours)
+            and _same(self.reference, reference)
+        )
+
+
+def _same(expected: Any, actual: Any) -> bool:
+    """Equal as JSON values (TOML arrays and JSON lists, ints and floats alike)."""
+    return json.dumps(expected, sort_keys=True) == json.dumps(actual, sort_keys=True) or (
+        expected == actual
+    )
 
 
 class Deviation(BaseModel):
@@ -81,6 +146,10 @@ class Deviation(BaseModel):
         default_factory=list,
         description="The runs the row is about (native, awi, awe, rag, awi-evolve); empty: all.",
     )
+    expect: list[Expectation] = Field(
+        default_factory=list,
+        description="Per compared item: the value on each side; nothing else is accepted.",
+    )
 
     @field_validator("roles")
     @classmethod
@@ -91,6 +160,37 @@ class Deviation(BaseModel):
     @classmethod
     def _known_items(cls, items: list[str]) -> list[str]:
         return _known("item", items, ITEMS)
+
+    @model_validator(mode="after")
+    def _expectations_state_each_compared_item(self) -> Deviation:
+        stray = [e.item for e in self.expect if e.item not in self.items]
+        if stray:
+            raise ValueError(
+                f"expect names item(s) {stray} the row does not list in items {self.items}; "
+                "add them to items or drop the expectation"
+            )
+        if self.status == "kept":
+            missing = [
+                item
+                for item in self.items
+                if item in COMPARED_ITEMS and not any(e.item == item for e in self.expect)
+            ]
+            if missing:
+                raise ValueError(
+                    f"kept row lists compared item(s) {missing} without an expect entry; add "
+                    "[[deviation.expect]] with item, ours and reference (the values the request "
+                    "comparison reports) for each"
+                )
+        return self
+
+    def accepts(self, role: str, policy: str, call: str, item: str, ours: Any, ref: Any) -> bool:
+        """Whether this row states exactly this difference (a kept row, same role, policy,
+        item and values on both sides)."""
+        if self.status != "kept" or role not in self.roles or item not in self.items:
+            return False
+        if self.policies and policy not in self.policies:
+            return False
+        return any(e.matches(policy, call, item, ours, ref) for e in self.expect)
 
     def start_line(self) -> str:
         """The one line printed at the start of a paper run."""
@@ -171,15 +271,24 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def _expectation_text(expectation: Expectation) -> str:
+    scope = [part for part in (expectation.policy, expectation.call) if part]
+    where = f" ({' '.join(scope)})" if scope else ""
+    ours = json.dumps(expectation.ours)
+    reference = json.dumps(expectation.reference)
+    return f"{expectation.item}{where}: {ours} / {reference}"
+
+
 def _table(deviations: Sequence[Deviation]) -> list[str]:
     lines = [
-        "| id | roles | items | ours | reference | why | affects |",
-        "|---|---|---|---|---|---|---|",
+        "| id | roles | items | ours | reference | why | affects | expected (ours / reference) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for d in deviations:
         roles = ", ".join(d.roles) or "-"
         items = ", ".join(d.items) or "- (scoring only)"
-        cells = [f"`{d.id}`", roles, items, d.ours, d.reference, d.why, d.affects]
+        expected = "; ".join(_expectation_text(e) for e in d.expect) or "-"
+        cells = [f"`{d.id}`", roles, items, d.ours, d.reference, d.why, d.affects, expected]
         lines.append("| " + " | ".join(_cell(cell) for cell in cells) + " |")
     return lines
 
@@ -199,7 +308,8 @@ def render_markdown(deviations: Sequence[Deviation] | None = None) -> str:
         "(AGI-Eval-Official/amemgym at `ffcd188`). The table is one machine-readable file, "
         "`evolve/paper_deviations.toml`: this page is generated from it, every paper run "
         "prints its kept rows at start (one line each), and the request-comparison tests "
-        "accept a difference from the reference only when a row names its role and item.",
+        "accept a difference from the reference only when a kept row names its role and item "
+        "and states the value found on each side (the `expected` column).",
         "",
         "Roles: the simulated user (`user`), the policies (`native`, `awi`, `awe`, `rag`), "
         "the upper bound, the diagnosis `probe`, the `reflector` and the `embedder`. Items: "

@@ -81,6 +81,9 @@ class ProtocolRules:
     # Sampling temperature of the simulated user when neither the spec nor the endpoint sets
     # one: the reference's env config samples it at 0.2; None = the endpoint's own (0).
     default_user_temperature: float | None
+    # A policy that embeds (AWE, RAG) needs its embedder named ($MEMORY_POLICIES_EMBEDDER):
+    # the default local MiniLM is not the paper's text-embedding-3-small.
+    requires_named_embedder: bool
 
     @property
     def policy_preset(self) -> str | None:
@@ -111,6 +114,7 @@ PAPER = ProtocolRules(
     headline_memory_score="memory_score_original",
     prints_deviations=True,
     default_user_temperature=0.2,
+    requires_named_embedder=True,
 )
 EVOLVE = ProtocolRules(
     name="evolve",
@@ -130,6 +134,7 @@ EVOLVE = ProtocolRules(
     headline_memory_score="memory_score",
     prints_deviations=False,
     default_user_temperature=None,
+    requires_named_embedder=False,
 )
 _RULES: dict[str, ProtocolRules] = {rules.name: rules for rules in (PAPER, EVOLVE)}
 

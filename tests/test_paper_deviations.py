@@ -46,7 +46,11 @@ def test_every_row_is_valid_and_uses_the_vocabularies():
     assert {"reflector_prompt", "agent_max_tokens", "paper_number", "simulator_temperature"} <= (
         closed
     )
-    assert {"embedder", "upper_bound_parsing", "probe_template", "answer_index"} <= {
+    assert {"embedder", "reflector_structured_output", "feedback_cap"} <= closed
+    assert {"upper_bound_parsing", "probe_template", "answer_index"} <= {
+        d.id for d in kept_deviations()
+    }
+    assert {"paper_number_expected_value", "reflect_after_last_period", "types_braces"} <= {
         d.id for d in kept_deviations()
     }
 

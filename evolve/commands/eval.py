@@ -26,7 +26,7 @@ from tqdm import tqdm
 from evolve.budget import SpendListener
 from evolve.commands import interrupt
 from evolve.commands.progress import kept_failed_units_line, stderr_is_terminal
-from evolve.commands.protocol_start import print_protocol_start
+from evolve.commands.protocol_start import check_embedder, print_protocol_start
 from evolve.errors import ConfigError
 from evolve.files import safe_name
 from evolve.llm import RoleLMs, add_llm_arguments, open_role_lms_from_args
@@ -345,6 +345,8 @@ def run_eval(args: argparse.Namespace) -> int:
         probes=args.probes,
     )
     names = run_dir_names(args.policy)
+    embeds = any(policy.uses_embedder for policy in policies)
+    check_embedder(args.protocol, [embeds])
     rows: list[tuple[str, EvaluationReport]] = []
     with (
         run_lock(args.out, "eval"),
@@ -357,7 +359,7 @@ def run_eval(args: argparse.Namespace) -> int:
                 env, policy, lms, args.out / name, config, off_policy_dir=args.off_policy
             )
         # After the resume check (a refusal stays one line), before the first LLM call.
-        print_protocol_start(args.protocol, lms, ("simulator", "agent"))
+        print_protocol_start(args.protocol, lms, ("simulator", "agent"), embeds=embeds)
         upper_bound = None
         if not args.no_upper_bound:
             started = time.perf_counter()

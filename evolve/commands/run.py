@@ -16,7 +16,7 @@ from tqdm import tqdm
 
 from evolve.commands import interrupt
 from evolve.commands.progress import EvaluationBar, make_bar
-from evolve.commands.protocol_start import print_protocol_start
+from evolve.commands.protocol_start import check_embedder, print_protocol_start
 from evolve.config import ExperimentSpec, ResolvedExperiment, load_spec, resolve
 from evolve.llm import (
     LLMConfig,
@@ -109,9 +109,12 @@ def _run_locked(
         # Optuna's per-trial INFO lines would break the progress bars; ours report the same.
         optuna.logging.set_verbosity(optuna.logging.WARNING)
     progress = _Bars(enabled=not args.no_progress)
+    embeds = resolved.base_policy.uses_embedder
+    check_embedder(spec.protocol, [embeds])
     with open_role_lms(llm_config) as lms:
         reflector_role, _ = reflector_setup(spec)
-        print_protocol_start(spec.protocol, lms, ("simulator", "agent", reflector_role))
+        roles = ("simulator", "agent", reflector_role)
+        print_protocol_start(spec.protocol, lms, roles, embeds=embeds)
         try:
             result = evolve_policy(
                 resolved,

@@ -19,7 +19,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from evolve.commands.progress import EvaluationBar, make_bar
-from evolve.commands.protocol_start import print_protocol_start
+from evolve.commands.protocol_start import check_embedder, print_protocol_start
 from evolve.errors import ConfigError
 from evolve.llm import (
     LLMConfig,
@@ -171,8 +171,10 @@ def _tune_locked(
     for note in resolved.notes:
         print(f"warning: {note}", file=sys.stderr)
     progress = _Bars(enabled=not args.no_progress)
+    embeds = experiment.base_policy.uses_embedder
+    check_embedder(spec.protocol, [embeds])
     with open_role_lms(llm_config) as lms:
-        print_protocol_start(spec.protocol, lms, ("simulator", "agent"))
+        print_protocol_start(spec.protocol, lms, ("simulator", "agent"), embeds=embeds)
         try:
             result = run_study(
                 resolved,

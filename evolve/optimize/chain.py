@@ -29,12 +29,14 @@ import shutil
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from evolve.config import ExperimentSpec
 from evolve.files import atomic_write_json
 from evolve.objective import load_period_results, objective_value
 from evolve.optimize.context import EvolutionContext, Schedule
 from evolve.optimize.experiment_dir import ExperimentDir
 from evolve.optimize.feedback import build_feedback
 from evolve.optimize.reflect import Reflector
+from evolve.protocol import rules_for
 from evolve.records import (
     CandidateRecord,
     CandidateStatus,
@@ -243,7 +245,7 @@ class ChainSchedule(Schedule):
                 optimizer.feedback,
                 component=component,
                 max_failures=optimizer.max_feedback_failures,
-                max_chars=optimizer.max_feedback_chars,
+                max_chars=feedback_char_cap(context.spec),
                 rng=random.Random(seed),
                 periods=[period],
             )
@@ -387,3 +389,14 @@ class ChainSchedule(Schedule):
             return
         context.store.save_generation(record)
         context.tracker.log_generation(record, spent=context.budget.spent())
+
+
+def feedback_char_cap(spec: ExperimentSpec) -> int | None:
+    """The chain's feedback length cap: `max_feedback_chars`, except that under the paper's
+    reflector prompt only a value the spec sets applies (the reference caps no feedback)."""
+    optimizer = spec.optimizer
+    if rules_for(spec.protocol).reflector_prompt != "hinted" and (
+        "max_feedback_chars" not in optimizer.model_fields_set
+    ):
+        return None
+    return optimizer.max_feedback_chars

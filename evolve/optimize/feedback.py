@@ -84,11 +84,12 @@ def build_feedback(
     *,
     component: str,
     max_failures: int,
-    max_chars: int,
+    max_chars: int | None,
     rng: random.Random,
     periods: Iterable[int] | None = None,
 ) -> Feedback:
-    """Feedback on the items of `results` (restricted to `periods` when given).
+    """Feedback on the items of `results` (restricted to `periods` when given); `max_chars`
+    None: no length cap (the reference's per-period feedback has none).
 
     `results` may include earlier periods than those scored: they are where the diagnosis
     finds the message that revealed a variable.
@@ -139,7 +140,7 @@ def build_feedback(
         if signature in shown:
             continue
         shown.add(signature)
-        if length + len(block) + 1 > max_chars:
+        if max_chars is not None and length + len(block) + 1 > max_chars:
             if blocks:
                 break
             block = block[: max(0, max_chars - length - 4)] + "..."
@@ -156,7 +157,7 @@ def build_feedback(
 
 
 def _answers_and_memory(
-    items: Sequence[tuple[PeriodResult, ItemResult]], kind: str, max_chars: int
+    items: Sequence[tuple[PeriodResult, ItemResult]], kind: str, max_chars: int | None
 ) -> Feedback:
     """The paper's feedback: per question, the question (with lettered options and the
     option chosen under `complete`) and the memory the answer was given from.
@@ -194,7 +195,7 @@ def _answers_and_memory(
                 lines.append(f"  Memory it had for this question: {memory}")
         blocks.append("\n".join(lines))
     text = "\n\n".join(blocks)
-    if len(text) > max_chars:
+    if max_chars is not None and len(text) > max_chars:
         text = text[: max(0, max_chars - 3)] + "..."
     return Feedback(kind=kind, text=text, items_total=len(items))
 

@@ -145,7 +145,9 @@ def test_run_dir_names_are_distinct_and_safe():
 
 
 @pytest.mark.integration
-def test_two_policies_side_by_side_on_the_embedded_model(tmp_path, embedded_server, capsys):
+def test_two_policies_side_by_side_on_the_embedded_model(
+    tmp_path, embedded_server, capsys, monkeypatch
+):
     """`evolve eval` compares policies on the real model: episodes, questions, diagnosis
     probes, both tables and the reports. Two retrieval policies (LLM-extracted memories,
     raw turns), the cheapest on a cold cache; every kind converses, remembers and answers on
@@ -153,6 +155,7 @@ def test_two_policies_side_by_side_on_the_embedded_model(tmp_path, embedded_serv
     evaluated on it by the tuning and evolution integration tests. (All four here took 9 min
     on 2 cores: native 150 s, in_context 134 s, external 128 s, raw_rag ~90 s.)"""
     policies = ["external", "raw_rag"]
+    monkeypatch.setenv("MEMORY_POLICIES_EMBEDDER", "minilm")  # paper: the embedder is named
     argv = ["eval", "--preset", "tiny", "--users", "1", "--out", str(tmp_path / "runs")]
     for policy in policies:
         argv += ["--policy", policy]

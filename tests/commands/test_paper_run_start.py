@@ -18,6 +18,7 @@ from evolve.optimize.report import chain_headline
 from evolve.paper_deviations import START_HEADING, kept_deviations, load_deviations
 from evolve.simulator.environment import save_environment
 from evolve.simulator.metrics import MetricSummary
+from memory_policies.embed import HashingEmbedder
 
 
 def kept_lines(stderr: str) -> list[str]:
@@ -64,8 +65,12 @@ def test_eval_prints_the_kept_deviations_under_paper_only(tmp_path, monkeypatch,
     assert main([*argv, "--protocol", protocol]) == 0
     stderr = capsys.readouterr().err
     assert calls_at_start == [0]  # before the first LLM call
-    # Which model serves which role, first (the eval calls the simulator and the agent).
-    assert "models: simulator: simulator-model (endpoint); agent: agent-model (endpoint)" in stderr
+    # Which model serves which role, first (the eval calls the simulator and the agent); under
+    # paper a weaker simulated user shows here.
+    assert stderr.startswith(
+        f"protocol {protocol}: models simulator simulator-model (endpoint); agent agent-model "
+        "(endpoint)\n"
+    )
     if protocol == "paper":
         assert_deviations_printed(stderr)
         assert "protocol paper: max_tokens simulator 1000, agent 1000" in stderr
@@ -142,3 +147,40 @@ def test_tune_on_a_paper_spec_prints_them(tmp_path, monkeypatch, capsys, protoco
         assert_deviations_printed(stderr)
     else:
         assert START_HEADING not in stderr
+
+
+@pytest.mark.parametrize(
+    ("protocol", "embedder", "refused"),
+    [("paper", None, True), ("paper", "minilm", False), ("evolve", None, False)],
+)
+def test_a_paper_run_of_an_embedding_policy_must_name_its_embedder(
+    tmp_path, monkeypatch, capsys, protocol, embedder, refused
+):
+    agent = ScriptedLM(agent_responder, model="agent-model")
+    simulator = ScriptedLM(simulator_responder, model="simulator-model")
+
+    @contextlib.contextmanager
+    def fake_open(args):
+        yield scripted_role_lms(simulator=simulator, agent=agent)
+
+    monkeypatch.setattr(eval_command, "open_role_lms_from_args", fake_open)
+    monkeypatch.delenv("MEMORY_POLICIES_EMBEDDER", raising=False)
+    if embedder is not None:
+        monkeypatch.setenv("MEMORY_POLICIES_EMBEDDER", embedder)
+    # A hashing embedder stands in for the model behind the name (no model files needed).
+    monkeypatch.setattr(
+        "memory_policies.embedding_store.default_embedder", lambda: HashingEmbedder()
+    )
+    env_file = tmp_path / "env.json"
+    save_environment(make_environment(users=1), env_file)
+    argv = ["eval", "--env", str(env_file), "--policy", "raw_rag", "--protocol", protocol]
+    argv += ["--out", str(tmp_path / "out"), "--no-upper-bound", "--no-progress"]
+    code = main(argv)
+    stderr = capsys.readouterr().err
+    if refused:
+        assert code != 0 and not agent.calls and not simulator.calls
+        assert "MEMORY_POLICIES_EMBEDDER is unset" in stderr
+    else:
+        assert code == 0
+        if protocol == "paper":
+            assert "; embedder all-MiniLM-L6-v2" in stderr

@@ -29,8 +29,9 @@ from simulator.eval_helpers import agent_responder, simulator_responder
 
 import evolve.commands.eval as eval_command
 from evolve.cli import main
+from evolve.simulator import metrics
 from evolve.simulator.environment import EnvironmentItem, load_environment
-from evolve.simulator.metrics import MetricSummary, memory_margin, summarize
+from evolve.simulator.metrics import MetricSummary, summarize
 from evolve.simulator.original_format import (
     OriginalDiagnosisMetrics,
     diagnosis_metrics,
@@ -250,8 +251,17 @@ def test_upper_bound_recomputed_from_answers_equals_the_reference():
     assert recomputed_upper_bound(results) == stored
 
 
+@pytest.fixture
+def formula_only(monkeypatch):
+    """The paper's formula without our margin rule (a user-period whose upper bound is not
+    clearly above random has no memory score: kept row memory_score_margin), so that the
+    formula itself is compared with the reference's on the fixture's small periods."""
+    monkeypatch.setattr(metrics, "MARGIN_QUESTIONS", 0.0)
+    monkeypatch.setattr(metrics, "MARGIN_STANDARD_ERRORS", 0.0)
+
+
 @pytest.mark.parametrize("agent", AGENTS)
-def test_cross_check_scores_the_reference_layout_with_our_metric_code(agent):
+def test_cross_check_scores_the_reference_layout_with_our_metric_code(agent, formula_only):
     spec = importlib.util.spec_from_file_location(
         "cross_check", FIXTURE.parents[2] / "benchmarks" / "cross_check.py"
     )
@@ -263,33 +273,75 @@ def test_cross_check_scores_the_reference_layout_with_our_metric_code(agent):
     summary = summarize(list(users.values()))
     ub = recomputed_upper_bound(load(model_dir / "utilization_results.json"))
     assert summary.upper_bound_score == mean(v for user in ub for row in user for v in row)
-    # The original's memory score: per user-period (S - S_random) / (S_UB - S_random), with
-    # an unparseable answer earning its expected random score (1 / #options), not the
-    # reference's single draw (which its plot_figure.py would average instead).
-    # Under our rule a user-period whose upper bound does not clear random by the margin has
-    # none, and more than a quarter without one leaves the mean undefined.
-    random_matrix = load(FIXTURE / "random_metrics.json")["accuracy"]
-    per_period = []
-    without_score = 0
+    # The paper's number against the reference's own: utils/plot_figure.py averages, per
+    # user-period, (S - S_random) / (S_UB - S_random) from the metric files, S scoring an
+    # unparseable answer as its random draw (eval/overall.py). Ours gives it its expected
+    # score (1 / #options; kept row paper_number_expected_value), so the two differ by
+    # exactly the draws' luck: per failure, (1 / #options - draw) / (#questions * (S_UB -
+    # S_random)) in its user-period, averaged over user-periods; nothing else.
+    reference_number = reference_memory_score(agent, model_dir)
+    luck = []
     for index, user in enumerate(USERS):
         item = item_of(user)
         results = load(FIXTURE / agent / user / "overall_results.json")
-        accuracy = recomputed_accuracy(item, results)
+        drawn = recomputed_accuracy(item, results)
+        random_row = load(FIXTURE / "random_metrics.json")["accuracy"][index]
+        for period, row in enumerate(drawn):
+            denominator = mean(ub[index][period]) - mean(random_row[period])
+            luck.append(
+                sum(
+                    (1 / len(item.qas[q].answer_choices) - score) / (len(row) * denominator)
+                    for q, score in enumerate(row)
+                    if results[period][q]["json_error"]
+                )
+            )
+    assert summary.memory_score_original == pytest.approx(reference_number + mean(luck), abs=1e-12)
+    assert any(luck), "the fixture must hold draws that moved the reference's number"
+
+
+def reference_memory_score(agent: str, model_dir: Path) -> float:
+    """The reference's realised number (utils/plot_figure.py) from its metric files only."""
+    per_period = []
+    random_matrix = load(FIXTURE / "random_metrics.json")["accuracy"]
+    ub_matrix = load(model_dir / "utilization_metrics.json")["accuracy"]
+    for index, user in enumerate(USERS):
+        accuracy = load(FIXTURE / agent / user / "overall_metrics.json")["accuracy"]
         for period, row in enumerate(accuracy):
-            fallback = [
-                1 / len(item.qas[q].answer_choices) if results[period][q]["json_error"] else v
-                for q, v in enumerate(row)
-            ]
-            randoms = random_matrix[index][period]
-            s_random, s_ub = mean(randoms), mean(ub[index][period])
-            if s_ub - s_random < memory_margin(randoms) - 1e-9:
-                without_score += 1
-                continue
-            per_period.append((mean(fallback) - s_random) / (s_ub - s_random))
-    if per_period and without_score <= (without_score + len(per_period)) / 4:
-        assert summary.memory_score_original == pytest.approx(mean(per_period), abs=1e-12)
-    else:
-        assert summary.memory_score_original is None
+            s_random = mean(random_matrix[index][period])
+            s_ub = mean(ub_matrix[index][period])
+            per_period.append((mean(row) - s_random) / (s_ub - s_random))
+    return mean(per_period)
+
+
+def test_the_papers_number_equals_the_references_where_no_answer_failed_to_parse(formula_only):
+    """Every user-period without an unparseable answer contributes the same term to our
+    paper's number as to the reference's: shown on the fixture's records with the draws'
+    scores replaced by their expected value on the reference's side."""
+    spec = importlib.util.spec_from_file_location(
+        "cross_check", FIXTURE.parents[2] / "benchmarks" / "cross_check.py"
+    )
+    cross_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cross_check)
+    (model_dir,) = (FIXTURE / "upperbound").iterdir()
+    for agent in AGENTS:
+        users, _ = cross_check.reference_results(FIXTURE, ENV, agent, model_dir.name)
+        clean = [
+            (index, period.period_index)
+            for index, user in enumerate(USERS)
+            for period in users[user].periods
+            if not any(i.parse_failed for i in period.items)
+        ]
+        assert clean, agent
+        random_matrix = load(FIXTURE / "random_metrics.json")["accuracy"]
+        ub_matrix = load(model_dir / "utilization_metrics.json")["accuracy"]
+        for index, period in clean:
+            user = USERS[index]
+            single = UserResult(user_id=user, periods=[users[user].periods[period]])
+            ours = summarize([single]).memory_score_original
+            row = load(FIXTURE / agent / user / "overall_metrics.json")["accuracy"][period]
+            s_random = mean(random_matrix[index][period])
+            theirs = (mean(row) - s_random) / (mean(ub_matrix[index][period]) - s_random)
+            assert ours == pytest.approx(theirs, abs=1e-12), (agent, user, period)
 
 
 def test_the_question_only_evolution_chain_shows_questions_and_memories_only():
@@ -455,3 +507,14 @@ def test_cross_check_compares_only_the_user_periods_both_sides_finished(tmp_path
     assert ours.accuracy == reference.accuracy == expected.accuracy
     line = cross_check.format_common_periods([("native", (reference, ours))]).splitlines()[1]
     assert f"over {expected.n_items} items: +0.000" in line
+
+
+def test_the_fixture_is_what_its_rebuild_wrote():
+    """SHA256SUMS, written by benchmarks/reference_fixture.py, lists every data file with its
+    digest: a file edited by hand, added or lost shows here; `--check` compares a rebuild."""
+    spec = importlib.util.spec_from_file_location(
+        "reference_fixture", FIXTURE.parents[2] / "benchmarks" / "reference_fixture.py"
+    )
+    builder = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(builder)
+    assert builder.checksums(FIXTURE) == builder.read_checksums(FIXTURE)
