@@ -34,7 +34,6 @@ from evolve.tuning.records import TuningResult
 from evolve.tuning.spec import StudySpec
 from evolve.tuning.study import TuneProgress
 from memory_policies import MemoryPolicy
-from memory_policies.deprecation import warn_renamed
 
 __all__ = ["evaluate_policies", "load_spec", "load_study_spec", "run_experiment", "run_tuning"]
 
@@ -188,11 +187,3 @@ def run_tuning(
         open_role_lms(protocol_llm_config(llm or spec.llm, spec.protocol)) as lms,
     ):
         return run_study(resolved, lms, runs_dir=runs, tracker=tracker, progress=progress)
-
-
-def __getattr__(name: str) -> object:
-    # The tuning study's spec file is a `StudySpec`; its reader was `load_tune_spec`.
-    if name == "load_tune_spec":
-        warn_renamed(f"{__name__}.load_tune_spec", f"{__name__}.load_study_spec")
-        return load_study_spec
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

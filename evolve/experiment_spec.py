@@ -26,10 +26,9 @@ from evolve.objective import Objective
 from evolve.protocol import DEFAULT_PROTOCOL, Protocol
 from evolve.registered_names import registered_model_name_problem
 from evolve.simulator.runner import ProbeScope, probe_scope_problem
-from evolve.spec_base import IntRange, format_validation_error
+from evolve.spec_base import IntRange, format_validation_error, refuse_renamed_keys
 from evolve.spec_base import StrictTable as _Strict
 from evolve.tracking_uri import DEFAULT_TRACKING_URI, resolve_tracking_uri
-from memory_policies.deprecation import rename_keys
 
 _NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -109,7 +108,7 @@ class PolicySpec(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _renamed_keys(cls, data: object) -> object:
-        return rename_keys(data, {"preset": "variant"}, where="policy")
+        return refuse_renamed_keys(data, {"preset": "variant"})
 
     @model_validator(mode="after")
     def _one_source(self) -> PolicySpec:

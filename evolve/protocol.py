@@ -82,15 +82,6 @@ class ProtocolRules:
     # one: the reference's env config samples it at 0.2; None = the endpoint's own (0).
     default_user_temperature: float | None
 
-    @property
-    def policy_preset(self) -> str | None:
-        """The old name of `policy_variant`."""
-        # Imported here: this module stays a leaf for everything but this old name.
-        from memory_policies.deprecation import warn_renamed
-
-        warn_renamed("ProtocolRules.policy_preset", "ProtocolRules.policy_variant")
-        return self.policy_variant
-
 
 PAPER = ProtocolRules(
     name="paper",
@@ -142,9 +133,3 @@ def rules_for(protocol: str) -> ProtocolRules:
         raise ValueError(
             f"unknown protocol {protocol!r}; expected one of {', '.join(PROTOCOLS)}"
         ) from None
-
-
-# Kept for existing callers; new code reads `rules_for(name).data_file_rounds`.
-DATA_FILE_ROUNDS: dict[str, tuple[int, int]] = {
-    name: rules.data_file_rounds for name, rules in _RULES.items()
-}

@@ -11,7 +11,6 @@ from memory_policies.base import (
     Message,
     PolicyAnswer,
 )
-from memory_policies.deprecation import renamed_attributes
 from memory_policies.embed import (
     Embedder,
     HashingEmbedder,
@@ -84,15 +83,3 @@ __all__ = [
     "read_bundle",
     "register_policy",
 ]
-
-# Old public names: they work with a RenamedWarning until deprecation.REMOVED_IN (the policy
-# variant was "preset"; memory systems were "external systems").
-_RENAMED = {
-    "DEFAULT_PRESET": "DEFAULT_VARIANT",
-    "PRESETS": "VARIANTS",
-    "Preset": "Variant",
-    "ExternalSystemPolicy": "MemorySystemPolicy",
-    "ExternalSystemState": "MemorySystemState",
-}
-
-__getattr__ = renamed_attributes(__name__, _RENAMED, globals())

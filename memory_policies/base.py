@@ -20,7 +20,6 @@ from dspy.utils.exceptions import AdapterParseError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from memory_policies.common import capped_call_config
-from memory_policies.deprecation import warn_renamed
 from memory_policies.errors import PolicyError
 from memory_policies.evolvable import EvolvableModule
 from memory_policies.paper import chat_turns, paper_chat, paper_question_prompt
@@ -139,7 +138,7 @@ class MemoryPolicy(EvolvableModule):
 
     def __init__(self, variant: str | None = None, **parameters: Any) -> None:
         super().__init__()
-        chosen = pop_variant(self.kind, parameters, variant)  # `preset=` is its old name
+        chosen = pop_variant(self.kind, parameters, variant)
         # Set before the modules are built: the variant decides their signatures and texts.
         self.variant: Variant = check_variant(
             self.kind, DEFAULT_VARIANT if chosen is None else chosen
@@ -156,12 +155,6 @@ class MemoryPolicy(EvolvableModule):
     def rules(self) -> VariantRules:
         """What this policy's variant decides (see `memory_policies.variants`)."""
         return variant_rules(self.variant)
-
-    @property
-    def preset(self) -> str:
-        """The old name of `variant`."""
-        warn_renamed("MemoryPolicy.preset", "MemoryPolicy.variant")
-        return self.variant
 
     # ----- hooks -----------------------------------------------------------------------------
 

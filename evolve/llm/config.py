@@ -28,7 +28,7 @@ from evolve.errors import ConfigError, MissingAPIKeyError
 from evolve.llm.dialects import BUILTIN_DIALECTS, DIALECTS, dialect_named
 from evolve.llm.model_source import MODEL_SOURCE_ENV, MODEL_SOURCES, ModelSource
 from evolve.protocol import rules_for
-from memory_policies.deprecation import rename_keys, warn_renamed
+from evolve.spec_base import refuse_renamed_keys
 
 Role = Literal["simulator", "agent", "reflector"]
 
@@ -250,13 +250,7 @@ class EmbeddedModelConfig(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _renamed_keys(cls, data: object) -> object:
-        return rename_keys(data, {"model_preset": "model_size"}, where="llm.embedded")
-
-    @property
-    def model_preset(self) -> str:
-        """The old name of `model_size`."""
-        warn_renamed("EmbeddedModelConfig.model_preset", "EmbeddedModelConfig.model_size")
-        return self.model_size
+        return refuse_renamed_keys(data, {"model_preset": "model_size"})
 
     @property
     def context_tokens(self) -> int:
@@ -350,7 +344,8 @@ def _positive_int(text: str) -> int:
 
 
 class _RenamedFlag(argparse.Action):
-    """An old flag kept for one minor version: stores into the new flag's `dest` and warns."""
+    """A flag renamed before the first release: using it is an argparse error naming the new
+    one (the old name is not kept working)."""
 
     def __init__(self, *args: object, new_flag: str, **kwargs: object) -> None:
         self.new_flag = new_flag
@@ -363,8 +358,8 @@ class _RenamedFlag(argparse.Action):
         values: object,
         option_string: str | None = None,
     ) -> None:
-        warn_renamed(option_string or self.option_strings[0], self.new_flag)
-        setattr(namespace, self.dest, values)
+        old = option_string or self.option_strings[0]
+        parser.error(f"{old} is now called {self.new_flag}: use {self.new_flag} {values}")
 
 
 def add_llm_arguments(parser: argparse.ArgumentParser) -> None:

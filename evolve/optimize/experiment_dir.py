@@ -37,7 +37,6 @@ from evolve.files import atomic_write_json, atomic_write_text
 from evolve.llm.usage import Usage
 from evolve.records import CandidateRecord, ExperimentResult, GenerationRecord
 from evolve.simulator.run_dir import open_header, read_json
-from memory_policies.deprecation import warn_renamed
 
 EXPERIMENT_FORMAT = "amemgym-evolve.experiment"
 EXPERIMENT_FORMAT_VERSION = 1
@@ -214,14 +213,3 @@ def experiment_dir_for(target: str, runs_dir: str | Path = "runs") -> Path | Non
         if (candidate / "experiment.json").is_file():
             return candidate
     return None
-
-
-def __getattr__(name: str) -> Any:
-    # The old name works with a RenamedWarning until deprecation.REMOVED_IN.
-    if name == "ExperimentStore":
-        warn_renamed(
-            "evolve.optimize.experiment_dir.ExperimentStore",
-            "evolve.optimize.experiment_dir.ExperimentDir",
-        )
-        return ExperimentDir
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -63,7 +63,6 @@ from evolve.protocol import rules_for
 from evolve.records import CandidateRecord, ExperimentResult, best_of
 from evolve.simulator.environment import Environment
 from evolve.tracking import ExperimentTracker, NullTracker, TrackingContext
-from memory_policies.deprecation import warn_renamed
 
 __all__ = ["SCHEDULES", "LoopProgress", "build_reflector", "evolve_policy", "reflector_setup"]
 
@@ -277,12 +276,3 @@ class _ExperimentRun:
             },
             protocol=self.spec.protocol,
         )
-
-
-def __getattr__(name: str) -> Any:
-    # `run_experiment` is `evolve.api.run_experiment`'s name (it opens the LMs); this
-    # module's loop is `evolve_policy`.
-    if name == "run_experiment":
-        warn_renamed(f"{__name__}.run_experiment", f"{__name__}.evolve_policy")
-        return evolve_policy
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

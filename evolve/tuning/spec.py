@@ -50,7 +50,6 @@ from evolve.tuning.storage import (
     check_storage_url,
     prepare_storage_directory,
 )
-from memory_policies.deprecation import renamed_attributes
 from memory_policies.parameters import PARAMETER_RULES, parameter_problem
 
 DEFAULT_STORAGE = "sqlite:///mlruns/optuna.db"
@@ -438,14 +437,3 @@ def parameter_slug(parameters: dict[str, int]) -> str:
     """A short, file-system-safe name for a parameter setting (e.g. ue4-stl0)."""
     short = {"update_every": "ue", "short_term_len": "stl", "top_k": "k"}
     return "-".join(f"{short.get(name, name)}{value}" for name, value in sorted(parameters.items()))
-
-
-# Old names (before a study's spec file was a `StudySpec`) -> new names; they warn.
-_RENAMED = {
-    "TuneSpec": "StudySpec",
-    "load_tune_spec": "load_study_spec",
-    "tune_spec_from_dict": "study_spec_from_dict",
-    "is_tuning_spec": "is_study_spec",
-}
-
-__getattr__ = renamed_attributes(__name__, _RENAMED, globals())
