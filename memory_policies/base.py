@@ -26,8 +26,10 @@ from memory_policies.paper import chat_turns, paper_chat, paper_question_prompt
 from memory_policies.parameters import validate_parameters
 from memory_policies.variants import (
     DEFAULT_VARIANT,
+    EVOLVE,
     Variant,
     VariantRules,
+    check_supported,
     check_variant,
     pop_variant,
     variant_rules,
@@ -127,6 +129,10 @@ class MemoryPolicy(EvolvableModule):
     paper_parameters: ClassVar[dict[str, int]] = {}
     state_type: ClassVar[type[MemoryState]] = MemoryState
     uses_embedder: ClassVar[bool] = False
+    # The variants this kind can follow. A kind follows the paper's flow only when it says
+    # so (it then needs a `paper_choose_signature`); building another variant is a
+    # PolicyError before any LLM call.
+    variants: ClassVar[tuple[Variant, ...]] = (EVOLVE.name,)
     # Multiple-choice variant of the `use` signature; shares the `use` instruction text.
     choose_signature: ClassVar[type[dspy.Signature]]
     # The same under variant=paper (a raw-chat signature, see memory_policies.paper).
@@ -140,8 +146,10 @@ class MemoryPolicy(EvolvableModule):
         super().__init__()
         chosen = pop_variant(self.kind, parameters, variant)
         # Set before the modules are built: the variant decides their signatures and texts.
-        self.variant: Variant = check_variant(
-            self.kind, DEFAULT_VARIANT if chosen is None else chosen
+        self.variant: Variant = check_supported(
+            self.kind,
+            check_variant(self.kind, DEFAULT_VARIANT if chosen is None else chosen),
+            self.variants,
         )
         defaults = {**self.default_parameters}
         if self.rules.reference_defaults:

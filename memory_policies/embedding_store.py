@@ -13,6 +13,7 @@ from memory_policies.common import MemoryChoose, timed_line
 from memory_policies.embed import Embedder, default_embedder, embed_texts, top_k_indices
 from memory_policies.errors import PolicyError
 from memory_policies.paper import PAPER_STORE_USE, StoreChatChoose, StoreChatReply
+from memory_policies.variants import VARIANTS, Variant
 
 
 class StoredMemory(BaseModel):
@@ -55,6 +56,7 @@ class EmbeddingStorePolicy(MemoryPolicy):
     paper_parameters: ClassVar[dict[str, int]] = {"top_k": 30}
     uses_embedder: ClassVar[bool] = True
     choose_signature: ClassVar[type[dspy.Signature]] = MemoryChoose
+    variants: ClassVar[tuple[Variant, ...]] = VARIANTS
     paper_choose_signature: ClassVar[type[dspy.Signature]] = StoreChatChoose
 
     def __init__(self, *, embedder: Embedder | None = None, **parameters: int) -> None:

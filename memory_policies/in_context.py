@@ -29,6 +29,7 @@ from memory_policies.paper import (
     InContextJSONWrite,
     paper_chat,
 )
+from memory_policies.variants import VARIANTS, Variant
 
 TYPES_HEADER = "Types of Information to Remember:"
 # The composed write instruction is "<write>\n\n<TYPES_HEADER>\n<types_to_remember>"; the
@@ -120,6 +121,7 @@ class InContextPolicy(MemoryPolicy):
     kind: ClassVar[str] = "in_context"
     state_type: ClassVar[type[MemoryState]] = InContextState
     choose_signature: ClassVar[type[dspy.Signature]] = MemoryChoose
+    variants: ClassVar[tuple[Variant, ...]] = VARIANTS
     paper_choose_signature: ClassVar[type[dspy.Signature]] = InContextChatChoose
 
     def _build_modules(self) -> None:

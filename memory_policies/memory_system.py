@@ -42,7 +42,7 @@ from memory_policies.common import DEFAULT_MEMORY_USE, MemoryChoose, MemoryReply
 from memory_policies.errors import PolicyError
 from memory_policies.paper import PAPER_STORE_USE, StoreChatChoose, StoreChatReply
 from memory_policies.parameters import PARAMETER_RULES, validate_parameters
-from memory_policies.variants import pop_variant
+from memory_policies.variants import VARIANTS, Variant, pop_variant
 
 Snapshot = dict[str, Any]
 OptionValue = bool | int | str
@@ -222,6 +222,7 @@ class MemorySystemPolicy(MemoryPolicy):
     option_defaults: ClassVar[dict[str, OptionValue]] = {}
     state_type: ClassVar[type[MemoryState]] = MemorySystemState
     choose_signature: ClassVar[type[dspy.Signature]] = MemoryChoose
+    variants: ClassVar[tuple[Variant, ...]] = VARIANTS
     paper_choose_signature: ClassVar[type[dspy.Signature]] = StoreChatChoose
 
     def __init__(self, **settings: Any) -> None:

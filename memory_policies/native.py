@@ -16,6 +16,7 @@ from memory_policies.common import (
     PassThrough,
 )
 from memory_policies.paper import NativeChatChoose, NativeChatReply
+from memory_policies.variants import VARIANTS, Variant
 
 DEFAULT_USE = (
     "You are a helpful personal assistant in a long-running conversation with one user. "
@@ -55,6 +56,7 @@ class NativePolicy(MemoryPolicy):
     default_parameters: ClassVar[dict[str, int]] = {}
     state_type: ClassVar[type[MemoryState]] = NativeState
     choose_signature: ClassVar[type[dspy.Signature]] = NativeChoose
+    variants: ClassVar[tuple[Variant, ...]] = VARIANTS
     paper_choose_signature: ClassVar[type[dspy.Signature]] = NativeChatChoose
 
     def _build_modules(self) -> None:

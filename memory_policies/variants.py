@@ -24,7 +24,7 @@ from typing import Any, Literal, get_args
 from memory_policies.errors import PolicyError
 
 Variant = Literal["paper", "evolve"]
-VARIANTS: tuple[str, ...] = get_args(Variant)
+VARIANTS: tuple[Variant, ...] = get_args(Variant)
 DEFAULT_VARIANT: Variant = "evolve"
 
 
@@ -93,6 +93,17 @@ def check_variant(kind: str, value: object) -> Variant:
             f"(e.g. '{kind}:variant=paper')"
         )
     return value  # type: ignore[return-value]
+
+
+def check_supported(kind: str, variant: Variant, supported: tuple[Variant, ...]) -> Variant:
+    """`variant` when a policy of `kind` supports it, else a PolicyError naming the ones it
+    does (raised when the policy is built, before any LLM call)."""
+    if variant not in supported:
+        raise PolicyError(
+            f"policy kind '{kind}' has no {variant} variant (it supports: "
+            f"{', '.join(supported)}); name one, e.g. '{kind}:variant={supported[0]}'"
+        )
+    return variant
 
 
 def variant_rules(variant: str) -> VariantRules:

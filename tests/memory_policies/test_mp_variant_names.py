@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import warnings
 
+import dspy
 import pytest
 
 from memory_policies import (
@@ -85,3 +86,28 @@ def test_the_policy_identity_keeps_the_old_key_so_run_hashes_do_not_change(silen
     assert config_hash(identity) == (
         "e8d9cfa5cf1bb124fa2a1befefb71eb9a4f42aa2a7e9d714e63df91a073fc827"
     )
+
+
+def test_a_kind_follows_only_the_variants_it_declares() -> None:
+    """A kind that declares no paper flow (no paper answer signature) is refused
+    variant=paper when built, naming what it supports, rather than failing at its first
+    question."""
+    from memory_policies import MemoryPolicy
+    from memory_policies.common import MemoryChoose, MemoryReply, PassThrough
+
+    class EvolveOnly(MemoryPolicy):
+        kind = "evolve_only"
+        choose_signature = MemoryChoose
+
+        def _build_modules(self) -> None:
+            self.write, self.read = PassThrough(), PassThrough()
+            self.use = dspy.Predict(MemoryReply)
+
+    assert EvolveOnly().variant == "evolve"
+    with pytest.raises(
+        PolicyError,
+        match=r"'evolve_only' has no paper variant \(it supports: evolve\); name one, e\.g\. "
+        r"'evolve_only:variant=evolve'",
+    ):
+        EvolveOnly(variant="paper")
+    assert InContextPolicy.variants == VARIANTS  # a built-in kind with both flows
