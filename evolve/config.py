@@ -221,6 +221,7 @@ def _check_optimizer(optimizer: OptimizerSpec, base_policy: Any, label: str) -> 
             f"'{base_policy.kind}' policy; valid: {list(components)}"
         )
     parameters = base_policy.parameters()
+    rules = base_policy.parameter_table()
     for name, bounds in optimizer.parameters.items():
         if name not in parameters:
             raise ConfigError(
@@ -228,7 +229,7 @@ def _check_optimizer(optimizer: OptimizerSpec, base_policy: Any, label: str) -> 
                 f"'{base_policy.kind}' policy; valid: {list(parameters) or 'none'}"
             )
         for end, value in (("low", bounds.low), ("high", bounds.high)):
-            if problem := parameter_problem(name, value):
+            if problem := parameter_problem(name, value, rules[name]):
                 raise ConfigError(f"{label}: optimizer.parameters.{name}.{end} {problem}")
         if bounds.low == bounds.high:
             raise ConfigError(

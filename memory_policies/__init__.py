@@ -31,6 +31,7 @@ from memory_policies.in_context_quotes import InContextQuotesPolicy
 from memory_policies.mem0_system import Mem0Policy
 from memory_policies.memory_system import MemorySystem, MemorySystemPolicy, MemorySystemState
 from memory_policies.native import NativePolicy, NativeState
+from memory_policies.parameters import ParameterRule
 from memory_policies.raw_rag import RawRagPolicy, RawRagState
 from memory_policies.registry import (
     POLICY_KINDS,
@@ -68,6 +69,7 @@ __all__ = [
     "NativePolicy",
     "NativeState",
     "OpenAIEmbedder",
+    "ParameterRule",
     "PolicyAnswer",
     "PolicyError",
     "RawRagPolicy",

@@ -154,7 +154,7 @@ class MemoryPolicy(EvolvableModule):
         defaults = {**self.default_parameters}
         if self.rules.reference_defaults:
             defaults.update(self.paper_parameters)
-        values = validate_parameters(self.kind, self.parameter_names, {**defaults, **parameters})
+        values = validate_parameters(self.kind, self.parameter_table(), {**defaults, **parameters})
         for name, value in values.items():
             setattr(self, name, value)
         self._build_modules()
