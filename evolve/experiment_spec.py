@@ -23,7 +23,7 @@ from evolve.files import read_toml_file
 from evolve.llm.config import LLMConfig
 from evolve.mlflow_limits import description_problem, experiment_name_problem
 from evolve.objective import Objective
-from evolve.protocol import DEFAULT_PROTOCOL, Protocol
+from evolve.protocol import DEFAULT_PROTOCOL, DEFAULT_RULES, Protocol, RulesField, with_rules
 from evolve.registered_names import registered_model_name_problem
 from evolve.simulator.runner import ProbeScope, probe_scope_problem
 from evolve.spec_base import IntRange, format_validation_error, refuse_renamed_keys
@@ -381,7 +381,18 @@ class RunSpec(_Strict):
     tracking: TrackingSpec = TrackingSpec()
     llm: LLMConfig = LLMConfig()
 
+    # What `protocol` decides, resolved from the name when the spec is read; not a key of
+    # the spec file.
+    rules: RulesField = Field(default=DEFAULT_RULES, exclude=True, repr=False)
+
     _source: Path | None = PrivateAttr(default=None)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _rules_of_protocol(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "rules" in data:
+            raise ValueError("unknown key 'rules' at the top level; the protocol is 'protocol'")
+        return with_rules(data)
 
     @model_validator(mode="after")
     def _default_concurrency(self) -> RunSpec:
@@ -394,7 +405,7 @@ class RunSpec(_Strict):
 
     @model_validator(mode="after")
     def _probes_for_protocol(self) -> RunSpec:
-        problem = probe_scope_problem(self.protocol, self.episode.probes)
+        problem = probe_scope_problem(self.rules, self.episode.probes)
         if problem:
             raise ValueError(f"episode.probes: {problem}")
         return self

@@ -211,3 +211,67 @@ def test_each_kind_of_name_switch_is_caught(source):
 )
 def test_field_reads_and_unrelated_names_pass(source):
     assert problems_in(source) == []
+
+
+# ----- a protocol is resolved once: looked up only by the command layer -----------------------
+
+# Where a protocol name may be looked up (`rules_for`) or written as a literal: the rules
+# modules, and the command layer that reads a name from the command line or a stored run.
+LOOKUP_ALLOWED = {
+    ROOT / "evolve" / "protocol.py",
+    ROOT / "evolve" / "api.py",
+    ROOT / "evolve" / "cli.py",
+    ROOT / "memory_policies" / "variants.py",
+    *(ROOT / "evolve" / "commands").rglob("*.py"),
+}
+
+
+def lookups_in(source: str) -> list[str]:
+    """`rules_for(...)` calls and whole "paper" / "evolve" string literals (a protocol or
+    variant named in code) in `source`."""
+    problems = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+            if name == "rules_for":
+                problems.append(f"line {node.lineno}: looks rules up: {ast.unparse(node)[:80]}")
+        elif isinstance(node, ast.Constant) and node.value in NAMES:
+            problems.append(f"line {node.lineno}: names a protocol: {node.value!r}")
+    return problems
+
+
+def test_below_the_command_layer_no_code_looks_a_protocol_up_or_names_one():
+    files = [
+        *sorted((ROOT / "evolve").rglob("*.py")),
+        *sorted((ROOT / "memory_policies").rglob("*.py")),
+    ]
+    found = {
+        str(path.relative_to(ROOT)): problems
+        for path in files
+        if path not in LOOKUP_ALLOWED and (problems := lookups_in(path.read_text(encoding="utf-8")))
+    }
+    assert found == {}, "read the rules object you are handed (e.g. config.rules):\n" + "\n".join(
+        f"{path}: {problem}" for path, problems in found.items() for problem in problems
+    )
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "rules = rules_for(spec.protocol)",
+        "import evolve.protocol\nrules = evolve.protocol.rules_for(name)",
+        'def run(protocol: str = "evolve"): ...',
+        'compute(protocol="paper")',
+    ],
+)
+def test_each_kind_of_lookup_is_caught(source):
+    assert lookups_in(source)
+
+
+@pytest.mark.parametrize(
+    "source",
+    ["rules = config.rules.probe_style", 'prog = "evolve-tool"', 'text = f"protocol {name}"'],
+)
+def test_reading_the_rules_object_passes(source):
+    assert lookups_in(source) == []

@@ -69,7 +69,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_command(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec)
     resolved = resolve(spec)  # everything checkable is checked before the first LLM call
-    llm_config = protocol_llm_config(llm_config_from_args(args, base=spec.llm), spec.protocol)
+    llm_config = protocol_llm_config(llm_config_from_args(args, base=spec.llm), spec.rules)
     tracker = tracker_for(spec, tracking_uri=args.tracking_uri, enabled=not args.no_tracking)
     # One process per run directory: a second one would spend the budget again.
     with run_lock(args.runs_dir / spec.name, "run"):
@@ -116,7 +116,7 @@ def _run_locked(
         finally:
             progress.close()
         usage = lms.usage.snapshot()
-    print(format_table(result))
+    print(format_table(result, spec.rules))
     print()
     print(format_lineage(result))
     print()

@@ -27,7 +27,7 @@ from pydantic import (
 from evolve.errors import ConfigError, MissingAPIKeyError
 from evolve.llm.dialects import BUILTIN_DIALECTS, DIALECTS, dialect_named
 from evolve.llm.model_source import MODEL_SOURCE_ENV, MODEL_SOURCES, ModelSource
-from evolve.protocol import rules_for
+from evolve.protocol import ProtocolRules
 from evolve.spec_base import refuse_renamed_keys
 
 Role = Literal["simulator", "agent", "reflector"]
@@ -288,7 +288,7 @@ class LLMConfig(BaseModel):
 PROTOCOL_LIMITED_ROLES: tuple[Role, ...] = ("simulator", "agent")
 
 
-def protocol_llm_config(config: LLMConfig, protocol: str) -> LLMConfig:
+def protocol_llm_config(config: LLMConfig, rules: ProtocolRules) -> LLMConfig:
     """`config` with the protocol's completion limit (`ProtocolRules.default_max_tokens`:
     the reference's 8192 under paper) for the simulator and agent roles where the user set
     none (neither `max_tokens` in the role's table nor --max-tokens).
@@ -297,8 +297,8 @@ def protocol_llm_config(config: LLMConfig, protocol: str) -> LLMConfig:
     can never exceed anyway; the embedded server then uses that limit for every role it
     serves (under paper the reflector is the agent's model, so no other role is affected).
     """
-    config = _with_user_temperature(config, rules_for(protocol).default_user_temperature)
-    limit = rules_for(protocol).default_max_tokens
+    config = _with_user_temperature(config, rules.default_user_temperature)
+    limit = rules.default_max_tokens
     if limit is None:
         return config
     updates: dict[str, object] = {}

@@ -35,6 +35,7 @@ from typing import Any
 from evolve.budget import SpendJournal, spend_json
 from evolve.files import atomic_write_json, atomic_write_text
 from evolve.llm.usage import Usage
+from evolve.protocol import DEFAULT_PROTOCOL
 from evolve.records import CandidateRecord, ExperimentResult, GenerationRecord
 from evolve.simulator.run_dir import open_header, read_json
 
@@ -198,7 +199,7 @@ class ExperimentDir:
             wall_time_s=spend.wall_time_s,
             reflection_parse_failures=sum(r.reflection_parse_failures for r in candidates),
             max_tokens=stored.get("max_tokens", {}),
-            protocol=stored.get("protocol", "evolve"),
+            protocol=stored.get("protocol", DEFAULT_PROTOCOL),
         )
 
 

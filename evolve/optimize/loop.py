@@ -57,9 +57,8 @@ from evolve.optimize.operators import check_operator_names
 from evolve.optimize.parameters import ParameterProposer
 from evolve.optimize.population import PopulationSchedule, default_proposer
 from evolve.optimize.progress import LoopProgress
-from evolve.optimize.reflect import Reflector
+from evolve.optimize.reflect import REFLECTOR_PROMPTS, Reflector
 from evolve.optimize.report import format_lineage, format_table
-from evolve.protocol import rules_for
 from evolve.records import CandidateRecord, ExperimentResult, best_of
 from evolve.simulator.environment import Environment
 from evolve.tracking import ExperimentTracker, NullTracker, TrackingContext
@@ -114,7 +113,7 @@ def reflector_setup(spec: ExperimentSpec) -> tuple[str, float]:
     """(LM role, temperature) of the reflector: under the paper's protocol the agent's own
     model at temperature 0, unless the spec names a reflector model or temperature."""
     temperature = spec.optimizer.reflector_temperature
-    if not rules_for(spec.protocol).reflector_is_agent_model:
+    if not spec.rules.reflector_is_agent_model:
         return "reflector", temperature
     if "reflector_temperature" not in spec.optimizer.model_fields_set:
         temperature = 0.0
@@ -124,20 +123,20 @@ def reflector_setup(spec: ExperimentSpec) -> tuple[str, float]:
 def build_reflector(spec: ExperimentSpec, lms: RoleLMs) -> Reflector:
     """The run's one reflector (every schedule and operator that reflects uses it)."""
     role, temperature = reflector_setup(spec)
-    rules = rules_for(spec.protocol)
-    # The reference caps no reflector text: under its prompt, only a length the spec sets
-    # explicitly applies.
+    rules = spec.rules
+    prompt = REFLECTOR_PROMPTS[rules.reflector_prompt]
+    # A prompt that caps no text (the reference's) is held only to a length the spec sets.
     length_set = "max_instruction_chars" in spec.optimizer.model_fields_set
     return Reflector(
         lms,
         temperature=temperature,
         max_chars=spec.optimizer.max_instruction_chars
-        if rules.reflector_prompt == "hinted" or length_set
+        if prompt.caps_length or length_set
         else None,
         role=role,
         # Proposal checks and structured edits are ours; the paper's reflector is unchecked.
         check_proposals=rules.structured_edits,
-        prompt=rules.reflector_prompt,
+        prompt=prompt,
     )
 
 
@@ -171,7 +170,7 @@ class _ExperimentRun:
         model_names = self.lms.model_names()
         identity = self.resolved.identity(model_names)
         # Recorded (added only here: older runs keep their hashes).
-        if rules_for(self.spec.protocol).reflector_is_agent_model:
+        if self.spec.rules.reflector_is_agent_model:
             identity["reflector"] = {
                 "role": self.reflector.role,
                 "model": model_names.get(self.reflector.role),
@@ -223,7 +222,8 @@ class _ExperimentRun:
         result = self._result(digest, stopped, records, budget)
         self.store.save_result(result)
         self.tracker.finish(
-            result, report=format_table(result) + "\n\n" + format_lineage(result) + "\n"
+            result,
+            report=format_table(result, self.spec.rules) + "\n\n" + format_lineage(result) + "\n",
         )
         return result
 
@@ -240,7 +240,7 @@ class _ExperimentRun:
             self.upper_bound_cache or cache_dir() / "upper_bound",
             concurrency=self.spec.concurrency,
             refresh=self.refresh_upper_bound,
-            protocol=self.spec.protocol,
+            rules=self.spec.rules,
         )
         self.store.save_spend(budget.spent())
         return upper_bound

@@ -7,7 +7,9 @@ run all show the same text.
 
 from __future__ import annotations
 
-from evolve.protocol import rules_for
+from collections.abc import Callable
+
+from evolve.protocol import ProtocolRules
 from evolve.records import CandidateRecord, ExperimentResult
 from evolve.simulator.metric_registry import metrics_in
 from evolve.simulator.metrics import MetricSummary
@@ -54,7 +56,9 @@ def generation_rows(result: ExperimentResult) -> list[dict[str, object]]:
     return rows
 
 
-def format_table(result: ExperimentResult) -> str:
+def format_table(result: ExperimentResult, rules: ProtocolRules) -> str:
+    """The per-generation table; `rules` (of the protocol that produced `result`) choose
+    the chain's headline."""
     objective = next(
         (r.train.objective for r in result.candidates if r.train is not None), "memory_score"
     )
@@ -88,7 +92,7 @@ def format_table(result: ExperimentResult) -> str:
             f"(reflector parse failures: {result.reflection_parse_failures})"
         )
     if result.chain_summary is not None:
-        lines.append(chain_headline(result.chain_summary, result.protocol))
+        lines.append(chain_headline(result.chain_summary, rules))
     status = "complete" if result.complete else f"stopped: {result.stopped or 'interrupted'}"
     lines.append(
         f"spent: {result.llm_calls} LLM calls, {result.tokens} tokens, "
@@ -97,24 +101,37 @@ def format_table(result: ExperimentResult) -> str:
     return "\n".join(lines)
 
 
-def chain_headline(summary: MetricSummary, protocol: str) -> str:
-    """The per-period chain's headline: under paper the paper's number, the reference's
-    formula (`memory_score_original`: plain mean over every user-period, an unparseable
-    answer given its random score), with ours next to it; under evolve our memory score."""
-    headline = rules_for(protocol).headline_memory_score
-    if headline == "memory_score_original":
-        return (
-            f"evolving train run (the paper's number, the reference's formula): memory score "
-            f"{_score(summary.memory_score_original)}, accuracy with random fallback "
-            f"{_score(summary.accuracy_with_random_fallback)}; ours (parse failures wrong, "
-            f"degenerate periods left out): memory score {_score(summary.memory_score)}, "
-            f"accuracy {_score(summary.accuracy)}, parse failures "
-            f"{summary.parse_failures_total}"
-        )
+def _paper_headline(summary: MetricSummary) -> str:
     return (
-        f"evolving train run: memory score {_score(getattr(summary, headline))}, accuracy "
+        f"evolving train run (the paper's number, the reference's formula): memory score "
+        f"{_score(summary.memory_score_original)}, accuracy with random fallback "
+        f"{_score(summary.accuracy_with_random_fallback)}; ours (parse failures wrong, "
+        f"degenerate periods left out): memory score {_score(summary.memory_score)}, "
+        f"accuracy {_score(summary.accuracy)}, parse failures "
+        f"{summary.parse_failures_total}"
+    )
+
+
+def _our_headline(summary: MetricSummary) -> str:
+    return (
+        f"evolving train run: memory score {_score(summary.memory_score)}, accuracy "
         f"{_score(summary.accuracy)}, parse failures {summary.parse_failures_total}"
     )
+
+
+# The headline of each `ProtocolRules.headline_memory_score`: under paper the paper's number,
+# the reference's formula (`memory_score_original`: plain mean over every user-period, an
+# unparseable answer given its random score), with ours next to it; under evolve our memory
+# score.
+HEADLINES: dict[str, Callable[[MetricSummary], str]] = {
+    "memory_score_original": _paper_headline,
+    "memory_score": _our_headline,
+}
+
+
+def chain_headline(summary: MetricSummary, rules: ProtocolRules) -> str:
+    """The per-period chain's headline under a protocol's rules."""
+    return HEADLINES[rules.headline_memory_score](summary)
 
 
 def accuracy_references(result: ExperimentResult) -> dict[str, float]:

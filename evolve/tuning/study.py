@@ -285,5 +285,5 @@ class _Worker:
             self.upper_bound_cache or cache_dir() / "upper_bound",
             concurrency=self.job.concurrency,
             refresh=self.refresh_upper_bound,
-            protocol=self.job.episode.protocol,
+            rules=self.job.episode.rules,
         )
