@@ -87,12 +87,17 @@ class ResolvedExperiment:
         return config_hash(self.identity(model_names))
 
 
+def spec_label(spec: ExperimentSpec) -> str:
+    """How errors name the spec: its file, when it has one."""
+    return str(spec.source) if spec.source is not None else "experiment spec"
+
+
 def resolve(spec: ExperimentSpec) -> ResolvedExperiment:
     """Load/synthesize the environment, split users, build the base policy, check the optimizer.
 
     Raises `ConfigError` / `EnvironmentDataError` / `PolicyError` naming the spec file.
     """
-    label = str(spec.source) if spec.source is not None else "experiment spec"
+    label = spec_label(spec)
     environment, description, (rounds_initial, rounds_update) = _environment(spec, label)
     train_items, heldout_items = _split_users(label, environment, spec.environment)
     if not heldout_items and spec.optimizer.schedule != "per_period":
@@ -105,14 +110,6 @@ def resolve(spec: ExperimentSpec) -> ResolvedExperiment:
             f'{label}: optimizer.feedback = "complete" was renamed: write feedback = '
             '"diagnostic" for the failure feedback with ground truth, or set protocol = '
             '"paper" for the paper\'s complete feedback (no ground truth)'
-        )
-    operators = spec.optimizer.operators or []
-    if "list_edit" in operators and not spec.rules.structured_edits:
-        raise ConfigError(
-            f"{label}: optimizer.operators: list_edit (structured list edits for small models) "
-            f"is not part of protocol {spec.protocol!r}: the reference's reflector rewrites the "
-            'text itself; remove list_edit (e.g. operators = ["reflective"]) or set protocol = '
-            '"evolve"'
         )
     episode = EpisodeConfig(
         rounds_initial=spec.episode.rounds_initial or rounds_initial,

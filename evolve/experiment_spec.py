@@ -286,11 +286,6 @@ class OptimizerSpec(_Strict):
             raise ValueError(
                 f"'operators' must name each operator once and at least one, got {self.operators}"
             )
-        if self.operators is not None and "tuned" in self.operators and self.tune_every is None:
-            raise ValueError(
-                "'operators' lists tuned, which runs every tune_every generations: set "
-                "tune_every (e.g. 2) or remove tuned"
-            )
         if len(set(self.mutate_components)) != len(self.mutate_components):
             raise ValueError(
                 f"'mutate_components' lists a component twice: {self.mutate_components}"

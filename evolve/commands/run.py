@@ -17,7 +17,7 @@ from tqdm import tqdm
 from evolve.commands import interrupt
 from evolve.commands.progress import EvaluationBar, make_bar
 from evolve.commands.protocol_start import print_protocol_start
-from evolve.config import ExperimentSpec, ResolvedExperiment, load_spec, resolve
+from evolve.config import ExperimentSpec, ResolvedExperiment, load_spec, resolve, spec_label
 from evolve.llm import (
     LLMConfig,
     add_llm_arguments,
@@ -28,6 +28,7 @@ from evolve.llm import (
 from evolve.locking import run_lock
 from evolve.optimize import LoopProgress, evolve_policy, format_lineage, format_table
 from evolve.optimize.loop import reflector_setup
+from evolve.optimize.operators import check_operators
 from evolve.optimize.report import format_outcome
 from evolve.records import CandidateRecord
 from evolve.simulator.runner import ProgressSink
@@ -69,6 +70,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_command(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec)
     resolved = resolve(spec)  # everything checkable is checked before the first LLM call
+    # Resolving imported the plugin modules, so every named operator can check the spec.
+    check_operators(resolved.spec.optimizer, resolved.rules, label=spec_label(spec))
     llm_config = protocol_llm_config(llm_config_from_args(args, base=spec.llm), spec.rules)
     tracker = tracker_for(spec, tracking_uri=args.tracking_uri, enabled=not args.no_tracking)
     # One process per run directory: a second one would spend the budget again.

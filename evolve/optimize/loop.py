@@ -48,12 +48,12 @@ from pathlib import Path
 from typing import Any
 
 from evolve.budget import Budget, BudgetExhausted
-from evolve.config import ExperimentSpec, ResolvedExperiment, resolve
+from evolve.config import ExperimentSpec, ResolvedExperiment, resolve, spec_label
 from evolve.llm import RoleLMs
 from evolve.optimize.chain import ChainSchedule
 from evolve.optimize.context import EvolutionContext, Schedule
 from evolve.optimize.experiment_dir import ExperimentDir
-from evolve.optimize.operators import check_operator_names
+from evolve.optimize.operators import check_operators
 from evolve.optimize.parameters import ParameterProposer
 from evolve.optimize.population import PopulationSchedule, default_proposer
 from evolve.optimize.progress import LoopProgress
@@ -94,7 +94,7 @@ def evolve_policy(
     """
     resolved = experiment if isinstance(experiment, ResolvedExperiment) else resolve(experiment)
     # Resolving imported the plugin modules (with the policy), so the registry is complete.
-    check_operator_names(resolved.spec.optimizer.operators)
+    check_operators(resolved.spec.optimizer, resolved.rules, label=spec_label(resolved.spec))
     run = _ExperimentRun(
         resolved,
         lms,
