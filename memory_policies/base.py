@@ -120,6 +120,11 @@ class Dialogue:
     def __deepcopy__(self, memo: dict[int, Any]) -> Dialogue:
         return self  # stateless: every copy of a policy shares its variant's dialogue
 
+    def pick(self, fields: Any, chat_turns: Any) -> Any:
+        """Of a kind's two versions of a part (e.g. its `use` signature), the one this
+        dialogue asks: `fields` under DSPy fields, `chat_turns` under raw chat turns."""
+        raise NotImplementedError
+
     def reply(
         self, policy: MemoryPolicy, state: MemoryState, user_msg: str
     ) -> dspy.Prediction | None:
@@ -138,6 +143,9 @@ class Dialogue:
 class FieldsDialogue(Dialogue):
     """variant=evolve: DSPy input fields (the recent messages as a rendered transcript), the
     reply capped; a multiple-choice question through the kind's `choose_signature`."""
+
+    def pick(self, fields, chat_turns):
+        return fields
 
     def reply(self, policy, state, user_msg):
         extra, _ = policy._use_inputs(state, user_msg)
@@ -182,6 +190,9 @@ class ChatTurnsDialogue(Dialogue):
     """variant=paper, the reference code's: raw chat turns (see `memory_policies.paper`); with
     options, one user message holding the question, the numbered options and the JSON
     request, which is also the retrieval query."""
+
+    def pick(self, fields, chat_turns):
+        return chat_turns
 
     def reply(self, policy, state, user_msg):
         extra, _ = policy._use_inputs(state, user_msg)

@@ -128,10 +128,12 @@ class InContextPolicy(MemoryPolicy):
         write_signature = InContextJSONWrite if self.rules.reference_writes else InContextWrite
         self.write = dspy.Predict(write_signature.with_instructions(self._initial_write()))
         self.read = InContextRead()
-        if self.rules.chat_turns:
-            self.use = dspy.Predict(InContextChatReply.with_instructions(PAPER_IN_CONTEXT_USE))
-        else:
-            self.use = dspy.Predict(MemoryReply.with_instructions(DEFAULT_MEMORY_USE))
+        self.use = dspy.Predict(
+            self.dialogue.pick(
+                MemoryReply.with_instructions(DEFAULT_MEMORY_USE),
+                InContextChatReply.with_instructions(PAPER_IN_CONTEXT_USE),
+            )
+        )
 
     def _initial_write(self) -> str:
         if self.rules.reference_writes:

@@ -290,10 +290,12 @@ class MemorySystemPolicy(MemoryPolicy):
     def _build_modules(self) -> None:
         self.write = SystemAdd()
         self.read = SystemSearch()
-        if self.rules.chat_turns:
-            self.use = dspy.Predict(StoreChatReply.with_instructions(PAPER_STORE_USE))
-        else:
-            self.use = dspy.Predict(MemoryReply.with_instructions(DEFAULT_MEMORY_USE))
+        self.use = dspy.Predict(
+            self.dialogue.pick(
+                MemoryReply.with_instructions(DEFAULT_MEMORY_USE),
+                StoreChatReply.with_instructions(PAPER_STORE_USE),
+            )
+        )
 
     def _instruction_predictors(self) -> dict[str, dspy.Predict]:
         return {}  # nothing to evolve: the system is the baseline as its authors ship it

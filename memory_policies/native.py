@@ -62,14 +62,13 @@ class NativePolicy(MemoryPolicy):
     def _build_modules(self) -> None:
         self.write = PassThrough()
         self.read = PassThrough()
-        if self.rules.chat_turns:
-            # The reference sends the history alone, with no system message: nothing to evolve.
-            self.use = dspy.Predict(NativeChatReply)
-        else:
-            self.use = dspy.Predict(NativeReply.with_instructions(DEFAULT_USE))
+        # The reference sends the history alone, with no system message: nothing to evolve.
+        self.use = dspy.Predict(
+            self.dialogue.pick(NativeReply.with_instructions(DEFAULT_USE), NativeChatReply)
+        )
 
     def _instruction_predictors(self) -> dict[str, dspy.Predict]:
-        return {} if self.rules.chat_turns else {"use": self.use}
+        return self.dialogue.pick({"use": self.use}, {})
 
     def _buffer_limit(self) -> int | None:
         return None
