@@ -173,7 +173,8 @@ def valid_keys(root: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
         model = _model_in(field.annotation)
         if model is None:
             return []
-    return list(model.model_fields)
+    # A field left out of dumps (a spec's resolved `rules`) is no key a user writes.
+    return [name for name, field in model.model_fields.items() if not field.exclude]
 
 
 def _model_in(annotation: Any) -> type[BaseModel] | None:
