@@ -30,6 +30,7 @@ from pathlib import Path
 import evolve  # noqa: F401  (sets cache locations)
 from evolve.llm.config import EmbeddedModelConfig, LLMConfig
 from evolve.llm.roles import open_role_lms
+from evolve.protocol import rules_for
 from evolve.simulator.baselines import compute_upper_bound, random_score
 from evolve.simulator.environment import Environment
 from evolve.simulator.no_memory import compute_no_memory
@@ -58,7 +59,7 @@ def measure(model_size: str, envs: list[Environment], slots: int, protocol: str)
         started = time.perf_counter()
         for env in envs:
             table = compute_upper_bound(
-                env, lms, Path(cache), concurrency=slots, refresh=True, protocol=protocol
+                env, lms, Path(cache), concurrency=slots, refresh=True, rules=rules_for(protocol)
             )
             entries = list(table.entries.values())
             correct += sum(entry.correct for entry in entries)

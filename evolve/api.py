@@ -26,7 +26,6 @@ from evolve.config import load_spec as _load_experiment_spec
 from evolve.llm import LLMConfig
 from evolve.optimize.loop import LoopProgress
 from evolve.paths import cache_dir, use_toolkit_caches
-from evolve.protocol import rules_for
 from evolve.records import ExperimentResult
 from evolve.simulator.environment import Environment
 from evolve.simulator.runner import EpisodeConfig, EvaluationReport
@@ -34,7 +33,6 @@ from evolve.tuning.records import TuningResult
 from evolve.tuning.spec import StudySpec
 from evolve.tuning.study import TuneProgress
 from memory_policies import MemoryPolicy
-from memory_policies.deprecation import warn_renamed
 
 __all__ = ["evaluate_policies", "load_spec", "load_study_spec", "run_experiment", "run_tuning"]
 
@@ -86,7 +84,7 @@ def run_experiment(
     runs = Path(runs_dir)
     with (
         run_lock(runs / resolved.spec.name, "run"),
-        open_role_lms(protocol_llm_config(llm or resolved.spec.llm, resolved.spec.protocol)) as lms,
+        open_role_lms(protocol_llm_config(llm or resolved.spec.llm, resolved.rules)) as lms,
     ):
         return evolve_policy(resolved, lms, runs_dir=runs, tracker=tracker, progress=progress)
 
@@ -122,7 +120,7 @@ def evaluate_policies(
     env = environment if isinstance(environment, Environment) else load_environment(environment)
     config = episode or EpisodeConfig()
     # Under the paper protocol a spec naming no variant gets the paper variant.
-    variant = rules_for(config.protocol).policy_variant
+    variant = config.rules.policy_variant
     if isinstance(policies, Mapping):
         named = {
             name: policy
@@ -138,7 +136,7 @@ def evaluate_policies(
     reports: dict[str, EvaluationReport] = {}
     with (
         run_lock(out, "eval"),
-        open_role_lms(protocol_llm_config(llm or LLMConfig(), config.protocol)) as lms,
+        open_role_lms(protocol_llm_config(llm or LLMConfig(), config.rules)) as lms,
     ):
         table = None
         if upper_bound:
@@ -147,7 +145,7 @@ def evaluate_policies(
                 lms,
                 Path(upper_bound_cache or cache_dir() / "upper_bound"),
                 concurrency=config.concurrency,
-                protocol=config.protocol,
+                rules=config.rules,
             )
         for name, policy in named.items():
             reports[name] = run_evaluation(env, policy, lms, out / name, config, upper_bound=table)
@@ -185,14 +183,6 @@ def run_tuning(
     runs = Path(runs_dir)
     with (
         run_lock(runs / spec.name, "tune"),
-        open_role_lms(protocol_llm_config(llm or spec.llm, spec.protocol)) as lms,
+        open_role_lms(protocol_llm_config(llm or spec.llm, spec.rules)) as lms,
     ):
         return run_study(resolved, lms, runs_dir=runs, tracker=tracker, progress=progress)
-
-
-def __getattr__(name: str) -> object:
-    # The tuning study's spec file is a `StudySpec`; its reader was `load_tune_spec`.
-    if name == "load_tune_spec":
-        warn_renamed(f"{__name__}.load_tune_spec", f"{__name__}.load_study_spec")
-        return load_study_spec
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -18,18 +18,10 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from evolve.llm.usage import Usage
-from memory_policies.deprecation import warn_renamed
 
 if TYPE_CHECKING:
     from evolve.llm import RoleLMs
     from evolve.llm.usage import UsageEvent, UsageTracker
-
-
-def __getattr__(name: str) -> Any:
-    if name == "Spend":
-        warn_renamed("evolve.budget.Spend", "evolve.llm.usage.Usage")
-        return Usage
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class BudgetExhausted(Exception):

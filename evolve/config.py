@@ -27,7 +27,7 @@ from evolve.experiment_spec import (
     read_toml,
     spec_from_dict,
 )
-from evolve.protocol import rules_for
+from evolve.protocol import ProtocolRules
 from evolve.simulator.environment import Environment
 from evolve.simulator.run_dir import config_hash
 from evolve.simulator.runner import EpisodeConfig
@@ -67,6 +67,11 @@ class ResolvedExperiment:
     base_policy: Any  # memory_policies.MemoryPolicy
     environment_description: str
 
+    @property
+    def rules(self) -> ProtocolRules:
+        """What the experiment's protocol decides (resolved once, with the spec)."""
+        return self.spec.rules
+
     def identity(self, model_names: dict[str, str]) -> dict[str, Any]:
         return {
             "spec": self.spec.identity(),
@@ -82,12 +87,17 @@ class ResolvedExperiment:
         return config_hash(self.identity(model_names))
 
 
+def spec_label(spec: ExperimentSpec) -> str:
+    """How errors name the spec: its file, when it has one."""
+    return str(spec.source) if spec.source is not None else "experiment spec"
+
+
 def resolve(spec: ExperimentSpec) -> ResolvedExperiment:
     """Load/synthesize the environment, split users, build the base policy, check the optimizer.
 
     Raises `ConfigError` / `EnvironmentDataError` / `PolicyError` naming the spec file.
     """
-    label = str(spec.source) if spec.source is not None else "experiment spec"
+    label = spec_label(spec)
     environment, description, (rounds_initial, rounds_update) = _environment(spec, label)
     train_items, heldout_items = _split_users(label, environment, spec.environment)
     if not heldout_items and spec.optimizer.schedule != "per_period":
@@ -95,29 +105,18 @@ def resolve(spec: ExperimentSpec) -> ResolvedExperiment:
             f"{label}: environment.heldout_users = 0: the population schedule checks each new "
             'best on held-out users; give at least 1, or use schedule = "per_period"'
         )
-    if (
-        not rules_for(spec.protocol).complete_feedback_allowed
-        and spec.optimizer.feedback == "complete"
-    ):
+    if not spec.rules.complete_feedback_allowed and spec.optimizer.feedback == "complete":
         raise ConfigError(
             f'{label}: optimizer.feedback = "complete" was renamed: write feedback = '
             '"diagnostic" for the failure feedback with ground truth, or set protocol = '
             '"paper" for the paper\'s complete feedback (no ground truth)'
-        )
-    operators = spec.optimizer.operators or []
-    if "list_edit" in operators and not rules_for(spec.protocol).structured_edits:
-        raise ConfigError(
-            f"{label}: optimizer.operators: list_edit (structured list edits for small models) "
-            f"is not part of protocol {spec.protocol!r}: the reference's reflector rewrites the "
-            'text itself; remove list_edit (e.g. operators = ["reflective"]) or set protocol = '
-            '"evolve"'
         )
     episode = EpisodeConfig(
         rounds_initial=spec.episode.rounds_initial or rounds_initial,
         rounds_update=spec.episode.rounds_update or rounds_update,
         concurrency=spec.concurrency,
         seed=spec.seed if spec.episode.seed is None else spec.episode.seed,
-        protocol=spec.protocol,
+        rules=spec.rules,
         probes=spec.episode.probes,
     )
     base_policy = _base_policy(spec, label)
@@ -136,7 +135,7 @@ def resolve(spec: ExperimentSpec) -> ResolvedExperiment:
 def _environment(spec: ExperimentSpec, label: str) -> tuple[Environment, str, tuple[int, int]]:
     """The spec's environment, how to describe it, and its (initial, update) session rounds."""
     env_spec = spec.environment
-    rounds = rules_for(spec.protocol).data_file_rounds
+    rounds = spec.rules.data_file_rounds
     if env_spec.preset is not None:
         from evolve.simulator.synthesis.offline import get_preset, synthesize_environment
 
@@ -162,7 +161,7 @@ def _environment(spec: ExperimentSpec, label: str) -> tuple[Environment, str, tu
     from evolve.simulator.environment import load_environment
 
     path = env_spec.file if env_spec.file.is_absolute() else spec.base_dir / env_spec.file
-    if rules_for(spec.protocol).data_file_is_published and not path.exists():
+    if spec.rules.data_file_is_published and not path.exists():
         raise EnvironmentDataError(
             f"{label}: environment.file: {path} does not exist; download the published "
             "AMemGym data.json there (docs/environments.md, 'Published data') or name "
@@ -196,7 +195,7 @@ def _base_policy(spec: ExperimentSpec, label: str) -> Any:
                     "components": dict(spec.policy.components) or None,
                 },
                 # Under the paper protocol a policy naming no variant gets the paper variant.
-                default_variant=rules_for(spec.protocol).policy_variant,
+                default_variant=spec.rules.policy_variant,
             )
     except PolicyError as error:
         raise ConfigError(f"{label}: policy: {error}") from None
@@ -221,6 +220,7 @@ def _check_optimizer(optimizer: OptimizerSpec, base_policy: Any, label: str) -> 
             f"'{base_policy.kind}' policy; valid: {list(components)}"
         )
     parameters = base_policy.parameters()
+    rules = base_policy.parameter_table()
     for name, bounds in optimizer.parameters.items():
         if name not in parameters:
             raise ConfigError(
@@ -228,7 +228,7 @@ def _check_optimizer(optimizer: OptimizerSpec, base_policy: Any, label: str) -> 
                 f"'{base_policy.kind}' policy; valid: {list(parameters) or 'none'}"
             )
         for end, value in (("low", bounds.low), ("high", bounds.high)):
-            if problem := parameter_problem(name, value):
+            if problem := parameter_problem(name, value, rules[name]):
                 raise ConfigError(f"{label}: optimizer.parameters.{name}.{end} {problem}")
         if bounds.low == bounds.high:
             raise ConfigError(

@@ -23,13 +23,12 @@ from evolve.files import read_toml_file
 from evolve.llm.config import LLMConfig
 from evolve.mlflow_limits import description_problem, experiment_name_problem
 from evolve.objective import Objective
-from evolve.protocol import DEFAULT_PROTOCOL, Protocol
+from evolve.protocol import DEFAULT_PROTOCOL, DEFAULT_RULES, Protocol, RulesField, with_rules
 from evolve.registered_names import registered_model_name_problem
 from evolve.simulator.runner import ProbeScope, probe_scope_problem
-from evolve.spec_base import IntRange, format_validation_error
+from evolve.spec_base import IntRange, format_validation_error, refuse_renamed_keys
 from evolve.spec_base import StrictTable as _Strict
 from evolve.tracking_uri import DEFAULT_TRACKING_URI, resolve_tracking_uri
-from memory_policies.deprecation import rename_keys
 
 _NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -109,7 +108,7 @@ class PolicySpec(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _renamed_keys(cls, data: object) -> object:
-        return rename_keys(data, {"preset": "variant"}, where="policy")
+        return refuse_renamed_keys(data, {"preset": "variant"})
 
     @model_validator(mode="after")
     def _one_source(self) -> PolicySpec:
@@ -292,11 +291,6 @@ class OptimizerSpec(_Strict):
             raise ValueError(
                 f"'operators' must name each operator once and at least one, got {self.operators}"
             )
-        if self.operators is not None and "tuned" in self.operators and self.tune_every is None:
-            raise ValueError(
-                "'operators' lists tuned, which runs every tune_every generations: set "
-                "tune_every (e.g. 2) or remove tuned"
-            )
         if len(set(self.mutate_components)) != len(self.mutate_components):
             raise ValueError(
                 f"'mutate_components' lists a component twice: {self.mutate_components}"
@@ -387,7 +381,18 @@ class RunSpec(_Strict):
     tracking: TrackingSpec = TrackingSpec()
     llm: LLMConfig = LLMConfig()
 
+    # What `protocol` decides, resolved from the name when the spec is read; not a key of
+    # the spec file.
+    rules: RulesField = Field(default=DEFAULT_RULES, exclude=True, repr=False)
+
     _source: Path | None = PrivateAttr(default=None)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _rules_of_protocol(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "rules" in data:
+            raise ValueError("unknown key 'rules' at the top level; the protocol is 'protocol'")
+        return with_rules(data)
 
     @model_validator(mode="after")
     def _default_concurrency(self) -> RunSpec:
@@ -400,7 +405,7 @@ class RunSpec(_Strict):
 
     @model_validator(mode="after")
     def _probes_for_protocol(self) -> RunSpec:
-        problem = probe_scope_problem(self.protocol, self.episode.probes)
+        problem = probe_scope_problem(self.rules, self.episode.probes)
         if problem:
             raise ValueError(f"episode.probes: {problem}")
         return self

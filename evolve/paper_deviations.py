@@ -234,7 +234,7 @@ def parse_deviations(text: str, source: str = DEVIATIONS_FILE) -> list[Deviation
 
 @cache
 def _load_cached() -> tuple[Deviation, ...]:
-    text = resources.files("evolve").joinpath(DEVIATIONS_FILE).read_text(encoding="utf-8")
+    text = resources.files(__package__).joinpath(DEVIATIONS_FILE).read_text(encoding="utf-8")
     return tuple(parse_deviations(text))
 
 

@@ -1,4 +1,4 @@
-"""Which information flow an evaluation or evolution follows (a leaf module: no imports).
+"""Which information flow an evaluation or evolution follows (a leaf module: pydantic only).
 
 - ``"paper"`` reproduces the reference AMemGym code's information flow (what each role is
   shown, rounds, agent I/O, probes, feedback), so numbers sit next to the paper's. It does
@@ -9,15 +9,22 @@
 
 The protocol is part of every run's identity, even when left at its default.
 
-Every choice that differs between the two flows is a field of `ProtocolRules`, read where it
-is used (``rules_for(spec.protocol).probe_style``, ...): code never compares a protocol
-name. A new difference is a new field with a value for each protocol, documented here.
+Every choice that differs between the two flows is a field of `ProtocolRules`. A name becomes
+its rules once, where it enters: a spec or an episode config validates its `protocol` into a
+`rules` attribute (`RulesField`), and the command layer looks up a name it was given
+(`rules_for`). Everything below reads the object it is handed (``config.rules.probe_style``):
+code never compares a protocol name or looks one up. A new difference is a new field with a
+value for each protocol, documented here.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Any, Literal
+
+from pydantic import PlainSerializer, PlainValidator
+from pydantic.json_schema import SkipJsonSchema
 
 Protocol = Literal["paper", "evolve"]
 PROTOCOLS: tuple[Protocol, ...] = ("paper", "evolve")
@@ -84,15 +91,9 @@ class ProtocolRules:
     # A policy that embeds (AWE, RAG) needs its embedder named ($MEMORY_POLICIES_EMBEDDER):
     # the default local MiniLM is not the paper's text-embedding-3-small.
     requires_named_embedder: bool
-
-    @property
-    def policy_preset(self) -> str | None:
-        """The old name of `policy_variant`."""
-        # Imported here: this module stays a leaf for everything but this old name.
-        from memory_policies.deprecation import warn_renamed
-
-        warn_renamed("ProtocolRules.policy_preset", "ProtocolRules.policy_variant")
-        return self.policy_variant
+    # An unset `max_feedback_chars` still caps the chain's feedback (ours, for small models'
+    # context); the reference caps no feedback, so under paper only a value the spec sets does.
+    feedback_capped_by_default: bool
 
 
 PAPER = ProtocolRules(
@@ -115,6 +116,7 @@ PAPER = ProtocolRules(
     prints_deviations=True,
     default_user_temperature=0.2,
     requires_named_embedder=True,
+    feedback_capped_by_default=False,
 )
 EVOLVE = ProtocolRules(
     name="evolve",
@@ -135,6 +137,7 @@ EVOLVE = ProtocolRules(
     prints_deviations=False,
     default_user_temperature=None,
     requires_named_embedder=False,
+    feedback_capped_by_default=True,
 )
 _RULES: dict[str, ProtocolRules] = {rules.name: rules for rules in (PAPER, EVOLVE)}
 
@@ -149,7 +152,41 @@ def rules_for(protocol: str) -> ProtocolRules:
         ) from None
 
 
-# Kept for existing callers; new code reads `rules_for(name).data_file_rounds`.
-DATA_FILE_ROUNDS: dict[str, tuple[int, int]] = {
-    name: rules.data_file_rounds for name, rules in _RULES.items()
-}
+ALL_RULES: tuple[ProtocolRules, ...] = tuple(_RULES.values())
+DEFAULT_RULES = _RULES[DEFAULT_PROTOCOL]
+
+
+def _as_rules(value: object) -> ProtocolRules:
+    if isinstance(value, ProtocolRules):
+        return value
+    if isinstance(value, str):
+        return rules_for(value)
+    raise ValueError(f"expected a protocol name ({', '.join(PROTOCOLS)}), got {value!r}")
+
+
+# A model attribute holding a protocol's rules, derived from the model's `protocol` name when
+# it is validated (see `with_rules`); left out of dumps, hashes and JSON schemas (the name is
+# what is stored).
+RulesField = SkipJsonSchema[
+    Annotated[
+        ProtocolRules,
+        PlainValidator(_as_rules),
+        PlainSerializer(lambda rules: rules.name, return_type=str),
+    ]
+]
+
+
+def with_rules(data: Any, *, default: str = DEFAULT_PROTOCOL) -> Any:
+    """A model's input with `rules` derived from its `protocol` (for a before-validator): the
+    one place a stored or written protocol name becomes its rules. Given only `rules` (an
+    object), `protocol` is its name; given both, they must agree."""
+    if not isinstance(data, Mapping):
+        return data
+    data = dict(data)
+    if "rules" not in data:
+        data["rules"] = _as_rules(data.get("protocol", default))
+    elif "protocol" not in data:
+        data["protocol"] = _as_rules(data["rules"]).name
+    elif _as_rules(data["rules"]) is not _as_rules(data["protocol"]):
+        raise ValueError(f"protocol {data['protocol']!r} and rules {data['rules']} disagree")
+    return data

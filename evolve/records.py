@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from evolve.protocol import DEFAULT_PROTOCOL
 from evolve.simulator.metrics import MetricSummary
 from evolve.simulator.run_dir import canonical_json
 
@@ -160,7 +161,7 @@ class ExperimentResult(_Frozen):
         "paper protocol the reference's 8192 unless the user set one.",
     )
     protocol: str = Field(
-        default="evolve",
+        default=DEFAULT_PROTOCOL,  # records written before protocols were recorded
         description="The information flow that produced the results (paper or evolve); it "
         "chooses which memory score is the per-period chain's headline.",
     )

@@ -47,6 +47,17 @@ class IntRange(StrictTable):
         return self.low <= value <= self.high and (value - self.low) % self.step == 0
 
 
+def refuse_renamed_keys(data: object, renamed: Mapping[str, str]) -> object:
+    """`data` unchanged, or a ValueError when it holds a key of `renamed` (old -> new). For a
+    table's before-validator: the formatter prefixes the table's path, so the user reads
+    e.g. "policy: the key 'preset' is now called 'variant'"."""
+    if isinstance(data, Mapping):
+        for old, new in renamed.items():
+            if old in data:
+                raise ValueError(f"the key '{old}' is now called '{new}': rename it")
+    return data
+
+
 # A spec-specific rule for one error: a line to print, SKIP to drop the error, or None to let
 # the generic rules below describe it. Arguments: pydantic's error detail and its location
 # with union tags removed.
@@ -162,7 +173,8 @@ def valid_keys(root: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
         model = _model_in(field.annotation)
         if model is None:
             return []
-    return list(model.model_fields)
+    # A field left out of dumps (a spec's resolved `rules`) is no key a user writes.
+    return [name for name, field in model.model_fields.items() if not field.exclude]
 
 
 def _model_in(annotation: Any) -> type[BaseModel] | None:

@@ -11,7 +11,6 @@ from memory_policies.base import (
     Message,
     PolicyAnswer,
 )
-from memory_policies.deprecation import renamed_attributes
 from memory_policies.embed import (
     Embedder,
     HashingEmbedder,
@@ -32,6 +31,7 @@ from memory_policies.in_context_quotes import InContextQuotesPolicy
 from memory_policies.mem0_system import Mem0Policy
 from memory_policies.memory_system import MemorySystem, MemorySystemPolicy, MemorySystemState
 from memory_policies.native import NativePolicy, NativeState
+from memory_policies.parameters import ParameterRule
 from memory_policies.raw_rag import RawRagPolicy, RawRagState
 from memory_policies.registry import (
     POLICY_KINDS,
@@ -69,6 +69,7 @@ __all__ = [
     "NativePolicy",
     "NativeState",
     "OpenAIEmbedder",
+    "ParameterRule",
     "PolicyAnswer",
     "PolicyError",
     "RawRagPolicy",
@@ -84,15 +85,3 @@ __all__ = [
     "read_bundle",
     "register_policy",
 ]
-
-# Old public names: they work with a RenamedWarning until deprecation.REMOVED_IN (the policy
-# variant was "preset"; memory systems were "external systems").
-_RENAMED = {
-    "DEFAULT_PRESET": "DEFAULT_VARIANT",
-    "PRESETS": "VARIANTS",
-    "Preset": "Variant",
-    "ExternalSystemPolicy": "MemorySystemPolicy",
-    "ExternalSystemState": "MemorySystemState",
-}
-
-__getattr__ = renamed_attributes(__name__, _RENAMED, globals())

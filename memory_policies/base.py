@@ -20,15 +20,16 @@ from dspy.utils.exceptions import AdapterParseError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from memory_policies.common import capped_call_config
-from memory_policies.deprecation import warn_renamed
 from memory_policies.errors import PolicyError
 from memory_policies.evolvable import EvolvableModule
 from memory_policies.paper import chat_turns, paper_chat, paper_question_prompt
 from memory_policies.parameters import validate_parameters
 from memory_policies.variants import (
     DEFAULT_VARIANT,
+    EVOLVE,
     Variant,
     VariantRules,
+    check_supported,
     check_variant,
     pop_variant,
     variant_rules,
@@ -111,6 +112,127 @@ def render_options(options: Sequence[str]) -> str:
     return "\n".join(f"{i}. {option}" for i, option in enumerate(options, start=1))
 
 
+class Dialogue:
+    """How a policy asks its `use` predictor, chosen once per variant when the policy is built
+    (`MemoryPolicy.dialogue`): the on-policy reply and the answer to an evaluation question.
+    The policy supplies what `use` is shown (`_use_inputs`); the dialogue, how it is asked."""
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Dialogue:
+        return self  # stateless: every copy of a policy shares its variant's dialogue
+
+    def pick(self, fields: Any, chat_turns: Any) -> Any:
+        """Of a kind's two versions of a part (e.g. its `use` signature), the one this
+        dialogue asks: `fields` under DSPy fields, `chat_turns` under raw chat turns."""
+        raise NotImplementedError
+
+    def reply(
+        self, policy: MemoryPolicy, state: MemoryState, user_msg: str
+    ) -> dspy.Prediction | None:
+        raise NotImplementedError
+
+    def answer(
+        self,
+        policy: MemoryPolicy,
+        state: MemoryState,
+        question: str,
+        options: Sequence[str] | None,
+    ) -> PolicyAnswer:
+        raise NotImplementedError
+
+
+class FieldsDialogue(Dialogue):
+    """variant=evolve: DSPy input fields (the recent messages as a rendered transcript), the
+    reply capped; a multiple-choice question through the kind's `choose_signature`."""
+
+    def pick(self, fields, chat_turns):
+        return fields
+
+    def reply(self, policy, state, user_msg):
+        extra, _ = policy._use_inputs(state, user_msg)
+        return policy._predict(
+            state,
+            "use",
+            policy.use,
+            **extra,
+            conversation=render_conversation(state.short_term),
+            user_message=user_msg,
+            config=capped_call_config(),
+        )
+
+    def answer(self, policy, state, question, options):
+        extra, retrieved = policy._use_inputs(state, question)
+        conversation = render_conversation(state.short_term)
+        if not options:
+            try:
+                prediction = policy.use(**extra, conversation=conversation, user_message=question)
+            except AdapterParseError as exc:
+                return PolicyAnswer(text="", parse_error=_short_error(exc), retrieved=retrieved)
+            return PolicyAnswer(text=str(prediction.reply).strip(), retrieved=retrieved)
+        instructions = policy.use.signature.instructions
+        signature = policy.choose_signature.with_instructions(instructions)
+        try:
+            # Demos (if an optimizer added any) are free-text replies: wrong shape here.
+            prediction = policy.use(
+                signature=signature,
+                demos=[],
+                **extra,
+                conversation=conversation,
+                question=question,
+                options=render_options(options),
+            )
+        except AdapterParseError as exc:
+            text = str(exc.lm_response or "")
+            return PolicyAnswer(text=text, parse_error=_short_error(exc), retrieved=retrieved)
+        return _checked_choice(prediction.choice, str(prediction.choice), options, retrieved)
+
+
+class ChatTurnsDialogue(Dialogue):
+    """variant=paper, the reference code's: raw chat turns (see `memory_policies.paper`); with
+    options, one user message holding the question, the numbered options and the JSON
+    request, which is also the retrieval query."""
+
+    def pick(self, fields, chat_turns):
+        return chat_turns
+
+    def reply(self, policy, state, user_msg):
+        extra, _ = policy._use_inputs(state, user_msg)
+        with paper_chat():
+            return policy._predict(
+                state,
+                "use",
+                policy.use,
+                **extra,
+                history=chat_turns(state.short_term),
+                user_message=user_msg,
+            )
+
+    def answer(self, policy, state, question, options):
+        prompt = paper_question_prompt(question, options) if options else question
+        extra, retrieved = policy._use_inputs(state, prompt)
+        signature = policy.use.signature
+        if options:
+            signature = policy.paper_choose_signature.with_instructions(signature.instructions)
+        try:
+            with paper_chat():
+                prediction = policy.use(
+                    signature=signature,
+                    demos=[],
+                    **extra,
+                    history=chat_turns(state.short_term),
+                    user_message=prompt,
+                )
+        except AdapterParseError as exc:
+            text = str(exc.lm_response or "")
+            return PolicyAnswer(text=text, parse_error=_short_error(exc), retrieved=retrieved)
+        if not options:
+            return PolicyAnswer(text=str(prediction.reply).strip(), retrieved=retrieved)
+        return _checked_choice(prediction.choice, str(prediction.choice), options, retrieved)
+
+
+FIELDS_DIALOGUE = FieldsDialogue()
+CHAT_TURNS_DIALOGUE = ChatTurnsDialogue()
+
+
 class MemoryPolicy(EvolvableModule):
     """Base class: subclasses build `write`, `read`, `use` and implement `_write`.
 
@@ -128,6 +250,10 @@ class MemoryPolicy(EvolvableModule):
     paper_parameters: ClassVar[dict[str, int]] = {}
     state_type: ClassVar[type[MemoryState]] = MemoryState
     uses_embedder: ClassVar[bool] = False
+    # The variants this kind can follow. A kind follows the paper's flow only when it says
+    # so (it then needs a `paper_choose_signature`); building another variant is a
+    # PolicyError before any LLM call.
+    variants: ClassVar[tuple[Variant, ...]] = (EVOLVE.name,)
     # Multiple-choice variant of the `use` signature; shares the `use` instruction text.
     choose_signature: ClassVar[type[dspy.Signature]]
     # The same under variant=paper (a raw-chat signature, see memory_policies.paper).
@@ -139,29 +265,27 @@ class MemoryPolicy(EvolvableModule):
 
     def __init__(self, variant: str | None = None, **parameters: Any) -> None:
         super().__init__()
-        chosen = pop_variant(self.kind, parameters, variant)  # `preset=` is its old name
+        chosen = pop_variant(self.kind, parameters, variant)
         # Set before the modules are built: the variant decides their signatures and texts.
-        self.variant: Variant = check_variant(
-            self.kind, DEFAULT_VARIANT if chosen is None else chosen
+        self.variant: Variant = check_supported(
+            self.kind,
+            check_variant(self.kind, DEFAULT_VARIANT if chosen is None else chosen),
+            self.variants,
         )
         defaults = {**self.default_parameters}
         if self.rules.reference_defaults:
             defaults.update(self.paper_parameters)
-        values = validate_parameters(self.kind, self.parameter_names, {**defaults, **parameters})
+        values = validate_parameters(self.kind, self.parameter_table(), {**defaults, **parameters})
         for name, value in values.items():
             setattr(self, name, value)
+        # How replies and answers are asked, decided once for the variant.
+        self.dialogue: Dialogue = CHAT_TURNS_DIALOGUE if self.rules.chat_turns else FIELDS_DIALOGUE
         self._build_modules()
 
     @property
     def rules(self) -> VariantRules:
         """What this policy's variant decides (see `memory_policies.variants`)."""
         return variant_rules(self.variant)
-
-    @property
-    def preset(self) -> str:
-        """The old name of `variant`."""
-        warn_renamed("MemoryPolicy.preset", "MemoryPolicy.variant")
-        return self.variant
 
     # ----- hooks -----------------------------------------------------------------------------
 
@@ -228,27 +352,7 @@ class MemoryPolicy(EvolvableModule):
         time = parse_current_time(user_msg)
         if time is not None:
             state.current_time = time
-        extra, _ = self._use_inputs(state, user_msg)
-        if self.rules.chat_turns:
-            with paper_chat():
-                prediction = self._predict(
-                    state,
-                    "use",
-                    self.use,
-                    **extra,
-                    history=chat_turns(state.short_term),
-                    user_message=user_msg,
-                )
-        else:
-            prediction = self._predict(
-                state,
-                "use",
-                self.use,
-                **extra,
-                conversation=render_conversation(state.short_term),
-                user_message=user_msg,
-                config=capped_call_config(),
-            )
+        prediction = self.dialogue.reply(self, state, user_msg)
         reply = str(prediction.reply).strip() if prediction is not None else ""
         self._ingest(
             state,
@@ -273,58 +377,7 @@ class MemoryPolicy(EvolvableModule):
         self, state: MemoryState, question: str, options: Sequence[str] | None = None
     ) -> PolicyAnswer:
         """Answer an evaluation question; read-only (the caller's state is never touched)."""
-        scratch = self._own_copy(state)
-        if self.rules.chat_turns:
-            return self._paper_answer(scratch, question, options)
-        extra, retrieved = self._use_inputs(scratch, question)
-        conversation = render_conversation(scratch.short_term)
-        if not options:
-            try:
-                prediction = self.use(**extra, conversation=conversation, user_message=question)
-            except AdapterParseError as exc:
-                return PolicyAnswer(text="", parse_error=_short_error(exc), retrieved=retrieved)
-            return PolicyAnswer(text=str(prediction.reply).strip(), retrieved=retrieved)
-        signature = self.choose_signature.with_instructions(self.use.signature.instructions)
-        try:
-            # Demos (if an optimizer added any) are free-text replies: wrong shape here.
-            prediction = self.use(
-                signature=signature,
-                demos=[],
-                **extra,
-                conversation=conversation,
-                question=question,
-                options=render_options(options),
-            )
-        except AdapterParseError as exc:
-            text = str(exc.lm_response or "")
-            return PolicyAnswer(text=text, parse_error=_short_error(exc), retrieved=retrieved)
-        return _checked_choice(prediction.choice, str(prediction.choice), options, retrieved)
-
-    def _paper_answer(
-        self, state: MemoryState, question: str, options: Sequence[str] | None
-    ) -> PolicyAnswer:
-        """The reference code's answer path: with options, one user message holding the question,
-        the numbered options and the JSON request; it is also the retrieval query."""
-        prompt = paper_question_prompt(question, options) if options else question
-        extra, retrieved = self._use_inputs(state, prompt)
-        signature = self.use.signature
-        if options:
-            signature = self.paper_choose_signature.with_instructions(signature.instructions)
-        try:
-            with paper_chat():
-                prediction = self.use(
-                    signature=signature,
-                    demos=[],
-                    **extra,
-                    history=chat_turns(state.short_term),
-                    user_message=prompt,
-                )
-        except AdapterParseError as exc:
-            text = str(exc.lm_response or "")
-            return PolicyAnswer(text=text, parse_error=_short_error(exc), retrieved=retrieved)
-        if not options:
-            return PolicyAnswer(text=str(prediction.reply).strip(), retrieved=retrieved)
-        return _checked_choice(prediction.choice, str(prediction.choice), options, retrieved)
+        return self.dialogue.answer(self, self._own_copy(state), question, options)
 
     def forward(self, state: MemoryState, user_msg: str) -> dspy.Prediction:
         """DSPy entry point (so `policy(state, msg)` works in DSPy tooling): one on-policy turn."""

@@ -9,10 +9,11 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from memory_policies.base import MemoryPolicy, MemoryState, strip_time_header
-from memory_policies.common import MemoryChoose, timed_line
+from memory_policies.common import DEFAULT_MEMORY_USE, MemoryChoose, MemoryReply, timed_line
 from memory_policies.embed import Embedder, default_embedder, embed_texts, top_k_indices
 from memory_policies.errors import PolicyError
 from memory_policies.paper import PAPER_STORE_USE, StoreChatChoose, StoreChatReply
+from memory_policies.variants import VARIANTS, Variant
 
 
 class StoredMemory(BaseModel):
@@ -55,6 +56,7 @@ class EmbeddingStorePolicy(MemoryPolicy):
     paper_parameters: ClassVar[dict[str, int]] = {"top_k": 30}
     uses_embedder: ClassVar[bool] = True
     choose_signature: ClassVar[type[dspy.Signature]] = MemoryChoose
+    variants: ClassVar[tuple[Variant, ...]] = VARIANTS
     paper_choose_signature: ClassVar[type[dspy.Signature]] = StoreChatChoose
 
     def __init__(self, *, embedder: Embedder | None = None, **parameters: int) -> None:
@@ -127,8 +129,14 @@ class EmbeddingStorePolicy(MemoryPolicy):
             memory = "\n".join(timed_line(m.time, m.text) for m in found) or "(nothing relevant)"
         return {"memory": memory}, [m.text for m in found]
 
-    def _paper_use(self) -> dspy.Predict:
-        return dspy.Predict(StoreChatReply.with_instructions(PAPER_STORE_USE))
+    def _use_predictor(self) -> dspy.Predict:
+        """`use` as the variant's dialogue asks it (the reference's store prompt in chat turns)."""
+        return dspy.Predict(
+            self.dialogue.pick(
+                MemoryReply.with_instructions(DEFAULT_MEMORY_USE),
+                StoreChatReply.with_instructions(PAPER_STORE_USE),
+            )
+        )
 
     def describe_memory(self, state: MemoryState) -> str:
         assert isinstance(state, StoreState)

@@ -14,7 +14,7 @@ from typing import Any, ClassVar, Self
 import dspy
 
 from memory_policies.errors import PolicyError
-from memory_policies.parameters import validate_parameters
+from memory_policies.parameters import ParameterRule, merged_rules, validate_parameters
 
 
 class EvolvableModule(dspy.Module):
@@ -22,6 +22,19 @@ class EvolvableModule(dspy.Module):
 
     kind: ClassVar[str]
     parameter_names: ClassVar[tuple[str, ...]] = ()
+    # Rules of this kind's own numeric parameters (name -> valid range and meaning); the
+    # shared ones (`memory_policies.parameters.PARAMETER_RULES`) need none here.
+    parameter_rules: ClassVar[Mapping[str, ParameterRule]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.parameter_table()  # a parameter with no rule fails here, where the class is written
+
+    @classmethod
+    def parameter_table(cls) -> dict[str, ParameterRule]:
+        """The rule of each of this kind's numeric parameters: its own, else the shared one."""
+        kind = getattr(cls, "kind", cls.__name__)
+        return merged_rules(kind, cls.parameter_names, cls.parameter_rules)
 
     def _instruction_predictors(self) -> dict[str, dspy.Predict]:
         """Component name -> the predictor whose instruction it is."""
@@ -64,7 +77,7 @@ class EvolvableModule(dspy.Module):
 
     def with_parameters(self, **values: int) -> Self:
         checked = validate_parameters(
-            self.kind, self.parameter_names, {**self.parameters(), **values}
+            self.kind, self.parameter_table(), {**self.parameters(), **values}
         )
         new = self._copy()
         for name, value in checked.items():

@@ -8,7 +8,7 @@ import dspy
 from pydantic import BaseModel, Field
 
 from memory_policies.base import MemoryState, Message, render_conversation
-from memory_policies.common import DEFAULT_MEMORY_USE, MemoryReply, MemoryText, latest_time
+from memory_policies.common import MemoryText, latest_time
 from memory_policies.embedding_store import (
     EmbeddingRead,
     EmbeddingStorePolicy,
@@ -73,10 +73,7 @@ class ExternalPolicy(EmbeddingStorePolicy):
             self.write_update = dspy.Predict(MemoryUpdate.with_instructions(PAPER_MEMORY_UPDATE))
         else:
             self.write = dspy.Predict(ExternalWrite.with_instructions(DEFAULT_WRITE))
-        if self.rules.chat_turns:
-            self.use = self._paper_use()
-        else:
-            self.use = dspy.Predict(MemoryReply.with_instructions(DEFAULT_MEMORY_USE))
+        self.use = self._use_predictor()
 
     def _instruction_predictors(self) -> dict[str, dspy.Predict]:
         if self.rules.reference_writes:

@@ -29,6 +29,7 @@ from memory_policies.paper import (
     InContextJSONWrite,
     paper_chat,
 )
+from memory_policies.variants import VARIANTS, Variant
 
 TYPES_HEADER = "Types of Information to Remember:"
 # The composed write instruction is "<write>\n\n<TYPES_HEADER>\n<types_to_remember>"; the
@@ -120,16 +121,19 @@ class InContextPolicy(MemoryPolicy):
     kind: ClassVar[str] = "in_context"
     state_type: ClassVar[type[MemoryState]] = InContextState
     choose_signature: ClassVar[type[dspy.Signature]] = MemoryChoose
+    variants: ClassVar[tuple[Variant, ...]] = VARIANTS
     paper_choose_signature: ClassVar[type[dspy.Signature]] = InContextChatChoose
 
     def _build_modules(self) -> None:
         write_signature = InContextJSONWrite if self.rules.reference_writes else InContextWrite
         self.write = dspy.Predict(write_signature.with_instructions(self._initial_write()))
         self.read = InContextRead()
-        if self.rules.chat_turns:
-            self.use = dspy.Predict(InContextChatReply.with_instructions(PAPER_IN_CONTEXT_USE))
-        else:
-            self.use = dspy.Predict(MemoryReply.with_instructions(DEFAULT_MEMORY_USE))
+        self.use = dspy.Predict(
+            self.dialogue.pick(
+                MemoryReply.with_instructions(DEFAULT_MEMORY_USE),
+                InContextChatReply.with_instructions(PAPER_IN_CONTEXT_USE),
+            )
+        )
 
     def _initial_write(self) -> str:
         if self.rules.reference_writes:

@@ -30,7 +30,6 @@ from memory_policies.common import (
     MemoryReply,
     latest_time,
 )
-from memory_policies.errors import PolicyError
 from memory_policies.in_context import (
     InContextPolicy,
     InContextRead,
@@ -40,12 +39,14 @@ from memory_policies.in_context import (
     render_entries,
     split_write_instruction,
 )
+from memory_policies.variants import EVOLVE, Variant
 
 QUOTES_WRITE = (
     "You keep the long-term memory of a personal assistant about its user. For each of the "
     "user's new sentences, in order, say which type listed below the sentence tells about, or "
     "'other' when it tells about none of them (for example a request for help)."
 )
+
 QUOTES_TYPES = "1. Diet and food\n2. Work and career"
 
 # A sentence of no listed type: not remembered.
@@ -113,13 +114,10 @@ class InContextQuotesPolicy(InContextPolicy):
 
     kind: ClassVar[str] = "in_context_quotes"
     state_type: ClassVar[type[MemoryState]] = InContextQuotesState
+    # The reference has no such policy (its nearest is in_context:variant=paper).
+    variants: ClassVar[tuple[Variant, ...]] = (EVOLVE.name,)
 
     def _build_modules(self) -> None:
-        if self.rules.reference_writes:
-            raise PolicyError(
-                "in_context_quotes has no paper variant (the reference has no such policy); "
-                "use in_context:variant=paper"
-            )
         self.write = dspy.Predict(SortSentences.with_instructions(self._initial_write()))
         self.read = InContextRead()
         self.use = dspy.Predict(MemoryReply.with_instructions(DEFAULT_MEMORY_USE))

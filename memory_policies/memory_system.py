@@ -41,8 +41,8 @@ from memory_policies.base import MemoryPolicy, MemoryState, Message, strip_time_
 from memory_policies.common import DEFAULT_MEMORY_USE, MemoryChoose, MemoryReply, latest_time
 from memory_policies.errors import PolicyError
 from memory_policies.paper import PAPER_STORE_USE, StoreChatChoose, StoreChatReply
-from memory_policies.parameters import PARAMETER_RULES, validate_parameters
-from memory_policies.variants import pop_variant
+from memory_policies.parameters import describe_parameters, validate_parameters
+from memory_policies.variants import VARIANTS, Variant, pop_variant
 
 Snapshot = dict[str, Any]
 OptionValue = bool | int | str
@@ -222,6 +222,7 @@ class MemorySystemPolicy(MemoryPolicy):
     option_defaults: ClassVar[dict[str, OptionValue]] = {}
     state_type: ClassVar[type[MemoryState]] = MemorySystemState
     choose_signature: ClassVar[type[dspy.Signature]] = MemoryChoose
+    variants: ClassVar[tuple[Variant, ...]] = VARIANTS
     paper_choose_signature: ClassVar[type[dspy.Signature]] = StoreChatChoose
 
     def __init__(self, **settings: Any) -> None:
@@ -247,7 +248,7 @@ class MemorySystemPolicy(MemoryPolicy):
     def _check_names(self, names: Any) -> None:
         unknown = sorted(set(names) - set(self.parameter_names) - set(self.option_defaults))
         if unknown:
-            numeric = ", ".join(PARAMETER_RULES[n].describe(n) for n in self.parameter_names)
+            numeric = describe_parameters(self.parameter_table())
             switches = ", ".join(f"{n} (default {v!r})" for n, v in self.option_defaults.items())
             raise PolicyError(
                 f"unknown parameter(s) {unknown} for policy kind '{self.kind}'; valid "
@@ -274,7 +275,7 @@ class MemorySystemPolicy(MemoryPolicy):
         self._check_names(values.keys())
         options = {name: values.pop(name) for name in list(values) if name in self.option_defaults}
         numeric = {name: getattr(self, name) for name in self.parameter_names}
-        checked = validate_parameters(self.kind, self.parameter_names, {**numeric, **values})
+        checked = validate_parameters(self.kind, self.parameter_table(), {**numeric, **values})
         new_options = self._checked_options({**self.options, **options})
         new = self._copy()
         for name, value in checked.items():
@@ -289,10 +290,12 @@ class MemorySystemPolicy(MemoryPolicy):
     def _build_modules(self) -> None:
         self.write = SystemAdd()
         self.read = SystemSearch()
-        if self.rules.chat_turns:
-            self.use = dspy.Predict(StoreChatReply.with_instructions(PAPER_STORE_USE))
-        else:
-            self.use = dspy.Predict(MemoryReply.with_instructions(DEFAULT_MEMORY_USE))
+        self.use = dspy.Predict(
+            self.dialogue.pick(
+                MemoryReply.with_instructions(DEFAULT_MEMORY_USE),
+                StoreChatReply.with_instructions(PAPER_STORE_USE),
+            )
+        )
 
     def _instruction_predictors(self) -> dict[str, dspy.Predict]:
         return {}  # nothing to evolve: the system is the baseline as its authors ship it

@@ -16,6 +16,7 @@ from memory_policies.common import (
     PassThrough,
 )
 from memory_policies.paper import NativeChatChoose, NativeChatReply
+from memory_policies.variants import VARIANTS, Variant
 
 DEFAULT_USE = (
     "You are a helpful personal assistant in a long-running conversation with one user. "
@@ -55,19 +56,19 @@ class NativePolicy(MemoryPolicy):
     default_parameters: ClassVar[dict[str, int]] = {}
     state_type: ClassVar[type[MemoryState]] = NativeState
     choose_signature: ClassVar[type[dspy.Signature]] = NativeChoose
+    variants: ClassVar[tuple[Variant, ...]] = VARIANTS
     paper_choose_signature: ClassVar[type[dspy.Signature]] = NativeChatChoose
 
     def _build_modules(self) -> None:
         self.write = PassThrough()
         self.read = PassThrough()
-        if self.rules.chat_turns:
-            # The reference sends the history alone, with no system message: nothing to evolve.
-            self.use = dspy.Predict(NativeChatReply)
-        else:
-            self.use = dspy.Predict(NativeReply.with_instructions(DEFAULT_USE))
+        # The reference sends the history alone, with no system message: nothing to evolve.
+        self.use = dspy.Predict(
+            self.dialogue.pick(NativeReply.with_instructions(DEFAULT_USE), NativeChatReply)
+        )
 
     def _instruction_predictors(self) -> dict[str, dspy.Predict]:
-        return {} if self.rules.chat_turns else {"use": self.use}
+        return self.dialogue.pick({"use": self.use}, {})
 
     def _buffer_limit(self) -> int | None:
         return None

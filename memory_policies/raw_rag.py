@@ -7,7 +7,7 @@ from typing import ClassVar, Literal
 import dspy
 
 from memory_policies.base import MemoryState, Message, render_conversation
-from memory_policies.common import DEFAULT_MEMORY_USE, MemoryReply, latest_time
+from memory_policies.common import latest_time
 from memory_policies.embedding_store import EmbeddingRead, EmbeddingStorePolicy, StoreState
 from memory_policies.paper import ROLE_PREFIXES
 
@@ -47,10 +47,7 @@ class RawRagPolicy(EmbeddingStorePolicy):
     def _build_modules(self) -> None:
         self.write = MessageWrite() if self.rules.reference_writes else ChunkWrite()
         self.read = EmbeddingRead()
-        if self.rules.chat_turns:
-            self.use = self._paper_use()
-        else:
-            self.use = dspy.Predict(MemoryReply.with_instructions(DEFAULT_MEMORY_USE))
+        self.use = self._use_predictor()
 
     def _write(self, state: MemoryState, messages: list[Message], times: list[str | None]) -> None:
         assert isinstance(state, RawRagState)

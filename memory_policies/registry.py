@@ -16,7 +16,6 @@ from memory_policies.base import (
     BUNDLE_FORMAT_VERSION,
     MemoryPolicy,
 )
-from memory_policies.deprecation import warn_renamed
 from memory_policies.embed import Embedder
 from memory_policies.errors import PolicyError
 from memory_policies.external import ExternalPolicy
@@ -25,7 +24,14 @@ from memory_policies.in_context_quotes import InContextQuotesPolicy
 from memory_policies.mem0_system import Mem0Policy
 from memory_policies.native import NativePolicy
 from memory_policies.raw_rag import RawRagPolicy
-from memory_policies.variants import EVOLVE, VARIANTS, check_variant, is_variant, pop_variant
+from memory_policies.variants import (
+    EVOLVE,
+    VARIANTS,
+    check_variant,
+    is_variant,
+    pop_variant,
+    renamed_option_error,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -98,25 +104,15 @@ def create_policy(
     components: Mapping[str, str] | None = None,
     embedder: Embedder | None = None,
     variant: str | None = None,
-    preset: str | None = None,
 ) -> MemoryPolicy:
     """Build a policy of `kind`; `variant` ('paper' or 'evolve', default the class's 'evolve')
-    may also be given as ``parameters["variant"]`` (what a spec string yields). `preset` is
-    the old name of `variant`."""
+    may also be given as ``parameters["variant"]`` (what a spec string yields)."""
     load_plugins()
     cls = POLICY_KINDS.get(kind)
     if cls is None:
         raise PolicyError(f"unknown policy kind {kind!r}; valid kinds: {_valid_kinds()}")
     params = dict(parameters or {})
     variant = pop_variant(kind, params, variant)
-    if preset is not None:
-        warn_renamed("create_policy(preset=...)", "create_policy(variant=...)")
-        if variant is not None and variant != preset:
-            raise PolicyError(
-                f"policy '{kind}' is given variant {variant!r} and preset {preset!r}, the old "
-                "name of variant; give variant only"
-            )
-        variant = preset
     if variant is not None:
         params["variant"] = check_variant(kind, variant)
     policy = cls(**params, embedder=embedder) if cls.uses_embedder else cls(**params)
@@ -151,8 +147,7 @@ def parse_spec(spec: str) -> tuple[str, dict[str, int | bool | str]]:
                 "separated by commas"
             )
         if name == "preset":
-            warn_renamed(f"'preset' in policy spec {spec!r}", f"'variant' ({kind}:variant={value})")
-            name = "variant"
+            raise renamed_option_error(kind, value)
         if name in parameters:
             raise PolicyError(f"parameter '{name}' is given twice in policy spec {spec!r}")
         if name == "variant":
@@ -195,7 +190,6 @@ def build_policy(
     *,
     embedder: Embedder | None = None,
     default_variant: str | None = None,
-    default_preset: str | None = None,
 ) -> MemoryPolicy:
     """Build a policy from a spec string, a bundle path, or a mapping.
 
@@ -203,16 +197,7 @@ def build_policy(
     ``"parameters"``, optional ``"components"`` and ``"variant"``), or
     ``{"path": "<bundle dir>"}``. `default_variant` applies when a kind spec names no variant
     (an evaluation protocol's default); a variant in the spec, or a bundle's, always wins.
-    `default_preset` is the old name of `default_variant`.
     """
-    if default_preset is not None:
-        warn_renamed("build_policy(default_preset=...)", "build_policy(default_variant=...)")
-        if default_variant is not None and default_variant != default_preset:
-            raise PolicyError(
-                f"build_policy is given default_variant {default_variant!r} and its old name "
-                f"default_preset {default_preset!r}; give default_variant only"
-            )
-        default_variant = default_preset
     if isinstance(spec, os.PathLike):
         return load(spec, embedder=embedder)
     load_plugins()

@@ -13,8 +13,7 @@ comment saying why.
 A run's protocol picks the variant of a policy spec that names none (`variant=paper` under
 protocol paper); the word "preset" is the environment's (`--preset tiny`).
 
-A leaf module: no `memory_policies` import but the errors and the deprecation helper, so every
-module can use it.
+A leaf module: no `memory_policies` import but the errors, so every module can use it.
 """
 
 from __future__ import annotations
@@ -22,11 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
-from memory_policies.deprecation import warn_renamed
 from memory_policies.errors import PolicyError
 
 Variant = Literal["paper", "evolve"]
-VARIANTS: tuple[str, ...] = get_args(Variant)
+VARIANTS: tuple[Variant, ...] = get_args(Variant)
 DEFAULT_VARIANT: Variant = "evolve"
 
 
@@ -97,6 +95,17 @@ def check_variant(kind: str, value: object) -> Variant:
     return value  # type: ignore[return-value]
 
 
+def check_supported(kind: str, variant: Variant, supported: tuple[Variant, ...]) -> Variant:
+    """`variant` when a policy of `kind` supports it, else a PolicyError naming the ones it
+    does (raised when the policy is built, before any LLM call)."""
+    if variant not in supported:
+        raise PolicyError(
+            f"policy kind '{kind}' has no {variant} variant (it supports: "
+            f"{', '.join(supported)}); name one, e.g. '{kind}:variant={supported[0]}'"
+        )
+    return variant
+
+
 def variant_rules(variant: str) -> VariantRules:
     """The rules of a variant by name; a PolicyError naming the valid ones otherwise."""
     try:
@@ -107,17 +116,21 @@ def variant_rules(variant: str) -> VariantRules:
         ) from None
 
 
+def renamed_option_error(kind: str, value: object) -> PolicyError:
+    """The error for the option 'preset', the name 'variant' had before the first release."""
+    return PolicyError(
+        f"policy '{kind}' is given the option 'preset' ({value!r}); it is now called "
+        f"'variant': write '{kind}:variant={value}'"
+    )
+
+
 def pop_variant(kind: str, options: dict[str, Any], variant: str | None = None) -> str | None:
     """The variant a policy of `kind` is given, taken out of its `options`: `variant` (an
-    argument), ``options["variant"]`` or the old option name ``options["preset"]`` (which warns);
-    None when none of them is set. Two different values are a PolicyError."""
-    old = options.pop("preset", None)
-    if old is not None:
-        warn_renamed(
-            f"policy option 'preset' (in '{kind}:preset={old}')",
-            f"'variant' ('{kind}:variant={old}')",
-        )
-    given = {value for value in (variant, options.pop("variant", None), old) if value is not None}
+    argument) or ``options["variant"]``; None when neither is set. Two different values are a
+    PolicyError, and so is the old option name ``preset``."""
+    if "preset" in options:
+        raise renamed_option_error(kind, options["preset"])
+    given = {value for value in (variant, options.pop("variant", None)) if value is not None}
     if len(given) > 1:
         raise PolicyError(
             f"policy '{kind}' is given variants {', '.join(map(repr, sorted(given)))}; give "

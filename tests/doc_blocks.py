@@ -160,7 +160,7 @@ sys.path.insert(0, {repo!r})
 from evolve.cli import build_parser, main  # noqa: E402
 
 MODEL_FLAGS = {{"--model", "--base-url", "--agent-model", "--simulator-model",
-               "--reflector-model", "--model-size", "--model-preset",
+               "--reflector-model", "--model-size",
                "--model-path"}}
 
 

@@ -1,5 +1,6 @@
-"""`[policy] variant` in experiment and tuning specs: the old key `preset` still works and
-warns, and the config hash of an unchanged spec is the one it had before the rename."""
+"""`[policy] variant` in experiment and tuning specs: the old key `preset` is a one-line error
+naming the new one, and the config hash of an unchanged spec is the one it had before the
+rename."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import pytest
 from evolve.config import spec_from_dict
 from evolve.errors import ConfigError
 from evolve.simulator.run_dir import config_hash
-from memory_policies.deprecation import RenamedWarning
 
 
 def _spec(**policy: object):
@@ -24,16 +24,13 @@ def _spec(**policy: object):
     )
 
 
-def test_the_new_key_is_silent_and_the_old_one_warns():
+def test_the_new_key_is_silent_and_the_old_one_is_an_error_naming_it():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         new = _spec(variant="paper")
     assert new.policy.variant == "paper"
-    with pytest.warns(RenamedWarning, match=r"policy\.preset .*policy\.variant"):
-        old = _spec(preset="paper")
-    assert old.policy.variant == "paper" and old.identity() == new.identity()
-    with pytest.raises(ConfigError, match="both set"):
-        _spec(preset="paper", variant="paper")
+    with pytest.raises(ConfigError, match=r"policy: the key 'preset' is now called 'variant'"):
+        _spec(preset="paper")
 
 
 def test_the_config_hash_of_an_unchanged_spec_is_unchanged():
@@ -48,12 +45,8 @@ def test_the_config_hash_of_an_unchanged_spec_is_unchanged():
     assert "preset" not in _spec().identity()["policy"]
 
 
-def test_the_protocol_names_the_variant_and_its_old_field_name_warns():
+def test_the_protocol_names_the_variant():
     from evolve.protocol import rules_for
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert rules_for("paper").policy_variant == "paper"
-        assert rules_for("evolve").policy_variant is None
-    with pytest.warns(RenamedWarning, match=r"ProtocolRules\.policy_preset .*policy_variant"):
-        assert rules_for("paper").policy_preset == "paper"
+    assert rules_for("paper").policy_variant == "paper"
+    assert rules_for("evolve").policy_variant is None

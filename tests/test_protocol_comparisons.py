@@ -16,13 +16,12 @@ those two modules and fails on:
 An operand "names a protocol or variant" when it is
 
 - the string literal ``"paper"`` or ``"evolve"``; or
-- a name (or ``module.name`` attribute) imported from ``evolve.protocol``,
-  ``memory_policies.variants`` or its old name ``memory_policies.presets`` whose value there is
-  such a string, a collection of them, or a rules instance (``PAPER``, ``EVOLVE``,
-  ``DEFAULT_VARIANT``, ``PROTOCOLS``, ``VARIANTS``).
+- a name (or ``module.name`` attribute) imported from ``evolve.protocol`` or
+  ``memory_policies.variants`` whose value there is such a string, a collection of them, or a
+  rules instance (``PAPER``, ``EVOLVE``, ``DEFAULT_VARIANT``, ``PROTOCOLS``, ``VARIANTS``).
 
-Names are resolved per file through its imports, so an unrelated ``DEFAULT_PRESET`` (the
-bundled model's old name) is not flagged. Other strings ("blind", "per_question") are field values,
+Names are resolved per file through its imports, so an unrelated ``PAPER`` of another module
+is not flagged. Other strings ("blind", "per_question") are field values,
 not protocol names, and may be compared.
 """
 
@@ -30,7 +29,6 @@ from __future__ import annotations
 
 import ast
 import importlib
-import warnings
 from pathlib import Path
 
 import pytest
@@ -38,18 +36,12 @@ import pytest
 import evolve.protocol
 import memory_policies.variants
 
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore")  # the old module name warns on import
-    import memory_policies.presets
-
 ROOT = Path(__file__).resolve().parents[1]
 NAMES = {"paper", "evolve"}
 RULES_MODULES = {
     "evolve.protocol": evolve.protocol,
     "memory_policies.variants": memory_policies.variants,
-    "memory_policies.presets": memory_policies.presets,
 }
-# The shim `memory_policies/presets.py` is not exempt: it re-exports and compares nothing.
 EXEMPT = {ROOT / "evolve" / "protocol.py", ROOT / "memory_policies" / "variants.py"}
 RULES_TYPES = (evolve.protocol.ProtocolRules, memory_policies.variants.VariantRules)
 
@@ -173,7 +165,6 @@ def test_the_rules_modules_are_importable_by_name():
         assert importlib.import_module(name) is module
     assert {"PAPER", "EVOLVE", "PROTOCOLS"} <= FLAGGED["evolve.protocol"]
     assert {"PAPER", "EVOLVE", "VARIANTS", "DEFAULT_VARIANT"} <= FLAGGED["memory_policies.variants"]
-    assert {"PAPER", "EVOLVE", "PRESETS", "DEFAULT_PRESET"} <= FLAGGED["memory_policies.presets"]
 
 
 def test_no_code_compares_protocol_or_variant_names():
@@ -196,8 +187,6 @@ def test_no_code_compares_protocol_or_variant_names():
         "from evolve.protocol import PAPER\nok = rules is PAPER",
         "from memory_policies.variants import DEFAULT_VARIANT as D\nok = variant == D",
         "from memory_policies import variants\nok = variant in variants.VARIANTS",
-        "from memory_policies.presets import DEFAULT_PRESET as D\nok = preset == D",
-        "from memory_policies import presets\nok = preset in presets.PRESETS",
         "import evolve.protocol\nok = x == evolve.protocol.EVOLVE",
         'match protocol:\n    case "paper":\n        pass',
         'value = table["paper"]',
@@ -213,8 +202,8 @@ def test_each_kind_of_name_switch_is_caught(source):
     "source",
     [
         'if rules.user_view == "blind": pass',
-        # Same name as the shim's, other module (the bundled model's old name): not flagged.
-        "from evolve.llm.model_files import DEFAULT_PRESET\nok = preset == DEFAULT_PRESET",
+        # Same name as a rules module's, other module: not flagged.
+        "from reference_code import PAPER\nok = preset == PAPER",
         'message = f"protocol {name!r} is not paper"',
         "from evolve.protocol import rules_for\nok = rules_for(protocol).chat_turns",
         'spec = {"protocol": "paper"}',
@@ -222,3 +211,67 @@ def test_each_kind_of_name_switch_is_caught(source):
 )
 def test_field_reads_and_unrelated_names_pass(source):
     assert problems_in(source) == []
+
+
+# ----- a protocol is resolved once: looked up only by the command layer -----------------------
+
+# Where a protocol name may be looked up (`rules_for`) or written as a literal: the rules
+# modules, and the command layer that reads a name from the command line or a stored run.
+LOOKUP_ALLOWED = {
+    ROOT / "evolve" / "protocol.py",
+    ROOT / "evolve" / "api.py",
+    ROOT / "evolve" / "cli.py",
+    ROOT / "memory_policies" / "variants.py",
+    *(ROOT / "evolve" / "commands").rglob("*.py"),
+}
+
+
+def lookups_in(source: str) -> list[str]:
+    """`rules_for(...)` calls and whole "paper" / "evolve" string literals (a protocol or
+    variant named in code) in `source`."""
+    problems = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+            if name == "rules_for":
+                problems.append(f"line {node.lineno}: looks rules up: {ast.unparse(node)[:80]}")
+        elif isinstance(node, ast.Constant) and node.value in NAMES:
+            problems.append(f"line {node.lineno}: names a protocol: {node.value!r}")
+    return problems
+
+
+def test_below_the_command_layer_no_code_looks_a_protocol_up_or_names_one():
+    files = [
+        *sorted((ROOT / "evolve").rglob("*.py")),
+        *sorted((ROOT / "memory_policies").rglob("*.py")),
+    ]
+    found = {
+        str(path.relative_to(ROOT)): problems
+        for path in files
+        if path not in LOOKUP_ALLOWED and (problems := lookups_in(path.read_text(encoding="utf-8")))
+    }
+    assert found == {}, "read the rules object you are handed (e.g. config.rules):\n" + "\n".join(
+        f"{path}: {problem}" for path, problems in found.items() for problem in problems
+    )
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "rules = rules_for(spec.protocol)",
+        "import evolve.protocol\nrules = evolve.protocol.rules_for(name)",
+        'def run(protocol: str = "evolve"): ...',
+        'compute(protocol="paper")',
+    ],
+)
+def test_each_kind_of_lookup_is_caught(source):
+    assert lookups_in(source)
+
+
+@pytest.mark.parametrize(
+    "source",
+    ["rules = config.rules.probe_style", 'prog = "evolve-tool"', 'text = f"protocol {name}"'],
+)
+def test_reading_the_rules_object_passes(source):
+    assert lookups_in(source) == []

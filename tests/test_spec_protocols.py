@@ -76,3 +76,24 @@ def test_quickstart_episodes_make_the_simulated_user_talk(tmp_path):
         for period in later
         for session in period.sessions
     )
+
+
+def test_a_spec_carries_its_protocols_rules_but_rules_is_no_key_of_the_file():
+    from evolve.config import spec_from_dict
+    from evolve.errors import ConfigError
+    from evolve.protocol import PAPER
+
+    data = {
+        "name": "rules",
+        "protocol": "paper",
+        "environment": {"preset": "tiny", "users": 3, "train_users": 2, "heldout_users": 1},
+        "policy": {"kind": "in_context"},
+    }
+    spec = spec_from_dict(data)
+    assert spec.rules is PAPER and resolve(spec).rules is PAPER
+    assert "rules" not in spec.model_dump() and "rules" not in spec.identity()
+    with pytest.raises(ConfigError, match="unknown key 'rules'"):
+        spec_from_dict({**data, "rules": "evolve"})
+    with pytest.raises(ConfigError) as refused:
+        spec_from_dict({**data, "colour": "red"})
+    assert "valid keys:" in str(refused.value) and "rules" not in str(refused.value)

@@ -4,15 +4,11 @@ eval` and a tuning study journal, through one code path."""
 from __future__ import annotations
 
 import json
-import warnings
 from pathlib import Path
-
-import pytest
 
 from evolve.budget import SpendJournal, SpendListener
 from evolve.llm.usage import UsageTracker
 from evolve.tuning.spend import StudySpendJournals
-from memory_policies.deprecation import RenamedWarning
 
 
 def _lines(path: Path) -> list[dict]:
@@ -70,21 +66,3 @@ def test_a_redirected_block_gets_its_own_file_and_a_request_ends_where_it_starte
     assert [line.get("role") for line in main] == ["simulator"]
     spend = journals.trial_spend()[3]
     assert (spend.requests, spend.unknown_outcome) == (1, 1)
-
-
-def test_the_old_tuning_recorder_still_works_and_warns(tmp_path):
-    import evolve.tuning.spend as spend_module
-
-    tracker = UsageTracker()
-    journals = StudySpendJournals(tmp_path, "study")
-    with pytest.warns(RenamedWarning, match="SpendRecorder"):
-        recorder_type = spend_module.SpendRecorder
-    recorder = recorder_type(journals, tracker, worker=True)
-    assert isinstance(recorder, SpendListener)
-    with recorder.trial(0):
-        tracker.record("agent", {"prompt_tokens": 4}, 0.0)
-    recorder.close()
-    assert journals.trial_spend()[0].tokens == 4
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert spend_module.StudySpendJournals is StudySpendJournals

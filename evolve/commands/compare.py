@@ -20,6 +20,7 @@ from evolve.llm.usage import Usage
 from evolve.locking import lock_holder
 from evolve.optimize import ExperimentDir, format_lineage, format_table
 from evolve.optimize.experiment_dir import experiment_dir_for
+from evolve.protocol import rules_for
 from evolve.simulator.metrics import MetricSummary
 from evolve.tuning.readback import render_tuning_dir, tuning_dir_for
 from evolve.tuning.records import TuningResult
@@ -99,7 +100,7 @@ def run_compare(args: argparse.Namespace) -> int:
         )
     note_if_running(directory)
     result = ExperimentDir(directory).load_result()
-    print(format_table(result))
+    print(format_table(result, rules_for(result.protocol)))  # the stored run's protocol
     print()
     print(format_lineage(result))
     _print_ledger(ExperimentDir(directory).load_spend())

@@ -1,7 +1,7 @@
 """`evolve env`: synthesize, validate and inspect AMemGym environment files (data.json format).
 
-`evolve env generate` is the old name of `evolve env synthesize` (a "generation" is a step of
-evolution): hidden from `--help`, it still works with a `RenamedWarning`.
+`evolve env generate` was renamed `evolve env synthesize` (a "generation" is a step of
+evolution): hidden from `--help`, the old name is a one-line error naming the new one.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from evolve.commands.env_llm import add_llm_synthesize_arguments, run_llm_synthesize
-from evolve.errors import EnvironmentDataError
+from evolve.errors import ConfigError, EnvironmentDataError
 from evolve.simulator.environment import (
     PROBLEMS_KEPT,
     Environment,
@@ -24,7 +24,6 @@ from evolve.simulator.environment import (
 )
 from evolve.simulator.synthesis.catalogs import load_catalog
 from evolve.simulator.synthesis.offline import PRESETS, get_preset, synthesize_environment
-from memory_policies.deprecation import warn_renamed
 
 _ANSWER_CHARS = 110
 
@@ -46,9 +45,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_synthesize_arguments(synthesize)
     synthesize.set_defaults(handler=run_synthesize)
-    # The old name: no help= keeps it out of the ACTION list.
-    generate = actions.add_parser("generate", description=SYNTHESIZE_DESCRIPTION)
-    add_synthesize_arguments(generate)
+    # The old name: no help= keeps it out of the ACTION list. Whatever follows it, the user is
+    # told the new name rather than about a flag: with no prefix characters its flags are
+    # words to repeat in the message, not options to check.
+    generate = actions.add_parser("generate", add_help=False, prefix_chars="\0")
+    generate.add_argument("rest", nargs="*")
     generate.set_defaults(handler=run_generate)
 
     validate = actions.add_parser(
@@ -95,8 +96,10 @@ def add_synthesize_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_generate(args: argparse.Namespace) -> int:
-    warn_renamed("evolve env generate", "evolve env synthesize", stacklevel=2)
-    return run_synthesize(args)
+    raise ConfigError(
+        "'evolve env generate' is now called 'evolve env synthesize': run "
+        f"evolve env synthesize {' '.join(args.rest)}".rstrip()
+    )
 
 
 def run_synthesize(args: argparse.Namespace) -> int:

@@ -7,7 +7,6 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from tqdm import tqdm
 
@@ -23,7 +22,6 @@ from evolve.simulator.synthesis.config import (
 )
 from evolve.simulator.synthesis.personas import catalog_personas, load_nemotron_personas
 from evolve.simulator.synthesis.pipeline import ProgressEvent, synthesize_environment_llm
-from memory_policies.deprecation import warn_renamed
 
 
 def add_llm_synthesize_arguments(parser: argparse.ArgumentParser) -> None:
@@ -161,18 +159,3 @@ def run_llm_synthesize(args: argparse.Namespace) -> int:
         f"report {report_path}; content hash {result.environment.content_hash()[:16]}"
     )
     return 0
-
-
-_RENAMED = {
-    "add_llm_generate_arguments": add_llm_synthesize_arguments,
-    "run_llm_generate": run_llm_synthesize,
-}
-
-
-def __getattr__(name: str) -> Any:
-    # The old names work with a RenamedWarning until deprecation.REMOVED_IN.
-    if name in _RENAMED:
-        new = _RENAMED[name]
-        warn_renamed(f"{__name__}.{name}", f"{__name__}.{new.__name__}")
-        return new
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

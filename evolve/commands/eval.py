@@ -35,7 +35,7 @@ from evolve.locking import run_lock
 from evolve.objective import format_score
 from evolve.optimize.experiment_dir import ExperimentDir
 from evolve.paths import cache_dir
-from evolve.protocol import EVAL_COMMAND_PROTOCOL, PROTOCOLS, rules_for
+from evolve.protocol import EVAL_COMMAND_PROTOCOL, PROTOCOLS, ProtocolRules, rules_for
 from evolve.simulator.baselines import compute_upper_bound
 from evolve.simulator.environment import Environment, load_environment
 from evolve.simulator.metric_registry import View, metrics_in
@@ -187,11 +187,10 @@ class TqdmProgress(ProgressSink):
             bar.close()
 
 
-def build_eval_policies(specs: list[str], protocol: str) -> list[MemoryPolicy]:
+def build_eval_policies(specs: list[str], rules: ProtocolRules) -> list[MemoryPolicy]:
     """Under the paper protocol a spec naming no variant gets variant=paper; an explicit variant
     (``in_context:variant=evolve``) or a bundle's recorded one wins."""
-    variant = rules_for(protocol).policy_variant
-    return [build_policy(spec, default_variant=variant) for spec in specs]
+    return [build_policy(spec, default_variant=rules.policy_variant) for spec in specs]
 
 
 def run_dir_names(specs: list[str]) -> list[str]:
@@ -206,10 +205,10 @@ def run_dir_names(specs: list[str]) -> list[str]:
     return names
 
 
-def _check_counts(args: argparse.Namespace) -> None:
+def _check_counts(args: argparse.Namespace, rules: ProtocolRules) -> None:
     """Refuse out-of-range counts in one line, before pydantic would (with a traceback) or
     before they were silently replaced (0 rounds used to become 1)."""
-    problem = probe_scope_problem(args.protocol, args.probes)
+    problem = probe_scope_problem(rules, args.probes)
     if problem:
         raise ConfigError(
             problem.replace("probes = ", "--probes ").replace("protocol = ", "--protocol ")
@@ -228,14 +227,14 @@ def _check_counts(args: argparse.Namespace) -> None:
             )
 
 
-def _load_env(args: argparse.Namespace) -> tuple[Environment, int, int]:
+def _load_env(args: argparse.Namespace, rules: ProtocolRules) -> tuple[Environment, int, int]:
     """The environment (first --users only) and the default rounds."""
     if args.preset:
         preset = get_preset(args.preset)
         env = synthesize_environment(preset, args.seed, args.users)
         return env, preset.rounds_initial, preset.rounds_update
     env = load_environment(args.env)
-    rounds_initial, rounds_update = rules_for(args.protocol).data_file_rounds
+    rounds_initial, rounds_update = rules.data_file_rounds
     if args.users is not None:
         if args.users > len(env.items):
             print(
@@ -333,15 +332,16 @@ def journal_spend(out: Path, lms: RoleLMs) -> Iterator[ExperimentDir]:
 
 def run_eval(args: argparse.Namespace) -> int:
     # Policies and the environment are checked before any server starts or LLM call.
-    _check_counts(args)
-    policies = build_eval_policies(args.policy, args.protocol)
-    env, rounds_initial, rounds_update = _load_env(args)
+    rules = rules_for(args.protocol)  # the one look-up of the run's protocol
+    _check_counts(args, rules)
+    policies = build_eval_policies(args.policy, rules)
+    env, rounds_initial, rounds_update = _load_env(args, rules)
     config = EpisodeConfig(
         rounds_initial=args.rounds_init if args.rounds_init is not None else rounds_initial,
         rounds_update=args.rounds_update if args.rounds_update is not None else rounds_update,
         concurrency=args.concurrency,
         seed=args.seed,
-        protocol=args.protocol,
+        rules=rules,
         probes=args.probes,
     )
     names = run_dir_names(args.policy)
@@ -350,7 +350,7 @@ def run_eval(args: argparse.Namespace) -> int:
     rows: list[tuple[str, EvaluationReport]] = []
     with (
         run_lock(args.out, "eval"),
-        open_role_lms_from_args(args) as lms,
+        open_role_lms_from_args(args, rules=config.rules) as lms,
         journal_spend(args.out, lms) as store,
     ):
         # A rerun with another environment or model is refused here, before any LLM call.
@@ -379,7 +379,7 @@ def run_eval(args: argparse.Namespace) -> int:
                     concurrency=config.concurrency,
                     on_entry=lambda entry: bar.update(1),
                     refresh=args.refresh_upper_bound,
-                    protocol=config.protocol,
+                    rules=config.rules,
                 )
             print(
                 f"upper bound: {len(upper_bound.entries)} answers for {upper_bound.agent_model} "

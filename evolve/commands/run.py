@@ -17,7 +17,7 @@ from tqdm import tqdm
 from evolve.commands import interrupt
 from evolve.commands.progress import EvaluationBar, make_bar
 from evolve.commands.protocol_start import check_embedder, print_protocol_start
-from evolve.config import ExperimentSpec, ResolvedExperiment, load_spec, resolve
+from evolve.config import ExperimentSpec, ResolvedExperiment, load_spec, resolve, spec_label
 from evolve.llm import (
     LLMConfig,
     add_llm_arguments,
@@ -29,6 +29,7 @@ from evolve.locking import run_lock
 from evolve.objective import scores_text
 from evolve.optimize import LoopProgress, evolve_policy, format_lineage, format_table
 from evolve.optimize.loop import reflector_setup
+from evolve.optimize.operators import check_operators
 from evolve.optimize.report import format_outcome
 from evolve.records import CandidateRecord
 from evolve.simulator.runner import ProgressSink
@@ -70,7 +71,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_command(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec)
     resolved = resolve(spec)  # everything checkable is checked before the first LLM call
-    llm_config = protocol_llm_config(llm_config_from_args(args, base=spec.llm), spec.protocol)
+    # Resolving imported the plugin modules, so every named operator can check the spec.
+    check_operators(resolved.spec.optimizer, resolved.rules, label=spec_label(spec))
+    llm_config = protocol_llm_config(llm_config_from_args(args, base=spec.llm), spec.rules)
     tracker = tracker_for(spec, tracking_uri=args.tracking_uri, enabled=not args.no_tracking)
     # One process per run directory: a second one would spend the budget again.
     with run_lock(args.runs_dir / spec.name, "run"):
@@ -130,7 +133,7 @@ def _run_locked(
         finally:
             progress.close()
         usage = lms.usage.snapshot()
-    print(format_table(result))
+    print(format_table(result, spec.rules))
     print()
     print(format_lineage(result))
     print()

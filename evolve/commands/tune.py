@@ -134,7 +134,7 @@ def run_tune(args: argparse.Namespace) -> int:
         study_name=args.study_name,
         create_storage_dir=args.create_storage_dir,
     )
-    llm_config = protocol_llm_config(llm_config_from_args(args, base=spec.llm), spec.protocol)
+    llm_config = protocol_llm_config(llm_config_from_args(args, base=spec.llm), spec.rules)
     tracker = study_tracker_for(spec, tracking_uri=args.tracking_uri, enabled=not args.no_tracking)
     # The main process owns the run directory; extra workers coordinate through the study
     # storage instead (each trial has its own directory).

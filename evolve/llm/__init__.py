@@ -13,7 +13,6 @@ from evolve.llm.config import (
 from evolve.llm.roles import RoleLMs, build_lm, open_role_lms, open_role_lms_from_args
 from evolve.llm.server import EmbeddedServer
 from evolve.llm.usage import Usage, UsageSummary, UsageTracker
-from memory_policies.deprecation import renamed_attributes
 
 __all__ = [
     "ROLES",
@@ -33,6 +32,3 @@ __all__ = [
     "open_role_lms_from_args",
     "protocol_llm_config",
 ]
-
-
-__getattr__ = renamed_attributes(__name__, {"RoleUsage": "Usage"}, globals())

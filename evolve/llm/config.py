@@ -27,8 +27,8 @@ from pydantic import (
 from evolve.errors import ConfigError, MissingAPIKeyError
 from evolve.llm.dialects import BUILTIN_DIALECTS, DIALECTS, dialect_named
 from evolve.llm.model_source import MODEL_SOURCE_ENV, MODEL_SOURCES, ModelSource
-from evolve.protocol import rules_for
-from memory_policies.deprecation import rename_keys, warn_renamed
+from evolve.protocol import ProtocolRules
+from evolve.spec_base import refuse_renamed_keys
 
 Role = Literal["simulator", "agent", "reflector"]
 
@@ -259,13 +259,7 @@ class EmbeddedModelConfig(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _renamed_keys(cls, data: object) -> object:
-        return rename_keys(data, {"model_preset": "model_size"}, where="llm.embedded")
-
-    @property
-    def model_preset(self) -> str:
-        """The old name of `model_size`."""
-        warn_renamed("EmbeddedModelConfig.model_preset", "EmbeddedModelConfig.model_size")
-        return self.model_size
+        return refuse_renamed_keys(data, {"model_preset": "model_size"})
 
     @property
     def context_tokens(self) -> int:
@@ -303,7 +297,7 @@ class LLMConfig(BaseModel):
 PROTOCOL_LIMITED_ROLES: tuple[Role, ...] = ("simulator", "agent")
 
 
-def protocol_llm_config(config: LLMConfig, protocol: str) -> LLMConfig:
+def protocol_llm_config(config: LLMConfig, rules: ProtocolRules) -> LLMConfig:
     """`config` with the protocol's completion limit (`ProtocolRules.default_max_tokens`:
     the reference's 8192 under paper) for the simulator and agent roles where the user set
     none (neither `max_tokens` in the role's table nor --max-tokens).
@@ -312,8 +306,8 @@ def protocol_llm_config(config: LLMConfig, protocol: str) -> LLMConfig:
     can never exceed anyway; the embedded server then uses that limit for every role it
     serves (under paper the reflector is the agent's model, so no other role is affected).
     """
-    config = _with_user_temperature(config, rules_for(protocol).default_user_temperature)
-    limit = rules_for(protocol).default_max_tokens
+    config = _with_user_temperature(config, rules.default_user_temperature)
+    limit = rules.default_max_tokens
     if limit is None:
         return config
     updates: dict[str, object] = {}
@@ -379,7 +373,8 @@ def _positive_float(text: str) -> float:
 
 
 class _RenamedFlag(argparse.Action):
-    """An old flag kept for one minor version: stores into the new flag's `dest` and warns."""
+    """A flag renamed before the first release: using it is an argparse error naming the new
+    one (the old name is not kept working)."""
 
     def __init__(self, *args: object, new_flag: str, **kwargs: object) -> None:
         self.new_flag = new_flag
@@ -392,8 +387,8 @@ class _RenamedFlag(argparse.Action):
         values: object,
         option_string: str | None = None,
     ) -> None:
-        warn_renamed(option_string or self.option_strings[0], self.new_flag)
-        setattr(namespace, self.dest, values)
+        old = option_string or self.option_strings[0]
+        parser.error(f"{old} is now called {self.new_flag}: use {self.new_flag} {values}")
 
 
 def add_llm_arguments(parser: argparse.ArgumentParser) -> None:

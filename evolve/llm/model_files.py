@@ -21,7 +21,6 @@ from pathlib import Path
 from evolve.errors import ModelFileError
 from evolve.files import atomic_write_text, create_temporary_beside
 from evolve.paths import cache_dir
-from memory_policies.deprecation import warn_renamed
 
 GGUF_MAGIC = b"GGUF"
 _READ_BLOCK = 4 * 1024 * 1024
@@ -51,12 +50,6 @@ class BundledModel:
     @property
     def distributions(self) -> tuple[str, ...]:
         return tuple(f"{self.package_prefix}{index}" for index in range(1, self.chunks + 1))
-
-    @property
-    def preset(self) -> str:
-        """The old name of `model_size`."""
-        warn_renamed("BundledModel.preset", "BundledModel.model_size")
-        return self.model_size
 
     def reinstall_command(self) -> str:
         return (
@@ -95,23 +88,6 @@ BUNDLED_MODELS: dict[str, BundledModel] = {
 }
 DEFAULT_MODEL_SIZE = "0.5b"
 DEFAULT_MODEL_NAME = BUNDLED_MODELS[DEFAULT_MODEL_SIZE].name
-
-# Old module-level names (see `__getattr__`): old name -> new name.
-_RENAMED = {"PRESETS": "BUNDLED_MODELS", "DEFAULT_PRESET": "DEFAULT_MODEL_SIZE"}
-
-
-def __getattr__(name: str) -> object:
-    if name in _RENAMED:
-        new = _RENAMED[name]
-        warn_renamed(f"evolve.llm.model_files.{name}", f"evolve.llm.model_files.{new}")
-        return globals()[new]
-    if name == "installed_presets":
-        warn_renamed(
-            "evolve.llm.model_files.installed_presets",
-            "evolve.llm.model_files.installed_model_sizes",
-        )
-        return installed_model_sizes
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def bundled_model(model_size: str) -> BundledModel:

@@ -39,6 +39,7 @@ from evolve.llm.response_cache import answering, hold_in_adapters, scrub_cached_
 from evolve.llm.server import EmbeddedServer
 from evolve.llm.usage import UsageTracker
 from evolve.llm.usage_callback import track_usage
+from evolve.protocol import ProtocolRules
 from evolve.stopping import clear_endpoint_failure, stop_for_endpoint_failure
 
 # DSPy 3.4's default ("auto") engine routes openai/* through its native lm15 client, which
@@ -387,9 +388,11 @@ def open_role_lms(config: LLMConfig) -> Iterator[RoleLMs]:
         yield role_lms
 
 
-def open_role_lms_from_args(args: argparse.Namespace, base: LLMConfig | None = None):
+def open_role_lms_from_args(
+    args: argparse.Namespace, base: LLMConfig | None = None, rules: ProtocolRules | None = None
+):
     """`open_role_lms` for a command's parsed LLM flags (see `add_llm_arguments`), with the
-    completion limits of its `--protocol`, if it has one (`protocol_llm_config`)."""
+    completion limits of the protocol whose `rules` it runs under, if any
+    (`protocol_llm_config`)."""
     config = llm_config_from_args(args, base)
-    protocol = getattr(args, "protocol", None)
-    return open_role_lms(protocol_llm_config(config, protocol) if protocol else config)
+    return open_role_lms(protocol_llm_config(config, rules) if rules is not None else config)

@@ -14,8 +14,6 @@ from typing import Any
 
 from pydantic import BaseModel, model_validator
 
-from memory_policies.deprecation import warn_renamed
-
 # Request ids unique across the processes that append to one journal: a random per-process
 # prefix (pids are reused across reruns) and a counter.
 _PROCESS_TAG = f"{os.getpid():x}{secrets.token_hex(3)}"
@@ -87,16 +85,6 @@ class Usage(BaseModel):
     @property
     def tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
-
-    @property
-    def total_tokens(self) -> int:
-        warn_renamed("Usage.total_tokens", "Usage.tokens")
-        return self.tokens
-
-    @property
-    def llm_calls(self) -> int:
-        warn_renamed("Usage.llm_calls", "Usage.calls (LM calls) or Usage.requests (spend)")
-        return self.requests if self.requests else self.calls
 
     def plus(self, other: Usage) -> Usage:
         return Usage(
@@ -359,10 +347,3 @@ class UsageTracker:
 def _as_int(value: object) -> int:
     # Floats too: some servers report token counts as JSON numbers with a fraction part.
     return int(value) if isinstance(value, int | float) else 0
-
-
-def __getattr__(name: str) -> Any:
-    if name == "RoleUsage":
-        warn_renamed("evolve.llm.usage.RoleUsage", "evolve.llm.usage.Usage")
-        return Usage
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

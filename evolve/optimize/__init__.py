@@ -20,7 +20,6 @@ from evolve.records import (
     candidate_record,
     fingerprint,
 )
-from memory_policies.deprecation import renamed_attributes
 
 __all__ = [
     "Budget",
@@ -49,13 +48,3 @@ __all__ = [
     "load_period_results",
     "objective_value",
 ]
-
-# Old names -> new names; they still work, with a warning. `run_experiment` is
-# `evolve.api.run_experiment` (it opens the LMs); the loop is `evolve_policy`.
-_RENAMED = {
-    "ExperimentStore": "ExperimentDir",
-    "run_experiment": "evolve_policy",
-    "Spend": "evolve.llm:Usage",
-}
-
-__getattr__ = renamed_attributes(__name__, _RENAMED, globals())

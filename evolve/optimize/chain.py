@@ -36,7 +36,6 @@ from evolve.optimize.context import EvolutionContext, Schedule
 from evolve.optimize.experiment_dir import ExperimentDir
 from evolve.optimize.feedback import build_feedback
 from evolve.optimize.reflect import Reflector
-from evolve.protocol import rules_for
 from evolve.records import (
     CandidateRecord,
     CandidateStatus,
@@ -392,10 +391,11 @@ class ChainSchedule(Schedule):
 
 
 def feedback_char_cap(spec: ExperimentSpec) -> int | None:
-    """The chain's feedback length cap: `max_feedback_chars`, except that under the paper's
-    reflector prompt only a value the spec sets applies (the reference caps no feedback)."""
+    """The chain's feedback length cap: `max_feedback_chars`, except that under a protocol
+    whose feedback is not capped by default (paper: the reference caps none) only a value the
+    spec sets applies."""
     optimizer = spec.optimizer
-    if rules_for(spec.protocol).reflector_prompt != "hinted" and (
+    if not spec.rules.feedback_capped_by_default and (
         "max_feedback_chars" not in optimizer.model_fields_set
     ):
         return None

@@ -35,9 +35,9 @@ from typing import Any
 from evolve.budget import SpendJournal, spend_json
 from evolve.files import atomic_write_json, atomic_write_text
 from evolve.llm.usage import Usage
+from evolve.protocol import DEFAULT_PROTOCOL
 from evolve.records import CandidateRecord, ExperimentResult, GenerationRecord
 from evolve.simulator.run_dir import open_header, read_json
-from memory_policies.deprecation import warn_renamed
 
 EXPERIMENT_FORMAT = "amemgym-evolve.experiment"
 EXPERIMENT_FORMAT_VERSION = 1
@@ -199,7 +199,7 @@ class ExperimentDir:
             wall_time_s=spend.wall_time_s,
             reflection_parse_failures=sum(r.reflection_parse_failures for r in candidates),
             max_tokens=stored.get("max_tokens", {}),
-            protocol=stored.get("protocol", "evolve"),
+            protocol=stored.get("protocol", DEFAULT_PROTOCOL),
         )
 
 
@@ -214,14 +214,3 @@ def experiment_dir_for(target: str, runs_dir: str | Path = "runs") -> Path | Non
         if (candidate / "experiment.json").is_file():
             return candidate
     return None
-
-
-def __getattr__(name: str) -> Any:
-    # The old name works with a RenamedWarning until deprecation.REMOVED_IN.
-    if name == "ExperimentStore":
-        warn_renamed(
-            "evolve.optimize.experiment_dir.ExperimentStore",
-            "evolve.optimize.experiment_dir.ExperimentDir",
-        )
-        return ExperimentDir
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

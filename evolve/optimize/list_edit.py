@@ -126,7 +126,20 @@ class ListEditOperator(MutationOperator):
         return OperatorProposal(operator=self.name, components=changed, seed=seed, detail=detail)
 
 
-register_operator("list_edit", lambda *, reflector, **_: ListEditOperator(reflector))
+def _list_edit_check(optimizer: Any, rules: Any) -> str | None:
+    if rules.structured_edits:
+        return None
+    return (
+        f"list_edit (structured list edits for small models) is not part of protocol "
+        f"{rules.name!r}: the reference's reflector rewrites the text itself; remove list_edit "
+        '(e.g. operators = ["reflective"]) or set protocol = "evolve"'
+    )
+
+
+register_operator(
+    "list_edit", lambda *, reflector, **_: ListEditOperator(reflector), check=_list_edit_check
+)
+
 
 # The built-in operators that call the reflector (dropped under feedback = "none"), and those
 # of them that own text components: list_edit the list ones, reflective every one.

@@ -48,23 +48,21 @@ from pathlib import Path
 from typing import Any
 
 from evolve.budget import Budget, BudgetExhausted
-from evolve.config import ExperimentSpec, ResolvedExperiment, resolve
+from evolve.config import ExperimentSpec, ResolvedExperiment, resolve, spec_label
 from evolve.llm import RoleLMs
 from evolve.optimize.chain import ChainSchedule
 from evolve.optimize.context import EvolutionContext, Schedule
 from evolve.optimize.experiment_dir import ExperimentDir
 from evolve.optimize.list_edit import refuse_idle_operators
-from evolve.optimize.operators import check_operator_names
+from evolve.optimize.operators import check_operators
 from evolve.optimize.parameters import ParameterProposer
 from evolve.optimize.population import PopulationSchedule, default_proposer
 from evolve.optimize.progress import LoopProgress
-from evolve.optimize.reflect import Reflector
+from evolve.optimize.reflect import REFLECTOR_PROMPTS, Reflector
 from evolve.optimize.report import format_lineage, format_table
-from evolve.protocol import rules_for
 from evolve.records import CandidateRecord, ExperimentResult, best_of
 from evolve.simulator.environment import Environment
 from evolve.tracking import ExperimentTracker, NullTracker, TrackingContext
-from memory_policies.deprecation import warn_renamed
 
 __all__ = ["SCHEDULES", "LoopProgress", "build_reflector", "evolve_policy", "reflector_setup"]
 
@@ -97,7 +95,7 @@ def evolve_policy(
     """
     resolved = experiment if isinstance(experiment, ResolvedExperiment) else resolve(experiment)
     # Resolving imported the plugin modules (with the policy), so the registry is complete.
-    check_operator_names(resolved.spec.optimizer.operators)
+    check_operators(resolved.spec.optimizer, resolved.rules, label=spec_label(resolved.spec))
     refuse_idle_operators(resolved.spec.optimizer)
     run = _ExperimentRun(
         resolved,
@@ -117,7 +115,7 @@ def reflector_setup(spec: ExperimentSpec) -> tuple[str, float]:
     """(LM role, temperature) of the reflector: under the paper's protocol the agent's own
     model at temperature 0, unless the spec names a reflector model or temperature."""
     temperature = spec.optimizer.reflector_temperature
-    if not rules_for(spec.protocol).reflector_is_agent_model:
+    if not spec.rules.reflector_is_agent_model:
         return "reflector", temperature
     if "reflector_temperature" not in spec.optimizer.model_fields_set:
         temperature = 0.0
@@ -127,20 +125,20 @@ def reflector_setup(spec: ExperimentSpec) -> tuple[str, float]:
 def build_reflector(spec: ExperimentSpec, lms: RoleLMs) -> Reflector:
     """The run's one reflector (every schedule and operator that reflects uses it)."""
     role, temperature = reflector_setup(spec)
-    rules = rules_for(spec.protocol)
-    # The reference caps no reflector text: under its prompt, only a length the spec sets
-    # explicitly applies.
+    rules = spec.rules
+    prompt = REFLECTOR_PROMPTS[rules.reflector_prompt]
+    # A prompt that caps no text (the reference's) is held only to a length the spec sets.
     length_set = "max_instruction_chars" in spec.optimizer.model_fields_set
     return Reflector(
         lms,
         temperature=temperature,
         max_chars=spec.optimizer.max_instruction_chars
-        if rules.reflector_prompt == "hinted" or length_set
+        if prompt.caps_length or length_set
         else None,
         role=role,
         # Proposal checks and structured edits are ours; the paper's reflector is unchecked.
         check_proposals=rules.structured_edits,
-        prompt=rules.reflector_prompt,
+        prompt=prompt,
     )
 
 
@@ -174,7 +172,7 @@ class _ExperimentRun:
         model_names = self.lms.model_names()
         identity = self.resolved.identity(model_names)
         # Recorded (added only here: older runs keep their hashes).
-        if rules_for(self.spec.protocol).reflector_is_agent_model:
+        if self.spec.rules.reflector_is_agent_model:
             identity["reflector"] = {
                 "role": self.reflector.role,
                 "model": model_names.get(self.reflector.role),
@@ -226,7 +224,8 @@ class _ExperimentRun:
         result = self._result(digest, stopped, records, budget)
         self.store.save_result(result)
         self.tracker.finish(
-            result, report=format_table(result) + "\n\n" + format_lineage(result) + "\n"
+            result,
+            report=format_table(result, self.spec.rules) + "\n\n" + format_lineage(result) + "\n",
         )
         return result
 
@@ -243,7 +242,7 @@ class _ExperimentRun:
             self.upper_bound_cache or cache_dir() / "upper_bound",
             concurrency=self.spec.concurrency,
             refresh=self.refresh_upper_bound,
-            protocol=self.spec.protocol,
+            rules=self.spec.rules,
         )
         self.store.save_spend(budget.spent())
         return upper_bound
@@ -279,12 +278,3 @@ class _ExperimentRun:
             },
             protocol=self.spec.protocol,
         )
-
-
-def __getattr__(name: str) -> Any:
-    # `run_experiment` is `evolve.api.run_experiment`'s name (it opens the LMs); this
-    # module's loop is `evolve_policy`.
-    if name == "run_experiment":
-        warn_renamed(f"{__name__}.run_experiment", f"{__name__}.evolve_policy")
-        return evolve_policy
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

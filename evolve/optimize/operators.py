@@ -223,13 +223,25 @@ OperatorFactory = Callable[..., MutationOperator]
 # mutate), policy_of (GEPA candidate -> policy), environment (train users), lms, episode,
 # work_dir, every, trials, sampler (the tune_* keys), objective, upper_bound.
 OPERATORS: dict[str, OperatorFactory] = {}
+# An operator's own spec check: (the spec's `optimizer` table, the run's `ProtocolRules`) ->
+# why this spec cannot use the operator, or None. Run for the operators a spec names, before
+# any LLM call (`check_operators`).
+OperatorCheck = Callable[[Any, Any], str | None]
+OPERATOR_CHECKS: dict[str, OperatorCheck] = {}
 
 
-def register_operator(name: str, factory: OperatorFactory) -> None:
-    """Make an operator available by name (`optimizer.operators` in a spec). A plugin module
-    calls it when imported; `MEMORY_POLICIES_PLUGINS` imports such modules before a spec's
-    policy is built, so `evolve run` knows their operators too."""
+def register_operator(
+    name: str, factory: OperatorFactory, *, check: OperatorCheck | None = None
+) -> None:
+    """Make an operator available by name (`optimizer.operators` in a spec), with the check
+    of what it needs from the spec, if any. A plugin module calls it when imported;
+    `MEMORY_POLICIES_PLUGINS` imports such modules before a spec's policy is built, so
+    `evolve run` knows their operators too."""
     OPERATORS[name] = factory
+    if check is None:
+        OPERATOR_CHECKS.pop(name, None)
+    else:
+        OPERATOR_CHECKS[name] = check
 
 
 def check_operator_names(names: Sequence[str] | None) -> None:
@@ -240,6 +252,17 @@ def check_operator_names(names: Sequence[str] | None) -> None:
             f"unknown mutation operator {unknown[0]!r} in optimizer.operators; registered: "
             f"{', '.join(sorted(OPERATORS))} (a plugin registers more with register_operator)"
         )
+
+
+def check_operators(optimizer: Any, rules: Any, *, label: str) -> None:
+    """Refuse operator names nothing registered, then ask each named operator's own check
+    whether the spec (`optimizer`, under the protocol's `rules`) gives it what it needs."""
+    check_operator_names(optimizer.operators)
+    for name in optimizer.operators or ():
+        check = OPERATOR_CHECKS.get(name)
+        problem = check(optimizer, rules) if check is not None else None
+        if problem:
+            raise ConfigError(f"{label}: optimizer.operators: {problem}")
 
 
 def build_operator(name: str, **context: Any) -> MutationOperator:
@@ -265,7 +288,16 @@ _TUNED_CONTEXT = (
     "objective",
     "upper_bound",
 )
+
+
+def _tuned_check(optimizer: Any, rules: Any) -> str | None:
+    if optimizer.tune_every is None:
+        return "tuned runs every tune_every generations: set tune_every (e.g. 2) or remove tuned"
+    return None
+
+
 register_operator(
     "tuned",
     lambda **context: TunedOperator(**{k: context[k] for k in _TUNED_CONTEXT if k in context}),
+    check=_tuned_check,
 )

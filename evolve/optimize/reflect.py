@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import dspy
 from dspy.utils.exceptions import AdapterParseError
@@ -113,6 +113,23 @@ class ReferenceReflectAdapter(dspy.Adapter):
 
 
 @dataclass(frozen=True)
+class ReflectorPrompt:
+    """How the reflector is asked: the adapter that sends its request (None: the role's own
+    adapter) and whether the prompt holds a proposal to `max_instruction_chars`."""
+
+    adapter: Callable[[str], dspy.Adapter] | None
+    caps_length: bool
+
+
+# By `ProtocolRules.reflector_prompt`: the reference's content (an empty system message, no
+# length cap) or ours (the hinted instructions, at most 120 words).
+REFLECTOR_PROMPTS: dict[str, ReflectorPrompt] = {
+    "reference": ReflectorPrompt(adapter=ReferenceReflectAdapter, caps_length=False),
+    "hinted": ReflectorPrompt(adapter=None, caps_length=True),
+}
+
+
+@dataclass(frozen=True)
 class Proposal:
     """A reflector output: the new text, or why there is none (counted, never replaced)."""
 
@@ -137,7 +154,7 @@ class Reflector:
         max_chars: int | None,
         role: str = "reflector",
         check_proposals: bool = True,
-        prompt: Literal["reference", "hinted"] = "hinted",
+        prompt: ReflectorPrompt = REFLECTOR_PROMPTS["hinted"],
     ) -> None:
         """`role` is the LM role that answers: "reflector", or "agent" under the paper's
         protocol (its reflector is the agent's own model). `check_proposals` refuses texts
@@ -189,9 +206,9 @@ class Reflector:
 
     def _adapter(self, component: str):
         """The reference-style request under the paper's prompt; else the role's own adapter."""
-        if self.prompt == "reference":
-            return dspy.context(adapter=ReferenceReflectAdapter(component))
-        return contextlib.nullcontext()
+        if self.prompt.adapter is None:
+            return contextlib.nullcontext()
+        return dspy.context(adapter=self.prompt.adapter(component))
 
     def problem(self, component: str, text: str, feedback: str) -> str | None:
         """Why `text` may not replace `component` (None: it may, or checks are off)."""

@@ -7,8 +7,10 @@ run all show the same text.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from evolve.objective import format_score
-from evolve.protocol import rules_for
+from evolve.protocol import ProtocolRules
 from evolve.records import CandidateRecord, ExperimentResult
 from evolve.simulator.conversation_health import ConversationHealth
 from evolve.simulator.metric_registry import metrics_in
@@ -76,7 +78,9 @@ def generation_rows(result: ExperimentResult) -> list[dict[str, object]]:
     return rows
 
 
-def format_table(result: ExperimentResult) -> str:
+def format_table(result: ExperimentResult, rules: ProtocolRules) -> str:
+    """The per-generation table; `rules` (of the protocol that produced `result`) choose
+    the chain's headline."""
     diagnosis = [declaration.column for declaration in metrics_in("report")]
     header = (
         f"{'gen':>3} {'cands':>5} {'best':<8} {'best train':>10} {'mean train':>10} "
@@ -108,7 +112,7 @@ def format_table(result: ExperimentResult) -> str:
         )
     lines.extend(conversation_lines(result))
     if result.chain_summary is not None:
-        lines.append(chain_headline(result.chain_summary, result.protocol))
+        lines.append(chain_headline(result.chain_summary, rules))
     status = "complete" if result.complete else f"stopped: {result.stopped or 'interrupted'}"
     lines.append(
         f"spent: {result.llm_calls} LLM calls, {result.tokens} tokens, "
@@ -130,25 +134,37 @@ def conversation_lines(result: ExperimentResult) -> list[str]:
     return [f"conversation health: {total.describe()}", *([f"WARNING: {warning}"] * bool(warning))]
 
 
-def chain_headline(summary: MetricSummary, protocol: str) -> str:
-    """The per-period chain's headline: under paper the paper's number, the reference's
-    formula (`memory_score_original`: mean over user-periods, an unparseable answer given its
-    random score), with ours next to it; under evolve our memory score. "-": undefined (an
-    upper bound not clearly above random)."""
-    headline = rules_for(protocol).headline_memory_score
-    if headline == "memory_score_original":
-        return (
-            f"evolving train run (the paper's number, the reference's formula): memory score "
-            f"{_score(summary.memory_score_original)}, accuracy with random fallback "
-            f"{_score(summary.accuracy_with_random_fallback)}; ours (parse failures wrong, "
-            f"over all items): memory score {_score(summary.memory_score)}, "
-            f"accuracy {_score(summary.accuracy)}, parse failures "
-            f"{summary.parse_failures_total}"
-        )
+def _paper_headline(summary: MetricSummary) -> str:
     return (
-        f"evolving train run: memory score {_score(getattr(summary, headline))}, accuracy "
+        f"evolving train run (the paper's number, the reference's formula): memory score "
+        f"{_score(summary.memory_score_original)}, accuracy with random fallback "
+        f"{_score(summary.accuracy_with_random_fallback)}; ours (parse failures wrong, "
+        f"over all items): memory score {_score(summary.memory_score)}, "
+        f"accuracy {_score(summary.accuracy)}, parse failures "
+        f"{summary.parse_failures_total}"
+    )
+
+
+def _our_headline(summary: MetricSummary) -> str:
+    return (
+        f"evolving train run: memory score {_score(summary.memory_score)}, accuracy "
         f"{_score(summary.accuracy)}, parse failures {summary.parse_failures_total}"
     )
+
+
+# The headline of each `ProtocolRules.headline_memory_score`: under paper the paper's number,
+# the reference's formula (`memory_score_original`: mean over user-periods, an unparseable
+# answer given its random score), with ours next to it; under evolve our memory score. "-":
+# undefined (an upper bound not clearly above random).
+HEADLINES: dict[str, Callable[[MetricSummary], str]] = {
+    "memory_score_original": _paper_headline,
+    "memory_score": _our_headline,
+}
+
+
+def chain_headline(summary: MetricSummary, rules: ProtocolRules) -> str:
+    """The per-period chain's headline under a protocol's rules."""
+    return HEADLINES[rules.headline_memory_score](summary)
 
 
 def accuracy_references(result: ExperimentResult) -> dict[str, float]:

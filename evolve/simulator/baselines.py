@@ -46,7 +46,7 @@ from pydantic import BaseModel, Field
 from evolve.errors import ToolkitError
 from evolve.files import atomic_write_json, safe_name
 from evolve.llm.response_cache import held_until_parsed
-from evolve.protocol import DEFAULT_PROTOCOL, Protocol, rules_for
+from evolve.protocol import DEFAULT_PROTOCOL, DEFAULT_RULES, Protocol, ProtocolRules
 
 # Defined with the metrics (original_format needs it and sits below this module); kept
 # importable from here, where the upper bound's counterpart lives.
@@ -262,9 +262,9 @@ UPPER_BOUND_PROMPTS: dict[str, UpperBoundPrompt] = {
 }
 
 
-def upper_bound_prompt(protocol: Protocol) -> UpperBoundPrompt:
+def upper_bound_prompt(rules: ProtocolRules) -> UpperBoundPrompt:
     """The upper-bound prompt layout a protocol uses."""
-    return UPPER_BOUND_PROMPTS[rules_for(protocol).upper_bound_layout]
+    return UPPER_BOUND_PROMPTS[rules.upper_bound_layout]
 
 
 def choice_error(choice: object, option_count: int) -> str | None:
@@ -286,7 +286,7 @@ def _ask(
     required_info: Sequence[str],
     option_texts: Sequence[str],
     option_states: Sequence[Sequence[str]],
-    protocol: Protocol = DEFAULT_PROTOCOL,
+    prompt: UpperBoundPrompt,
 ) -> UpperBoundEntry:
     given = option_states[variant_index]
     # A choice that is no option number fails here, after the adapter parsed it: its reply is
@@ -295,9 +295,7 @@ def _ask(
         try:
             with lms.context("agent"):
                 prediction = predictor(
-                    **upper_bound_prompt(protocol).inputs(
-                        question, required_info, given, option_texts
-                    )
+                    **prompt.inputs(question, required_info, given, option_texts)
                 )
             choice = prediction.choice
             error = choice_error(choice, len(option_texts))
@@ -333,7 +331,7 @@ def compute_upper_bound(
     concurrency: int = 1,
     on_entry: Callable[[UpperBoundEntry], None] | None = None,
     refresh: bool = False,
-    protocol: Protocol = DEFAULT_PROTOCOL,
+    rules: ProtocolRules = DEFAULT_RULES,
 ) -> UpperBoundTable:
     """The upper-bound table for `env` and the agent, computed only where not cached.
 
@@ -342,8 +340,11 @@ def compute_upper_bound(
     The returned table also holds this computation's unparseable answers (they count as
     upper-bound parse failures), which are never written to the cache. `refresh` ignores the
     cache and recomputes every entry. `on_entry` is called for each newly computed entry.
-    `protocol` chooses the prompt layout (see the module docstring); each has its own cache.
+    `rules` (the protocol's) choose the prompt layout (see the module docstring); each has
+    its own cache.
     """
+    protocol = rules.name
+    prompt = upper_bound_prompt(rules)
     environment_hash = env.content_hash()
     identity = agent_identity(lms)
     agent_model = str(identity.get("model") or getattr(lms.agent, "model", "model"))
@@ -366,11 +367,11 @@ def compute_upper_bound(
             for ci in range(len(qa.answer_choices)):
                 if table.key(item.id, qi, ci) not in table.entries:
                     todo.append(
-                        (item.id, qi, ci, qa.query, list(qa.required_info), texts, states, protocol)
+                        (item.id, qi, ci, qa.query, list(qa.required_info), texts, states, prompt)
                     )
     if not todo:
         return table
-    predictor = upper_bound_prompt(protocol).predictor()
+    predictor = prompt.predictor()
     lock = threading.Lock()
     pending = 0
 

@@ -14,7 +14,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from evolve.llm.usage import Usage
-from memory_policies.deprecation import renamed_attributes
 
 
 class Diagnosis(StrEnum):
@@ -198,6 +197,3 @@ class PeriodResult(BaseModel):
 class UserResult(BaseModel):
     user_id: str
     periods: list[PeriodResult] = Field(default_factory=list)
-
-
-__getattr__ = renamed_attributes(__name__, {"CallUsage": "evolve.llm.usage:Usage"}, globals())

@@ -28,7 +28,6 @@ from evolve.simulator.run.probes import (
 from evolve.simulator.run.replay import load_recorded_sessions, recorded_sessions_path
 from evolve.simulator.run.scheduler import EvaluationReport, load_report, run_evaluation
 from evolve.simulator.run.unit import run_unit
-from memory_policies.deprecation import renamed_attributes
 
 __all__ = [
     "PROBE_STRATEGIES",
@@ -57,7 +56,3 @@ __all__ = [
     "run_unit",
     "structured_probe_prompt",
 ]
-
-
-# The old name works with a RenamedWarning until deprecation.REMOVED_IN.
-__getattr__ = renamed_attributes(__name__, {"UnitStore": "UnitFiles"}, globals())

@@ -24,7 +24,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 from typing import Protocol as TypingProtocol
 
 import dspy
@@ -208,21 +208,17 @@ class PaperUserView:
         )
 
 
-def user_view_for(
-    style: Literal["blind", "state_aware"],
-    item: EnvironmentItem,
-    period: Period,
-    session: Session,
-) -> UserView:
-    """The view a protocol's simulated user gets in one session (`ProtocolRules.user_view`)."""
-    if style == "blind":
-        # The reference user sees the full profile as of the start and the period's END date.
-        return PaperUserView(
-            profile=item.profile_text(),
-            profile_date=str(item.start_time or ""),
-            current_date=str(period.period_end or ""),
-            state_schema=item.state_schema,
-        )
+def _blind_view(item: EnvironmentItem, period: Period, session: Session) -> UserView:
+    # The reference user sees the full profile as of the start and the period's END date.
+    return PaperUserView(
+        profile=item.profile_text(),
+        profile_date=str(item.start_time or ""),
+        current_date=str(period.period_end or ""),
+        state_schema=item.state_schema,
+    )
+
+
+def _state_aware_view(item: EnvironmentItem, period: Period, session: Session) -> UserView:
     return StateAwareUserView.of(
         persona=format_persona(item.profile_text()),
         today=str(session.session_time),
@@ -230,6 +226,19 @@ def user_view_for(
         exposed_states=session.exposed_values(),
         current_state={k: str(v) for k, v in period.state.items()},
     )
+
+
+# The user-view factory of each `ProtocolRules.user_view`: the view a protocol's simulated
+# user gets in one session.
+USER_VIEWS: dict[str, Callable[[EnvironmentItem, Period, Session], UserView]] = {
+    "blind": _blind_view,
+    "state_aware": _state_aware_view,
+}
+
+
+def user_view_for(style: str, item: EnvironmentItem, period: Period, session: Session) -> UserView:
+    """The view a protocol's simulated user gets in one session (`ProtocolRules.user_view`)."""
+    return USER_VIEWS[style](item, period, session)
 
 
 def format_persona(profile: Any) -> str:

@@ -24,7 +24,6 @@ from evolve.tuning.spec import (
 from evolve.tuning.spend import recorded_spend
 from evolve.tuning.study import TuneProgress, run_study
 from evolve.tuning.tracking import StudyTracker, study_tracker_for
-from memory_policies.deprecation import renamed_attributes
 
 __all__ = [
     "CandidateTuning",
@@ -47,13 +46,3 @@ __all__ = [
     "study_tracker_for",
     "tune_best_candidate",
 ]
-
-# Old names -> new names; they still work, with a warning.
-_RENAMED = {
-    "TuneSpec": "StudySpec",
-    "load_tune_spec": "load_study_spec",
-    "tune_spec_from_dict": "study_spec_from_dict",
-    "run_tuning": "run_study",
-}
-
-__getattr__ = renamed_attributes(__name__, _RENAMED, globals())

@@ -13,7 +13,6 @@ from evolve.simulator.run_dir import read_json
 from evolve.tuning.records import IN_MEMORY_STORAGE, TuningResult
 from evolve.tuning.spec import parameter_slug
 from evolve.tuning.storage import redact_storage_url
-from memory_policies.deprecation import renamed_attributes
 
 # Study attributes: the configuration the study was made with (a rerun must match it).
 STUDY_ATTR_HASH = "evolve.config_hash"
@@ -63,7 +62,3 @@ class TuningDir:
 def storage_label(url: str | None) -> str:
     """How results name a study's storage: its URL without credentials, or in-memory."""
     return redact_storage_url(url) if url is not None else IN_MEMORY_STORAGE
-
-
-# The old name works with a RenamedWarning until deprecation.REMOVED_IN.
-__getattr__ = renamed_attributes(__name__, {"TuningStore": "TuningDir"}, globals())

@@ -50,7 +50,6 @@ from evolve.tuning.storage import (
     check_storage_url,
     prepare_storage_directory,
 )
-from memory_policies.deprecation import renamed_attributes
 from memory_policies.parameters import PARAMETER_RULES, parameter_problem
 
 DEFAULT_STORAGE = "sqlite:///mlruns/optuna.db"
@@ -181,17 +180,15 @@ class TuningSpec(StrictTable):
                 "parameters: name at least one parameter to tune, e.g. update_every = [2, 4, 8]"
             )
         for name, space in self.parameters.items():
-            if name not in PARAMETER_RULES:
-                raise ValueError(
-                    f"parameters.{name}: unknown parameter; tunable: {', '.join(PARAMETER_RULES)}"
-                )
             if isinstance(space, IntRange):
                 ends = (space.low, space.high)  # checked before the range is listed
             elif space:
                 ends = (min(space), max(space))
             else:
                 raise ValueError(f"parameters.{name}: give at least one value")
-            for value in ends:
+            # A kind's own parameter is checked by its rule when the policy is known
+            # (`resolve_tuning`); the shared ones here, before the range is listed.
+            for value in ends if name in PARAMETER_RULES else ():
                 if problem := parameter_problem(name, value):
                     raise ValueError(f"parameters.{name}: a value {problem}")
             if isinstance(space, list) and len(set(space)) != len(space):
@@ -378,14 +375,18 @@ def resolve_tuning(
     experiment = resolve(spec.as_experiment())
     policy = experiment.base_policy
     tuning = spec.tuning
-    valid = list(policy.parameters())
-    for name in tuning.parameters:
-        if name not in valid:
+    rules = policy.parameter_table()
+    for name, space in tuning.parameters.items():
+        if name not in rules:
             raise ConfigError(
                 f"{label}: tuning.parameters.{name}: not a parameter of a '{policy.kind}' policy; "
-                f"valid: {valid or 'none'}"
+                f"valid: {list(rules) or 'none'}"
                 + (" (top_k exists for embedding-store policies only)" if name == "top_k" else "")
             )
+        ends = (space.low, space.high) if isinstance(space, IntRange) else (min(space), max(space))
+        for value in ends:
+            if problem := parameter_problem(name, value, rules[name]):
+                raise ConfigError(f"{label}: tuning.parameters.{name}: a value {problem}")
     requested = trials if trials is not None else tuning.requested_trials()
     if requested < 1:
         raise ConfigError(f"{label}: the number of trials must be at least 1, got {requested}")
@@ -438,14 +439,3 @@ def parameter_slug(parameters: dict[str, int]) -> str:
     """A short, file-system-safe name for a parameter setting (e.g. ue4-stl0)."""
     short = {"update_every": "ue", "short_term_len": "stl", "top_k": "k"}
     return "-".join(f"{short.get(name, name)}{value}" for name, value in sorted(parameters.items()))
-
-
-# Old names (before a study's spec file was a `StudySpec`) -> new names; they warn.
-_RENAMED = {
-    "TuneSpec": "StudySpec",
-    "load_tune_spec": "load_study_spec",
-    "tune_spec_from_dict": "study_spec_from_dict",
-    "is_tuning_spec": "is_study_spec",
-}
-
-__getattr__ = renamed_attributes(__name__, _RENAMED, globals())

@@ -53,7 +53,6 @@ from evolve.files import safe_name
 from evolve.llm.usage import Usage, UsageTracker
 from evolve.simulator.run_dir import read_json
 from evolve.tuning.records import TrialRecord
-from memory_policies.deprecation import warn_renamed
 
 SPEND_DIR = "spend"
 MAIN_JOURNAL = "main.jsonl"
@@ -170,25 +169,3 @@ def recorded_spend(run_dir: str | Path, study_name: str | None = None) -> Usage:
     for directory in sorted((run_dir / SPEND_DIR).glob("*/")):
         total = total + StudySpendJournals(run_dir, directory.name).total()
     return total
-
-
-def __getattr__(name: str) -> Any:
-    if name == "SpendRecorder":
-        warn_renamed(
-            "evolve.tuning.spend.SpendRecorder",
-            "StudySpendJournals.listener (an evolve.budget.SpendListener) and "
-            "StudySpendJournals.trial",
-        )
-        return _SpendRecorder
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-class _SpendRecorder(SpendListener):
-    """The old constructor and `trial(number)`, on the one listener."""
-
-    def __init__(self, journals: StudySpendJournals, usage: UsageTracker, *, worker: bool) -> None:
-        super().__init__(usage, lambda: journals.process_journal(worker=worker).open())
-        self.journals = journals
-
-    def trial(self, number: int) -> contextlib.AbstractContextManager[None]:
-        return self.journals.trial(self, number)

@@ -59,7 +59,6 @@ from evolve.tuning.spend import StudyBudget, StudySpendJournals
 from evolve.tuning.storage import fail_running_trials, open_study, storage_errors
 from evolve.tuning.tracking import NullStudyTracker, StudyContext, StudyTracker
 from evolve.tuning.trials import TrialLoop
-from memory_policies.deprecation import renamed_attributes
 
 # Re-exported: callers build jobs and progress hooks from here, next to `run_study`.
 __all__ = ["TuneProgress", "TuningJob", "TuningDir", "job_from", "run_study"]
@@ -286,12 +285,5 @@ class _Worker:
             self.upper_bound_cache or cache_dir() / "upper_bound",
             concurrency=self.job.concurrency,
             refresh=self.refresh_upper_bound,
-            protocol=self.job.episode.protocol,
+            rules=self.job.episode.rules,
         )
-
-
-# Old names -> new names; they still work, with a warning. `run_tuning` is
-# `evolve.api.run_tuning`'s name (it opens the LMs); the worker is `run_study`.
-__getattr__ = renamed_attributes(
-    __name__, {"TuningStore": "TuningDir", "run_tuning": "run_study"}, globals()
-)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-import warnings
 from pathlib import Path
 
 import pytest
@@ -175,17 +174,14 @@ def test_show_marks_changes_and_gold_choices(run) -> None:
     assert "gold P0:2 P1:3 P2:1" in stdout
 
 
-def test_the_old_generate_action_still_synthesizes_with_a_warning(run, tmp_path: Path) -> None:
-    from memory_policies.deprecation import RenamedWarning
-
-    old, new = tmp_path / "old.json", tmp_path / "new.json"
-    with pytest.warns(RenamedWarning, match=r"evolve env generate .*evolve env synthesize"):
-        code, _, _ = run("generate", "--preset", "tiny", "--seed", "2", "--out", str(old))
-    assert code == 0
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", RenamedWarning)
-        assert run("synthesize", "--preset", "tiny", "--seed", "2", "--out", str(new))[0] == 0
-    assert old.read_bytes() == new.read_bytes()
+def test_the_old_generate_action_is_an_error_naming_the_new_one(run, tmp_path: Path) -> None:
+    out = tmp_path / "old.json"
+    code, _, err = run("generate", "--preset", "tiny", "--out", str(out))
+    assert code == 2 and not out.exists()
+    assert err.strip() == (
+        "evolve: error: 'evolve env generate' is now called 'evolve env synthesize': run "
+        f"evolve env synthesize --preset tiny --out {out}"
+    )
 
 
 def test_env_help_lists_synthesize_and_hides_generate(run, capsys) -> None:

@@ -23,7 +23,7 @@ def scripted(monkeypatch):
     opened = []
 
     @contextlib.contextmanager
-    def fake_open(args):
+    def fake_open(args, rules=None):
         opened.append(args)
         yield scripted_role_lms(simulator=simulator, agent=agent)
 

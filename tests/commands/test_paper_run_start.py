@@ -16,6 +16,7 @@ import evolve.commands.eval as eval_command
 from evolve.cli import main
 from evolve.optimize.report import chain_headline
 from evolve.paper_deviations import START_HEADING, kept_deviations, load_deviations
+from evolve.protocol import EVOLVE, PAPER
 from evolve.simulator.environment import save_environment
 from evolve.simulator.metrics import MetricSummary
 from memory_policies.embed import HashingEmbedder
@@ -47,7 +48,7 @@ def test_eval_prints_the_kept_deviations_under_paper_only(tmp_path, monkeypatch,
     calls_at_start: list[int] = []
 
     @contextlib.contextmanager
-    def fake_open(args):
+    def fake_open(args, rules=None):
         yield scripted_role_lms(simulator=simulator, agent=agent)
 
     monkeypatch.setattr(eval_command, "open_role_lms_from_args", fake_open)
@@ -114,12 +115,12 @@ def test_the_chain_headline_is_the_protocols_memory_score():
         memory_score=0.125,
         memory_score_original=0.75,
     )
-    paper = chain_headline(summary, "paper")
+    paper = chain_headline(summary, PAPER)
     assert paper.startswith(
         "evolving train run (the paper's number, the reference's formula): memory score 0.750"
     )
     assert "accuracy with random fallback 0.600" in paper and "memory score 0.125" in paper
-    evolve = chain_headline(summary, "evolve")
+    evolve = chain_headline(summary, EVOLVE)
     assert evolve.startswith("evolving train run: memory score 0.125")
     assert "paper" not in evolve and "0.750" not in evolve
 

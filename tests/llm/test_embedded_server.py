@@ -28,7 +28,6 @@ from evolve.llm.server import (
     llama_server_binary,
     other_llama_servers,
 )
-from memory_policies.deprecation import RenamedWarning
 
 
 def option(command: list[str], name: str) -> str:
@@ -171,24 +170,19 @@ def test_threads_default_to_the_cores_this_process_may_use(monkeypatch):
     assert server_module.usable_cores() == 1
 
 
-def test_the_old_model_preset_flag_still_works_with_a_warning_and_is_hidden():
+def test_the_old_model_preset_flag_is_an_error_naming_the_new_one_and_is_hidden(capsys):
     parser = argparse.ArgumentParser()
     add_llm_arguments(parser)
-    with pytest.warns(RenamedWarning, match="--model-preset .*--model-size"):
-        args = parser.parse_args(["--model-preset", "1.5b"])
-    assert llm_config_from_args(args).embedded.model_size == "1.5b"
+    with pytest.raises(SystemExit) as exited:
+        parser.parse_args(["--model-preset", "1.5b"])
+    assert exited.value.code == 2
+    error = capsys.readouterr().err.splitlines()[-1]
+    assert error.endswith("--model-preset is now called --model-size: use --model-size 1.5b")
     assert "--model-preset" not in parser.format_help()
     assert "--model-size" in parser.format_help()
 
 
-def test_the_old_model_preset_key_still_works_with_a_warning():
-    with pytest.warns(RenamedWarning, match=r"llm\.embedded\.model_preset .*model_size"):
-        config = LLMConfig.model_validate({"embedded": {"model_preset": "1.5b"}})
-    assert config.embedded.model_size == "1.5b"
-    with pytest.warns(RenamedWarning, match="EmbeddedModelConfig.model_size"):
-        assert config.embedded.model_preset == "1.5b"
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert LLMConfig.model_validate({"embedded": {"model_size": "1.5b"}}) == config
-    with pytest.raises(ValueError, match="both set"):
-        EmbeddedModelConfig.model_validate({"model_preset": "1.5b", "model_size": "0.5b"})
+def test_the_old_model_preset_key_is_an_error_naming_the_new_one():
+    with pytest.raises(ValueError, match="the key 'model_preset' is now called 'model_size'"):
+        LLMConfig.model_validate({"embedded": {"model_preset": "1.5b"}})
+    assert LLMConfig.model_validate({"embedded": {"model_size": "1.5b"}}).embedded.model_size

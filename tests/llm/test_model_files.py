@@ -5,7 +5,6 @@ import pytest
 
 from evolve.errors import ModelFileError
 from evolve.llm import model_files
-from memory_policies.deprecation import RenamedWarning
 
 
 @pytest.fixture
@@ -114,19 +113,3 @@ def test_pyproject_pins_every_chunk_of_every_model_size():
         pinned = [req for req in requirements if req.startswith(model.package_prefix)]
         assert pinned == [f"{name}=={model.version}" for name in model.distributions]
     assert not [req for req in project["dependencies"] if req.startswith("llama-cpp-python")]
-
-
-def test_old_model_preset_names_still_work_with_a_warning():
-    with pytest.warns(RenamedWarning, match=r"model_files\.PRESETS .*BUNDLED_MODELS"):
-        assert model_files.PRESETS is model_files.BUNDLED_MODELS
-    with pytest.warns(RenamedWarning, match="DEFAULT_MODEL_SIZE"):
-        assert model_files.DEFAULT_PRESET == model_files.DEFAULT_MODEL_SIZE == "0.5b"
-    with pytest.warns(RenamedWarning, match="installed_model_sizes"):
-        assert model_files.installed_presets is model_files.installed_model_sizes
-    with pytest.warns(RenamedWarning, match=r"BundledModel\.model_size"):
-        assert model_files.BUNDLED_MODELS["1.5b"].preset == "1.5b"
-    from evolve.llm.model_files import BUNDLED_MODELS, DEFAULT_MODEL_SIZE  # the new: silent
-
-    assert BUNDLED_MODELS[DEFAULT_MODEL_SIZE].model_size == "0.5b"
-    with pytest.raises(AttributeError, match="no_such_name"):
-        model_files.no_such_name  # noqa: B018

@@ -11,6 +11,7 @@ import pytest
 import evolve.llm.roles as roles
 from evolve.llm import EndpointConfig, LLMConfig, build_lm, llm_config_from_args
 from evolve.llm.config import add_llm_arguments, protocol_llm_config
+from evolve.protocol import EVOLVE, PAPER, rules_for
 
 
 @pytest.fixture(autouse=True)
@@ -27,36 +28,36 @@ def limits(config: LLMConfig) -> dict[str, int]:
 
 def test_paper_gives_the_agent_and_the_simulated_user_the_references_limit():
     config = LLMConfig(default=EndpointConfig(model="m"))
-    assert limits(protocol_llm_config(config, "paper")) == {
+    assert limits(protocol_llm_config(config, PAPER)) == {
         "simulator": 8192,
         "agent": 8192,
         # Under paper the reflector is the agent's model; a named one keeps its own.
         "reflector": 512,
     }
-    assert limits(protocol_llm_config(config, "evolve")) == dict.fromkeys(
+    assert limits(protocol_llm_config(config, EVOLVE)) == dict.fromkeys(
         ("simulator", "agent", "reflector"), 512
     )
 
 
 def test_a_limit_the_user_sets_wins():
     in_spec = LLMConfig(default=EndpointConfig(model="m", max_tokens=1024))
-    assert limits(protocol_llm_config(in_spec, "paper"))["agent"] == 1024
+    assert limits(protocol_llm_config(in_spec, PAPER))["agent"] == 1024
     parser = argparse.ArgumentParser()
     add_llm_arguments(parser)
     flagged = llm_config_from_args(parser.parse_args(["--model", "m", "--max-tokens", "300"]))
-    assert limits(protocol_llm_config(flagged, "paper")) == dict.fromkeys(
+    assert limits(protocol_llm_config(flagged, PAPER)) == dict.fromkeys(
         ("simulator", "agent", "reflector"), 300
     )
 
 
 def test_the_embedded_server_gets_at_most_a_slots_context():
-    config = protocol_llm_config(LLMConfig(), "paper")
+    config = protocol_llm_config(LLMConfig(), PAPER)
     assert config.embedded.max_tokens == min(8192, config.embedded.ctx_per_slot)
     big = LLMConfig.model_validate({"embedded": {"ctx_per_slot": 16384}})
-    assert protocol_llm_config(big, "paper").embedded.max_tokens == 8192
-    assert protocol_llm_config(LLMConfig(), "evolve").embedded.max_tokens == 256
+    assert protocol_llm_config(big, PAPER).embedded.max_tokens == 8192
+    assert protocol_llm_config(LLMConfig(), EVOLVE).embedded.max_tokens == 256
     set_by_user = LLMConfig.model_validate({"embedded": {"max_tokens": 64}})
-    assert protocol_llm_config(set_by_user, "paper").embedded.max_tokens == 64
+    assert protocol_llm_config(set_by_user, PAPER).embedded.max_tokens == 64
 
 
 def test_a_commands_protocol_flag_applies_its_limit(monkeypatch):
@@ -72,7 +73,6 @@ def test_a_commands_protocol_flag_applies_its_limit(monkeypatch):
     add_llm_arguments(parser)
     for protocol, expected in (("paper", 8192), ("evolve", 512)):
         args = parser.parse_args(["--model", "m"])
-        args.protocol = protocol
-        with roles.open_role_lms_from_args(args):
+        with roles.open_role_lms_from_args(args, rules=rules_for(protocol)):
             pass
         assert opened[-1].endpoint_for("agent").max_tokens == expected

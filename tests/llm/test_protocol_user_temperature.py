@@ -7,6 +7,7 @@ import pytest
 
 from evolve.llm import EndpointConfig, LLMConfig, build_lm
 from evolve.llm.config import protocol_llm_config
+from evolve.protocol import EVOLVE, PAPER
 
 
 @pytest.fixture(autouse=True)
@@ -23,21 +24,21 @@ def temperatures(config: LLMConfig) -> dict[str, float]:
 
 def test_paper_samples_the_simulated_user_at_the_references_temperature():
     config = LLMConfig(default=EndpointConfig(model="m"))
-    assert temperatures(protocol_llm_config(config, "paper")) == {
+    assert temperatures(protocol_llm_config(config, PAPER)) == {
         "simulator": 0.2,
         "agent": 0.0,
         "reflector": 0.0,
     }
-    assert set(temperatures(protocol_llm_config(config, "evolve")).values()) == {0.0}
+    assert set(temperatures(protocol_llm_config(config, EVOLVE)).values()) == {0.0}
 
 
 def test_a_temperature_the_user_sets_wins():
     named = LLMConfig(simulator=EndpointConfig(model="m", temperature=0.7))
-    assert protocol_llm_config(named, "paper").simulator.temperature == 0.7
+    assert protocol_llm_config(named, PAPER).simulator.temperature == 0.7
 
 
 def test_the_embedded_server_plays_the_user_at_the_references_temperature():
-    assert protocol_llm_config(LLMConfig(), "paper").embedded.simulator_temperature == 0.2
-    assert protocol_llm_config(LLMConfig(), "evolve").embedded.simulator_temperature is None
+    assert protocol_llm_config(LLMConfig(), PAPER).embedded.simulator_temperature == 0.2
+    assert protocol_llm_config(LLMConfig(), EVOLVE).embedded.simulator_temperature is None
     set_by_user = LLMConfig.model_validate({"embedded": {"temperature": 0.5}})
-    assert protocol_llm_config(set_by_user, "paper").embedded.simulator_temperature is None
+    assert protocol_llm_config(set_by_user, PAPER).embedded.simulator_temperature is None

@@ -1,22 +1,17 @@
 """One usage record (`evolve.llm.usage.Usage`): it adds up, files written with the four older
 record types (per-role usage, an episode unit's, a synthesis stage's, a spend ledger's) load
-silently, and the old names still work with a warning."""
+silently."""
 
 from __future__ import annotations
 
-import importlib
 import json
 import warnings
-
-import pytest
-from fresh_import import import_fresh
 
 from evolve.budget import SpendJournal
 from evolve.llm.usage import Usage, UsageSummary, add_usage
 from evolve.optimize.experiment_dir import ExperimentDir
 from evolve.simulator.records import PeriodResult
 from evolve.simulator.synthesis.report import UserOutcome, sum_usage
-from memory_policies.deprecation import RenamedWarning
 
 
 def test_usage_adds_and_subtracts_field_by_field():
@@ -114,57 +109,6 @@ def test_a_ledger_written_now_keeps_the_names_older_readers_know(tmp_path):
 def test_a_new_usage_dump_round_trips():
     usage = Usage(calls=2, cache_hits=1, requests=1, prompt_tokens=3, wall_time_s=1.5)
     assert Usage.model_validate(usage.model_dump(mode="json")) == usage
-
-
-OLD_NAMES = [
-    ("evolve.llm", "RoleUsage"),
-    ("evolve.llm.usage", "RoleUsage"),
-    ("evolve.optimize", "Spend"),
-    ("evolve.budget", "Spend"),
-    ("evolve.simulator.records", "CallUsage"),
-    ("evolve.simulator.synthesis", "StageUsage"),
-    ("evolve.simulator.synthesis.report", "StageUsage"),
-]
-
-
-@pytest.mark.parametrize(("module", "name"), OLD_NAMES)
-def test_an_old_usage_type_name_still_works_and_warns(module, name):
-    with pytest.warns(RenamedWarning, match=rf"{name} is deprecated.*Usage"):
-        old = getattr(importlib.import_module(module), name)
-    assert old is Usage
-
-
-@pytest.mark.parametrize("module", ["evolve.llm", "evolve.llm.usage"])
-def test_the_new_name_is_silent(module):
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert importlib.import_module(module).Usage is Usage
-
-
-def test_old_attribute_names_still_work_and_warn():
-    spend = Usage(requests=3, prompt_tokens=2, completion_tokens=1)
-    with pytest.warns(RenamedWarning, match="Usage.total_tokens"):
-        assert spend.total_tokens == 3
-    with pytest.warns(RenamedWarning, match="Usage.llm_calls"):
-        assert spend.llm_calls == 3
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert (spend.tokens, spend.requests) == (3, 3)
-
-
-def test_an_unknown_name_is_still_an_attribute_error():
-    import evolve.llm
-
-    with pytest.raises(AttributeError):
-        _ = evolve.llm.NoSuchUsage
-
-
-def test_the_old_module_of_tracked_usage_still_works_and_warns():
-    with pytest.warns(RenamedWarning, match=r"evolve\.simulator\.run\.usage .*evolve\.llm\.usage"):
-        old = import_fresh("evolve.simulator.run.usage")
-    from evolve.llm.usage import tracked_usage
-
-    assert old.tracked_usage is tracked_usage
 
 
 def test_tracked_usage_counts_the_calls_dspy_saw_and_their_tokens():

@@ -15,6 +15,7 @@ from simulator.eval_helpers import SCHEMA, make_environment, simulator_responder
 from evolve.commands.eval import build_eval_policies
 from evolve.config import resolve, spec_from_dict
 from evolve.errors import ConfigError
+from evolve.protocol import EVOLVE, PAPER
 from evolve.simulator.runner import (
     QUESTION_HINT,
     EpisodeConfig,
@@ -36,16 +37,14 @@ from memory_policies.embed import EMBEDDER_ENV, EMBEDDING_BASE_URL_ENV, EMBEDDIN
 def test_eval_gives_specs_without_variant_the_paper_variant_under_the_paper_protocol(tmp_path):
     build_policy("in_context").save(tmp_path / "bundle")
     specs = ["in_context", "native:variant=evolve", "in_context_oracle", str(tmp_path / "bundle")]
-    assert [p.variant for p in build_eval_policies(specs, "paper")] == [
+    assert [p.variant for p in build_eval_policies(specs, PAPER)] == [
         "paper",
         "evolve",  # explicit wins
         "paper",
         "evolve",  # a bundle keeps the variant it recorded
     ]
-    assert [p.variant for p in build_eval_policies(["in_context"], "evolve")] == ["evolve"]
-    assert [p.variant for p in build_eval_policies(["raw_rag:variant=paper"], "evolve")] == [
-        "paper"
-    ]
+    assert [p.variant for p in build_eval_policies(["in_context"], EVOLVE)] == ["evolve"]
+    assert [p.variant for p in build_eval_policies(["raw_rag:variant=paper"], EVOLVE)] == ["paper"]
 
 
 def _spec(protocol: str, **policy):

@@ -31,7 +31,7 @@ def test_one_reflective_generation_on_the_embedded_model(tmp_path, role_lms_embe
     result = evolve_policy(
         spec, role_lms_embedded, runs_dir=tmp_path / "runs", upper_bound_cache=tmp_path / "ub"
     )
-    print(format_table(result))
+    print(format_table(result, spec.rules))
     assert result.complete
     base = result.candidate("g00-c0")
     assert base.train is not None and base.heldout is not None

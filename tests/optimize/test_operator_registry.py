@@ -15,7 +15,7 @@ from optimize.evolve_helpers import World, write_spec
 from evolve.config import load_spec
 from evolve.errors import ConfigError
 from evolve.optimize import CandidateStatus, evolve_policy
-from evolve.optimize.operators import OPERATORS
+from evolve.optimize.operators import OPERATOR_CHECKS, OPERATORS, register_operator
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "drop_line_operator.py"
@@ -130,3 +130,54 @@ def test_list_edit_on_its_list_component_is_accepted(tmp_path):
     )
     evolve_policy(spec, world.lms, runs_dir=tmp_path / "runs", upper_bound_cache=tmp_path / "ub")
     assert world.calls()["reflector"] > 0
+
+
+def test_an_operator_carries_its_own_spec_check(tmp_path):
+    """A registered operator refuses a spec it cannot work with, in its own words, before any
+    LLM call; the spec and config modules know nothing of it."""
+
+    def needs_five(optimizer, rules) -> str | None:
+        return None if optimizer.generations >= 5 else "needs_five needs generations >= 5"
+
+    register_operator("needs_five", lambda **_: None, check=needs_five)
+    try:
+        world = World()
+        spec = load_spec(operator_spec(tmp_path, '["needs_five", "reflective"]'))
+        with pytest.raises(
+            ConfigError, match=r"exp\.toml: optimizer\.operators: needs_five needs generations"
+        ):
+            evolve_policy(spec, world.lms, runs_dir=tmp_path / "runs", upper_bound_cache=tmp_path)
+        assert world.calls() == {"agent": 0, "reflector": 0, "simulator": 0}
+    finally:
+        OPERATORS.pop("needs_five", None)
+        OPERATOR_CHECKS.pop("needs_five", None)
+
+
+@pytest.mark.parametrize(
+    ("body", "operators", "problem"),
+    [
+        (
+            'protocol = "paper"',
+            '["list_edit", "reflective"]',
+            "list_edit .* is not part of protocol 'paper'",
+        ),
+        ("", '["tuned", "reflective"]', "tuned runs every tune_every generations"),
+    ],
+    ids=["list_edit-under-paper", "tuned-without-tune_every"],
+)
+def test_the_built_in_operators_check_what_they_need(tmp_path, body, operators, problem):
+    world = World()
+    path = write_spec(
+        tmp_path,
+        body,
+        optimizer=f"""
+            generations = 2
+            operators = {operators}
+            mutate_components = ["{LIST}"]
+        """,
+    )
+    with pytest.raises(ConfigError, match=rf"optimizer\.operators: {problem}"):
+        evolve_policy(
+            load_spec(path), world.lms, runs_dir=tmp_path / "runs", upper_bound_cache=tmp_path
+        )
+    assert world.calls() == {"agent": 0, "reflector": 0, "simulator": 0}

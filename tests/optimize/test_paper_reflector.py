@@ -13,7 +13,7 @@ from scripted_lm import ScriptedLM, scripted_role_lms
 from evolve.config import load_spec, resolve
 from evolve.errors import ConfigError
 from evolve.optimize.loop import build_reflector
-from evolve.optimize.reflect import Reflector
+from evolve.optimize.reflect import REFLECTOR_PROMPTS, Reflector
 
 TYPES = "1. Diet: what the user eats.\n2. Home: where the user lives."
 FEEDBACK = 'Question 1: "Can you suggest a dinner recipe for me?"\nThe assistant chose: (A)'
@@ -31,7 +31,7 @@ def propose(prompt: str, reply, max_chars: int | None = None):
         max_chars=max_chars,
         role="agent",
         check_proposals=prompt == "hinted",
-        prompt=prompt,
+        prompt=REFLECTOR_PROMPTS[prompt],
     )
     proposal = reflector.propose("write.types_to_remember", TYPES, FEEDBACK, rollout_id=1, seed=1)
     (call,) = agent.calls
@@ -79,7 +79,7 @@ def test_the_experiment_builds_its_protocols_reflector(
     spec = load_spec(write_spec(tmp_path, f'protocol = "{protocol}"'))
     reflector = build_reflector(resolve(spec).spec, scripted_role_lms())
     assert (reflector.prompt, reflector.max_chars, reflector.check_proposals) == (
-        prompt,
+        REFLECTOR_PROMPTS[prompt],
         max_chars,
         checks,
     )

@@ -14,6 +14,7 @@ from optimize.evolve_helpers import write_spec
 
 from evolve.config import load_spec, resolve, spec_from_dict
 from evolve.errors import ConfigError, EnvironmentDataError
+from evolve.protocol import PAPER
 from evolve.simulator.environment import save_environment
 from evolve.simulator.synthesis.offline import get_preset, synthesize_environment
 
@@ -122,7 +123,7 @@ def test_paper_specs_sample_the_simulated_user_and_limit_replies_as_the_referenc
     data = tomllib.loads(path.read_text(encoding="utf-8"))
     llm = load_study_spec(path).llm if "tuning" in data else spec_from_dict(data).llm
     assert "max_tokens" not in data["llm"]["default"]
-    config = protocol_llm_config(llm, "paper")
+    config = protocol_llm_config(llm, PAPER)
     simulator = build_lm(config.endpoint_for("simulator"))
     agent = build_lm(config.endpoint_for("agent"))
     assert simulator.kwargs["temperature"] == 0.2

@@ -10,6 +10,7 @@ import re
 from scripted_lm import ScriptedLM, scripted_role_lms
 from simulator.eval_helpers import make_item, sections
 
+from evolve.protocol import EVOLVE, PAPER
 from evolve.simulator.baselines import compute_upper_bound, upper_bound_cache_key
 from evolve.simulator.environment import Environment
 
@@ -50,7 +51,7 @@ def test_paper_layout_follows_the_reference_prompt(tmp_path):
     seen: list = []
     env = environment_with_a_shared_state_tuple()
     lms = scripted_role_lms(agent=ScriptedLM(picking_agent(seen), model="agent-x"))
-    table = compute_upper_bound(env, lms, tmp_path, protocol="paper")
+    table = compute_upper_bound(env, lms, tmp_path, rules=PAPER)
     assert table.protocol == "paper"
     first = seen[0]
     inputs = sections(first.user)
@@ -76,20 +77,20 @@ def test_each_protocol_has_its_own_cache_entries(tmp_path):
     assert upper_bound_cache_key("env", identity, "paper") != upper_bound_cache_key(
         "env", identity, "evolve"
     )
-    compute_upper_bound(env, lms, tmp_path, protocol="evolve")
+    compute_upper_bound(env, lms, tmp_path, rules=EVOLVE)
     variants = len(seen)
-    compute_upper_bound(env, lms, tmp_path, protocol="paper")
+    compute_upper_bound(env, lms, tmp_path, rules=PAPER)
     assert len(seen) == 2 * variants  # the evolve answers were not reused under paper
-    compute_upper_bound(env, lms, tmp_path, protocol="paper")
-    compute_upper_bound(env, lms, tmp_path, protocol="evolve")
+    compute_upper_bound(env, lms, tmp_path, rules=PAPER)
+    compute_upper_bound(env, lms, tmp_path, rules=EVOLVE)
     assert len(seen) == 2 * variants  # each protocol's answers are cached under its own key
 
 
 def test_questions_sharing_a_state_tuple_keep_their_own_upper_bound(tmp_path):
     env = environment_with_a_shared_state_tuple()
     lms = scripted_role_lms(agent=ScriptedLM(picking_agent([]), model="agent-x"))
-    for protocol in ("paper", "evolve"):
-        table = compute_upper_bound(env, lms, tmp_path / protocol, protocol=protocol)
+    for rules in (PAPER, EVOLVE):
+        table = compute_upper_bound(env, lms, tmp_path / rules.name, rules=rules)
         dinner, snack = 0, len(env.items[0].qas) - 1
         # Variant 2 (keto) of both questions has the state tuple ("keto",). The reference maps
         # state tuples to scores over all questions, so the snack question's wrong answer

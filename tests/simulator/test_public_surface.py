@@ -38,7 +38,6 @@ def test_importing_the_environment_model_does_not_load_the_runner_or_dspy():
 
 
 def test_tuning_exports_what_users_use():
-    # The old module `evolve.tune` mirrors it: tests/test_renamed_entry_points.py.
     assert len(evolve.tuning.__all__) <= 20
     for name in evolve.tuning.__all__:
         assert getattr(evolve.tuning, name) is not None

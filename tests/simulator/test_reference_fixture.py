@@ -376,7 +376,7 @@ def scripted(monkeypatch):
     agent = ScriptedLM(agent_responder, model="agent-model")
 
     @contextlib.contextmanager
-    def fake_open(args):
+    def fake_open(args, rules=None):
         yield scripted_role_lms(simulator=ScriptedLM(simulator_responder), agent=agent)
 
     monkeypatch.setattr(eval_command, "open_role_lms_from_args", fake_open)

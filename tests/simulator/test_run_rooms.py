@@ -102,7 +102,9 @@ def test_run_options_whole_or_as_fields_give_the_same_run(tmp_path):
 
 
 def test_every_protocol_names_strategies_the_simulator_has():
-    from evolve.protocol import PROTOCOLS, rules_for
+    from evolve.optimize.reflect import REFLECTOR_PROMPTS
+    from evolve.optimize.report import HEADLINES
+    from evolve.protocol import ALL_RULES
     from evolve.simulator.baselines import UPPER_BOUND_PROMPTS
     from evolve.simulator.runner import PROBE_STRATEGIES
     from evolve.simulator.user import PaperUserView, StateAwareUserView, user_view_for
@@ -110,9 +112,11 @@ def test_every_protocol_names_strategies_the_simulator_has():
     item = make_environment(users=1).items[0]
     period = item.periods[0]
     views = set()
-    for name in PROTOCOLS:
-        rules = rules_for(name)
+    for rules in ALL_RULES:
+        # Each string-valued field names the object that carries its behaviour.
         assert rules.probe_style in PROBE_STRATEGIES
         assert rules.upper_bound_layout in UPPER_BOUND_PROMPTS
+        assert rules.reflector_prompt in REFLECTOR_PROMPTS
+        assert rules.headline_memory_score in HEADLINES
         views.add(type(user_view_for(rules.user_view, item, period, period.sessions[0])))
     assert views == {PaperUserView, StateAwareUserView}  # each protocol its own view

@@ -5,6 +5,7 @@ budget, the memory-score fallback and the `evolve tune` command."""
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from evolve.tuning import format_result, load_study_spec, resolve_tuning, run_st
 from evolve.tuning.layout import TuningDir
 from evolve.tuning.readback import render_tuning_dir, render_tuning_experiment, tuning_dir_for
 from evolve.tuning.storage import open_storage, prepare_storage_directory
+from memory_policies.registry import POLICY_KINDS
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 # ----- specs -------------------------------------------------------------------------------------
@@ -69,7 +71,6 @@ def test_spec_defaults_shorthands_and_grid_size(tmp_path):
             "update_every: a value must be at most 1000",
         ),
         ("[tuning.parameters]\ntop_k = [5, 100000]", "top_k: a value must be at most 1000"),
-        ("[tuning.parameters]\nbatch = [1, 2]", "unknown parameter; tunable: update_every"),
         ("[tuning.parameters]\nupdate_every = [2, 2]", "listed twice"),
         (
             "[tuning.parameters]\nupdate_every = { low = 1, high = 8, step = 3 }",
@@ -97,6 +98,33 @@ def test_spec_errors_name_the_key_and_the_fix(tmp_path, tuning, message):
         load_study_spec(write_tune_spec(tmp_path, tuning))
     assert message in str(error.value)
     assert "tune.toml" in str(error.value)
+
+
+def test_a_parameter_is_checked_against_the_policys_own_table(tmp_path):
+    """Names and ranges come from the policy kind's parameter table, so a plugin kind's own
+    parameter can be tuned within its rule, and a name no kind has is refused."""
+    unknown = load_study_spec(
+        write_tune_spec(tmp_path / "u", "[tuning.parameters]\nbatch = [1, 2]")
+    )
+    with pytest.raises(ConfigError, match=r"tuning\.parameters\.batch: not a parameter of a "):
+        resolve_tuning(unknown)
+    example = Path(__file__).resolve().parents[2] / "examples" / "recent_facts_policy.py"
+    module_spec = importlib.util.spec_from_file_location("recent_facts_policy", example)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    try:
+        own = 'kind = "recent_facts"'
+        fits = write_tune_spec(
+            tmp_path / "f", "[tuning.parameters]\nmax_notes = [2, 4]", policy=own
+        )
+        assert resolve_tuning(load_study_spec(fits)).space == {"max_notes": [2, 4]}
+        beyond = write_tune_spec(
+            tmp_path / "b", "[tuning.parameters]\nmax_notes = [2, 60]", policy=own
+        )
+        with pytest.raises(ConfigError, match="max_notes: a value must be at most 50"):
+            resolve_tuning(load_study_spec(beyond))
+    finally:
+        POLICY_KINDS.pop("recent_facts", None)
 
 
 def test_resolve_checks_parameters_against_the_policy_and_warns_about_pruning(tmp_path):

@@ -25,7 +25,6 @@ from evolve.llm.usage import Usage
 from evolve.simulator.records import PeriodResult, SessionTranscript
 from evolve.simulator.run.episode import EpisodeConfig
 from evolve.simulator.user import SimulatedUser
-from memory_policies.deprecation import warn_renamed
 
 if TYPE_CHECKING:
     from evolve.llm import RoleLMs
@@ -213,13 +212,3 @@ class RunContext:
         # Each task sees the unit's context variables (e.g. which episode a trace records).
         submitted = [self.question_pool.submit(contextvars.copy_context().run, t) for t in tasks]
         return [future.result() for future in submitted]
-
-
-def __getattr__(name: str) -> Any:
-    # The old name works with a RenamedWarning until deprecation.REMOVED_IN.
-    if name == "UnitStore":
-        warn_renamed(
-            "evolve.simulator.run.context.UnitStore", "evolve.simulator.run.context.UnitFiles"
-        )
-        return UnitFiles
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

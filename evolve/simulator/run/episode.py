@@ -6,17 +6,24 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from evolve.protocol import DEFAULT_PROTOCOL, PROTOCOLS, Protocol, rules_for
+from evolve.protocol import (
+    ALL_RULES,
+    DEFAULT_PROTOCOL,
+    EVOLVE,
+    Protocol,
+    ProtocolRules,
+    RulesField,
+    with_rules,
+)
 
 ProbeScope = Literal["all", "wrong_only"]
 
 
-def probe_scope_problem(protocol: Protocol, probes: ProbeScope) -> str | None:
+def probe_scope_problem(rules: ProtocolRules, probes: ProbeScope) -> str | None:
     """Why a probe scope cannot be used under a protocol (None when it can)."""
-    rules = rules_for(protocol)
     if probes in rules.probe_scopes:
         return None
-    allowing = [name for name in PROTOCOLS if probes in rules_for(name).probe_scopes]
+    allowing = [other.name for other in ALL_RULES if probes in other.probe_scopes]
     alternatives = [f"probes = '{scope}'" for scope in rules.probe_scopes[:1]]
     alternatives += [f"protocol = '{name}'" for name in allowing]
     return (
@@ -34,6 +41,9 @@ class EpisodeConfig(BaseModel):
         default=DEFAULT_PROTOCOL,
         description="Information flow: 'paper' (the reference code's) or ours.",
     )
+    # What the protocol decides, resolved from `protocol` when the config is made (pass
+    # `rules=` instead to hand the object down); every unit reads it.
+    rules: RulesField = Field(default=EVOLVE, exclude=True, repr=False)
     rounds_initial: int = Field(default=1, ge=1, description="Rounds per session in period 0.")
     rounds_update: int = Field(default=1, ge=1, description="Rounds per session afterwards.")
     concurrency: int = Field(
@@ -50,9 +60,14 @@ class EpisodeConfig(BaseModel):
         "items. A variable not probed at its last write period then counts as not recalled.",
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _rules_of_protocol(cls, data: Any) -> Any:
+        return with_rules(data)
+
     @model_validator(mode="after")
     def _probes_for_protocol(self) -> EpisodeConfig:
-        problem = probe_scope_problem(self.protocol, self.probes)
+        problem = probe_scope_problem(self.rules, self.probes)
         if problem:
             raise ValueError(problem)
         return self

@@ -19,7 +19,6 @@ import dspy
 
 from evolve.errors import EnvironmentDataError
 from evolve.llm.usage import tracked_usage
-from evolve.protocol import rules_for
 from evolve.simulator.records import PeriodResult, SessionTranscript
 from evolve.simulator.run.context import RunContext, UserRun
 from evolve.simulator.run.probes import PROBE_STRATEGIES, answer_question, item_result, recalls_for
@@ -83,7 +82,7 @@ def run_unit(run: RunContext, user: UserRun, period_index: int) -> PeriodResult:
     questions = [
         functools.partial(answer_question, run, item, qi, checkpoint) for qi in range(len(item.qas))
     ]
-    probing = PROBE_STRATEGIES[rules_for(run.config.protocol).probe_style]
+    probing = PROBE_STRATEGIES[run.config.rules.probe_style]
     probed = probing.run(run, item, period_index, checkpoint, questions)
     answers, probes, question_probes = probed.answers, probed.probes, probed.question_probes
     outcomes = probed.outcomes
@@ -151,7 +150,7 @@ def _play_period(
 ) -> tuple[list[SessionTranscript], MemoryState]:
     item = user.item
     period = item.periods[period_index]
-    view_style = rules_for(run.config.protocol).user_view
+    view_style = run.config.rules.user_view
     sessions = []
     for session_index, session in enumerate(period.sessions):
         transcript, state = play_session(

@@ -38,7 +38,6 @@ from evolve.simulator.synthesis.pipeline import (
     synthesize_environment_llm,
 )
 from evolve.simulator.synthesis.report import Stage, SynthesisReport, UserOutcome
-from memory_policies.deprecation import renamed_attributes
 
 __all__ = [
     "PRESETS",
@@ -66,6 +65,3 @@ __all__ = [
     "synthesize_environment_llm",
     "synthesize_user",
 ]
-
-
-__getattr__ = renamed_attributes(__name__, {"StageUsage": "evolve.llm:Usage"}, globals())

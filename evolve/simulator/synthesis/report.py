@@ -11,7 +11,6 @@ from pydantic import BaseModel, Field
 
 from evolve.llm.usage import Usage, add_usage
 from evolve.simulator.synthesis.config import Prices
-from memory_policies.deprecation import renamed_attributes
 
 # The paper's reported costs with gpt-4.1 (US dollars per user), shown beside our own counts.
 PAPER_SYNTHESIS_COST_PER_USER = 0.40
@@ -129,6 +128,3 @@ class SynthesisReport(BaseModel):
             f"${prices.output_per_million:g} per 1M input/output tokens; the paper reports "
             f"about ${PAPER_SYNTHESIS_COST_PER_USER:.2f} per user for data synthesis with gpt-4.1"
         )
-
-
-__getattr__ = renamed_attributes(__name__, {"StageUsage": "evolve.llm.usage:Usage"}, globals())
