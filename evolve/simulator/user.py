@@ -47,12 +47,14 @@ _REPLY_CHARS = 800
 
 
 FOLLOW_UP_INSTRUCTIONS = (
-    "You role-play the user described by `persona`, chatting with an AI assistant. Write the "
-    "user's next message: 1-3 short sentences, first person, in character. React to the "
-    "assistant's last reply: answer its question, or ask a natural follow-up about the same "
-    "topic, in your own words: never repeat or quote the assistant's reply or your own earlier "
-    "message. Never end the conversation. `shared_facts` were already told and may be referred "
-    "to. `private_facts` are true now: never contradict them, and never state or hint at them."
+    "You role-play the user described by `persona`: a person chatting with an AI assistant to "
+    "get help, never the assistant. Write the user's next message: 1-3 short sentences, first "
+    "person, in character. React to the assistant's last reply: answer its question, or ask a "
+    "natural follow-up about the same topic. Use your own words: never repeat, quote or sum up "
+    "the assistant's reply or your own earlier message, never give advice, and never offer "
+    "help or ask whether the assistant has questions. Never end the conversation. "
+    "`shared_facts` were already told and may be referred to. `private_facts` are true now: "
+    "never contradict them, and never state or hint at them."
 )
 
 

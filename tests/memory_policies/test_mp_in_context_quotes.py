@@ -1,5 +1,5 @@
 """`in_context_quotes`: the write sorts the user's sentences by the types list; only typed
-sentences are kept, verbatim, one entry per type, the newest replacing the older."""
+sentences are kept, verbatim, one entry per write and type, each type keeping its newest."""
 
 from __future__ import annotations
 
@@ -10,7 +10,12 @@ from mp_helpers import agent, agent_context, calls_for, section
 
 from evolve.llm.adapter import response_format_for
 from memory_policies import Message, PolicyError, build_policy
-from memory_policies.in_context_quotes import _sort_signature, type_names, user_sentences
+from memory_policies.in_context_quotes import (
+    ENTRIES_PER_TYPE,
+    _sort_signature,
+    type_names,
+    user_sentences,
+)
 
 TYPES = "1. Diet and eating habits\n2. Pets (animals at home)"
 
@@ -38,8 +43,8 @@ def test_the_schema_offers_the_listed_types_and_other():
     assert items["enum"] == ["Diet", "Pets", "other"]
 
 
-def test_typed_sentences_are_kept_verbatim_and_replace_older_ones():
-    replies = iter([["Pets", "other", "Diet and eating habits"], ["Pets"]])
+def test_typed_sentences_are_kept_verbatim_and_each_type_keeps_its_newest_entries():
+    replies = iter([["Pets", "other", "Diet and eating habits"], ["Pets"], ["Pets"], ["Pets"]])
     lm = agent(types=lambda call: next(replies))
     policy = _policy()
     state = policy.initial_state()
@@ -47,16 +52,21 @@ def test_typed_sentences_are_kept_verbatim_and_replace_older_ones():
         state = policy.observe(state, [_said("We adopted a cat. I sleep badly. I eat no meat.")])
         state = policy.observe(state, [Message(role="assistant", content="Nice cat!")])
         state = policy.observe(state, [_said("The cat went to my sister. Dinner ideas?")])
-    first, second = calls_for(lm, "types")
+        state = policy.observe(state, [_said("Thanks for the tips!")])  # small talk, misfiled
+    first, second, _ = calls_for(lm, "types")
     assert section(first.user, "sentences") == (
         "1. We adopted a cat.\n2. I sleep badly.\n3. I eat no meat."
     )
+    # A type keeps its ENTRIES_PER_TYPE newest entries: the misfiled small talk did not push
+    # out the fact it came after, and the oldest pets entry went.
+    assert ENTRIES_PER_TYPE == 2
     assert [(e.label, e.value) for e in state.memory] == [
         ("Diet and eating habits", "I eat no meat."),
         ("Pets", "The cat went to my sister."),
+        ("Pets", "Thanks for the tips!"),
     ]
     assert "I sleep badly" not in policy.describe_memory(state)  # 'other' is not kept
-    assert len(calls_for(lm, "types")) == 2  # the assistant's message alone: no write
+    assert len(calls_for(lm, "types")) == 3  # the assistant's message alone: no write
 
 
 def test_an_unparseable_sort_is_counted_and_memory_unchanged():
