@@ -158,6 +158,15 @@ def test_instruction_diff_is_a_unified_diff():
     assert instruction_diff("same", "same", "use", "p", "c") == "(no change in use)\n"
 
 
+def test_instruction_diff_keeps_an_unchanged_last_line():
+    # Instructions are stored without a final newline: appending a line must not show the
+    # old last line as removed and added again.
+    diff = instruction_diff("Keep:\n- diet", "Keep:\n- diet\n- job", "use", "p", "c")
+    changed = [line for line in diff.splitlines()[2:] if line[:1] in "+-"]
+    assert changed == ["+- job"]
+    assert " - diet" in diff.splitlines()
+
+
 def test_no_api_key_in_mlflow_runs_or_bundles(tmp_path, monkeypatch):
     """A configured hosted endpoint's key must appear in no param, tag, metric or artifact."""
     from evolve.export import export_policy
@@ -346,6 +355,8 @@ def test_every_proposal_is_a_run_with_its_status(tracked):
         if status == "rejected":  # GEPA's minibatch verdict
             assert "minibatch_score" in run.data.metrics
             assert "minibatch_parent_score" in run.data.metrics
+    for run in children:  # one status tag, not two that name the same states differently
+        assert [k for k in run.data.tags if "status" in k] == ["evolve.candidate_status"]
     for record in result.candidates:
         if record.train is not None:
             expected = "base" if record.generation == 0 else "accepted"
@@ -385,9 +396,9 @@ def test_candidate_runs_last_as_long_as_their_evaluations(tracked):
         record = result.candidate(child.data.tags["evolve.candidate_id"])
         if record.train is None:
             continue
-        start, _ = evaluation_window(run_dir / record.train.run_dir)
-        last = record.heldout or record.train
-        _, end = evaluation_window(run_dir / last.run_dir)
+        # The run spans its train evaluation: a held-out check made later (the base's, at
+        # the end of the experiment) does not stretch it over the generations in between.
+        start, end = evaluation_window(run_dir / record.train.run_dir)
         assert child.info.start_time == start
         assert child.info.end_time == end
 

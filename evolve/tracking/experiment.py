@@ -81,11 +81,11 @@ from evolve.tracking.tags import (
     NOTE_TAG,
     STATE_FILE,
     TAG_CANDIDATE,
+    TAG_CANDIDATE_STATUS,
     TAG_CONFIG_HASH,
     TAG_EXPERIMENT,
     TAG_KIND,
     TAG_RUN_DIR,
-    TAG_STATUS,
 )
 from evolve.tracking.traces import FINGERPRINT_TAG, TraceBook
 from evolve.tracking_uri import TrackingLocation
@@ -124,6 +124,7 @@ class MLflowTracker(ExperimentTracker):
             self.client, self.experiment_name, self.tracking_uri
         )
         describe_experiment(self.client, experiment_id, context.spec.description)
+        self.experiment_id = experiment_id
         self._state_file = context.run_dir / STATE_FILE
         identity = {
             "tracking_uri": self.tracking_uri,
@@ -333,11 +334,17 @@ class MLflowTracker(ExperimentTracker):
         self.traces.link(record.id, run_id)
         self.prompts.tag_scores(entry, split, scores.score)
         self.client.log_text(run_id, per_period_table(scores), f"scores/{split}_per_period.csv")
-        self.client.set_tag(run_id, TAG_STATUS, str(record.status))
+        if entry.get("status"):  # one status tag, in the proposal's words (base, accepted, ...)
+            self.client.set_tag(run_id, TAG_CANDIDATE_STATUS, entry["status"])
         if scores.objective_used:  # e.g. pooled_memory_score: what `score` is
             self.client.set_tag(run_id, f"evolve.{split}_objective_used", scores.objective_used)
         self.client.update_run(run_id, name=candidate_run_name(record))
-        self.client.set_terminated(run_id, "FINISHED", end_time=window[1] if window else None)
+        # The run ends with its first evaluation: a later one (the base's held-out check
+        # comes at the end of the experiment) would stretch it over every generation in
+        # between; its own wall time is the `<split>_wall_time_s` metric.
+        end = entry.get("ended_ms") or (window[1] if window else now_ms())
+        entry["ended_ms"] = end
+        self.client.set_terminated(run_id, "FINISHED", end_time=end)
         entry["logged"].append(split)
         self._save_state()
 

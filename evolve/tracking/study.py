@@ -144,6 +144,8 @@ class StudyTracker:
 
     # Where runs are logged and why there (printed at start); None when tracking is off.
     location: TrackingLocation | None = None
+    # The MLflow experiment's id once started (the UI's address names it).
+    experiment_id: str | None = None
 
     def start(self, context: StudyContext) -> None:
         """The worker opened the study."""

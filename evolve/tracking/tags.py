@@ -14,8 +14,6 @@ TAG_CANDIDATE = "evolve.candidate_id"
 TAG_GENERATION = "evolve.generation"
 TAG_PARENTS = "evolve.parent_ids"
 TAG_MUTATION = "evolve.mutation"
-# The record's status (proposed, evaluated, rejected, invalid, duplicate).
-TAG_STATUS = "evolve.status"
 # What became of a proposal: accepted (joined the population and was evaluated on every
 # train user), rejected (not better than its parent on GEPA's minibatch) or invalid (the
 # proposal could not be used), with the reason in `TAG_CANDIDATE_REASON`.
