@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -429,6 +430,24 @@ def test_a_prompt_names_no_candidate_before_export(tracked):
     # The header tags are the experiment's; the candidate that wrote a text is on its version.
     assert prompt.tags["evolve.experiment"] == "exp"
     assert "evolve.candidate_id" not in prompt.tags
+
+
+def test_prompts_are_listed_under_their_experiment_not_the_default_one(tracked):
+    _, uri, _, result, _ = tracked
+    client = mlflow_client(uri)
+    experiment = client.get_experiment_by_name("amemgym-evolve/exp")
+    names = {f"exp.{component}" for r in result.candidates for component in r.components}
+
+    def listed(experiment_id: str) -> set[str]:
+        found = client.search_prompts(filter_string=f'experiment_id = "{experiment_id}"')
+        return {prompt.name for prompt in found}
+
+    # MLflow files the link in a background thread: give it a moment.
+    deadline = time.monotonic() + 10
+    while listed(experiment.experiment_id) != names and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert listed(experiment.experiment_id) == names
+    assert listed("0") == set()  # the Default experiment's Prompts page stays empty
 
 
 def test_a_tag_another_process_set_first_is_set_again_not_fatal(tmp_path):

@@ -154,11 +154,12 @@ class MLflowTracker(ExperimentTracker):
                 state["parent_run_id"], tags=[RunTag(TAG_RUN_DIR, str(context.run_dir))]
             )
         self.parent_run_id = state["parent_run_id"]
-        # `evolve export <name>` finds the store and the registry name here.
+        # For `evolve export <name>`: the registry name and the spec's store as written.
         state["registered_model"] = context.registered_model
+        state["spec_tracking_uri"] = context.spec.tracking.tracking_uri
         self._state = state
         self.prompts = PromptVersions(
-            self.client, context, state["prompt_versions"], self.tracking_uri
+            self.client, context, state["prompt_versions"], self.tracking_uri, experiment_id
         )
         if context.spec.tracking.traces == "all":
             self.traces.start_reflections()
@@ -334,17 +335,15 @@ class MLflowTracker(ExperimentTracker):
         self.traces.link(record.id, run_id)
         self.prompts.tag_scores(entry, split, scores.score)
         self.client.log_text(run_id, per_period_table(scores), f"scores/{split}_per_period.csv")
-        if entry.get("status"):  # one status tag, in the proposal's words (base, accepted, ...)
+        if entry.get("status"):  # the one status tag: base, accepted, rejected, ...
             self.client.set_tag(run_id, TAG_CANDIDATE_STATUS, entry["status"])
         if scores.objective_used:  # e.g. pooled_memory_score: what `score` is
             self.client.set_tag(run_id, f"evolve.{split}_objective_used", scores.objective_used)
         self.client.update_run(run_id, name=candidate_run_name(record))
-        # The run ends with its first evaluation: a later one (the base's held-out check
-        # comes at the end of the experiment) would stretch it over every generation in
-        # between; its own wall time is the `<split>_wall_time_s` metric.
-        end = entry.get("ended_ms") or (window[1] if window else now_ms())
-        entry["ended_ms"] = end
-        self.client.set_terminated(run_id, "FINISHED", end_time=end)
+        # Ends with its first evaluation: the base's held-out one, at the experiment's end,
+        # would span every generation (`<split>_wall_time_s` is each evaluation's time).
+        entry["ended_ms"] = entry.get("ended_ms") or (window[1] if window else now_ms())
+        self.client.set_terminated(run_id, "FINISHED", end_time=entry["ended_ms"])
         entry["logged"].append(split)
         self._save_state()
 
