@@ -103,8 +103,8 @@ def best_candidate(result: ExperimentResult) -> CandidateRecord:
 def export_tracking_location(
     target: str, *, runs_dir: str | Path = "runs", tracking_uri: str | None = None
 ) -> TrackingLocation:
-    """Where `evolve export target` registers: the flag, the spec's, the store the run logged
-    to (the version links its candidate run), `MLFLOW_TRACKING_URI`, the default."""
+    """Where `evolve export target` registers: the flag, the spec's store as written (also
+    for an experiment name: recorded with its run), `MLFLOW_TRACKING_URI`, the default."""
     return _export_settings(target, runs_dir, tracking_uri)[1]
 
 

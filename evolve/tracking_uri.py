@@ -2,8 +2,9 @@
 
 Precedence, the same for every command that tracks or reads tracking (`run`, `tune`,
 `export`, and the Python API): the `--tracking-uri` flag (or `tracking_uri=` argument), then
-the spec's `[tracking] tracking_uri` (for `export`: also the store an experiment's run
-recorded), then the `MLFLOW_TRACKING_URI` environment variable, then the local default
+the spec's `[tracking] tracking_uri` (for `export <name>`: the one the run's spec named, as
+written, so a relative store of a moved or copied checkout is its own), then the
+`MLFLOW_TRACKING_URI` environment variable, then the local default
 `sqlite:///mlruns/mlflow.db` (relative to the current directory). A team that sets
 `MLFLOW_TRACKING_URI` for its server gets every run there without editing specs.
 
