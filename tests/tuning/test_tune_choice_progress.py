@@ -74,8 +74,9 @@ def test_on_a_tie_the_study_names_the_toolkits_choice_and_its_heldout_result(tmp
     assert attrs[STUDY_ATTR_CHOICE].startswith(
         f"the toolkit's choice: trial {chosen} (short_term_len=0, update_every=2), value "
     )
-    assert f"Optuna's best_trial {study.best_trial.number} has the same value" in (
-        attrs[STUDY_ATTR_CHOICE]
+    assert (
+        f"Optuna's best_trial {study.best_trial.number} has the same value"
+        in (attrs[STUDY_ATTR_CHOICE])
     )
 
 
