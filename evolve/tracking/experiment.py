@@ -6,7 +6,8 @@ Why about 450 lines: the tracker's hooks follow one experiment's runs from start
 Called by the optimizer loop and the commands only (never by the simulator or a policy).
 
 - the experiment: the spec's `description` as its description (`mlflow.note.content`) and the
-  kind "custom model development", so the MLflow UI opens on the runs table.
+  kind "custom model development" (MLflow 3.17's UI ignores it: the command prints the
+  address that opens the runs table).
 - parent run: params (experiment, seeds, environment, optimizer, budget, models per role);
   metrics per generation (`step` = generation): best and mean train and held-out scores,
   calls and tokens spent, candidates evaluated so far (a running count: never re-logged at
@@ -17,7 +18,7 @@ Called by the optimizer loop and the commands only (never by the simulator or a 
 - child run per proposal, evaluated or not (tags: generation, candidate id, parent ids,
   mutation kind, `evolve.candidate_status` = base / accepted / rejected / invalid /
   duplicate and `evolve.candidate_reason`; tag `mlflow.parentRunId`), named with its train
-  and held-out accuracy. Its start and end are those of its evaluations (read from the unit
+  and held-out accuracy. Its start and end are those of its first evaluation (read from the unit
   result files: each holds its wall time and is written when the unit ends), not of the
   logging. Params (policy kind, numeric parameters, models, seeds, mutation), summary
   metrics with `step` = generation for the train and held-out evaluations, per-period curves

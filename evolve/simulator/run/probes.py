@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import dspy
 
+from evolve.llm import call_events
 from evolve.llm.usage import Usage, tracked_usage
 from evolve.simulator.baselines import random_score
 from evolve.simulator.metrics import Recall, check_variables, diagnose
@@ -53,11 +54,17 @@ def required_variables(item: EnvironmentItem) -> list[str]:
 
 
 def _read_only_answer(
-    run: RunContext, checkpoint: str, question: str, options: list[str]
+    run: RunContext, checkpoint: str, question: str, options: list[str], step: str
 ) -> tuple[Any, bool, Usage]:
-    """One policy.answer on a private copy of the checkpoint: (answer, mutated, usage)."""
+    """One policy.answer on a private copy of the checkpoint: (answer, mutated, usage); its
+    LM calls are labelled `step` ("question 3", "probe diet") for traces."""
     state = run.policy.state_from_json(checkpoint)
-    with dspy.track_usage() as tracker, run.slot(), run.lms.context("agent"):
+    with (
+        dspy.track_usage() as tracker,
+        run.slot(),
+        run.lms.context("agent"),
+        call_events.step(step),
+    ):
         answer = run.policy.answer(state, question, options=options)
     return answer, state.model_dump_json() != checkpoint, tracked_usage(tracker)
 
@@ -67,7 +74,9 @@ def _probe_variable(
 ) -> tuple[ProbeResult, bool, Usage]:
     options = [str(value) for value in item.state_schema[variable]]
     question = probe_question(variable)
-    answer, mutated, usage = _read_only_answer(run, checkpoint, question, options)
+    answer, mutated, usage = _read_only_answer(
+        run, checkpoint, question, options, f"probe {variable}"
+    )
     chosen, error = _checked_choice(answer, len(options))
     gold = str(item.periods[period_index].state[variable])
     value = options[chosen - 1] if chosen else None
@@ -147,7 +156,12 @@ def _probe_question(
 ) -> tuple[QuestionProbeResult, bool, Usage]:
     query = structured_probe_prompt(item, question_index)
     state = run.policy.state_from_json(checkpoint)
-    with dspy.track_usage() as tracker, run.slot(), run.lms.context("agent"):
+    with (
+        dspy.track_usage() as tracker,
+        run.slot(),
+        run.lms.context("agent"),
+        call_events.step(f"probe question {question_index}"),
+    ):
         answer = run.policy.answer(state, query)
     mutated = state.model_dump_json() != checkpoint
     values, error = (
@@ -298,7 +312,7 @@ def answer_question(
     # situation (as the reference's does); the hint would say it twice.
     asks = run.policy.rules.question_asks_for_current_situation
     question = qa.query if asks else f"{qa.query}\n{QUESTION_HINT}"
-    return _read_only_answer(run, checkpoint, question, options)
+    return _read_only_answer(run, checkpoint, question, options, f"question {question_index}")
 
 
 def _checked_choice(answer: Any, option_count: int) -> tuple[int | None, str | None]:
