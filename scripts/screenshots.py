@@ -195,16 +195,21 @@ def _pages(tracking_uri: str) -> list[Page]:
     the page has rendered) of every page worth a screenshot in this tracking store."""
     import mlflow
 
+    from evolve.tracking_uri import RUNS_VIEW_QUERY
+
     client = mlflow.MlflowClient(tracking_uri)
     pages: list[Page] = []
     experiment = client.get_experiment_by_name("amemgym-evolve/quickstart")
     if experiment is None:
         raise SystemExit("screenshots: the demo store has no amemgym-evolve/quickstart experiment")
     eid = experiment.experiment_id
-    # As a new user first sees the table (no column or browser-side setting): the parent
-    # run collapsed; then with the parent expanded (one click), the candidates' names.
-    pages.append(("mlflow-runs-first-open.png", f"#/experiments/{eid}/runs", "", ""))
-    pages.append(("mlflow-runs.png", f"#/experiments/{eid}/runs", "", EXPAND_PARENT_RUN))
+    # As a new user first sees the table, opened at the address `evolve run` prints (MLflow
+    # 3.17 opens an experiment on its GenAI overview without it; no column or other
+    # browser-side setting): the parent run collapsed; then with the parent expanded (one
+    # click), the candidates' names.
+    printed = f"#/experiments/{eid}{RUNS_VIEW_QUERY}"
+    pages.append(("mlflow-runs-first-open.png", printed, "", ""))
+    pages.append(("mlflow-runs.png", printed, "", EXPAND_PARENT_RUN))
     parents = client.search_runs([eid], filter_string="tags.`evolve.kind` = 'experiment'")
     if parents:
         route = f"#/experiments/{eid}/runs/{parents[0].info.run_id}"
