@@ -95,6 +95,13 @@ def test_tune_lands_in_the_environments_store(tmp_path, team_store, opened, caps
     runs = mlflow_client(team_store).search_runs([experiment.experiment_id])
     assert sum(r.data.tags.get("evolve.kind") == "tuning" for r in runs) == 1
     assert not (tmp_path / "mlruns" / "mlflow.db").exists()
+    # It ends with the exact command and address, not a "..." to fill in.
+    command, address = captured.out.rstrip().splitlines()[-2:]
+    assert command.endswith(f" ui --backend-store-uri {team_store} --workers 1")
+    assert address.endswith(
+        f"#/experiments/{experiment.experiment_id}?workflowType=machine_learning"
+    )
+    assert "..." not in captured.out
 
 
 # ----- refused up front ---------------------------------------------------------------------------
