@@ -41,6 +41,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+# This checkout's `evolve` (the address the UI is opened at), not another installed copy.
+sys.path.insert(0, str(REPO))
 PYTHON = sys.executable
 WINDOW = "1680,1000"
 # Real seconds the single-page app gets to fetch and draw a page, then to react to the clicks.
