@@ -39,6 +39,13 @@ from evolve.errors import ConfigError
 from evolve.optimize.experiment_dir import ExperimentDir, experiment_dir_for
 from evolve.records import CandidateRecord, ExperimentResult
 from evolve.registered_names import registered_model_name_problem
+from evolve.registered_versions import (
+    CONTENT_DIGEST_TAG,
+    MODEL_CODE,
+    export_digest,
+    registered_model_description,
+    registered_version_with_digest,
+)
 from evolve.simulator.run_dir import read_json
 from evolve.tracking import (
     PARENT_RUN_TAG,
@@ -61,8 +68,6 @@ CHAMPION_ALIAS = "champion"
 CHAMPION_VERSION_TAG = "evolve.champion_version"
 MODEL_NAME_IN_RUN = "memory_policy"
 EXPORTS_EXPERIMENT = "amemgym-evolve/exports"
-# The model's code (models from code: no pickle, nothing from `evolve` inside the model).
-MODEL_CODE = Path(__file__).with_name("exported_model.py")
 # What `memory_policies` needs at run time: the same as dist/memory-policies/pyproject.toml
 # (tests/test_export.py checks they agree), plus the local embedder for bundles that use it.
 # The load-time settings of the model (`exported_model.CONFIG_KEYS`): MLflow only passes
@@ -98,8 +103,8 @@ def best_candidate(result: ExperimentResult) -> CandidateRecord:
 def export_tracking_location(
     target: str, *, runs_dir: str | Path = "runs", tracking_uri: str | None = None
 ) -> TrackingLocation:
-    """Where `evolve export target` registers: the flag, the spec's, the store the run logged
-    to (the version links its candidate run), `MLFLOW_TRACKING_URI`, the default."""
+    """Where `evolve export target` registers: the flag, the spec's store as written (also
+    for an experiment name: recorded with its run), `MLFLOW_TRACKING_URI`, the default."""
     return _export_settings(target, runs_dir, tracking_uri)[1]
 
 
@@ -113,7 +118,9 @@ def _export_settings(
     state_file = experiment_dir / STATE_FILE if experiment_dir is not None else None
     state = read_json(state_file) if state_file is not None and state_file.is_file() else {}
     spec_name = state.get("registered_model")
-    configured, source = state.get("tracking_uri"), "the experiment's recorded MLflow store"
+    # The spec's own setting as written, recorded by the run (not the absolute store the run
+    # resolved: a moved or copied checkout exports into its own store).
+    configured, source = state.get("spec_tracking_uri"), SOURCE_SPEC
     if Path(target).suffix == ".toml" and Path(target).is_file():
         spec = load_spec(target)
         spec_name = spec.registered_model_name()
@@ -224,13 +231,20 @@ def write_bundle(source: Path, out: Path, experiment: str, record: CandidateReco
 
 
 def _candidate_run_id(experiment_dir: Path, candidate_id: str, tracking_uri: str) -> str | None:
+    """The candidate's run when the store holds it: the store the run logged to, or a copy
+    of it (a copied checkout), whatever absolute path the run recorded."""
     state_file = experiment_dir / STATE_FILE
     if not state_file.exists():
         return None
     state = read_json(state_file)
-    if state.get("tracking_uri") != tracking_uri:
+    run_id = (state.get("candidates", {}).get(candidate_id) or {}).get("run_id")
+    if not run_id:
         return None
-    return (state.get("candidates", {}).get(candidate_id) or {}).get("run_id")
+    try:
+        run = mlflow_client(tracking_uri).get_run(run_id)
+    except Exception:  # noqa: BLE001 - not in this store: registered without a source run
+        return None
+    return run_id if run.data.tags.get(TAG_CANDIDATE) == candidate_id else None
 
 
 def _export_from_run(
@@ -346,22 +360,50 @@ def register_model_version(
     # Imported here: importing MLflow sets a variable in the caller's environment
     # (its telemetry session id), and `import evolve.export` must not.
     import mlflow
-    import mlflow.pyfunc
-    from mlflow.entities import LoggedModelOutput
 
     quiet_mlflow()
     tracking_uri = normalize_tracking_uri(tracking_uri)
     client = mlflow_client(tracking_uri)
     mlflow.set_tracking_uri(tracking_uri)
     mlflow.set_registry_uri(tracking_uri)
+    import memory_policies
+
+    bundle = memory_policies.read_bundle(bundle_dir)
+    digest = export_digest(bundle_dir, run_id, model_requirements(bundle))
+    version_number = registered_version_with_digest(client, name, digest)
+    if version_number is None:
+        version_number = _log_and_register(
+            bundle_dir, bundle, name, client, run_id, candidate, figures, digest, tracking_uri
+        )
+    client.update_model_version(name, version_number, description=_description(candidate))
+    client.update_registered_model(name, description=registered_model_description(name))
+    client.set_registered_model_alias(name, CHAMPION_ALIAS, version_number)
+    return version_number, f"models:/{name}@{CHAMPION_ALIAS}"
+
+
+def _log_and_register(
+    bundle_dir: Path,
+    bundle: dict[str, Any],
+    name: str,
+    client: Any,
+    run_id: str | None,
+    candidate: CandidateRecord | None,
+    figures: Sequence[Path],
+    digest: str,
+    tracking_uri: str,
+) -> str:
+    """A new LoggedModel of the bundle, registered as a new version of `name`."""
+    import mlflow
+    import mlflow.pyfunc
+    from mlflow.entities import LoggedModelOutput
+
+    import memory_policies
+
     if run_id is not None:
         experiment_id = client.get_run(run_id).info.experiment_id
     else:
         experiment_id = get_or_create_experiment(client, EXPORTS_EXPERIMENT, tracking_uri)
     scores = _score_tags(candidate)
-    import memory_policies
-
-    bundle = memory_policies.read_bundle(bundle_dir)
     # The model's artifact is a private copy: the export directory may be edited later.
     # MLflow copies artifacts and code with their modes, so both are staged as new files
     # (`copyfile` takes no mode): the registered model's files follow the umask, as
@@ -403,10 +445,9 @@ def register_model_version(
                 )
         for figure in figures:
             client.log_model_artifact(logged.model_id, str(figure), "figures")
-        version = mlflow.register_model(info.model_uri, name, tags=scores)
-    client.update_model_version(name, version.version, description=_description(candidate))
-    client.set_registered_model_alias(name, CHAMPION_ALIAS, version.version)
-    return str(version.version), f"models:/{name}@{CHAMPION_ALIAS}"
+        tags = {**scores, CONTENT_DIGEST_TAG: digest}
+        version = mlflow.register_model(info.model_uri, name, tags=tags)
+    return str(version.version)
 
 
 def alias_champion_prompts(
@@ -418,10 +459,11 @@ def alias_champion_prompts(
     `model_id`; reads the run, never writes it.
 
     Returns component -> `prompts:/<name>@champion`."""
-    from evolve.tracking.store import use_tracking_uri
+    from evolve.tracking.prompts import filed_under
 
     client = mlflow_client(tracking_uri)
-    tags = client.get_run(run_id).data.tags
+    run = client.get_run(run_id)
+    tags = run.data.tags
     aliased: dict[str, str] = {}
     for key, reference in sorted(tags.items()):
         if not key.startswith(TAG_PROMPT_PREFIX):
@@ -431,8 +473,9 @@ def alias_champion_prompts(
         client.set_prompt_tag(name, TAG_CANDIDATE, tags.get(TAG_CANDIDATE, ""))
         client.set_prompt_tag(name, CHAMPION_VERSION_TAG, version)
         if model_id is not None:
-            # Resolved from the process-wide tracking URI (as the run link), not the client's.
-            with use_tracking_uri(tracking_uri):
+            # Resolved from the process-wide tracking URI (as the run link), not the client's;
+            # loading the version files the prompt under the fluent experiment: the run's.
+            with filed_under(run.info.experiment_id, tracking_uri):
                 client.link_prompt_version_to_model(name, version, model_id)
         aliased[key.removeprefix(TAG_PROMPT_PREFIX)] = f"prompts:/{name}@{CHAMPION_ALIAS}"
     return aliased

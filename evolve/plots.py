@@ -216,6 +216,7 @@ def _heatmap(
     high: float,
 ) -> Any:
     import numpy as np
+    from matplotlib.patches import Rectangle
 
     row_values = list(result.space[layout.rows])
     column_values = list(result.space[layout.columns]) if layout.columns != layout.rows else [0]
@@ -237,8 +238,14 @@ def _heatmap(
     image = axis.imshow(
         np.ma.masked_invalid(cells), cmap="viridis", vmin=low, vmax=high, origin="lower"
     )
+    chosen = _chosen_cells(result, layout, slice_value, row_values, column_values)
+    for i, j in chosen:  # the toolkit's choice, framed (its value is what the cell shows)
+        axis.add_patch(
+            Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2.5)
+        )
     for (i, j), state in states.items():
         text = f"{cells[i, j]:.2f}" + ("\n(pruned)" if state == "pruned" else "")
+        text += "\nchosen" if (i, j) in chosen else ""
         shade = (cells[i, j] - low) / (high - low) if high > low else 0.0
         axis.text(
             j,
@@ -261,6 +268,29 @@ def _heatmap(
         title = f"{layout.slices} = {slice_value}"
     axis.set_title(title)
     return image
+
+
+def _chosen_cells(
+    result: TuningResult,
+    layout: HeatmapAxes,
+    slice_value: int | None,
+    row_values: list[int],
+    column_values: list[int],
+) -> set[tuple[int, int]]:
+    """The (row, column) cells of the toolkit's chosen trial(s) in this panel."""
+    cells = set()
+    for number in result.best:
+        params = result.trial(number).parameters
+        if layout.slices is not None and params.get(layout.slices) != slice_value:
+            continue
+        across = layout.columns != layout.rows
+        if params.get(layout.rows) not in row_values or (
+            across and params.get(layout.columns) not in column_values
+        ):
+            continue
+        i = row_values.index(params[layout.rows])
+        cells.add((i, column_values.index(params[layout.columns]) if across else 0))
+    return cells
 
 
 def _trial_curves(axis: Axes, result: TuningResult, metric: str) -> None:

@@ -7,25 +7,28 @@ callbacks), which the tracker hands the runner instead of the CLI's sink and whi
 every event to that sink.
 
 A trace: `episode <user>` (root; tags: experiment, candidate, split, user; linked to the
-candidate's run) > `period <p>` (from the unit's start to its end; the gold state as input,
-accuracy and failures as output) > `session <s>` (the opening query and the messages),
-`memory checkpoint` (the policy's description of its memory after the sessions),
-`question <q>` (question and options in; raw answer, choice, gold, diagnosis out) and
-`probe <variable>` (the diagnosis probes). The runner reports a user-period once it is done,
-so those content spans sit at its end; the period span has its real start and end.
+candidate's run; its output each period's accuracy) > `period <p>` (from the unit's start to
+its end; the gold state in, the accuracy out) > one span per step: `session <s>` (the opening
+query and the messages), `memory checkpoint` (the policy's description of its memory),
+`question <q>` (question and options in; raw answer, choice, gold, diagnosis out) and `probe
+<variable>` / `probe question <q>` (the diagnosis probes). The runner reports a user-period
+once it is done; a step's span runs from its first LLM call to its last (at the period's end
+when it made none).
 
-Every LLM call of a period is a span `llm <role>` of the period, with its real start and
-end: the messages sent, the completions, prompt and completion tokens, latency, and whether
-the response cache answered it (`evolve.llm.call_events`; the runner's threads carry the unit
-being played in a context variable, so a call is filed under its own user's period). A
-reflector's proposal is a trace `reflection <candidate>` of its LLM calls, linked to the
-candidate's run. Other calls outside an episode (the upper bound's) are not traced.
+Every LLM call is a span `llm <role>` inside the step that made it (the runner labels its
+steps, `evolve.llm.call_events.step`; a policy's predictor labels its own calls, so a write
+is a span `write` inside its session), with its real start and end: the messages sent, the
+completions, latency, whether the response cache answered it, and its tokens under MLflow's
+`mlflow.chat.tokenUsage`, which MLflow sums into the trace's token usage. The runner's
+threads carry the unit being played in a context variable, so a call is filed under its own
+user's period. A reflector's proposal is a trace `reflection <candidate>` of its LLM calls,
+linked to the candidate's run. Other calls outside an episode (the upper bound's) are not
+traced.
 
 What goes into a trace is what the runner stores in the unit's `result.json` and those LLM
-calls' messages and completions, never an LM, an endpoint or a key. MLflow's autologging does
-not fit: `mlflow.dspy.autolog` records the LM's kwargs (`api_base`, `api_key` included), and
-`mlflow.openai.autolog` patches `chat.completions.create`, which our thin client does not
-call (it posts the request on the client's raw route, see `evolve.llm.openai_client`).
+calls' messages and completions, never an LM, an endpoint or a key. Why not MLflow's DSPy
+autologging: docs/mlflow.md (it copies an LM's kwargs minus five names, and makes one trace
+per DSPy call instead of this structure).
 
 Overhead: measured in docs/mlflow.md (traces).
 """
@@ -173,6 +176,7 @@ class EpisodeTracer(ProgressSink):
         self._episodes: dict[str, Any] = {}  # user id -> open root span
         self._unit_started_ns: dict[tuple[str, int], int] = {}
         self._calls: dict[tuple[str, int], list[call_events.LMCall]] = {}
+        self._scores: dict[str, dict[int, float | None]] = {}  # user -> period -> accuracy
         self.trace_ids: list[str] = []
         collect_llm_calls()
 
@@ -223,74 +227,101 @@ class EpisodeTracer(ProgressSink):
             root = self._episodes.get(result.user_id)
             started = self._unit_started_ns.pop((result.user_id, result.period_index), None)
             calls = self._calls.pop((result.user_id, result.period_index), [])
-        if root is not None:
-            end = time.time_ns()
-            period = mlflow.start_span_no_context(
-                f"period {result.period_index}",
-                span_type="CHAIN",
-                parent_span=root,
-                inputs={
-                    "period_start": result.period_start,
-                    "period_end": result.period_end,
-                    "state": result.state,
-                    "state_updates": result.state_updates,
-                },
-                start_time_ns=started or end,
-            )
-            for session in result.sessions:
-                self._leaf(
-                    period,
-                    f"session {session.session_index}",
-                    "AGENT",
-                    {"session_time": session.session_time, "query": session.query},
-                    {
-                        "messages": [m.model_dump(mode="json") for m in session.messages],
-                        "rounds_completed": session.rounds_completed,
-                        "ended_early": session.ended_early,
-                    },
-                    end,
-                )
-            self._leaf(
+        if root is None:
+            return
+        end = time.time_ns()
+        period = mlflow.start_span_no_context(
+            f"period {result.period_index}",
+            span_type="CHAIN",
+            parent_span=root,
+            inputs={
+                "period_start": result.period_start,
+                "period_end": result.period_end,
+                "state": result.state,
+                "state_updates": result.state_updates,
+            },
+            start_time_ns=started or end,
+        )
+        # Each step's LM calls go inside its span ("question 3" > "use" > "llm agent").
+        by_step: dict[str, list[call_events.LMCall]] = {}
+        for call in calls:
+            by_step.setdefault(call.steps[0] if call.steps else "", []).append(call)
+        for session in result.sessions:
+            name = f"session {session.session_index}"
+            self._step_span(
                 period,
-                "memory checkpoint",
-                "MEMORY",
-                {"period": result.period_index},
-                {"memory": result.memory_description},
+                name,
+                "AGENT",
+                {"session_time": session.session_time, "query": session.query},
+                {
+                    "messages": [m.model_dump(mode="json") for m in session.messages],
+                    "rounds_completed": session.rounds_completed,
+                    "ended_early": session.ended_early,
+                },
+                by_step.pop(name, []),
                 end,
             )
-            for item in result.items:
-                self._leaf(
-                    period,
-                    f"question {item.question_index}",
-                    "TASK",
-                    {"question": item.question, "options": item.options},
-                    {
-                        "raw_answer": item.raw_answer,
-                        "chosen": item.chosen,
-                        "gold": item.gold,
-                        "correct": item.correct,
-                        "parse_error": item.parse_error,
-                        "retrieved": item.retrieved,
-                        "diagnosis": str(item.diagnosis),
-                    },
-                    end,
-                )
-            for probe in result.probes:
-                self._leaf(
-                    period,
-                    f"probe {probe.variable}",
-                    "TASK",
-                    {"question": probe.question, "options": probe.options},
-                    {"value": probe.value, "gold": probe.gold, "correct": probe.correct},
-                    end,
-                )
-            for call in calls:
-                self._llm_span(period, call)
-            correct = sum(item.correct for item in result.items)
-            period.end(
-                outputs={"accuracy": correct / len(result.items) if result.items else None},
-                end_time_ns=end,
+        self._step_span(
+            period,
+            "memory checkpoint",
+            "MEMORY",
+            {"period": result.period_index},
+            {"memory": result.memory_description},
+            [],
+            end,
+        )
+        for item in result.items:
+            name = f"question {item.question_index}"
+            self._step_span(
+                period,
+                name,
+                "TASK",
+                {"question": item.question, "options": item.options},
+                {
+                    "raw_answer": item.raw_answer,
+                    "chosen": item.chosen,
+                    "gold": item.gold,
+                    "correct": item.correct,
+                    "parse_error": item.parse_error,
+                    "retrieved": item.retrieved,
+                    "diagnosis": str(item.diagnosis),
+                },
+                by_step.pop(name, []),
+                end,
             )
+        for probe in result.probes:
+            name = f"probe {probe.variable}"
+            self._step_span(
+                period,
+                name,
+                "TASK",
+                {"question": probe.question, "options": probe.options},
+                {"value": probe.value, "gold": probe.gold, "correct": probe.correct},
+                by_step.pop(name, []),
+                end,
+            )
+        for question_probe in result.question_probes:
+            name = f"probe question {question_probe.question_index}"
+            self._step_span(
+                period,
+                name,
+                "TASK",
+                {"query": question_probe.query},
+                {
+                    "raw_answer": question_probe.raw_answer,
+                    "recalls": [r.model_dump(mode="json") for r in question_probe.recalls],
+                },
+                by_step.pop(name, []),
+                end,
+            )
+        for leftover in by_step.values():  # calls of no step the result names
+            for call in leftover:
+                self._llm_span(period, call)
+        correct = sum(item.correct for item in result.items)
+        accuracy = correct / len(result.items) if result.items else None
+        with self._lock:
+            self._scores.setdefault(result.user_id, {})[result.period_index] = accuracy
+        period.end(outputs={"accuracy": accuracy}, end_time_ns=end)
 
     def close(self) -> None:
         """End the episodes still open (a user with fewer periods, or a failed evaluation).
@@ -322,13 +353,22 @@ class EpisodeTracer(ProgressSink):
     def _end_episode(self, user_id: str) -> None:
         with self._lock:
             root = self._episodes.pop(user_id, None)
+            scores = self._scores.pop(user_id, {})
         if root is not None:
-            root.end(outputs={"user": user_id})
+            # The trace's output (the Traces table's Response column): each period's accuracy.
+            root.end(
+                outputs={
+                    "user": user_id,
+                    "accuracy_per_period": {str(p): a for p, a in sorted(scores.items())},
+                }
+            )
 
     @staticmethod
     def _llm_span(parent: Any, call: call_events.LMCall) -> None:
-        """One LLM call: messages in, completions out, tokens and latency as attributes."""
+        """One LLM call: messages in, completions out, tokens (under MLflow's token-usage
+        attribute, which fills the Traces table's Tokens column) and latency."""
         import mlflow
+        from mlflow.tracing.constant import SpanAttributeKey, TokenUsageKey
 
         span = mlflow.start_span_no_context(
             f"llm {call.role}",
@@ -337,11 +377,13 @@ class EpisodeTracer(ProgressSink):
             inputs={"messages": call.messages},
             attributes={
                 "role": call.role,
-                "prompt_tokens": call.prompt_tokens,
-                "completion_tokens": call.completion_tokens,
-                "total_tokens": call.prompt_tokens + call.completion_tokens,
                 "latency_s": round((call.ended_ns - call.started_ns) / 1e9, 6),
                 "cached": call.cached,
+                SpanAttributeKey.CHAT_USAGE: {
+                    TokenUsageKey.INPUT_TOKENS: call.prompt_tokens,
+                    TokenUsageKey.OUTPUT_TOKENS: call.completion_tokens,
+                    TokenUsageKey.TOTAL_TOKENS: call.prompt_tokens + call.completion_tokens,
+                },
             },
             start_time_ns=call.started_ns,
         )
@@ -349,11 +391,39 @@ class EpisodeTracer(ProgressSink):
             span.set_attribute("error", call.error)
         span.end(outputs={"completions": call.completions}, end_time_ns=call.ended_ns)
 
-    @staticmethod
-    def _leaf(parent: Any, name: str, kind: str, inputs: Any, outputs: Any, at_ns: int) -> None:
+    @classmethod
+    def _step_span(
+        cls,
+        parent: Any,
+        name: str,
+        kind: str,
+        inputs: Any,
+        outputs: Any,
+        calls: list[call_events.LMCall],
+        at_ns: int,
+    ) -> None:
+        """A step of the period (session, question, probe) from its first call's start to
+        its last call's end (at `at_ns` when it made none), holding its calls; a call made
+        by a policy's predictor sits in a span named after it ("write", "use")."""
         import mlflow
 
         span = mlflow.start_span_no_context(
-            name, span_type=kind, parent_span=parent, inputs=inputs, start_time_ns=at_ns
+            name,
+            span_type=kind,
+            parent_span=parent,
+            inputs=inputs,
+            start_time_ns=min((c.started_ns for c in calls), default=at_ns),
         )
-        span.end(outputs=outputs, end_time_ns=at_ns)
+        for call in calls:
+            if len(call.steps) < 2:
+                cls._llm_span(span, call)
+                continue
+            predictor = mlflow.start_span_no_context(
+                call.steps[-1],
+                span_type="MEMORY" if call.steps[-1].startswith("write") else "CHAIN",
+                parent_span=span,
+                start_time_ns=call.started_ns,
+            )
+            cls._llm_span(predictor, call)
+            predictor.end(end_time_ns=call.ended_ns)
+        span.end(outputs=outputs, end_time_ns=max((c.ended_ns for c in calls), default=at_ns))

@@ -41,6 +41,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+# This checkout's `evolve` (the address the UI is opened at), not another installed copy.
+sys.path.insert(0, str(REPO))
 PYTHON = sys.executable
 WINDOW = "1680,1000"
 # Real seconds the single-page app gets to fetch and draw a page, then to react to the clicks.
@@ -195,16 +197,21 @@ def _pages(tracking_uri: str) -> list[Page]:
     the page has rendered) of every page worth a screenshot in this tracking store."""
     import mlflow
 
+    from evolve.tracking_uri import RUNS_VIEW_QUERY
+
     client = mlflow.MlflowClient(tracking_uri)
     pages: list[Page] = []
     experiment = client.get_experiment_by_name("amemgym-evolve/quickstart")
     if experiment is None:
         raise SystemExit("screenshots: the demo store has no amemgym-evolve/quickstart experiment")
     eid = experiment.experiment_id
-    # As a new user first sees the table (no column or browser-side setting): the parent
-    # run collapsed; then with the parent expanded (one click), the candidates' names.
-    pages.append(("mlflow-runs-first-open.png", f"#/experiments/{eid}/runs", "", ""))
-    pages.append(("mlflow-runs.png", f"#/experiments/{eid}/runs", "", EXPAND_PARENT_RUN))
+    # As a new user first sees the table, opened at the address `evolve run` prints (MLflow
+    # 3.17 opens an experiment on its GenAI overview without it; no column or other
+    # browser-side setting): the parent run collapsed; then with the parent expanded (one
+    # click), the candidates' names.
+    printed = f"#/experiments/{eid}{RUNS_VIEW_QUERY}"
+    pages.append(("mlflow-runs-first-open.png", printed, "", ""))
+    pages.append(("mlflow-runs.png", printed, "", EXPAND_PARENT_RUN))
     parents = client.search_runs([eid], filter_string="tags.`evolve.kind` = 'experiment'")
     if parents:
         route = f"#/experiments/{eid}/runs/{parents[0].info.run_id}"

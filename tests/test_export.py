@@ -119,12 +119,19 @@ def test_registered_as_champion_and_loadable_as_pyfunc(experiment):
     assert outputs[0]["reply"] == "Noted." and '"kind":"in_context"' in outputs[0]["state"]
     assert answer[0]["choice"] in (1, 2) and answer[0]["state"].startswith("{")
 
-    # Exporting again (by spec file) registers a new version and moves the alias.
+    # Exporting the unchanged experiment again (by spec file) reuses its version and its
+    # LoggedModel: no second version, no second model.
+    models_before = client.search_logged_models(experiment_ids=[logged.experiment_id])
     again = export_policy(
         str(spec_path), tmp_path / "registered2", runs_dir=tmp_path / "runs", tracking_uri=uri
     )
-    assert again.registered_name == "exp-policy" and again.registered_version == "2"
-    assert str(client.get_model_version_by_alias("exp-policy", CHAMPION_ALIAS).version) == "2"
+    assert again.registered_name == "exp-policy" and again.registered_version == "1"
+    assert [str(v.version) for v in client.search_model_versions("name = 'exp-policy'")] == ["1"]
+    assert str(client.get_model_version_by_alias("exp-policy", CHAMPION_ALIAS).version) == "1"
+    models_after = client.search_logged_models(experiment_ids=[logged.experiment_id])
+    assert [m.model_id for m in models_after] == [m.model_id for m in models_before]
+    # The registered model describes itself, not only its versions.
+    assert "amemgym-evolve" in client.get_registered_model("exp-policy").description
     named = export_policy(
         str(spec_path), tmp_path / "named", runs_dir=tmp_path / "runs", tracking_uri=uri,
         registered_name="other",
@@ -159,6 +166,34 @@ def test_registered_model_carries_metrics_figures_and_its_prompts(experiment):
         assert prompt.tags["evolve.candidate_id"] == best.id
         assert prompt.tags["evolve.champion_version"] == str(champion.version)
         assert f'"name": "exp.{component}", "version": "{champion.version}"' in linked
+
+
+def test_a_copied_checkout_exports_into_its_own_store(experiment, tmp_path, monkeypatch):
+    """The run recorded an absolute store path; a copy of the checkout (runs/ and mlruns/
+    side by side, the spec naming no store) registers into the copy's store, or into
+    MLFLOW_TRACKING_URI when it is set: the documented precedence, not the recorded path."""
+    import shutil
+
+    original, uri, _, result = experiment
+    copy = tmp_path / "copy"
+    shutil.copytree(original / "runs", copy / "runs")
+    shutil.copytree(original / "mlruns", copy / "mlruns")
+    monkeypatch.chdir(copy)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    exported = export_policy("exp", copy / "out", runs_dir="runs", registered_name="copied")
+    copied = mlflow_client(f"sqlite:///{copy / 'mlruns' / 'mlflow.db'}")
+    version = copied.get_model_version("copied", exported.registered_version)
+    assert version.tags["evolve.candidate_id"] == result.best_id
+    # The candidate's run is in the copy too: the version's model links it.
+    logged = copied.get_logged_model(version.source.removeprefix("models:/"))
+    assert copied.get_run(logged.source_run_id).data.tags["evolve.candidate_id"] == result.best_id
+    assert not mlflow_client(uri).search_registered_models("name = 'copied'")
+
+    team = f"sqlite:///{tmp_path / 'team' / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", team)
+    export_policy("exp", copy / "out2", runs_dir="runs", registered_name="teamed")
+    assert mlflow_client(team).get_registered_model("teamed").name == "teamed"
+    assert not copied.search_registered_models("name = 'teamed'")
 
 
 def _candidate_runs(uri: str) -> dict:

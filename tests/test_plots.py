@@ -98,6 +98,18 @@ def test_tuning_heatmap_has_a_panel_per_top_k_and_fixed_accuracy_axes(tmp_path):
     assert all(p.stat().st_size > 1000 for p in written)
 
 
+def test_the_heatmap_frames_the_toolkits_chosen_cell():
+    values = {(2, 0, 1): 0.5, (2, 4, 1): 0.25, (4, 0, 1): 0.75, (4, 4, 3): 1.0}
+    result = _tuning_result("accuracy", values).model_copy(update={"best": [2]})
+    figure = plot_tuning(result)
+    top_k_1, top_k_3 = (a for a in figure.axes if a.get_title().startswith("top_k = "))
+    # Trial 2 is (update_every=4 -> row 1, short_term_len=0 -> column 0, top_k=1).
+    frames = [p for p in top_k_1.patches if not p.get_fill()]
+    assert [(p.get_x(), p.get_y()) for p in frames] == [(-0.5, 0.5)]
+    assert [t.get_text() for t in top_k_1.texts if "chosen" in t.get_text()] == ["0.75\nchosen"]
+    assert not [p for p in top_k_3.patches if not p.get_fill()]  # not in the other panel
+
+
 def test_memory_score_axes_keep_zero_and_one_in_view_and_marked(tmp_path):
     result = _tuning_result("memory_score", {(2, 0, 1): 1.4, (2, 4, 1): -0.3, (4, 0, 1): 0.5})
     figure = plot_tuning(result)

@@ -107,32 +107,60 @@ def test_each_user_episode_is_a_trace_of_periods_sessions_memory_and_questions(t
         assert trace.info.trace_id in {t.info.trace_id for t in linked}
 
 
-def test_every_llm_call_of_a_period_is_a_span_with_its_role_texts_tokens_and_time(traced_all):
+def test_every_llm_call_sits_in_the_step_that_made_it_with_tokens_and_time(traced_all):
     _, _, _, _, traces = traced_all
     calls = []
+    in_questions = writes = 0
     for trace in traces:
         if trace.info.tags["evolve.split"] == "reflection":
             continue
         spans = trace.data.spans
-        periods = {s.span_id: s for s in spans if s.name.startswith("period ")}
+        by_id = {s.span_id: s for s in spans}
+
+        def ancestors(span, by_id=by_id):
+            while span.parent_id is not None:
+                span = by_id[span.parent_id]
+                yield span
+
         for span in spans:
             if not span.name.startswith("llm "):
                 continue
-            assert span.parent_id in periods  # filed under its own period
-            period = periods[span.parent_id]
+            chain = list(ancestors(span))
+            period = next(s for s in chain if s.name.startswith("period "))  # its own period
             assert period.start_time_ns <= span.start_time_ns < span.end_time_ns
             assert span.end_time_ns <= period.end_time_ns
+            # Inside a step of the period (a session, question or probe), which spans it.
+            step = chain[chain.index(period) - 1]
+            assert step.name.split(" ")[0] in ("session", "question", "probe"), step.name
+            assert step.start_time_ns <= span.start_time_ns and span.end_time_ns <= step.end_time_ns
+            if step.name.startswith("session ") and chain[0] is not step:
+                writes += chain[0].name == "write"  # a write inside its session
+            if step.name.startswith("question "):
+                in_questions += 1
+                # A policy's predictor made it: the step holds the predictor, which holds it.
+                assert chain[0].name == "use" and chain[1] is step
             role = span.attributes["role"]
             assert span.name == f"llm {role}" and span.span_type == "CHAT_MODEL"
             assert span.inputs["messages"] and span.outputs["completions"]
-            assert {"prompt_tokens", "completion_tokens", "latency_s", "cached"} <= set(
-                span.attributes
-            )
+            usage = span.attributes["mlflow.chat.tokenUsage"]  # MLflow's own key
+            assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"]
+            assert {"latency_s", "cached"} <= set(span.attributes)
             calls.append((role, span.inputs["messages"][-1]["content"]))
+        # The trace's output carries each period's accuracy, as the period spans say.
+        root = next(s for s in spans if s.parent_id is None)
+        periods = {
+            s.name.split(" ")[1]: s.outputs["accuracy"]
+            for s in spans
+            if s.name.startswith("period ")
+        }
+        assert root.outputs["accuracy_per_period"] == periods
+        # MLflow sums the spans' token usage into the trace's (the Tokens column).
+        assert trace.info.token_usage is not None
     # This world's sessions are one round (the scripted user never speaks): agent calls.
     assert {role for role, _ in calls} == {"agent"}
-    # The questions' calls (answered on the runner's question threads) are there too.
-    assert any("options" in str(text).lower() for role, text in calls if role == "agent")
+    # The questions' calls (answered on the runner's question threads) are in their spans.
+    assert in_questions and any("options" in str(text).lower() for _, text in calls)
+    assert writes  # each write of the policy is a span holding its LLM call
 
 
 def test_each_proposal_is_a_trace_of_its_reflector_calls_linked_to_its_run(traced_all):

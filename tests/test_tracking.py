@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -156,6 +157,15 @@ def test_instruction_diff_is_a_unified_diff():
     assert diff.splitlines()[:2] == ["--- p/use", "+++ c/use"]
     assert "-b" in diff and "+c" in diff
     assert instruction_diff("same", "same", "use", "p", "c") == "(no change in use)\n"
+
+
+def test_instruction_diff_keeps_an_unchanged_last_line():
+    # Instructions are stored without a final newline: appending a line must not show the
+    # old last line as removed and added again.
+    diff = instruction_diff("Keep:\n- diet", "Keep:\n- diet\n- job", "use", "p", "c")
+    changed = [line for line in diff.splitlines()[2:] if line[:1] in "+-"]
+    assert changed == ["+- job"]
+    assert " - diet" in diff.splitlines()
 
 
 def test_no_api_key_in_mlflow_runs_or_bundles(tmp_path, monkeypatch):
@@ -350,6 +360,8 @@ def test_every_proposal_is_a_run_with_its_status(tracked):
             assert reason.startswith(("below its parent", "no better than its parent")), reason
             assert "minibatch_score" in run.data.metrics
             assert "minibatch_parent_score" in run.data.metrics
+    for run in children:  # one status tag, not two that name the same states differently
+        assert [k for k in run.data.tags if "status" in k] == ["evolve.candidate_status"]
     for record in result.candidates:
         if record.train is not None:
             expected = "base" if record.generation == 0 else "accepted"
@@ -397,9 +409,9 @@ def test_candidate_runs_last_as_long_as_their_evaluations(tracked):
         record = result.candidate(child.data.tags["evolve.candidate_id"])
         if record.train is None:
             continue
-        start, _ = evaluation_window(run_dir / record.train.run_dir)
-        last = record.heldout or record.train
-        _, end = evaluation_window(run_dir / last.run_dir)
+        # The run spans its train evaluation: a held-out check made later (the base's, at
+        # the end of the experiment) does not stretch it over the generations in between.
+        start, end = evaluation_window(run_dir / record.train.run_dir)
         assert child.info.start_time == start
         assert child.info.end_time == end
 
@@ -430,6 +442,24 @@ def test_a_prompt_names_no_candidate_before_export(tracked):
     # The header tags are the experiment's; the candidate that wrote a text is on its version.
     assert prompt.tags["evolve.experiment"] == "exp"
     assert "evolve.candidate_id" not in prompt.tags
+
+
+def test_prompts_are_listed_under_their_experiment_not_the_default_one(tracked):
+    _, uri, _, result, _ = tracked
+    client = mlflow_client(uri)
+    experiment = client.get_experiment_by_name("amemgym-evolve/exp")
+    names = {f"exp.{component}" for r in result.candidates for component in r.components}
+
+    def listed(experiment_id: str) -> set[str]:
+        found = client.search_prompts(filter_string=f'experiment_id = "{experiment_id}"')
+        return {prompt.name for prompt in found}
+
+    # MLflow files the link in a background thread: give it a moment.
+    deadline = time.monotonic() + 10
+    while listed(experiment.experiment_id) != names and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert listed(experiment.experiment_id) == names
+    assert listed("0") == set()  # the Default experiment's Prompts page stays empty
 
 
 def test_a_tag_another_process_set_first_is_set_again_not_fatal(tmp_path):

@@ -31,8 +31,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--tracking-uri",
-        help="MLflow tracking URI (default: the spec's, else the one the run logged to, else "
-        "MLFLOW_TRACKING_URI, else sqlite:///mlruns/mlflow.db)",
+        help="MLflow tracking URI (default: the spec's [tracking] tracking_uri as written, else "
+        "MLFLOW_TRACKING_URI, else sqlite:///mlruns/mlflow.db in the current directory)",
     )
     parser.add_argument(
         "--no-register", action="store_true", help="write the bundle only, skip the registry"

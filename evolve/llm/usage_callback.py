@@ -65,6 +65,7 @@ class UsageCallback(BaseCallback):
                     cached=not usage,  # a cached response reports no usage
                     error=None if exception is None else type(exception).__name__,
                     purpose=call_events.current_purpose(),
+                    steps=call_events.current_steps(),
                 )
             )
 
@@ -97,3 +98,37 @@ def track_usage(
 
     lm.update_history = update_history  # type: ignore[method-assign]
     return lm
+
+
+class _PredictorLabel(BaseCallback):
+    """Labels the LM calls a policy's predictor makes with the predictor's name ("write",
+    "use"), as one more `call_events.step`: a trace then shows each write as its own span."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._local = threading.local()
+
+    def on_module_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
+        label = call_events.step(self.name)
+        label.__enter__()
+        self._open()[call_id] = label
+
+    def on_module_end(self, call_id: str, outputs: Any, exception: Exception | None = None) -> None:
+        label = self._open().pop(call_id, None)
+        if label is not None:
+            with suppress(ValueError):  # ended in another context: nothing of ours to undo
+                label.__exit__(None, None, None)
+
+    def _open(self) -> dict[str, Any]:
+        if not hasattr(self._local, "open"):
+            self._local.open = {}
+        return self._local.open
+
+
+def label_predictor_calls(module: dspy.Module) -> None:
+    """Label the LM calls of each of `module`'s predictors with its name (once per module:
+    labelling it again changes nothing). The callbacks hold no LM, endpoint or key."""
+    for name, predictor in module.named_predictors():
+        callbacks = list(getattr(predictor, "callbacks", None) or [])
+        if not any(isinstance(callback, _PredictorLabel) for callback in callbacks):
+            predictor.callbacks = [*callbacks, _PredictorLabel(name)]

@@ -63,7 +63,6 @@ from evolve.tracking.tags import (
     TAG_PARENTS,
     TAG_PROMPT_PREFIX,
     TAG_RUN_DIR,
-    TAG_STATUS,
 )
 
 __all__ = [
@@ -84,7 +83,6 @@ __all__ = [
     "TAG_PARENTS",
     "TAG_PROMPT_PREFIX",
     "TAG_RUN_DIR",
-    "TAG_STATUS",
     "ExperimentTracker",
     "MLflowTracker",
     "NullTracker",

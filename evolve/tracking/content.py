@@ -31,7 +31,6 @@ from evolve.tracking.tags import (
     TAG_KIND,
     TAG_MUTATION,
     TAG_PARENTS,
-    TAG_STATUS,
 )
 
 if TYPE_CHECKING:
@@ -201,14 +200,19 @@ def instruction_diff_html(old: str, new: str, name: str, old_id: str, new_id: st
 
 
 def instruction_diff(old: str, new: str, name: str, old_id: str, new_id: str) -> str:
+    # Both texts end in a newline before the comparison: otherwise a last line that only
+    # gained one (an appended line) shows as removed and added again though it is the same.
     lines = difflib.unified_diff(
-        old.splitlines(keepends=True),
-        new.splitlines(keepends=True),
+        _with_final_newline(old).splitlines(keepends=True),
+        _with_final_newline(new).splitlines(keepends=True),
         fromfile=f"{old_id}/{name}",
         tofile=f"{new_id}/{name}",
     )
-    text = "".join(line if line.endswith("\n") else line + "\n" for line in lines)
-    return text or f"(no change in {name})\n"
+    return "".join(lines) or f"(no change in {name})\n"
+
+
+def _with_final_newline(text: str) -> str:
+    return text if not text or text.endswith("\n") else text + "\n"
 
 
 def per_period_table(scores: EvaluationScores) -> str:
@@ -379,7 +383,6 @@ def candidate_tags(
         TAG_GENERATION: str(record.generation),
         TAG_PARENTS: ",".join(record.parent_ids),
         TAG_MUTATION: record.mutation.kind,
-        TAG_STATUS: str(record.status),
         TAG_CANDIDATE_STATUS: status,
         TAG_CANDIDATE_REASON: reason[:500],
     }

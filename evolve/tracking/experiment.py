@@ -6,7 +6,8 @@ Why about 450 lines: the tracker's hooks follow one experiment's runs from start
 Called by the optimizer loop and the commands only (never by the simulator or a policy).
 
 - the experiment: the spec's `description` as its description (`mlflow.note.content`) and the
-  kind "custom model development", so the MLflow UI opens on the runs table.
+  kind "custom model development" (MLflow 3.17's UI ignores it: the command prints the
+  address that opens the runs table).
 - parent run: params (experiment, seeds, environment, optimizer, budget, models per role);
   metrics per generation (`step` = generation): best and mean train and held-out scores,
   calls and tokens spent, candidates evaluated so far (a running count: never re-logged at
@@ -17,7 +18,7 @@ Called by the optimizer loop and the commands only (never by the simulator or a 
 - child run per proposal, evaluated or not (tags: generation, candidate id, parent ids,
   mutation kind, `evolve.candidate_status` = base / accepted / rejected / invalid /
   duplicate and `evolve.candidate_reason`; tag `mlflow.parentRunId`), named with its train
-  and held-out accuracy. Its start and end are those of its evaluations (read from the unit
+  and held-out accuracy. Its start and end are those of its first evaluation (read from the unit
   result files: each holds its wall time and is written when the unit ends), not of the
   logging. Params (policy kind, numeric parameters, models, seeds, mutation), summary
   metrics with `step` = generation for the train and held-out evaluations, per-period curves
@@ -81,11 +82,11 @@ from evolve.tracking.tags import (
     NOTE_TAG,
     STATE_FILE,
     TAG_CANDIDATE,
+    TAG_CANDIDATE_STATUS,
     TAG_CONFIG_HASH,
     TAG_EXPERIMENT,
     TAG_KIND,
     TAG_RUN_DIR,
-    TAG_STATUS,
 )
 from evolve.tracking.traces import FINGERPRINT_TAG, TraceBook
 from evolve.tracking_uri import TrackingLocation
@@ -124,6 +125,7 @@ class MLflowTracker(ExperimentTracker):
             self.client, self.experiment_name, self.tracking_uri
         )
         describe_experiment(self.client, experiment_id, context.spec.description)
+        self.experiment_id = experiment_id
         self._state_file = context.run_dir / STATE_FILE
         identity = {
             "tracking_uri": self.tracking_uri,
@@ -153,11 +155,12 @@ class MLflowTracker(ExperimentTracker):
                 state["parent_run_id"], tags=[RunTag(TAG_RUN_DIR, str(context.run_dir))]
             )
         self.parent_run_id = state["parent_run_id"]
-        # `evolve export <name>` finds the store and the registry name here.
+        # For `evolve export <name>`: the registry name and the spec's store as written.
         state["registered_model"] = context.registered_model
+        state["spec_tracking_uri"] = context.spec.tracking.tracking_uri
         self._state = state
         self.prompts = PromptVersions(
-            self.client, context, state["prompt_versions"], self.tracking_uri
+            self.client, context, state["prompt_versions"], self.tracking_uri, experiment_id
         )
         if context.spec.tracking.traces == "all":
             self.traces.start_reflections()
@@ -333,11 +336,15 @@ class MLflowTracker(ExperimentTracker):
         self.traces.link(record.id, run_id)
         self.prompts.tag_scores(entry, split, scores.score)
         self.client.log_text(run_id, per_period_table(scores), f"scores/{split}_per_period.csv")
-        self.client.set_tag(run_id, TAG_STATUS, str(record.status))
+        if entry.get("status"):  # the one status tag: base, accepted, rejected, ...
+            self.client.set_tag(run_id, TAG_CANDIDATE_STATUS, entry["status"])
         if scores.objective_used:  # memory_score or accuracy: what `score` is
             self.client.set_tag(run_id, f"evolve.{split}_objective_used", scores.objective_used)
         self.client.update_run(run_id, name=candidate_run_name(record))
-        self.client.set_terminated(run_id, "FINISHED", end_time=window[1] if window else None)
+        # Ends with its first evaluation: the base's held-out one, at the experiment's end,
+        # would span every generation (`<split>_wall_time_s` is each evaluation's time).
+        entry["ended_ms"] = entry.get("ended_ms") or (window[1] if window else now_ms())
+        self.client.set_terminated(run_id, "FINISHED", end_time=entry["ended_ms"])
         entry["logged"].append(split)
         self._save_state()
 

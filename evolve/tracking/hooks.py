@@ -35,6 +35,8 @@ class ExperimentTracker:
 
     # Where runs are logged and why there (printed at start); None when tracking is off.
     location: TrackingLocation | None = None
+    # The MLflow experiment's id once started (the UI's address names it).
+    experiment_id: str | None = None
 
     def start(self, context: TrackingContext) -> None:
         """The experiment starts or resumes."""

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from evolve.tracking.store import prompt_name, use_tracking_uri
@@ -24,9 +26,35 @@ from evolve.tracking.tags import (
     TAG_PROMPT_PREFIX,
 )
 
+# What MLflow's fluent API reads for its current experiment (see `filed_under`).
+_EXPERIMENT_ID_ENV = "MLFLOW_EXPERIMENT_ID"
+_EXPERIMENT_NAME_ENV = "MLFLOW_EXPERIMENT_NAME"
+
 if TYPE_CHECKING:
     from evolve.records import CandidateRecord
     from evolve.tracking.hooks import TrackingContext
+
+
+@contextlib.contextmanager
+def filed_under(experiment_id: str, tracking_uri: str) -> Iterator[None]:
+    """Prompts registered in the block are listed under `experiment_id` (its Prompts tab).
+
+    MLflow files a newly registered prompt version under the fluent API's experiment, which
+    for a client-only program is the Default one; it reads `MLFLOW_EXPERIMENT_ID` (and
+    `MLFLOW_EXPERIMENT_NAME` first) from the environment, resolved in the process-wide store.
+    A program that set an active experiment itself (`mlflow.set_experiment`) keeps it."""
+    saved = {key: os.environ.get(key) for key in (_EXPERIMENT_ID_ENV, _EXPERIMENT_NAME_ENV)}
+    os.environ[_EXPERIMENT_ID_ENV] = experiment_id
+    os.environ.pop(_EXPERIMENT_NAME_ENV, None)
+    try:
+        with use_tracking_uri(tracking_uri):
+            yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 class PromptVersions:
@@ -36,12 +64,18 @@ class PromptVersions:
     resumed experiment never registers a text twice."""
 
     def __init__(
-        self, client: Any, context: TrackingContext, known: dict[str, dict[str, int]], uri: str
+        self,
+        client: Any,
+        context: TrackingContext,
+        known: dict[str, dict[str, int]],
+        uri: str,
+        experiment_id: str,
     ) -> None:
         self.client = client
         self.context = context
         self.known = known
         self.tracking_uri = uri
+        self.experiment_id = experiment_id
 
     def register(self, run_id: str, record: CandidateRecord, entry: dict) -> None:
         """Each distinct text of a component becomes one prompt version; a candidate that
@@ -56,12 +90,13 @@ class PromptVersions:
             digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
             versions = self.known.setdefault(name, {})
             if digest not in versions:
-                version = self.client.register_prompt(
-                    name=name,
-                    template=text,
-                    commit_message=f"{record.id}: {record.mutation.describe()}"[:500],
-                    tags=self._experiment_tags(),
-                )
+                with filed_under(self.experiment_id, self.tracking_uri):
+                    version = self.client.register_prompt(
+                        name=name,
+                        template=text,
+                        commit_message=f"{record.id}: {record.mutation.describe()}"[:500],
+                        tags=self._experiment_tags(),
+                    )
                 for key, value in self._lineage_tags(record).items():
                     self.client.set_prompt_version_tag(name, version.version, key, value)
                 versions[digest] = int(version.version)
@@ -71,9 +106,10 @@ class PromptVersions:
             tags.append(RunTag(f"{TAG_PROMPT_PREFIX}{component}", f"{name}/{version_number}"))
             # MLflow 3.17 resolves the linking store from the process-wide tracking URI, not
             # the client's: without this it would create ./mlflow.db and link nothing.
+            # Loading the version to link it files the prompt under the fluent experiment too.
             with (
                 contextlib.suppress(Exception),  # a link is a convenience of the UI
-                use_tracking_uri(self.tracking_uri),
+                filed_under(self.experiment_id, self.tracking_uri),
             ):
                 self.client.link_prompt_version_to_run(run_id, f"prompts:/{name}/{version_number}")
         if tags:

@@ -209,11 +209,18 @@ def now_ms() -> int:
 
 @contextlib.contextmanager
 def use_tracking_uri(uri: str) -> Iterator[None]:
-    """MLflow's process-wide tracking URI set to `uri` for the block, then restored."""
+    """MLflow's process-wide tracking URI set to `uri` for the block, then restored, and
+    `MLFLOW_TRACKING_URI` as it was: MLflow's own restore unsets the variable when no URI was
+    set in-process, and the user's choice of store would be gone for the next command."""
     from mlflow.tracking._tracking_service.utils import _use_tracking_uri as use_uri
 
-    with use_uri(uri):
-        yield
+    saved = os.environ.get("MLFLOW_TRACKING_URI")
+    try:
+        with use_uri(uri):
+            yield
+    finally:
+        if saved is not None:
+            os.environ["MLFLOW_TRACKING_URI"] = saved
 
 
 def run_is_active(client: Any, run_id: str | None) -> bool:

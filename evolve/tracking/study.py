@@ -145,6 +145,8 @@ class StudyTracker:
 
     # Where runs are logged and why there (printed at start); None when tracking is off.
     location: TrackingLocation | None = None
+    # The MLflow experiment's id once started (the UI's address names it).
+    experiment_id: str | None = None
 
     def start(self, context: StudyContext) -> None:
         """The worker opened the study."""
@@ -453,6 +455,8 @@ class MLflowStudyTracker(StudyTracker):
             ),
         }
         self.client.log_text(run_id, json.dumps(best_doc, indent=2) + "\n", "best_parameters.json")
+        assert self.context is not None
+        self.client.update_run(run_id, name=study_run_name(self.context.study_name, result))
         active = any(r.state in ("running", "waiting") for r in result.trials)
         if not active:
             self.client.set_terminated(run_id, "FINISHED")
@@ -552,6 +556,18 @@ def trial_run_name(record: TrialRecord) -> str:
     if record.state != "complete":
         parts.append(record.state)
     return " ".join(parts)
+
+
+def study_run_name(study_name: str, result: TuningResult) -> str:
+    """`tune quick best 0.42 #3`: the parent run's name carries the chosen trial's value and
+    number (the Pareto front's size for two objectives), as candidate runs carry theirs."""
+    if not result.best:
+        return f"tune {study_name}"
+    if result.multi_objective:
+        return f"tune {study_name} pareto {len(result.best)}"
+    best = result.trial(result.best[0])
+    value = f"{best.values[0]:.2f} " if best.values and math.isfinite(best.values[0]) else ""
+    return f"tune {study_name} best {value}#{best.number}"
 
 
 def study_summary(result: TuningResult) -> tuple[dict[str, float], list[Any]]:

@@ -14,8 +14,6 @@ TAG_CANDIDATE = "evolve.candidate_id"
 TAG_GENERATION = "evolve.generation"
 TAG_PARENTS = "evolve.parent_ids"
 TAG_MUTATION = "evolve.mutation"
-# The record's status (proposed, evaluated, rejected, invalid, duplicate).
-TAG_STATUS = "evolve.status"
 # What became of a proposal: accepted (joined the population and was evaluated on every
 # train user), rejected (not better than its parent on GEPA's minibatch) or invalid (the
 # proposal could not be used), with the reason in `TAG_CANDIDATE_REASON`.
@@ -25,7 +23,8 @@ TAG_PROMPT_PREFIX = "evolve.prompt."
 PARENT_RUN_TAG = "mlflow.parentRunId"
 # MLflow's description of a run or an experiment (what the UI shows as "Description").
 NOTE_TAG = "mlflow.note.content"
-# Without it MLflow 3's UI guesses "GenAI" for an experiment and opens an empty traces page.
+# What the experiment is, for MLflow UIs that read it; 3.17's ignores it and shows an
+# experiment's runs only by its `workflowType` (see `evolve.tracking_uri.RUNS_VIEW_QUERY`).
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"
 # Per-period curves of a candidate (`<split>_period/<name>`, step = period): the metrics

@@ -37,6 +37,9 @@ STUDY_ATTR_CHOSEN_TRIALS = "evolve.chosen_trials"
 STUDY_ATTR_CHOSEN = "evolve.chosen"
 STUDY_ATTR_CHOSEN_RULE = "evolve.chosen_rule"
 STUDY_ATTR_OPTUNA_BEST = "evolve.optuna_best_trial"
+# One sentence naming the choice, for whoever opens the study (optuna-dashboard, the CLI):
+# their headline is Optuna's `best_trial`, which can be another trial of the same value.
+STUDY_ATTR_CHOICE = "evolve.choice"
 CHOICE_RULE = (
     "best objective value; among equal values the smallest parameters (sorted by name) win, "
     "not the lowest trial number (a trial retried after a killed worker gets a new number, "
@@ -266,8 +269,29 @@ def record_choice(
         STUDY_ATTR_CHOSEN: chosen,
         STUDY_ATTR_CHOSEN_RULE: CHOICE_RULE,
     }
-    if len(study.directions) == 1:
-        attrs[STUDY_ATTR_OPTUNA_BEST] = study.best_trial.number
+    optuna_best = study.best_trial.number if len(study.directions) == 1 else None
+    if optuna_best is not None:
+        attrs[STUDY_ATTR_OPTUNA_BEST] = optuna_best
+    attrs[STUDY_ATTR_CHOICE] = choice_sentence(chosen, optuna_best)
     for key, value in attrs.items():
         study.set_user_attr(key, value)
     return attrs
+
+
+def choice_sentence(chosen: list[dict[str, Any]], optuna_best: int | None) -> str:
+    """`the toolkit's choice: trial 3 (short_term_len=4, update_every=2), value 0.42; held-out
+    0.40 (Optuna's best_trial 1 has the same value; ties go to the smallest parameters)`."""
+    parts = []
+    for entry in chosen:
+        params = ", ".join(f"{k}={v}" for k, v in sorted(entry["params"].items()))
+        values = "/".join(f"{v:.3g}" for v in entry["values"]) or "-"
+        held_out = entry["heldout"]
+        checked = "" if held_out is None else f"; held-out {held_out['score']:.3g}"
+        parts.append(f"trial {entry['trial']} ({params}), value {values}{checked}")
+    sentence = "the toolkit's choice: " + "; ".join(parts)
+    if len(chosen) == 1 and optuna_best is not None and optuna_best != chosen[0]["trial"]:
+        sentence += (
+            f" (Optuna's best_trial {optuna_best} has the same value; ties go to the smallest "
+            "parameters)"
+        )
+    return sentence

@@ -387,3 +387,13 @@ def fail_running_trials(study: optuna.Study) -> list[int]:
         study.tell(trial.number, state=TrialState.FAIL, skip_if_finished=True)
         failed.append(trial.number)
     return failed
+
+
+def name_objectives(study: optuna.Study, objectives: Sequence[str]) -> None:
+    """Name the study's values after the spec's objectives (`memory_score`, `cost`), so
+    optuna-dashboard and `study.trials_dataframe()` show them, not "Objective 0"."""
+    if study.metric_names == list(objectives):
+        return
+    with warnings.catch_warnings():  # `set_metric_names` is marked experimental
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        study.set_metric_names(list(objectives))

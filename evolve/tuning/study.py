@@ -56,7 +56,12 @@ from evolve.tuning.records import TuningResult, trial_records
 from evolve.tuning.samplers import build_pruner, build_sampler
 from evolve.tuning.spec import ResolvedTuning, StudySpec, resolve_tuning
 from evolve.tuning.spend import StudyBudget, StudySpendJournals
-from evolve.tuning.storage import fail_running_trials, open_study, storage_errors
+from evolve.tuning.storage import (
+    fail_running_trials,
+    name_objectives,
+    open_study,
+    storage_errors,
+)
 from evolve.tuning.tracking import NullStudyTracker, StudyContext, StudyTracker
 from evolve.tuning.trials import TrialLoop
 
@@ -155,6 +160,7 @@ class _Worker:
             heartbeat_grace_s=self.tuning.heartbeat_grace_s,
         )
         self._check_identity(study, identity, digest)
+        name_objectives(study, self.tuning.objectives)
         notes = list(self.job.notes)
         if fail_running:
             failed = fail_running_trials(study)

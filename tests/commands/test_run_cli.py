@@ -12,6 +12,7 @@ from optimize.evolve_helpers import MARKER, World, write_spec
 import memory_policies
 from evolve.cli import main
 from evolve.optimize import ExperimentDir
+from evolve.tracking import mlflow_client
 
 QUICKSTART = Path(__file__).resolve().parents[2] / "experiments" / "quickstart.toml"
 
@@ -55,6 +56,19 @@ def test_quickstart_runs_end_to_end_on_scripted_lms(tmp_path, monkeypatch, injec
     assert configs[0].needs_embedded_server()  # the quickstart names no endpoint
     calls = worlds[0].calls()
     assert calls["reflector"] >= 3 and calls["agent"] > 100
+    # It ends with the exact command that shows these runs and the address that opens the
+    # experiment on its runs table (not MLflow's GenAI overview), no "..." to fill in.
+    store = (tmp_path / "mlruns" / "mlflow.db").resolve()
+    experiment = mlflow_client(f"sqlite:///{store}").get_experiment_by_name(
+        "amemgym-evolve/quickstart"
+    )
+    command, address = out.rstrip().splitlines()[-2:]
+    assert command.startswith("MLflow UI: LITELLM_LOCAL_MODEL_COST_MAP=True ")
+    assert command.endswith(f" ui --backend-store-uri sqlite:///{store} --workers 1")
+    assert address == (
+        f"  then open http://127.0.0.1:5000/#/experiments/{experiment.experiment_id}"
+        "?workflowType=machine_learning"
+    )
 
     assert main(["compare", str(QUICKSTART), "--plot", "scores.png"]) == 0
     compared = capsys.readouterr().out

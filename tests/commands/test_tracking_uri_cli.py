@@ -62,7 +62,9 @@ def test_run_and_export_land_in_the_environments_store(tmp_path, team_store, ope
     assert main(["export", "exp", "--out", str(tmp_path / "bundle")]) == 0
     captured = capsys.readouterr()
     assert "registered exp version 1" in captured.out
-    assert "(from the experiment's recorded MLflow store)" in captured.err
+    # The variable is still set after `run` in this process (MLflow's own restore of its
+    # process-wide URI unsets it), and export follows it, not a path the run recorded.
+    assert "(from MLFLOW_TRACKING_URI)" in captured.err
     assert client.get_registered_model("exp").latest_versions
     assert not (tmp_path / "mlruns").exists()
 
@@ -93,6 +95,13 @@ def test_tune_lands_in_the_environments_store(tmp_path, team_store, opened, caps
     runs = mlflow_client(team_store).search_runs([experiment.experiment_id])
     assert sum(r.data.tags.get("evolve.kind") == "tuning" for r in runs) == 1
     assert not (tmp_path / "mlruns" / "mlflow.db").exists()
+    # It ends with the exact command and address, not a "..." to fill in.
+    command, address = captured.out.rstrip().splitlines()[-2:]
+    assert command.endswith(f" ui --backend-store-uri {team_store} --workers 1")
+    assert address.endswith(
+        f"#/experiments/{experiment.experiment_id}?workflowType=machine_learning"
+    )
+    assert "..." not in captured.out
 
 
 # ----- refused up front ---------------------------------------------------------------------------

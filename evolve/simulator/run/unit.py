@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING, Any
 import dspy
 
 from evolve.errors import EnvironmentDataError
+from evolve.llm import call_events
 from evolve.llm.usage import tracked_usage
+from evolve.llm.usage_callback import label_predictor_calls
 from evolve.simulator.records import PeriodResult, SessionTranscript
 from evolve.simulator.run.context import RunContext, UserRun
 from evolve.simulator.run.probes import PROBE_STRATEGIES, answer_question, item_result, recalls_for
@@ -43,6 +45,7 @@ def run_unit(run: RunContext, user: UserRun, period_index: int) -> PeriodResult:
     """Sessions, checkpoint, questions and probes for one user in one period."""
     started = time.perf_counter()
     item, files, policy = user.item, run.files, run.policy
+    label_predictor_calls(policy)  # a traced call shows which predictor made it
     period = item.periods[period_index]
     if period_index == 0:
         # The schema is for policies that remember the user's own variables (the oracle).
@@ -153,19 +156,20 @@ def _play_period(
     view_style = run.config.rules.user_view
     sessions = []
     for session_index, session in enumerate(period.sessions):
-        transcript, state = play_session(
-            policy=run.policy,
-            state=state,
-            user=run.simulated_user,
-            lms=run.lms,
-            session_index=session_index,
-            session_time=str(session.session_time),
-            query=session.query,
-            exposed_states=session.exposed_values(),
-            view=user_view_for(view_style, item, period, session),
-            rounds=run.config.rounds_for(period_index),
-            seed=derive_seed(run.config.seed, item.id, period_index),
-            call_slot=run.slot,
-        )
+        with call_events.step(f"session {session_index}"):  # its calls, in its trace span
+            transcript, state = play_session(
+                policy=run.policy,
+                state=state,
+                user=run.simulated_user,
+                lms=run.lms,
+                session_index=session_index,
+                session_time=str(session.session_time),
+                query=session.query,
+                exposed_states=session.exposed_values(),
+                view=user_view_for(view_style, item, period, session),
+                rounds=run.config.rounds_for(period_index),
+                seed=derive_seed(run.config.seed, item.id, period_index),
+                call_slot=run.slot,
+            )
         sessions.append(transcript)
     return sessions, state
