@@ -121,8 +121,11 @@ def check_sqlite_database(db_path: Path) -> None:
     from deep inside its schema migration)."""
     if not db_path.is_file() or db_path.stat().st_size == 0:
         return  # created by MLflow on first use
+    # Read-write when allowed: a transaction cut by a kill leaves a hot journal, which a
+    # read-only connection cannot roll back ("attempt to write a readonly database").
+    mode = "rw" if os.access(db_path, os.W_OK) else "ro"
     try:
-        connection = sqlite3.connect(f"{db_path.resolve().as_uri()}?mode=ro", uri=True)
+        connection = sqlite3.connect(f"{db_path.resolve().as_uri()}?mode={mode}", uri=True)
         try:
             connection.execute("PRAGMA schema_version").fetchone()
         finally:

@@ -22,11 +22,14 @@ from urllib.parse import urlparse
 
 from evolve.errors import ConfigError, StorageError
 from evolve.locking import exclusive_file_lock
+from evolve.tracking.sqlite_store import ensure_complete_store
 from evolve.tracking.tags import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, NOTE_TAG
 from evolve.tracking_uri import TrackingLocation, check_tracking_uri, resolve_tracking_uri
 
 if TYPE_CHECKING:
     from evolve.config import RunSpec
+
+logger = logging.getLogger(__name__)
 
 
 def quiet_mlflow() -> None:
@@ -172,6 +175,11 @@ def mlflow_client(tracking_uri: str):
     uri = prepare_tracking_uri(tracking_uri)
     # Explicit registry URI: the default is MLflow's process-wide one, which may point elsewhere.
     with store_creation_lock(uri):
+        if uri.startswith("sqlite:///"):
+            # Built or upgraded beside the store and renamed in: never half a schema.
+            note = ensure_complete_store(Path(uri.removeprefix("sqlite:///")))
+            if note:
+                logger.warning("evolve: note: %s", note)
         client = MlflowClient(tracking_uri=uri, registry_uri=uri)
         client.search_experiments(max_results=1)  # opens the store: schema created here
     return client
