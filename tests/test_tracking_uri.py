@@ -6,6 +6,8 @@ from __future__ import annotations
 import http.server
 import socket
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -85,6 +87,27 @@ def test_a_file_that_is_not_a_database_is_refused(tmp_path):
     (tmp_path / "empty.db").touch()
     for name in ("real.db", "empty.db", "new.db"):
         check_tracking_uri(f"sqlite:///{tmp_path / name}")
+
+
+KILLED_MID_TRANSACTION = """
+import os, signal, sqlite3, sys
+connection = sqlite3.connect(sys.argv[1], isolation_level=None)
+connection.execute("PRAGMA cache_size = 1")  # spill to the file: the journal becomes hot
+connection.execute("BEGIN")
+connection.executemany("INSERT INTO t VALUES (?)", [("x" * 500,)] * 2000)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_database_killed_mid_transaction_is_accepted(tmp_path):
+    db_path = tmp_path / "mlflow.db"
+    with sqlite3.connect(db_path) as connection:
+        connection.execute("create table t (x)")
+    subprocess.run([sys.executable, "-c", KILLED_MID_TRANSACTION, str(db_path)], check=False)
+    assert (tmp_path / "mlflow.db-journal").exists()  # hot: only a writer rolls it back
+    check_tracking_uri(f"sqlite:///{db_path}")
+    with sqlite3.connect(db_path) as connection:
+        assert connection.execute("select count(*) from t").fetchone() == (0,)
 
 
 def test_a_refused_connection_fails_in_seconds():
