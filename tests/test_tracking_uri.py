@@ -199,3 +199,10 @@ def test_a_description_at_the_limit_is_accepted(tmp_path):
     long_description = "d" * mlflow_limits.DESCRIPTION_MAX_CHARS
     spec = load_spec(write_spec(tmp_path, f'description = "{long_description}"'))
     assert len(spec.description) == mlflow_limits.DESCRIPTION_MAX_CHARS
+
+
+def test_postgresql_without_its_driver_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # as if not installed
+    with pytest.raises(ConfigError, match=r"pip install 'amemgym-evolve\[postgres\]'") as error:
+        check_tracking_uri("postgresql://me@127.0.0.1/db")
+    assert "\n" not in str(error.value) and "me@" not in str(error.value)
