@@ -211,13 +211,11 @@ TOKEN = "t0ken-s3cret-value"
 
 def files_naming(root: Path, secret: str) -> list[str]:
     """Every file under `root` whose name or content holds `secret`."""
-    found = []
-    for path in root.rglob("*"):
-        if secret in path.name:
-            found.append(str(path))
-        elif path.is_file() and secret.encode() in path.read_bytes():
-            found.append(str(path))
-    return found
+    return [
+        str(path)
+        for path in root.rglob("*")
+        if secret in path.name or (path.is_file() and secret.encode() in path.read_bytes())
+    ]
 
 
 def test_a_token_in_the_tracking_uri_is_in_no_file_or_file_name(
