@@ -215,3 +215,22 @@ def test_retired_population_keys_name_their_replacement(tmp_path, key, replaceme
     message = str(raised.value)
     assert "\n" not in message and "no longer applies" in message
     assert f"`{replacement}`" in message
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("r1\n", "control characters"),  # `$` matched before a final newline
+        ("../r1", "must start with a letter or digit"),
+        ("r" * 5000, "has 5000 characters"),
+    ],
+)
+def test_run_names_that_would_break_their_folder_are_refused(name, message):
+    with pytest.raises(ConfigError, match=message) as error:
+        spec_from_dict({**base_spec(), "name": name})
+    assert len(str(error.value)) < 600  # a long name is cut, not echoed whole
+
+
+def test_experiment_names_with_control_characters_are_refused():
+    with pytest.raises(ConfigError, match="control character"):
+        spec_from_dict(base_spec(tracking={"experiment_name": "team\tbench"}))
