@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from evolve.commands.env_llm import add_llm_synthesize_arguments, run_llm_synthesize
-from evolve.errors import EnvironmentDataError
+from evolve.errors import ConfigError, EnvironmentDataError
 from evolve.simulator.environment import (
     PROBLEMS_KEPT,
     Environment,
@@ -100,6 +100,12 @@ def run_generate(args: argparse.Namespace) -> int:
 
 
 def run_synthesize(args: argparse.Namespace) -> int:
+    if args.out.is_dir():
+        # Checked first: the write would fail late, as a storage error promising a resume.
+        raise ConfigError(
+            f"--out {str(args.out)!r} is a directory; expected the environment file to write, "
+            f"e.g. --out {args.out / 'env.json'}"
+        )
     if args.llm:
         return run_llm_synthesize(args)
     config = get_preset(args.preset)

@@ -43,6 +43,16 @@ def test_synthesize_tiny_defaults_to_four_users_and_validates(run, tmp_path: Pat
     assert env.content_hash() in stdout
 
 
+@pytest.mark.parametrize("llm", [False, True])
+def test_synthesize_into_a_directory_is_bad_input_not_a_storage_failure(run, tmp_path, llm):
+    flags = ["--llm", "--base-url", "http://127.0.0.1:9/v1", "--model", "m"] if llm else []
+    code, _, stderr = run("synthesize", "--preset", "tiny", "--out", str(tmp_path), *flags)
+    assert code == 2, stderr
+    assert stderr.startswith("evolve: error: --out") and stderr.count("\n") == 1
+    assert "is a directory" in stderr and "rerun" not in stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_synthesize_v1_base_makes_twenty_valid_users(run, tmp_path: Path) -> None:
     out = tmp_path / "v1.json"
     code, stdout, _ = run("synthesize", "--preset", "v1.base", "--seed", "0", "--out", str(out))
