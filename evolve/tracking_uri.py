@@ -17,7 +17,8 @@ with the README's exit code:
 - a database URL whose driver is not installed (`postgresql://`, `mysql://`): exit 2,
   naming the package or extra to install;
 - a sqlite URI naming a file that is not a SQLite database: exit 5 (as for Optuna storages);
-- an HTTP(S) server that does not answer within `PREFLIGHT_TIMEOUT_S`: exit 5. MLflow's
+- an HTTP(S) server that does not answer within `PREFLIGHT_TIMEOUT_S`: exit 5; one that
+  answers, but not as MLflow's REST API (an LLM endpoint given by mistake): exit 2. MLflow's
   own client retries a dead server for about four minutes (seven retries with exponential
   backoff) before it raises; one request without retries tells the same in seconds.
 
@@ -245,6 +246,41 @@ def check_server_reachable(uri: str, timeout_s: float | None = None) -> None:
             f"MLflow tracking server {masked_uri(uri)} answered HTTP {response.status_code} "
             "(unavailable); start it or fix --tracking-uri, or pass --no-tracking"
         )
+    check_speaks_mlflow(uri, timeout_s)
+
+
+def check_speaks_mlflow(uri: str, timeout_s: float) -> None:
+    """Refuse a server that answers, but not as MLflow does (an LLM endpoint given by
+    mistake): MLflow's REST API answers an experiment lookup with the experiment or with an
+    `error_code`. Refused ("the server is behind a login") answers pass: MLflow will tell."""
+    from mlflow.utils.credentials import get_default_host_creds
+    from mlflow.utils.rest_utils import http_request
+
+    try:
+        response = http_request(
+            get_default_host_creds(uri),
+            "/api/2.0/mlflow/experiments/get-by-name",
+            "GET",
+            max_retries=0,
+            timeout=timeout_s,
+            raise_on_status=False,
+            params={"experiment_name": "Default"},
+        )
+    except Exception:  # noqa: BLE001 - it answered /health a moment ago; MLflow will tell
+        return
+    if response.status_code in (401, 403):
+        return
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and ("experiment" in body or "error_code" in body):
+        return
+    raise ConfigError(
+        f"tracking URI {masked_uri(uri)} answers, but not as an MLflow tracking server "
+        f"(HTTP {response.status_code} to an experiment lookup); is it an LLM endpoint? "
+        f"expected an MLflow server (mlflow server --port 5000); {_FIX}, or pass --no-tracking"
+    )
 
 
 def _connection_failure(error: Exception) -> str:

@@ -136,12 +136,15 @@ def test_a_server_that_never_answers_fails_after_the_preflight_timeout(silent_po
     assert time.monotonic() - started < 5
 
 
-def _serve(status: int) -> tuple[http.server.HTTPServer, str]:
+MLFLOW_NOT_FOUND = b'{"error_code": "RESOURCE_DOES_NOT_EXIST", "message": "no experiment"}'
+
+
+def _serve(status: int, body: bytes = b"{}") -> tuple[http.server.HTTPServer, str]:
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             self.send_response(status)
             self.end_headers()
-            self.wfile.write(b"{}")
+            self.wfile.write(body)
 
         def log_message(self, *args: object) -> None:
             pass
@@ -153,14 +156,26 @@ def _serve(status: int) -> tuple[http.server.HTTPServer, str]:
 
 def test_a_proxy_without_its_server_is_refused_any_other_answer_is_reachable():
     down, down_uri = _serve(503)
-    up, up_uri = _serve(404)  # a server without /health is still a server
+    up, up_uri = _serve(404, MLFLOW_NOT_FOUND)  # answers in MLflow's REST error format
+    login, login_uri = _serve(401)  # behind a login: MLflow itself will say more
     try:
         with pytest.raises(StorageError, match="answered HTTP 503"):
             check_tracking_uri(down_uri)
         check_tracking_uri(up_uri)
+        check_tracking_uri(login_uri)
     finally:
-        down.shutdown()
-        up.shutdown()
+        for server in (down, up, login):
+            server.shutdown()
+
+
+def test_an_llm_endpoint_given_as_the_tracking_server_is_refused_in_one_line():
+    from stub_server import StubServer
+
+    with StubServer(latency=0.0) as stub:
+        for uri in (stub.base_url, stub.base_url.removesuffix("/v1")):
+            with pytest.raises(ConfigError, match="not as an MLflow tracking server") as error:
+                check_tracking_uri(uri)
+            assert error.value.exit_code == 2 and "\n" not in str(error.value)
 
 
 # ----- MLflow's limits, checked when a spec loads ---------------------------------------------
