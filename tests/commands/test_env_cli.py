@@ -203,3 +203,10 @@ def test_env_help_lists_synthesize_and_hides_generate(run, capsys) -> None:
         run("--help")
     listing = capsys.readouterr().out
     assert "synthesize" in listing and "generate" not in listing
+
+
+def test_synthesize_refuses_a_huge_user_count_in_one_line(run, tmp_path: Path) -> None:
+    out = tmp_path / "env.json"
+    code, _, stderr = run("synthesize", "--preset", "tiny", "--users", "100000", "--out", str(out))
+    assert code == 2 and stderr.count("\n") == 1 and "at most 10000" in stderr
+    assert not out.exists()
