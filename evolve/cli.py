@@ -161,11 +161,23 @@ def storage_failure(error: BaseException) -> StorageError | None:
 
 
 def _storage_owner(error: BaseException) -> str:
-    """Which store failed, from the library that raised: a hint, never an address."""
-    module = type(error).__module__
-    if module.startswith("mlflow"):
+    """Which store failed, from the library whose code raised it: a hint, never an address.
+
+    Read from the traceback's frames, not the error's type: MLflow lets SQLAlchemy's own
+    errors through, which name no store."""
+    libraries = [type(error).__module__]
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        trace = current.__traceback__
+        while trace is not None:
+            libraries.append(str(trace.tb_frame.f_globals.get("__name__", "")))
+            trace = trace.tb_next
+        current = current.__cause__ or current.__context__
+    if any(name.startswith(("mlflow", "evolve.tracking")) for name in libraries):
         return "the MLflow tracking store (--tracking-uri / [tracking] tracking_uri)"
-    if module.startswith(("optuna", "sqlalchemy")):
+    if any(name.startswith("optuna") for name in libraries):
         return "the study storage (--storage / [tuning] storage)"
     return "a database of this run"
 

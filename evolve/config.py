@@ -7,6 +7,7 @@ as they always were.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -137,7 +138,7 @@ def _environment(spec: ExperimentSpec, label: str) -> tuple[Environment, str, tu
     env_spec = spec.environment
     rounds = spec.rules.data_file_rounds
     if env_spec.preset is not None:
-        from evolve.simulator.synthesis.offline import get_preset, synthesize_environment
+        from evolve.simulator.synthesis.offline import MAX_USERS, get_preset, synthesize_users
 
         try:
             preset = get_preset(env_spec.preset)
@@ -156,7 +157,14 @@ def _environment(spec: ExperimentSpec, label: str) -> tuple[Environment, str, tu
                 f"{label}: environment.users is required when train/held-out users are given "
                 "as id lists with a preset (how many users to synthesize?)"
             )
-        environment = synthesize_environment(preset, env_spec.seed, count)
+        if count > MAX_USERS:
+            raise ConfigError(
+                f"{label}: environment.users = {count}; at most {MAX_USERS} are synthesized "
+                "(a larger number is usually a typo); lower it"
+            )
+        # Only the users the splits use: the others would cost time and memory for nothing.
+        indices = _used_indices(env_spec, count)
+        environment = synthesize_users(preset, env_spec.seed, indices)
         return environment, f"preset {env_spec.preset} seed {env_spec.seed} ({count} users)", rounds
     from evolve.simulator.environment import load_environment
 
@@ -250,6 +258,25 @@ def _check_optimizer(optimizer: OptimizerSpec, base_policy: Any, label: str) -> 
             f"{label}: optimizer.mutate_components is empty: the per_period schedule "
             "rewrites instructions; name at least one component"
         )
+
+
+def _used_indices(env_spec: EnvironmentSpec, count: int) -> list[int]:
+    """The synthesis indices of the users the splits name: the first train + held-out ones,
+    or those whose ids (`u<index>-<persona>`) the lists give; every user when an id does not
+    have that form (the split then names it as unknown)."""
+    needed = _users_needed(env_spec)
+    if needed is not None:
+        return list(range(needed))
+    indices: set[int] = set()
+    for value in (env_spec.train_users, env_spec.heldout_users):
+        if isinstance(value, int):
+            return list(range(count))  # "the next N" needs every user before them
+        for user_id in value:
+            found = re.match(r"u(\d+)-", user_id)
+            if found is None or int(found.group(1)) >= count:
+                return list(range(count))
+            indices.add(int(found.group(1)))
+    return sorted(indices)
 
 
 def _users_needed(env_spec: EnvironmentSpec) -> int | None:

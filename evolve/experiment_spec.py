@@ -12,14 +12,13 @@ Paths inside a spec (`environment.file`, `policy.path`) are relative to the spec
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from evolve.errors import ConfigError
-from evolve.files import read_toml_file
+from evolve.files import folder_name_problem, read_toml_file
 from evolve.llm.config import LLMConfig
 from evolve.mlflow_limits import description_problem, experiment_name_problem
 from evolve.objective import Objective
@@ -29,8 +28,6 @@ from evolve.simulator.runner import ProbeScope, probe_scope_problem
 from evolve.spec_base import IntRange, format_validation_error, refuse_renamed_keys
 from evolve.spec_base import StrictTable as _Strict
 from evolve.tracking_uri import DEFAULT_TRACKING_URI, resolve_tracking_uri
-
-_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 Schedule = Literal["population", "per_period"]
 # complete / question_only: the paper's (no ground truth); diagnostic: ours (with the truth);
@@ -422,11 +419,9 @@ class RunSpec(_Strict):
 
     @model_validator(mode="after")
     def _valid_name(self) -> RunSpec:
-        if not _NAME_PATTERN.match(self.name):
-            raise ValueError(
-                f"name {self.name!r} must start with a letter or digit and contain only letters, "
-                "digits, '.', '_' and '-' (it names the directory runs/<name>/)"
-            )
+        problem = folder_name_problem(self.name)
+        if problem:
+            raise ValueError(f"name {problem} (it names the directory runs/<name>/)")
         return self
 
     @property

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -60,7 +61,13 @@ from evolve.tracking import (
     prepare_tracking_uri,
     quiet_mlflow,
 )
-from evolve.tracking_uri import SOURCE_SPEC, TrackingLocation, resolve_tracking_uri
+from evolve.tracking_uri import (
+    ENV_VAR,
+    SOURCE_SPEC,
+    TrackingLocation,
+    masked_uri,
+    resolve_tracking_uri,
+)
 from memory_policies import LocalMiniLMEmbedder
 
 CHAMPION_ALIAS = "champion"
@@ -126,6 +133,8 @@ def _export_settings(
         spec_name = spec.registered_model_name()
         if spec.tracking.tracking_uri:
             configured, source = spec.tracking.tracking_uri, SOURCE_SPEC
+    if tracking_uri is None and configured and source != SOURCE_SPEC:
+        configured = _unmasked(configured)
     location = resolve_tracking_uri(tracking_uri, configured, configured_source=source)
     return spec_name, TrackingLocation(normalize_tracking_uri(location.uri), location.source)
 
@@ -228,6 +237,21 @@ def write_bundle(source: Path, out: Path, experiment: str, record: CandidateReco
     )
     policy.save(out, provenance=provenance)
     return out
+
+
+def _unmasked(recorded: str) -> str | None:
+    """The recorded store (kept with its credentials masked) as a usable URI: itself when
+    nothing was masked, else `MLFLOW_TRACKING_URI` when it names the same store (then None:
+    the resolution picks the variable up); refused otherwise."""
+    if masked_uri(recorded) == recorded and "***" not in recorded:
+        return recorded
+    from_environment = os.environ.get(ENV_VAR, "").strip()
+    if from_environment and masked_uri(normalize_tracking_uri(from_environment)) == recorded:
+        return None
+    raise ConfigError(
+        f"the experiment recorded its MLflow store as {recorded} (credentials are never "
+        f"stored); pass --tracking-uri with the full URI, or set {ENV_VAR} to it"
+    )
 
 
 def _candidate_run_id(experiment_dir: Path, candidate_id: str, tracking_uri: str) -> str | None:

@@ -138,6 +138,32 @@ def atomic_write_json(
     atomic_write_text(path, text + "\n" if final_newline else text)
 
 
+# A name that is its own folder: what `safe_name` leaves unchanged, and no more.
+_FOLDER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+FOLDER_NAME_MAX_CHARS = 120
+
+
+def shown_value(value: object, limit: int = 80) -> str:
+    """`repr(value)` for an error line, cut to `limit` characters (a pasted file stays out)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 3]}... ({len(text)} characters)"
+
+
+def folder_name_problem(name: str) -> str | None:
+    """Why `name` cannot name its own folder (runs/<name>/, trials/<study>/), or None.
+
+    Refused rather than sanitized: two names that sanitize alike (`x` and `../../x`) would
+    share a folder and its spend journals, and a newline would end up in a file name."""
+    if len(name) > FOLDER_NAME_MAX_CHARS:
+        return f"has {len(name)} characters; at most {FOLDER_NAME_MAX_CHARS}"
+    if not _FOLDER_NAME.fullmatch(name):
+        return (
+            f"{shown_value(name)} must start with a letter or digit and contain only letters, "
+            "digits, '.', '_' and '-' (no spaces, slashes or control characters)"
+        )
+    return None
+
+
 def safe_name(text: str, *, fallback: str = "user", max_length: int = 120) -> str:
     """`text` as one file or directory name on any file system: every run of characters
     other than letters, digits, `.`, `_` and `-` becomes `_`, the result is cut to

@@ -22,6 +22,8 @@ def experiment_name_problem(name: str) -> str | None:
         return "is empty; MLflow needs a name"
     if len(name) > EXPERIMENT_NAME_MAX_CHARS:
         return f"has {len(name)} characters; MLflow accepts at most {EXPERIMENT_NAME_MAX_CHARS}"
+    if any(ord(character) < 32 or ord(character) == 127 for character in name):
+        return "holds a control character (a newline, a tab, ...); use printable characters"
     return None
 
 

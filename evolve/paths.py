@@ -49,6 +49,12 @@ def prepare_process_environment() -> None:
     _set_default("HF_HUB_OFFLINE", "1")
     _set_default("TRANSFORMERS_OFFLINE", "1")
     _set_default("TOKENIZERS_PARALLELISM", "false")
+    # Nothing in the home folder: MLflow's telemetry writes an installation id to
+    # ~/.config/mlflow at import, matplotlib its font cache to ~/.cache/matplotlib (or
+    # ~/.config), mem0 its settings to ~/.mem0.
+    _set_default("MLFLOW_DISABLE_TELEMETRY", "true")
+    _set_default("MPLCONFIGDIR", str(cache_dir() / "matplotlib"))
+    _set_default("MEM0_DIR", str(cache_dir() / "mem0"))
 
 
 def use_toolkit_caches() -> None:

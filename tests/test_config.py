@@ -215,3 +215,46 @@ def test_retired_population_keys_name_their_replacement(tmp_path, key, replaceme
     message = str(raised.value)
     assert "\n" not in message and "no longer applies" in message
     assert f"`{replacement}`" in message
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("r1\n", "control characters"),  # `$` matched before a final newline
+        ("../r1", "must start with a letter or digit"),
+        ("r" * 5000, "has 5000 characters"),
+    ],
+)
+def test_run_names_that_would_break_their_folder_are_refused(name, message):
+    with pytest.raises(ConfigError, match=message) as error:
+        spec_from_dict({**base_spec(), "name": name})
+    assert len(str(error.value)) < 600  # a long name is cut, not echoed whole
+
+
+def test_experiment_names_with_control_characters_are_refused():
+    with pytest.raises(ConfigError, match="control character"):
+        spec_from_dict(base_spec(tracking={"experiment_name": "team\tbench"}))
+
+
+def test_a_spec_synthesizes_only_the_users_its_splits_use():
+    from evolve.simulator.synthesis.offline import get_preset, synthesize_environment
+
+    full = synthesize_environment(get_preset("tiny"), 0, 40).items
+    counted = resolve(spec_from_dict(base_spec(environment={"preset": "tiny", "users": 40})))
+    assert [item.id for item in counted.environment.items] == [item.id for item in full[:3]]
+    assert counted.environment.items == full[:3]  # the same users as a full synthesis
+    picked = {"train_users": [full[30].id], "heldout_users": [full[7].id, full[12].id]}
+    by_id = resolve(
+        spec_from_dict(base_spec(environment={"preset": "tiny", "users": 40, **picked}))
+    )
+    assert [item.id for item in by_id.environment.items] == [full[i].id for i in (7, 12, 30)]
+    assert [item.id for item in by_id.heldout.items] == [full[7].id, full[12].id]
+
+
+def test_a_huge_user_count_is_refused_in_one_line_at_once():
+    import time
+
+    started = time.monotonic()
+    with pytest.raises(ConfigError, match="environment.users = 100000000; at most 10000"):
+        resolve(spec_from_dict(base_spec(environment={"preset": "tiny", "users": 100_000_000})))
+    assert time.monotonic() - started < 5

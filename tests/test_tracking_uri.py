@@ -6,6 +6,8 @@ from __future__ import annotations
 import http.server
 import socket
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -88,6 +90,27 @@ def test_a_file_that_is_not_a_database_is_refused(tmp_path):
         check_tracking_uri(f"sqlite:///{tmp_path / name}")
 
 
+KILLED_MID_TRANSACTION = """
+import os, signal, sqlite3, sys
+connection = sqlite3.connect(sys.argv[1], isolation_level=None)
+connection.execute("PRAGMA cache_size = 1")  # spill to the file: the journal becomes hot
+connection.execute("BEGIN")
+connection.executemany("INSERT INTO t VALUES (?)", [("x" * 500,)] * 2000)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_database_killed_mid_transaction_is_accepted(tmp_path):
+    db_path = tmp_path / "mlflow.db"
+    with sqlite3.connect(db_path) as connection:
+        connection.execute("create table t (x)")
+    subprocess.run([sys.executable, "-c", KILLED_MID_TRANSACTION, str(db_path)], check=False)
+    assert (tmp_path / "mlflow.db-journal").exists()  # hot: only a writer rolls it back
+    check_tracking_uri(f"sqlite:///{db_path}")
+    with sqlite3.connect(db_path) as connection:
+        assert connection.execute("select count(*) from t").fetchone() == (0,)
+
+
 def test_a_refused_connection_fails_in_seconds():
     started = time.monotonic()
     with pytest.raises(StorageError, match="cannot be reached") as error:
@@ -114,12 +137,15 @@ def test_a_server_that_never_answers_fails_after_the_preflight_timeout(silent_po
     assert time.monotonic() - started < 5
 
 
-def _serve(status: int) -> tuple[http.server.HTTPServer, str]:
+MLFLOW_NOT_FOUND = b'{"error_code": "RESOURCE_DOES_NOT_EXIST", "message": "no experiment"}'
+
+
+def _serve(status: int, body: bytes = b"{}") -> tuple[http.server.HTTPServer, str]:
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             self.send_response(status)
             self.end_headers()
-            self.wfile.write(b"{}")
+            self.wfile.write(body)
 
         def log_message(self, *args: object) -> None:
             pass
@@ -131,14 +157,26 @@ def _serve(status: int) -> tuple[http.server.HTTPServer, str]:
 
 def test_a_proxy_without_its_server_is_refused_any_other_answer_is_reachable():
     down, down_uri = _serve(503)
-    up, up_uri = _serve(404)  # a server without /health is still a server
+    up, up_uri = _serve(404, MLFLOW_NOT_FOUND)  # answers in MLflow's REST error format
+    login, login_uri = _serve(401)  # behind a login: MLflow itself will say more
     try:
         with pytest.raises(StorageError, match="answered HTTP 503"):
             check_tracking_uri(down_uri)
         check_tracking_uri(up_uri)
+        check_tracking_uri(login_uri)
     finally:
-        down.shutdown()
-        up.shutdown()
+        for server in (down, up, login):
+            server.shutdown()
+
+
+def test_an_llm_endpoint_given_as_the_tracking_server_is_refused_in_one_line():
+    from stub_server import StubServer
+
+    with StubServer(latency=0.0) as stub:
+        for uri in (stub.base_url, stub.base_url.removesuffix("/v1")):
+            with pytest.raises(ConfigError, match="not as an MLflow tracking server") as error:
+                check_tracking_uri(uri)
+            assert error.value.exit_code == 2 and "\n" not in str(error.value)
 
 
 # ----- MLflow's limits, checked when a spec loads ---------------------------------------------
@@ -209,3 +247,10 @@ def test_the_ui_hint_names_the_mlflow_installed_with_the_toolkit(tmp_path, monke
     assert mlflow_ui_hint("sqlite:///x.db", None).startswith(
         "MLflow UI: LITELLM_LOCAL_MODEL_COST_MAP=True mlflow ui "
     )
+
+
+def test_postgresql_without_its_driver_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # as if not installed
+    with pytest.raises(ConfigError, match=r"pip install 'amemgym-evolve\[postgres\]'") as error:
+        check_tracking_uri("postgresql://me@127.0.0.1/db")
+    assert "\n" not in str(error.value) and "me@" not in str(error.value)

@@ -103,6 +103,12 @@ def run_generate(args: argparse.Namespace) -> int:
 
 
 def run_synthesize(args: argparse.Namespace) -> int:
+    if args.out.is_dir():
+        # Checked first: the write would fail late, as a storage error promising a resume.
+        raise ConfigError(
+            f"--out {str(args.out)!r} is a directory; expected the environment file to write, "
+            f"e.g. --out {args.out / 'env.json'}"
+        )
     if args.llm:
         return run_llm_synthesize(args)
     config = get_preset(args.preset)

@@ -20,7 +20,6 @@ from pydantic import (
     ConfigDict,
     Field,
     WithJsonSchema,
-    field_validator,
     model_validator,
 )
 
@@ -94,6 +93,28 @@ def refuse_credentials_in_url(url: str, where: str) -> None:
         raise ConfigError(message)
 
 
+# How API keys start (OpenAI, Anthropic, Hugging Face, GitHub, Slack, AWS, Google, generic).
+_KEY_PREFIXES = ("sk-", "sk_", "pk-", "pk_", "hf_", "ghp_", "gho_", "xox", "akia", "aiza", "key-")
+
+
+def variable_name_problem(value: str) -> str | None:
+    """Why `value` is no environment variable name, without showing it when it may be a key
+    (then only its length is told), or None."""
+    lowered = value.lower()
+    looks_like_key = (
+        lowered.startswith(_KEY_PREFIXES)
+        or len(value) >= 40
+        or (
+            len(value) >= 20 and any(c.islower() for c in value) and any(c.isdigit() for c in value)
+        )
+    )
+    if looks_like_key:
+        return f"the value given ({len(value)} characters, not shown) looks like a key itself"
+    if not value or not value.replace("_", "").isalnum() or value[0].isdigit():
+        return f"got {value!r}: letters, digits and '_' only, not starting with a digit"
+    return None
+
+
 class EndpointConfig(BaseModel):
     """One OpenAI-compatible chat endpoint."""
 
@@ -134,15 +155,18 @@ class EndpointConfig(BaseModel):
         "JSON mode, or none.",
     )
 
-    @field_validator("api_key_env")
-    @classmethod
-    def _looks_like_a_variable_name(cls, value: str) -> str:
-        if not value.replace("_", "").isalnum() or value[0].isdigit():
+    @model_validator(mode="after")
+    def _api_key_env_is_a_variable_name(self) -> EndpointConfig:
+        # A model-level check, like the base URL's: the error formatter then does not echo
+        # the value, which may be the key itself pasted in the wrong place.
+        problem = variable_name_problem(self.api_key_env)
+        if problem:
             raise ValueError(
-                f"api_key_env must be the NAME of an environment variable (e.g. OPENAI_API_KEY), "
-                f"got {value!r}; put the key itself in that variable, never in a config file"
+                f"api_key_env must be the NAME of an environment variable (e.g. "
+                f"OPENAI_API_KEY); {problem}; put the key itself in that variable, never in a "
+                "config file or on the command line"
             )
-        return value
+        return self
 
     @model_validator(mode="after")
     def _no_credentials_in_base_url(self) -> EndpointConfig:

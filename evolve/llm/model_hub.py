@@ -17,10 +17,12 @@ import importlib
 import json
 import os
 import re
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 from evolve.errors import ModelFileError
 from evolve.files import atomic_write_text
@@ -32,6 +34,7 @@ DEFAULT_ENDPOINT = "https://huggingface.co"
 # be chosen within a few seconds, not after a download's read timeout.
 PROBE_TIMEOUT_SECONDS = 3.0
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+T = TypeVar("T")
 
 
 class HubUnreachable(Exception):
@@ -103,7 +106,9 @@ def download_from_hub(pin: HubPin, timeout: float = PROBE_TIMEOUT_SECONDS) -> Pa
     url = hf_hub_url(pin.repo, pin.filename, revision=pin.revision, endpoint=endpoint)
     with _hub_online():
         try:
-            metadata = get_hf_file_metadata(url, timeout=timeout)
+            metadata = _within(timeout, lambda: get_hf_file_metadata(url, timeout=timeout))
+        except TimeoutError:
+            raise HubUnreachable(f"{endpoint}: no answer within {timeout:g} s") from None
         except _network_errors() as error:
             raise HubUnreachable(f"{endpoint}: {_first_line(error)}") from error
         etag = (metadata.etag or "").lower()
@@ -128,6 +133,28 @@ def download_from_hub(pin: HubPin, timeout: float = PROBE_TIMEOUT_SECONDS) -> Pa
     path = Path(found)
     _verify_or_delete(pin, path)
     return path
+
+
+def _within(seconds: float, call: Callable[[], T]) -> T:
+    """`call()`, or `TimeoutError` once `seconds` have passed: the client's timeout bounds
+    each phase of a request (connect, then read, retried), not the whole, and the probe was
+    documented at 3 s. The abandoned call ends in its daemon thread."""
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = call()
+        except BaseException as error:  # noqa: BLE001 - handed to the caller below
+            outcome["error"] = error
+
+    thread = threading.Thread(target=run, name="hub-probe", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        raise TimeoutError
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
 
 
 def _verify_or_delete(pin: HubPin, path: Path) -> None:

@@ -89,7 +89,7 @@ from evolve.tracking.tags import (
     TAG_RUN_DIR,
 )
 from evolve.tracking.traces import FINGERPRINT_TAG, TraceBook
-from evolve.tracking_uri import TrackingLocation
+from evolve.tracking_uri import TrackingLocation, masked_uri
 
 if TYPE_CHECKING:
     from evolve.config import ExperimentSpec
@@ -128,7 +128,8 @@ class MLflowTracker(ExperimentTracker):
         self.experiment_id = experiment_id
         self._state_file = context.run_dir / STATE_FILE
         identity = {
-            "tracking_uri": self.tracking_uri,
+            # Masked: the file stays on disk (and in archives); a token never does.
+            "tracking_uri": masked_uri(self.tracking_uri),
             "experiment_id": experiment_id,
             "config_hash": context.config_hash,
         }

@@ -22,11 +22,19 @@ from urllib.parse import urlparse
 
 from evolve.errors import ConfigError, StorageError
 from evolve.locking import exclusive_file_lock
+from evolve.tracking.sqlite_store import ensure_complete_store
 from evolve.tracking.tags import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, NOTE_TAG
-from evolve.tracking_uri import TrackingLocation, check_tracking_uri, resolve_tracking_uri
+from evolve.tracking_uri import (
+    TrackingLocation,
+    check_tracking_uri,
+    resolve_tracking_uri,
+    sqlite_file,
+)
 
 if TYPE_CHECKING:
     from evolve.config import RunSpec
+
+logger = logging.getLogger(__name__)
 
 
 def quiet_mlflow() -> None:
@@ -44,17 +52,19 @@ def quiet_mlflow() -> None:
 
 def default_artifact_location(tracking_uri: str) -> str | None:
     """For a sqlite store: `<db dir>/artifacts` (absolute file URI); else the server decides."""
-    if not tracking_uri.startswith("sqlite:///"):
+    db_path = sqlite_file(tracking_uri)
+    if db_path is None:
         return None
-    db_path = Path(tracking_uri.removeprefix("sqlite:///"))
     return (db_path.parent.resolve() / "artifacts").as_uri()
 
 
 def normalize_tracking_uri(tracking_uri: str) -> str:
     """A relative sqlite path made absolute (relative to the current directory, once)."""
-    if tracking_uri.startswith("sqlite:///") and not tracking_uri.startswith("sqlite:////"):
-        return f"sqlite:///{Path(tracking_uri.removeprefix('sqlite:///')).resolve()}"
-    return tracking_uri
+    db_path = sqlite_file(tracking_uri)
+    if db_path is None or db_path.is_absolute():
+        return tracking_uri
+    query = tracking_uri.partition("?")[2]
+    return f"sqlite:///{db_path.resolve()}" + (f"?{query}" if query else "")
 
 
 def prepare_tracking_uri(tracking_uri: str) -> str:
@@ -69,8 +79,9 @@ def prepare_tracking_uri(tracking_uri: str) -> str:
             "environment instead"
         )
     check_tracking_uri(tracking_uri)
-    if tracking_uri.startswith("sqlite:///"):
-        check_sqlite_writable(Path(tracking_uri.removeprefix("sqlite:///")))
+    db_path = sqlite_file(tracking_uri)
+    if db_path is not None:
+        check_sqlite_writable(db_path)
     return tracking_uri
 
 
@@ -105,9 +116,10 @@ def _store_lock_path(db_path: Path) -> Path:
 def store_creation_lock(tracking_uri: str) -> contextlib.AbstractContextManager[None]:
     """Held around the first use of a sqlite store: opening it creates or migrates its
     schema, and two processes doing that at once die with `duplicate column name`."""
-    if not tracking_uri.startswith("sqlite:///"):
+    db_path = sqlite_file(tracking_uri)
+    if db_path is None:
         return contextlib.nullcontext()
-    return exclusive_file_lock(_store_lock_path(Path(tracking_uri.removeprefix("sqlite:///"))))
+    return exclusive_file_lock(_store_lock_path(db_path))
 
 
 @functools.cache
@@ -172,6 +184,12 @@ def mlflow_client(tracking_uri: str):
     uri = prepare_tracking_uri(tracking_uri)
     # Explicit registry URI: the default is MLflow's process-wide one, which may point elsewhere.
     with store_creation_lock(uri):
+        db_path = sqlite_file(uri)
+        if db_path is not None:
+            # Built or upgraded beside the store and renamed in: never half a schema.
+            note = ensure_complete_store(db_path)
+            if note:
+                logger.warning("evolve: note: %s", note)
         client = MlflowClient(tracking_uri=uri, registry_uri=uri)
         client.search_experiments(max_results=1)  # opens the store: schema created here
     return client

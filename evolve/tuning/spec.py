@@ -35,7 +35,7 @@ from evolve.config import (
     resolve,
 )
 from evolve.errors import ConfigError, ToolkitError
-from evolve.files import read_toml_file
+from evolve.files import folder_name_problem, read_toml_file
 from evolve.llm.config import LLMConfig
 from evolve.objective import OBJECTIVES
 from evolve.spec_base import (
@@ -48,6 +48,7 @@ from evolve.spec_base import (
 from evolve.tuning.storage import (
     DEFAULT_HEARTBEAT_GRACE_S,
     check_storage_url,
+    normalize_storage_url,
     prepare_storage_directory,
 )
 from memory_policies.parameters import PARAMETER_RULES, parameter_problem
@@ -409,8 +410,14 @@ def resolve_tuning(
         )
     storage_url = storage or spec.storage_url()
     # The default location is the toolkit's choice (as mlruns/ for MLflow): made when missing.
-    chosen_by_user = storage is not None or spec.tuning.storage is not None
+    # The default written out explicitly is still the default (same file, same rule).
+    chosen_by_user = normalize_storage_url(storage_url) != normalize_storage_url(DEFAULT_STORAGE)
     create = create_storage_dir or spec.tuning.create_storage_dir or not chosen_by_user
+    name = study_name or spec.study_name()
+    problem = folder_name_problem(name)
+    if problem:
+        where = "--study-name" if study_name else "[tuning] study_name (default: the spec's name)"
+        raise ConfigError(f"{label}: {where}: the study name {problem}; it names trial folders")
     try:
         check_storage_url(storage_url)
         prepare_storage_directory(storage_url, create=create)
@@ -422,7 +429,7 @@ def resolve_tuning(
         experiment=experiment,
         space=space,
         trials=requested,
-        study_name=study_name or spec.study_name(),
+        study_name=name,
         storage_url=storage_url,
         notes=notes,
     )

@@ -39,6 +39,7 @@ import sqlalchemy.event
 import sqlalchemy.exc
 from optuna.trial import TrialState
 
+from evolve.database_urls import missing_driver_message
 from evolve.errors import ConfigError, StorageError
 
 DEFAULT_HEARTBEAT_GRACE_S = 120
@@ -53,20 +54,6 @@ _URL_FORMS = (
     "journal:PATH "
     "or redis://HOST"
 )
-# pip packages of the DB-API drivers SQLAlchemy names (its default for postgresql:// is
-# psycopg 3 since SQLAlchemy 2.1; for mysql:// it is mysqlclient).
-_DRIVER_PACKAGES = {
-    "psycopg": "'amemgym-evolve[postgres]' (psycopg 3)",
-    "psycopg2": "psycopg2-binary",
-    "pg8000": "pg8000",
-    "mysqldb": "mysqlclient",
-    "pymysql": "PyMySQL",
-    "mysqlconnector": "mysql-connector-python",
-    "mariadbconnector": "mariadb",
-    "oracledb": "oracledb",
-    "cx_oracle": "cx_Oracle",
-    "pyodbc": "pyodbc",
-}
 
 
 def heartbeat_interval_for(grace_s: int) -> int:
@@ -137,8 +124,7 @@ def check_storage_url(url: str) -> None:
         return
     shown = redact_storage_url(url)
     try:
-        parsed = sqlalchemy.engine.make_url(url)
-        dialect = parsed.get_dialect()
+        sqlalchemy.engine.make_url(url).get_dialect()
     except sqlalchemy.exc.NoSuchModuleError:
         scheme = url.split("://", 1)[0]
         raise ConfigError(
@@ -148,17 +134,9 @@ def check_storage_url(url: str) -> None:
         raise ConfigError(
             f"storage {shown} is not a valid database URL ({error}); use {_URL_FORMS}"
         ) from None
-    try:
-        dialect.import_dbapi()
-    except ImportError as error:
-        driver = parsed.get_driver_name()
-        package = _DRIVER_PACKAGES.get(driver, driver)
-        raise ConfigError(
-            f"storage {shown}: SQLAlchemy {sqlalchemy.__version__} opens "
-            f"{parsed.get_backend_name()} URLs like this one with the '{driver}' driver, which "
-            f"is not installed ({error}); install it: pip install {package} (or name an "
-            f"installed driver in the URL, e.g. {parsed.get_backend_name()}+DRIVER://...)"
-        ) from None
+    message = missing_driver_message(url)
+    if message:
+        raise ConfigError(f"storage {shown}: {message}")
 
 
 def storage_directory(url: str) -> Path | None:

@@ -42,6 +42,16 @@ def test_synthesize_tiny_defaults_to_four_users_and_validates(run, tmp_path: Pat
     assert env.content_hash() in stdout
 
 
+@pytest.mark.parametrize("llm", [False, True])
+def test_synthesize_into_a_directory_is_bad_input_not_a_storage_failure(run, tmp_path, llm):
+    flags = ["--llm", "--base-url", "http://127.0.0.1:9/v1", "--model", "m"] if llm else []
+    code, _, stderr = run("synthesize", "--preset", "tiny", "--out", str(tmp_path), *flags)
+    assert code == 2, stderr
+    assert stderr.startswith("evolve: error: --out") and stderr.count("\n") == 1
+    assert "is a directory" in stderr and "rerun" not in stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_synthesize_v1_base_makes_twenty_valid_users(run, tmp_path: Path) -> None:
     out = tmp_path / "v1.json"
     code, stdout, _ = run("synthesize", "--preset", "v1.base", "--seed", "0", "--out", str(out))
@@ -189,3 +199,10 @@ def test_env_help_lists_synthesize_and_hides_generate(run, capsys) -> None:
         run("--help")
     listing = capsys.readouterr().out
     assert "synthesize" in listing and "generate" not in listing
+
+
+def test_synthesize_refuses_a_huge_user_count_in_one_line(run, tmp_path: Path) -> None:
+    out = tmp_path / "env.json"
+    code, _, stderr = run("synthesize", "--preset", "tiny", "--users", "100000", "--out", str(out))
+    assert code == 2 and stderr.count("\n") == 1 and "at most 10000" in stderr
+    assert not out.exists()

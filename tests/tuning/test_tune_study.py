@@ -183,14 +183,18 @@ def test_the_default_storage_directory_is_made_and_a_root_path_is_refused(
 ):
     spec_path = write_tune_spec(tmp_path, f"storage = 'sqlite:///mlruns/optuna.db'\n{GRID}")
     monkeypatch.chdir(tmp_path)
-    # Named by the user, even the default location must exist ...
-    with pytest.raises(ConfigError, match="mlruns does not exist"):
-        resolve_tuning(load_study_spec(spec_path))
-    # ... while the default, chosen by the toolkit, is made.
+    # The documented default written out is the default: its directory is made too ...
+    assert resolve_tuning(load_study_spec(spec_path)).storage_url == "sqlite:///mlruns/optuna.db"
+    assert (tmp_path / "mlruns").is_dir()
+    (tmp_path / "mlruns").rmdir()
+    # ... as when it is left unset ...
     default = spec_path.read_text().replace("storage = 'sqlite:///mlruns/optuna.db'", "")
     spec_path.write_text(default)
     assert resolve_tuning(load_study_spec(spec_path)).storage_url == "sqlite:///mlruns/optuna.db"
     assert (tmp_path / "mlruns").is_dir()
+    # ... while another location named by the user must exist.
+    with pytest.raises(ConfigError, match="elsewhere does not exist"):
+        resolve_tuning(load_study_spec(spec_path), storage="sqlite:///elsewhere/optuna.db")
     # The command: one line, exit 2, before any LLM call (the endpoint does not exist).
     unreachable = ["--base-url", "http://127.0.0.1:9/v1", "--model", "stub"]
     storage = "sqlite:////nonexistent/dir/x.db"
@@ -574,3 +578,19 @@ def test_an_interrupted_trial_is_failed_and_resumed_by_the_next_invocation(tmp_p
     ]
     assert result.trials[2].parameters == result.trials[1].parameters
     assert result.trials[2].run_dir == result.trials[1].run_dir
+
+
+@pytest.mark.parametrize(
+    ("flag", "message"),
+    [
+        ("../../x", "--study-name: the study name '../../x' must start with a letter"),
+        ("x\n", "control characters"),
+        ("s" * 500, "has 500 characters"),
+    ],
+)
+def test_study_names_that_would_share_or_break_a_folder_are_refused(tmp_path, flag, message):
+    spec_path = write_tune_spec(tmp_path, GRID)
+    with pytest.raises(ConfigError, match=message) as error:
+        resolve_tuning(load_study_spec(spec_path), study_name=flag)
+    assert "\n" not in str(error.value) and len(str(error.value)) < 400
+    assert resolve_tuning(load_study_spec(spec_path), study_name="x").study_name == "x"

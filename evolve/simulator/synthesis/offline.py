@@ -58,6 +58,9 @@ SESSION_TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
 _EVENING_SECONDS = (19 * 3600, 22 * 3600 - 1)
 # Resampling budget when a draw cannot satisfy the change constraints (rare; see _trajectory).
 _MAX_ATTEMPTS = 200
+# Users one synthesis makes: far above any benchmark (v1.base publishes 20), far below what
+# fills a disk (a user is tens of kB); a larger value is a typo, refused in one line.
+MAX_USERS = 10_000
 
 _INITIAL_OPENERS = ("", "", "Hi!", "Hello!")
 _UPDATE_OPENERS = ("", "", "Quick update on my side.", "A few things have changed lately.")
@@ -234,7 +237,25 @@ def synthesize_environment(
     count = config.num_users if num_users is None else num_users
     if count < 1:
         raise ConfigError(f"num_users must be at least 1, got {count}")
-    items = [synthesize_user(config, seed, index, catalog=catalog) for index in range(count)]
+    if count > MAX_USERS:
+        raise ConfigError(
+            f"{count} users requested; at most {MAX_USERS} are synthesized at once (a larger "
+            "number is usually a typo); ask for fewer users"
+        )
+    return synthesize_users(config, seed, range(count), catalog=catalog)
+
+
+def synthesize_users(
+    config: OfflineSynthesisConfig,
+    seed: int,
+    indices: Sequence[int],
+    *,
+    catalog: Catalog | None = None,
+) -> Environment:
+    """Only the users at `indices` of the environment generated with `seed` (each user is
+    independent of the others, so they equal those of a full synthesis)."""
+    catalog = catalog or load_catalog()
+    items = [synthesize_user(config, seed, index, catalog=catalog) for index in indices]
     env = Environment(items=items)
     problems = env.problems()
     if problems:  # a synthesis bug, never a user error

@@ -82,3 +82,26 @@ def test_response_cache_holds_no_endpoint_address(stub, tmp_path, monkeypatch):
         content = path.read_bytes()
         assert address not in content, f"{path} stores the endpoint address {address!r}"
         assert b"api_base" not in content, f"{path} stores api_base"
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "sk-proj-Ab3dEf6hIj9kLm2nOp5qRs8t",  # not a name at all: refused before, but echoed
+        "sk_live_Ab3dEf6hIj9kLm2nOp5qRs8t",  # shaped like a variable name: accepted before
+        "Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4zAb7cDe0f",  # 40 characters, no known prefix
+    ],
+)
+def test_a_key_given_as_the_key_variable_is_refused_without_echoing_it(key, capsys):
+    argv = ["doctor", "--base-url", "http://127.0.0.1:9/v1", "--model", "m"]
+    assert main([*argv, "--api-key-env", key]) == 2
+    captured = capsys.readouterr()
+    assert key not in captured.out + captured.err
+    assert key[:8] not in captured.out + captured.err
+    assert "looks like a key itself" in captured.err
+    assert len(captured.err.strip().splitlines()) == 1
+
+
+def test_a_variable_name_that_is_not_a_key_is_still_shown_when_refused(capsys):
+    assert main(["doctor", "--model", "m", "--api-key-env", "MY-KEY"]) == 2
+    assert "'MY-KEY'" in capsys.readouterr().err

@@ -96,3 +96,29 @@ def test_storage_failures_are_recognized_through_any_wrapping():
     assert isinstance(storage_failure(wrapped(no_space, RuntimeError("copy failed"))), StorageError)
     assert storage_failure(wrapped(KeyError("x"), RuntimeError("a bug"))) is None
     assert storage_failure(MlflowException("RESOURCE_DOES_NOT_EXIST: no run 'abc'")) is None
+
+
+def raised_in(module: str, error: BaseException) -> BaseException:
+    """`error` as raised by code of `module` (its frame in the traceback names it)."""
+    namespace: dict = {"__name__": module, "error": error}
+    exec("def fail():\n    raise error\n", namespace)  # noqa: S102 - a frame of that module
+    try:
+        namespace["fail"]()
+    except BaseException as raised:  # noqa: BLE001
+        return raised
+    raise AssertionError("unreachable")
+
+
+def test_a_full_disk_is_blamed_on_the_store_whose_code_met_it():
+    import sqlalchemy.exc
+
+    def full() -> sqlalchemy.exc.OperationalError:
+        return sqlalchemy.exc.OperationalError(
+            "INSERT INTO metrics ...", {}, sqlite3.OperationalError("database or disk is full")
+        )
+
+    # SQLAlchemy's own error, let through by MLflow's store code: the MLflow store.
+    mlflow = storage_failure(raised_in("mlflow.store.tracking.sqlalchemy_store", full()))
+    assert mlflow is not None and "the MLflow tracking store" in str(mlflow), mlflow
+    optuna = storage_failure(raised_in("optuna.storages._rdb.storage", full()))
+    assert optuna is not None and "the study storage" in str(optuna), optuna
