@@ -68,7 +68,9 @@ def use_toolkit_caches() -> None:
     newly_set = "DSPY_CACHEDIR" not in os.environ
     prepare_process_environment()
     dspy = sys.modules.get("dspy")
-    if dspy is None or not newly_set:
+    # A cache not built yet reads the variable when it is built (reading `dspy.cache` here
+    # would build it, before the toolkit checks that its disk layer works).
+    if dspy is None or not newly_set or "cache" not in vars(dspy):
         return
     from dspy.clients import DISK_CACHE_DIR
 

@@ -34,6 +34,7 @@ from evolve.llm.config import (
     llm_config_from_args,
     protocol_llm_config,
 )
+from evolve.llm.disk_cache import check_response_cache
 from evolve.llm.openai_client import OpenAIChatLM
 from evolve.llm.response_cache import answering, hold_in_adapters, scrub_cached_responses
 from evolve.llm.server import EmbeddedServer
@@ -340,6 +341,8 @@ def open_role_lms(config: LLMConfig) -> Iterator[RoleLMs]:
             for endpoint in (config.endpoint_for(role) for role in ROLES)
         )
     )
+    if any((config.endpoint_for(role) or config.embedded).cache for role in ROLES):
+        check_response_cache()  # may replace the cache: before it is wrapped below
     scrub_cached_responses()  # the cache in use now (dspy.configure_cache replaces it)
     for endpoint in {config.endpoint_for(role) for role in ROLES} - {None}:
         check_reachable(endpoint)
