@@ -110,6 +110,8 @@ STUB_SCRIPT = REPO / "benchmarks" / "stub_openai_server.py"
 COMMANDS = ("eval", "run", "tune")
 CONCURRENCY = 2  # LLM calls in flight (users, questions, probes share them)
 INVOCATION_TIMEOUT_S = 300.0
+# A killed client's last requests may reach the stub this long after nothing is in flight.
+SETTLE_S = 0.5
 SIGINT_GRACE_S = 2.0
 MAX_COMPLETION_RERUNS = 3
 HEARTBEAT_GRACE_S = 3  # a killed trial is failed and retried by the first rerun after this
@@ -175,13 +177,21 @@ class Stub(_load_stub_module().StubServer):
         return int(self.stats()["chat_requests"])
 
     def drain(self) -> int:
-        """The chat-request count once no request is in flight (a killed client's requests
-        are still being served until the stub tries to answer them)."""
+        """The chat-request count once it has settled: nothing in flight and no new request
+        for `SETTLE_S`. A killed client's requests are still being served until the stub
+        tries to answer them, and some are still on their way when nothing is in flight (in
+        the listen backlog, or accepted with the body not yet read: the stub counts a request
+        once it has read it). Counted before they arrive, they were charged to the next
+        invocation, which then showed more requests at the server than it journaled."""
         deadline = time.monotonic() + self.latency + 5
+        count, settled_since = -1, time.monotonic()
         while True:
             stats = self.stats()
-            if stats["in_flight"] == 0 or time.monotonic() > deadline:
-                return int(stats["chat_requests"])
+            now = time.monotonic()
+            if int(stats["chat_requests"]) != count:
+                count, settled_since = int(stats["chat_requests"]), now
+            if (stats["in_flight"] == 0 and now - settled_since >= SETTLE_S) or now > deadline:
+                return count
             time.sleep(0.02)
 
 
