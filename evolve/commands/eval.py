@@ -25,11 +25,12 @@ from tqdm import tqdm
 
 from evolve.budget import SpendListener
 from evolve.commands import interrupt
+from evolve.commands.llm_flags import add_llm_arguments, open_role_lms_from_args
 from evolve.commands.progress import kept_failed_units_line, stderr_is_terminal
 from evolve.commands.protocol_start import check_embedder, print_protocol_start
 from evolve.errors import ConfigError
 from evolve.files import safe_name
-from evolve.llm import RoleLMs, add_llm_arguments, open_role_lms_from_args
+from evolve.llm import RoleLMs
 from evolve.llm.usage import Usage
 from evolve.locking import run_lock
 from evolve.objective import format_score

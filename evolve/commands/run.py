@@ -15,16 +15,11 @@ from pathlib import Path
 from tqdm import tqdm
 
 from evolve.commands import interrupt
+from evolve.commands.llm_flags import add_llm_arguments, llm_config_from_args
 from evolve.commands.progress import EvaluationBar, make_bar
 from evolve.commands.protocol_start import check_embedder, print_protocol_start
 from evolve.config import ExperimentSpec, ResolvedExperiment, load_spec, resolve, spec_label
-from evolve.llm import (
-    LLMConfig,
-    add_llm_arguments,
-    llm_config_from_args,
-    open_role_lms,
-    protocol_llm_config,
-)
+from evolve.llm import LLMConfig, open_role_lms, protocol_llm_config
 from evolve.locking import run_lock
 from evolve.objective import scores_text
 from evolve.optimize import LoopProgress, evolve_policy, format_lineage, format_table

@@ -18,16 +18,11 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from evolve.commands.llm_flags import add_llm_arguments, llm_config_from_args
 from evolve.commands.progress import EvaluationBar, make_bar
 from evolve.commands.protocol_start import check_embedder, print_protocol_start
 from evolve.errors import ConfigError
-from evolve.llm import (
-    LLMConfig,
-    add_llm_arguments,
-    llm_config_from_args,
-    open_role_lms,
-    protocol_llm_config,
-)
+from evolve.llm import LLMConfig, open_role_lms, protocol_llm_config
 from evolve.locking import run_lock
 from evolve.objective import format_score, scores_text
 from evolve.simulator.runner import ProgressSink

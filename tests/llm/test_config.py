@@ -3,14 +3,9 @@ import argparse
 import pytest
 from pydantic import ValidationError
 
+from evolve.commands.llm_flags import add_llm_arguments, llm_config_from_args
 from evolve.errors import ConfigError, MissingAPIKeyError
-from evolve.llm.config import (
-    LOCAL_PLACEHOLDER_KEY,
-    EndpointConfig,
-    LLMConfig,
-    add_llm_arguments,
-    llm_config_from_args,
-)
+from evolve.llm.config import LOCAL_PLACEHOLDER_KEY, EndpointConfig, LLMConfig
 
 
 def parse(*argv: str) -> argparse.Namespace:
