@@ -15,6 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from evolve.commands.flags import DEFAULT_RUNS_DIR
 from evolve.errors import ConfigError, StorageError
 from evolve.llm.usage import Usage
 from evolve.locking import lock_holder
@@ -44,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="experiment or study spec (.toml), name under --runs-dir, a run directory, or "
         "an `evolve eval --out` directory",
     )
-    parser.add_argument("--runs-dir", type=Path, default=Path("runs"))
+    parser.add_argument("--runs-dir", type=Path, default=DEFAULT_RUNS_DIR)
     parser.add_argument(
         "--plot",
         type=Path,

@@ -7,7 +7,8 @@ import time
 
 import dspy
 
-from evolve.llm import ROLES, RoleLMs, add_llm_arguments, llm_config_from_args, open_role_lms
+from evolve.commands.llm_flags import add_llm_arguments, llm_config_from_args
+from evolve.llm import ROLES, RoleLMs, open_role_lms
 from evolve.llm.adapter import StructuredJSONAdapter
 from evolve.llm.config import LLMConfig
 from evolve.llm.model_files import BUNDLED_MODELS, bundled_model, installed_model_sizes

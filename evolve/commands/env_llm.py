@@ -27,7 +27,7 @@ from evolve.simulator.synthesis.pipeline import ProgressEvent, synthesize_enviro
 def add_llm_synthesize_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the LLM pipeline's flags; flags the parser already has (offline synthesis's
     --seed, --out, --users, ...) are shared, not redefined."""
-    from evolve.llm import add_llm_arguments
+    from evolve.commands.llm_flags import add_llm_arguments
 
     existing = set(parser._option_string_actions)
 
@@ -87,7 +87,7 @@ def config_from_args(args: argparse.Namespace) -> LLMSynthesisConfig:
 
 
 def run_llm_synthesize(args: argparse.Namespace) -> int:
-    from evolve.llm import open_role_lms_from_args
+    from evolve.commands.llm_flags import open_role_lms_from_args
 
     config = config_from_args(args)
     out: Path | None = getattr(args, "out", None)

@@ -15,21 +15,20 @@ from __future__ import annotations
 
 import argparse
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tqdm import tqdm
-
 from evolve.budget import SpendListener
 from evolve.commands import interrupt
-from evolve.commands.progress import kept_failed_units_line, stderr_is_terminal
+from evolve.commands.flags import add_no_progress, add_upper_bound_flags
+from evolve.commands.llm_flags import add_llm_arguments, open_role_lms_from_args
+from evolve.commands.progress import EvalBars, make_bar
 from evolve.commands.protocol_start import check_embedder, print_protocol_start
 from evolve.errors import ConfigError
 from evolve.files import safe_name
-from evolve.llm import RoleLMs, add_llm_arguments, open_role_lms_from_args
+from evolve.llm import RoleLMs
 from evolve.llm.usage import Usage
 from evolve.locking import run_lock
 from evolve.objective import format_score
@@ -43,7 +42,6 @@ from evolve.simulator.metrics import MetricSummary
 from evolve.simulator.runner import (
     EpisodeConfig,
     EvaluationReport,
-    ProgressSink,
     check_resumable,
     probe_scope_problem,
     run_evaluation,
@@ -110,9 +108,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--out", type=Path, default=DEFAULT_OUT, help=f"output directory (default {DEFAULT_OUT})"
     )
-    parser.add_argument(
-        "--no-progress", action="store_true", help="no progress bars (e.g. in CI logs)"
-    )
+    add_no_progress(parser)
     parser.add_argument(
         "--rounds-init",
         type=int,
@@ -129,62 +125,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="skip the upper-bound baseline (no memory score)",
     )
-    parser.add_argument(
-        "--upper-bound-cache",
-        type=Path,
-        help="directory caching upper-bound answers (default <cache dir>/upper_bound)",
-    )
-    parser.add_argument(
-        "--refresh-upper-bound",
-        action="store_true",
-        help="ask every upper-bound question again instead of reusing cached answers",
-    )
+    add_upper_bound_flags(parser, cache_dir=True)
     add_llm_arguments(parser)
     parser.set_defaults(handler=run_eval)
-
-
-class TqdmProgress(ProgressSink):
-    """Bars for periods, user-periods and LLM calls (on stderr; thread-safe)."""
-
-    def __init__(self, label: str, *, enabled: bool = True):
-        self.label = label
-        self.enabled = enabled
-        self._lock = threading.Lock()
-        self._bars: list[tqdm] = []
-        self._calls_seen = 0
-
-    def run_started(self, *, users: int, periods: int, finished_units: int) -> None:
-        drawn = self.enabled and stderr_is_terminal()  # no escape codes into a log file
-        options = {"file": sys.stderr, "leave": False, "dynamic_ncols": True, "disable": not drawn}
-        self.periods = tqdm(total=periods, desc=f"{self.label} periods", position=0, **options)
-        self.units = tqdm(
-            total=users * periods, desc=f"{self.label} user-periods", position=1, **options
-        )
-        self.calls = tqdm(desc=f"{self.label} LLM calls", unit="call", position=2, **options)
-        self._bars = [self.periods, self.units, self.calls]
-
-    def kept_failed_units(self, *, units: int, answers: int, run_dir: Path) -> None:
-        print(kept_failed_units_line(units, answers, run_dir), file=sys.stderr)
-
-    def unit_finished(self, user_id: str, period_index: int, *, resumed: bool) -> None:
-        with self._lock:
-            self.units.update(1)
-
-    def llm_calls(self, total: int) -> None:
-        with self._lock:
-            if total > self._calls_seen:
-                self.calls.update(total - self._calls_seen)
-                self._calls_seen = total
-
-    def period_finished(self, period_index: int, summary: MetricSummary) -> None:
-        with self._lock:
-            self.periods.update(1)
-            if summary.accuracy is not None:
-                self.periods.set_postfix(acc=f"{summary.accuracy:.3f}")
-
-    def close(self) -> None:
-        for bar in self._bars:
-            bar.close()
 
 
 def build_eval_policies(specs: list[str], rules: ProtocolRules) -> list[MemoryPolicy]:
@@ -364,13 +307,8 @@ def run_eval(args: argparse.Namespace) -> int:
         if not args.no_upper_bound:
             started = time.perf_counter()
             total = sum(len(qa.answer_choices) for item in env.items for qa in item.qas)
-            with tqdm(
-                total=total,
-                desc="upper bound",
-                file=sys.stderr,
-                leave=False,
-                dynamic_ncols=True,
-                disable=args.no_progress or not stderr_is_terminal(),
+            with make_bar(
+                not args.no_progress, total=total, desc="upper bound", leave=False
             ) as bar:
                 upper_bound = compute_upper_bound(
                     env,
@@ -391,7 +329,7 @@ def run_eval(args: argparse.Namespace) -> int:
                 )
             )
         for spec, name, policy in zip(args.policy, names, policies, strict=True):
-            progress = TqdmProgress(name, enabled=not args.no_progress)
+            progress = EvalBars(name, enabled=not args.no_progress)
             try:
                 report = run_evaluation(
                     env,

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from evolve.commands.compare import note_if_running
+from evolve.commands.flags import DEFAULT_RUNS_DIR
 from evolve.errors import ConfigError
 from evolve.optimize.experiment_dir import experiment_dir_for
 
@@ -25,7 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="experiment spec (.toml), name under --runs-dir, directory, or MLflow run id",
     )
     parser.add_argument("--out", type=Path, required=True, help="bundle directory to write")
-    parser.add_argument("--runs-dir", type=Path, default=Path("runs"))
+    parser.add_argument("--runs-dir", type=Path, default=DEFAULT_RUNS_DIR)
     parser.add_argument(
         "--name", help="registered model name (default: the spec's or experiment's)"
     )

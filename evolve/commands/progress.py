@@ -1,4 +1,6 @@
-"""tqdm progress shared by the commands that run several evaluations (`run`, `tune`).
+"""The commands' tqdm progress: the bar of the evaluation under way and the plain lines
+above it (`CommandBars`, which `run` and `tune` extend with their outer bar), and the bars of
+`evolve eval` (`EvalBars`).
 
 Bars are drawn on a terminal only: redirected to a file or a pipe (CI logs, `nohup`), their
 carriage returns and cursor moves would fill the log, so there the commands' plain lines
@@ -104,3 +106,73 @@ class EvaluationBar:
             if self._bar is not None:
                 self._bar.close()
                 self._bar = None
+
+
+class CommandBars:
+    """What the bars of `run` and `tune` share: plain lines on stderr and the evaluation bar.
+
+    A command adds its outer bar (generations, trials) and the lines of its own events, and
+    mixes in the progress interface of its loop (`LoopProgress`, `TuneProgress`).
+    """
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self.evaluation = EvaluationBar(enabled)
+
+    def _write(self, text: str) -> None:
+        """A plain line on stderr; above the bars when they are drawn. --no-progress hides
+        the bars only: a long command still says what it is doing, one line per step."""
+        if self.enabled:
+            tqdm.write(text, file=sys.stderr)
+        else:
+            print(text, file=sys.stderr, flush=True)
+
+    def stage(self, text: str) -> None:
+        self._write(f"... {text}")
+
+    def close(self) -> None:
+        self.evaluation.close()
+
+
+class EvalBars(ProgressSink):
+    """The bars of one policy's evaluation in `evolve eval`: periods, user-periods and LLM
+    calls (on stderr; thread-safe)."""
+
+    def __init__(self, label: str, *, enabled: bool = True):
+        self.label = label
+        self.enabled = enabled
+        self._lock = threading.Lock()
+        self._bars: list[tqdm] = []
+        self._calls_seen = 0
+
+    def run_started(self, *, users: int, periods: int, finished_units: int) -> None:
+        options = {"enabled": self.enabled, "leave": False}
+        self.periods = make_bar(total=periods, desc=f"{self.label} periods", position=0, **options)
+        self.units = make_bar(
+            total=users * periods, desc=f"{self.label} user-periods", position=1, **options
+        )
+        self.calls = make_bar(desc=f"{self.label} LLM calls", unit="call", position=2, **options)
+        self._bars = [self.periods, self.units, self.calls]
+
+    def kept_failed_units(self, *, units: int, answers: int, run_dir: Path) -> None:
+        print(kept_failed_units_line(units, answers, run_dir), file=sys.stderr)
+
+    def unit_finished(self, user_id: str, period_index: int, *, resumed: bool) -> None:
+        with self._lock:
+            self.units.update(1)
+
+    def llm_calls(self, total: int) -> None:
+        with self._lock:
+            if total > self._calls_seen:
+                self.calls.update(total - self._calls_seen)
+                self._calls_seen = total
+
+    def period_finished(self, period_index: int, summary: MetricSummary) -> None:
+        with self._lock:
+            self.periods.update(1)
+            if summary.accuracy is not None:
+                self.periods.set_postfix(acc=f"{summary.accuracy:.3f}")
+
+    def close(self) -> None:
+        for bar in self._bars:
+            bar.close()

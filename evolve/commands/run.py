@@ -15,16 +15,17 @@ from pathlib import Path
 from tqdm import tqdm
 
 from evolve.commands import interrupt
-from evolve.commands.progress import EvaluationBar, make_bar
+from evolve.commands.flags import (
+    add_no_progress,
+    add_runs_dir,
+    add_tracking_flags,
+    add_upper_bound_flags,
+)
+from evolve.commands.llm_flags import add_llm_arguments, llm_config_from_args
+from evolve.commands.progress import CommandBars, make_bar
 from evolve.commands.protocol_start import check_embedder, print_protocol_start
 from evolve.config import ExperimentSpec, ResolvedExperiment, load_spec, resolve, spec_label
-from evolve.llm import (
-    LLMConfig,
-    add_llm_arguments,
-    llm_config_from_args,
-    open_role_lms,
-    protocol_llm_config,
-)
+from evolve.llm import LLMConfig, open_role_lms, protocol_llm_config
 from evolve.locking import run_lock
 from evolve.objective import scores_text
 from evolve.optimize import LoopProgress, evolve_policy, format_lineage, format_table
@@ -48,23 +49,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "on held-out users, and track everything in MLflow. Rerunning resumes.",
     )
     parser.add_argument("spec", type=Path, help="experiment spec, e.g. experiments/quickstart.toml")
-    parser.add_argument(
-        "--runs-dir", type=Path, default=Path("runs"), help="where runs/<name>/ lives (runs)"
-    )
-    parser.add_argument(
-        "--tracking-uri",
-        help="MLflow tracking URI (default: the spec's, else MLFLOW_TRACKING_URI, else "
-        "sqlite:///mlruns/mlflow.db)",
-    )
-    parser.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
-    parser.add_argument(
-        "--no-progress", action="store_true", help="no progress bars (e.g. in CI logs)"
-    )
-    parser.add_argument(
-        "--refresh-upper-bound",
-        action="store_true",
-        help="ask every upper-bound question again instead of reusing cached answers",
-    )
+    add_runs_dir(parser)
+    add_tracking_flags(parser)
+    add_no_progress(parser)
+    add_upper_bound_flags(parser, cache_dir=False)
     add_llm_arguments(parser)
     parser.set_defaults(handler=run_command)
 
@@ -183,24 +171,12 @@ def _kept_unreliable_evaluations(root: Path) -> int:
     )
 
 
-class _Bars(LoopProgress):
+class _Bars(CommandBars, LoopProgress):
     """tqdm bars: generations, then per evaluation the user-periods and LLM calls."""
 
     def __init__(self, enabled: bool = True) -> None:
-        self.enabled = enabled
+        super().__init__(enabled)
         self.generations: tqdm | None = None
-        self.evaluation = EvaluationBar(enabled)
-
-    def _write(self, text: str) -> None:
-        """A plain line on stderr; above the bars when they are drawn. --no-progress hides
-        the bars only: a long run still says what it is doing, one line per candidate."""
-        if self.enabled:
-            tqdm.write(text, file=sys.stderr)
-        else:
-            print(text, file=sys.stderr, flush=True)
-
-    def stage(self, text: str) -> None:
-        self._write(f"... {text}")
 
     def generation_started(self, generation: int, total: int) -> None:
         if self.generations is None:
@@ -239,6 +215,6 @@ class _Bars(LoopProgress):
             )
 
     def close(self) -> None:
-        self.evaluation.close()
+        super().close()
         if self.generations is not None:
             self.generations.close()

@@ -18,16 +18,17 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from evolve.commands.progress import EvaluationBar, make_bar
+from evolve.commands.flags import (
+    add_no_progress,
+    add_runs_dir,
+    add_tracking_flags,
+    add_upper_bound_flags,
+)
+from evolve.commands.llm_flags import add_llm_arguments, llm_config_from_args
+from evolve.commands.progress import CommandBars, make_bar
 from evolve.commands.protocol_start import check_embedder, print_protocol_start
 from evolve.errors import ConfigError
-from evolve.llm import (
-    LLMConfig,
-    add_llm_arguments,
-    llm_config_from_args,
-    open_role_lms,
-    protocol_llm_config,
-)
+from evolve.llm import LLMConfig, open_role_lms, protocol_llm_config
 from evolve.locking import run_lock
 from evolve.objective import format_score, scores_text
 from evolve.simulator.runner import ProgressSink
@@ -56,9 +57,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "several workers (processes or machines) can share one study storage.",
     )
     parser.add_argument("spec", type=Path, help="study spec, e.g. experiments/tune_quick.toml")
-    parser.add_argument(
-        "--runs-dir", type=Path, default=Path("runs"), help="where runs/<name>/ lives (runs)"
-    )
+    add_runs_dir(parser)
     parser.add_argument("--trials", type=int, help="finished trials wanted (default: the spec's)")
     parser.add_argument(
         "--storage",
@@ -89,25 +88,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="first mark RUNNING trials failed (a killed worker on a journal storage); only "
         "when no other worker of the study is active",
     )
-    parser.add_argument(
-        "--upper-bound-cache",
-        type=Path,
-        help="directory caching upper-bound answers (default <cache dir>/upper_bound)",
-    )
-    parser.add_argument(
-        "--refresh-upper-bound",
-        action="store_true",
-        help="ask every upper-bound question again instead of reusing cached answers",
-    )
-    parser.add_argument(
-        "--tracking-uri",
-        help="MLflow tracking URI (default: the spec's, else MLFLOW_TRACKING_URI, else "
-        "sqlite:///mlruns/mlflow.db)",
-    )
-    parser.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
-    parser.add_argument(
-        "--no-progress", action="store_true", help="no progress bars (e.g. in CI logs)"
-    )
+    add_upper_bound_flags(parser, cache_dir=True)
+    add_tracking_flags(parser)
+    add_no_progress(parser)
     add_llm_arguments(parser)
     parser.set_defaults(handler=run_tune)
 
@@ -201,23 +184,13 @@ def _tune_locked(
     return 0
 
 
-class _Bars(TuneProgress):
+class _Bars(CommandBars, TuneProgress):
     """tqdm bars: trials of the study, then per evaluation the user-periods and LLM calls."""
 
     def __init__(self, enabled: bool = True) -> None:
-        self.enabled = enabled
+        super().__init__(enabled)
         self.trials: tqdm | None = None
-        self.evaluation = EvaluationBar(enabled)
         self._finished: int | None = None  # the study's count last shown
-
-    def _write(self, text: str) -> None:
-        if self.enabled:
-            tqdm.write(text, file=sys.stderr)
-        else:
-            print(text, file=sys.stderr)
-
-    def stage(self, text: str) -> None:
-        self._write(f"... {text}")
 
     def study_opened(self, *, requested: int, finished: int, running: int) -> None:
         more = f", {running} running elsewhere" if running else ""
@@ -266,6 +239,6 @@ class _Bars(TuneProgress):
         return self.evaluation.sink(label)
 
     def close(self) -> None:
-        self.evaluation.close()
+        super().close()
         if self.trials is not None:
             self.trials.close()

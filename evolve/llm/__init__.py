@@ -6,11 +6,9 @@ from evolve.llm.config import (
     EndpointConfig,
     LLMConfig,
     Role,
-    add_llm_arguments,
-    llm_config_from_args,
     protocol_llm_config,
 )
-from evolve.llm.roles import RoleLMs, build_lm, open_role_lms, open_role_lms_from_args
+from evolve.llm.roles import RoleLMs, build_lm, open_role_lms
 from evolve.llm.server import EmbeddedServer
 from evolve.llm.usage import Usage, UsageSummary, UsageTracker
 
@@ -25,10 +23,7 @@ __all__ = [
     "Usage",
     "UsageSummary",
     "UsageTracker",
-    "add_llm_arguments",
     "build_lm",
-    "llm_config_from_args",
     "open_role_lms",
-    "open_role_lms_from_args",
     "protocol_llm_config",
 ]

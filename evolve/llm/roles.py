@@ -8,7 +8,6 @@ stops the server when the context closes.
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import pickle
 import threading
@@ -31,8 +30,6 @@ from evolve.llm.config import (
     EndpointConfig,
     LLMConfig,
     Role,
-    llm_config_from_args,
-    protocol_llm_config,
 )
 from evolve.llm.disk_cache import check_response_cache
 from evolve.llm.openai_client import OpenAIChatLM
@@ -40,7 +37,6 @@ from evolve.llm.response_cache import answering, hold_in_adapters, scrub_cached_
 from evolve.llm.server import EmbeddedServer
 from evolve.llm.usage import UsageTracker
 from evolve.llm.usage_callback import track_usage
-from evolve.protocol import ProtocolRules
 from evolve.stopping import clear_endpoint_failure, stop_for_endpoint_failure
 
 # DSPy 3.4's default ("auto") engine routes openai/* through its native lm15 client, which
@@ -389,13 +385,3 @@ def open_role_lms(config: LLMConfig) -> Iterator[RoleLMs]:
             role: dict(embedded_identity) for role in ROLES if config.endpoint_for(role) is None
         }
         yield role_lms
-
-
-def open_role_lms_from_args(
-    args: argparse.Namespace, base: LLMConfig | None = None, rules: ProtocolRules | None = None
-):
-    """`open_role_lms` for a command's parsed LLM flags (see `add_llm_arguments`), with the
-    completion limits of the protocol whose `rules` it runs under, if any
-    (`protocol_llm_config`)."""
-    config = llm_config_from_args(args, base)
-    return open_role_lms(protocol_llm_config(config, rules) if rules is not None else config)

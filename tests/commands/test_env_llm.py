@@ -11,7 +11,7 @@ import pytest
 from scripted_lm import ScriptedLM, scripted_role_lms
 from simulator.synthesis.llm_helpers import PipelinePlayer, wrong_match
 
-import evolve.llm
+import evolve.commands.llm_flags
 from evolve.cli import main
 from evolve.commands.env_llm import add_llm_synthesize_arguments, run_llm_synthesize
 from evolve.errors import EXIT_LLM_FAILURE, ConfigError, LLMOutputError
@@ -58,7 +58,7 @@ def scripted(monkeypatch: pytest.MonkeyPatch):
     def fake_open(args, base=None):
         yield scripted_role_lms(simulator=ScriptedLM(players[-1], model="scripted-simulator"))
 
-    monkeypatch.setattr(evolve.llm, "open_role_lms_from_args", fake_open)
+    monkeypatch.setattr(evolve.commands.llm_flags, "open_role_lms_from_args", fake_open)
     return use
 
 

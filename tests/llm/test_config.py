@@ -3,14 +3,9 @@ import argparse
 import pytest
 from pydantic import ValidationError
 
+from evolve.commands.llm_flags import add_llm_arguments, llm_config_from_args
 from evolve.errors import ConfigError, MissingAPIKeyError
-from evolve.llm.config import (
-    LOCAL_PLACEHOLDER_KEY,
-    EndpointConfig,
-    LLMConfig,
-    add_llm_arguments,
-    llm_config_from_args,
-)
+from evolve.llm.config import LOCAL_PLACEHOLDER_KEY, EndpointConfig, LLMConfig
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -112,3 +107,22 @@ def test_timeout_and_retries_flags_reach_every_endpoint_in_play_and_the_embedded
 def test_base_url_without_model_is_a_clear_error():
     with pytest.raises(ConfigError, match="without --model"):
         llm_config_from_args(parse("--base-url", "http://127.0.0.1:9/v1"))
+
+
+def test_the_llm_package_reads_no_command_line():
+    """Flags are the command layer's (`evolve.commands.llm_flags`): the library is configured
+    by `LLMConfig` alone, so an app embedding it never meets argparse."""
+    import ast
+    from pathlib import Path
+
+    import evolve.llm
+
+    package = Path(evolve.llm.__file__).parent
+    importing = sorted(
+        path.name
+        for path in package.glob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if (isinstance(node, ast.Import) and any(a.name == "argparse" for a in node.names))
+        or (isinstance(node, ast.ImportFrom) and node.module == "argparse")
+    )
+    assert importing == [], f"evolve/llm modules importing argparse: {importing}"

@@ -9,8 +9,9 @@ import dspy
 import pytest
 from pydantic import ValidationError
 
+from evolve.commands.llm_flags import add_llm_arguments
 from evolve.llm.adapter import response_format_for
-from evolve.llm.config import EndpointConfig, add_llm_arguments
+from evolve.llm.config import EndpointConfig
 from evolve.llm.dialects import (
     BUILTIN_DIALECTS,
     DIALECTS,

@@ -13,14 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from evolve.commands.llm_flags import add_llm_arguments, llm_config_from_args
 from evolve.config import spec_from_dict
 from evolve.errors import ServerStartError
-from evolve.llm.config import (
-    EmbeddedModelConfig,
-    LLMConfig,
-    add_llm_arguments,
-    llm_config_from_args,
-)
+from evolve.llm.config import EmbeddedModelConfig, LLMConfig
 from evolve.llm.server import (
     LLAMA_SERVER_ENV,
     EmbeddedServer,

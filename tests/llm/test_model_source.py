@@ -209,7 +209,8 @@ def test_doctor_shows_the_file_in_use_its_source_and_why(tiny_model, monkeypatch
 def test_the_flag_and_the_spec_set_the_source():
     import argparse
 
-    from evolve.llm.config import LLMConfig, add_llm_arguments, llm_config_from_args
+    from evolve.commands.llm_flags import add_llm_arguments, llm_config_from_args
+    from evolve.llm.config import LLMConfig
 
     parser = argparse.ArgumentParser()
     add_llm_arguments(parser)

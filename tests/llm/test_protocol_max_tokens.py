@@ -8,9 +8,10 @@ import contextlib
 
 import pytest
 
-import evolve.llm.roles as roles
-from evolve.llm import EndpointConfig, LLMConfig, build_lm, llm_config_from_args
-from evolve.llm.config import add_llm_arguments, protocol_llm_config
+import evolve.commands.llm_flags as llm_flags
+from evolve.commands.llm_flags import add_llm_arguments, llm_config_from_args
+from evolve.llm import EndpointConfig, LLMConfig, build_lm
+from evolve.llm.config import protocol_llm_config
 from evolve.protocol import EVOLVE, PAPER, rules_for
 
 
@@ -68,11 +69,11 @@ def test_a_commands_protocol_flag_applies_its_limit(monkeypatch):
         opened.append(config)
         yield None
 
-    monkeypatch.setattr(roles, "open_role_lms", fake_open)
+    monkeypatch.setattr(llm_flags, "open_role_lms", fake_open)
     parser = argparse.ArgumentParser()
     add_llm_arguments(parser)
     for protocol, expected in (("paper", 8192), ("evolve", 512)):
         args = parser.parse_args(["--model", "m"])
-        with roles.open_role_lms_from_args(args, rules=rules_for(protocol)):
+        with llm_flags.open_role_lms_from_args(args, rules=rules_for(protocol)):
             pass
         assert opened[-1].endpoint_for("agent").max_tokens == expected
