@@ -1,7 +1,7 @@
 """MLflow tracking of a tuning study: one parent run per study, one child run per trial.
 
-Why about 580 lines: the parent/trial run layout below is one contract with `evolve compare`
-and the MLflow UI, and the workers' shared-parent protocol is part of it.
+What it reads of tuning's records, the tags it writes and the runs' names and summary are in
+`evolve.tracking.study_records`.
 
 - parent run (tags `evolve.kind = tuning`, `evolve.study`, `evolve.config_hash`): params
   (the spec's settings, models, users), metrics `best_value` / `trials_finished` as trials
@@ -29,13 +29,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from evolve.objective import format_score
 from evolve.tracking.content import experiment_params
 from evolve.tracking.hooks import TrackingContext
 from evolve.tracking.store import (
@@ -46,6 +44,21 @@ from evolve.tracking.store import (
     now_ms,
     run_context_tags,
     tracking_location,
+)
+from evolve.tracking.study_records import (
+    KIND_TRIAL,
+    KIND_TUNING,
+    TAG_OBJECTIVES,
+    TAG_STORAGE,
+    TAG_STUDY,
+    TAG_TRIAL,
+    TAG_TRIAL_STATE,
+    StudySpecView,
+    TrialRecord,
+    TuningResult,
+    study_run_name,
+    study_summary,
+    trial_run_name,
 )
 from evolve.tracking.tags import (
     NOTE_TAG,
@@ -63,66 +76,9 @@ if TYPE_CHECKING:
     from evolve.simulator.runner import ProgressSink
 
 
-# What the study tracker reads of tuning's records and spec (`evolve.tuning.records`,
-# `evolve.tuning.spec`), stated here as protocols: tracking sits below tuning, which hands
-# these objects in, so it never imports tuning (not even for type checking).
-
-
-class TrialRecord(Protocol):
-    number: int
-    state: str
-    values: list[float] | None
-    metrics: dict[str, float]
-    llm_calls: int
-    wall_time_s: float | None
-    last_period: int | None
-    objective_used: str | None
-    note: str | None
-    mlflow_run_id: str | None
-
-    def model_dump(self, *, mode: str = ...) -> dict[str, Any]: ...
-
-
-class TuningResult(Protocol):
-    trials: Sequence[TrialRecord]
-    best: list[int]
-    objectives: list[str]
-
-    def trial(self, number: int) -> TrialRecord: ...
-    def count(self, state: str) -> int: ...
-    @property
-    def finished_trials(self) -> int: ...
-    @property
-    def best_parameters(self) -> dict[str, int] | None: ...
-    @property
-    def multi_objective(self) -> bool: ...
-
-
-class StudySpecView(Protocol):
-    """What the tracker reads of a study spec (`evolve.tuning.spec.StudySpec`): some of the
-    run spec's fields (`evolve.experiment_spec.RunSpec`) and its `tuning` table."""
-
-    name: str
-    description: str
-    protocol: str
-    policy: Any
-    tuning: Any
-    tracking: Any
-
-    def mlflow_experiment_name(self) -> str: ...
-
-
-KIND_TUNING = "tuning"
-KIND_TRIAL = "trial"
 # Writes to a parent that another worker deleted meanwhile: look again, write again. Each
 # retry follows a deletion, and a worker deletes at most the one parent it created.
 _PARENT_ATTEMPTS = 4
-TAG_STUDY = "evolve.study"
-TAG_STORAGE = "evolve.storage"
-TAG_TRIAL = "evolve.trial"
-TAG_TRIAL_STATE = "evolve.trial_state"
-TAG_BEST_PREFIX = "evolve.best."
-TAG_OBJECTIVES = "evolve.objectives"
 
 
 @dataclass(frozen=True)
@@ -541,65 +497,3 @@ def study_tracker_for(
 
 def _quoted(text: str) -> str:
     return text.replace("'", "\\'")
-
-
-def trial_run_name(record: TrialRecord) -> str:
-    """`trial 3 memory 0.42` (its value, named: `acc` where the objective is accuracy, or the
-    memory score is undefined), `trial 4 memory 0.30 pruned`, `trial 5 failed`: what the
-    runs table's name column shows without configuring it."""
-    parts = [f"trial {record.number}"]
-    if record.values and math.isfinite(record.values[0]):
-        unit = {"memory_score": "memory", "accuracy": "acc"}.get(
-            record.objective_used or "", "value"
-        )
-        parts.append(f"{unit} {format_score(record.values[0], 2)}")
-    if record.state != "complete":
-        parts.append(record.state)
-    return " ".join(parts)
-
-
-def study_run_name(study_name: str, result: TuningResult) -> str:
-    """`tune quick best 0.42 #3`: the parent run's name carries the chosen trial's value and
-    number (the Pareto front's size for two objectives), as candidate runs carry theirs."""
-    if not result.best:
-        return f"tune {study_name}"
-    if result.multi_objective:
-        return f"tune {study_name} pareto {len(result.best)}"
-    best = result.trial(result.best[0])
-    value = f"{best.values[0]:.2f} " if best.values and math.isfinite(best.values[0]) else ""
-    return f"tune {study_name} best {value}#{best.number}"
-
-
-def study_summary(result: TuningResult) -> tuple[dict[str, float], list[Any]]:
-    """The parent run's final metrics (trial counts, best value, the best's held-out
-    scores) and tags (completion, objectives, best trial and its parameters)."""
-    from mlflow.entities import RunTag
-
-    metrics: dict[str, float] = {
-        "trials_finished": result.finished_trials,
-        "trials_complete": result.count("complete"),
-        "trials_pruned": result.count("pruned"),
-        "trials_failed": result.count("failed"),
-    }
-    tags = [
-        RunTag("evolve.complete", str(result.complete).lower()),
-        RunTag(TAG_OBJECTIVES, ",".join(result.objectives)),
-    ]
-    if result.best:
-        best = result.trial(result.best[0])
-        if best.values:
-            metrics["best_value"] = best.values[0]
-        tags.append(RunTag("evolve.best_trial", ",".join(map(str, result.best))))
-        for name, value in sorted(best.parameters.items()):
-            tags.append(RunTag(f"{TAG_BEST_PREFIX}{name}", str(value)))
-    for heldout in result.heldout:
-        if heldout.label in ("best", "pareto") and heldout.trial == (
-            result.best[0] if result.best else None
-        ):
-            metrics["heldout_score"] = heldout.score
-            metrics.update({f"heldout_{k}": v for k, v in heldout.metrics.items()})
-        elif heldout.label == "base":
-            metrics["heldout_base_score"] = heldout.score
-    if result.stopped:
-        tags.append(RunTag("evolve.stopped", result.stopped[:500]))
-    return metrics, tags
