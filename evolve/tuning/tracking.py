@@ -8,6 +8,16 @@ from typing import TYPE_CHECKING
 
 from evolve.tracking.store import mlflow_client
 from evolve.tracking.study import (
+    MLflowStudyTracker,
+    NullStudyTracker,
+    StudyContext,
+    StudyTracker,
+    study_description,
+    study_params,
+    trial_description,
+)
+from evolve.tracking.study import study_tracker_for as _study_tracker_for
+from evolve.tracking.study_records import (
     KIND_TRIAL,
     KIND_TUNING,
     TAG_BEST_PREFIX,
@@ -16,16 +26,8 @@ from evolve.tracking.study import (
     TAG_STUDY,
     TAG_TRIAL,
     TAG_TRIAL_STATE,
-    MLflowStudyTracker,
-    NullStudyTracker,
-    StudyContext,
-    StudyTracker,
-    study_description,
-    study_params,
     study_summary,
-    trial_description,
 )
-from evolve.tracking.study import study_tracker_for as _study_tracker_for
 
 if TYPE_CHECKING:
     from evolve.tuning.spec import StudySpec

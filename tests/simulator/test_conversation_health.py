@@ -3,6 +3,9 @@ healthy conversation is not flagged, and the counts reach the summary and its me
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from evolve.simulator.conversation_health import (
@@ -150,3 +153,32 @@ def test_the_limit_is_a_share_per_role() -> None:
     over = ConversationHealth(user_messages=messages_per_flag - 1, user_echoes_assistant=1)
     assert at_limit.warning() is None
     assert over.warning() is not None
+
+
+RECORDED = (
+    Path(__file__).resolve().parents[2]
+    / "benchmarks/records/types_list_room/two-per-type/seed13/ideal/users"
+)
+# Read by hand in the recorded 1.5B transcripts (user, period, session): these follow-ups
+# repeat the assistant's reply word for word or with "You" turned into "I"; every other
+# follow-up there is the user's own text (some thank, some ask, none copies).
+HAND_LABELLED_COPIES = {
+    ("u000-aisha-rahman", 2, 1),
+    ("u000-aisha-rahman", 2, 2),
+    ("u001-tom-oconnell", 1, 2),
+    ("u001-tom-oconnell", 2, 0),
+    ("u001-tom-oconnell", 2, 1),
+}
+
+
+def test_recorded_transcripts_of_the_bundled_model_flag_exactly_the_copies_read_by_hand():
+    flagged, follow_ups = set(), 0
+    for path in sorted(RECORDED.glob("*/period_*/transcript.json")):
+        user, period = path.parts[-3], int(path.parts[-2].removeprefix("period_"))
+        for index, session in enumerate(json.loads(path.read_text("utf-8"))["sessions"]):
+            health = session_health(SessionTranscript.model_validate(session))
+            follow_ups += health.user_messages
+            if health.user_echoes_assistant:
+                flagged.add((user, period, index))
+    assert follow_ups == 10
+    assert flagged == HAND_LABELLED_COPIES
