@@ -5,12 +5,13 @@ own rounds."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 
 import pytest
 from optimize.evolve_helpers import write_spec
 from scripted_lm import ScriptedLM, scripted_role_lms
-from simulator.eval_helpers import agent_responder, make_environment, simulator_responder
+from simulator.eval_helpers import agent_responder, make_environment
 
 import evolve.commands.eval as eval_command
 from evolve.cli import main
@@ -54,9 +55,26 @@ def test_a_preset_keeps_its_own_rounds_under_either_protocol(tmp_path):
         )
 
 
+# Follow-ups that differ from one another (the same one twice is a self-repeat, which the
+# evolve user asks again: the call count below would then count retries, not rounds).
+FOLLOW_UPS = (
+    "Which of these is quickest?",
+    "Could I prepare it the night before?",
+    "Does that work on a small budget?",
+    "What would you change for winter?",
+    "Is there a version without dairy?",
+    "How long does it keep in the fridge?",
+)
+
+
+def distinct_follow_ups():
+    turns = itertools.cycle(FOLLOW_UPS)
+    return lambda call: {"message": next(turns)}
+
+
 @pytest.fixture
 def scripted_lms(monkeypatch):
-    simulator = ScriptedLM(simulator_responder, model="simulator-model")
+    simulator = ScriptedLM(distinct_follow_ups(), model="simulator-model")
     agent = ScriptedLM(agent_responder, model="agent-model")
 
     @contextlib.contextmanager

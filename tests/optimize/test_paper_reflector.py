@@ -13,6 +13,7 @@ from scripted_lm import ScriptedLM, scripted_role_lms
 from evolve.config import load_spec, resolve
 from evolve.errors import ConfigError
 from evolve.optimize.loop import build_reflector
+from evolve.optimize.operators import check_operators
 from evolve.optimize.reflect import REFLECTOR_PROMPTS, Reflector
 
 TYPES = "1. Diet: what the user eats.\n2. Home: where the user lives."
@@ -92,8 +93,9 @@ def test_structured_edits_are_refused_under_paper(tmp_path: Path):
         operators = ["list_edit", "reflective"]
         mutate_components = ["write.types_to_remember", "use"]
     """
-    paper = write_spec(tmp_path, 'protocol = "paper"', optimizer=optimizer)
+    # The operator's own check, run before any LLM call (evolve_policy calls it).
+    paper = resolve(load_spec(write_spec(tmp_path, 'protocol = "paper"', optimizer=optimizer)))
     with pytest.raises(ConfigError, match="list_edit .* not part of protocol 'paper'"):
-        resolve(load_spec(paper))
-    evolve = write_spec(tmp_path, 'protocol = "evolve"', optimizer=optimizer)
-    resolve(load_spec(evolve))  # ours: allowed
+        check_operators(paper.spec.optimizer, paper.rules, label="exp.toml")
+    evolve = resolve(load_spec(write_spec(tmp_path, 'protocol = "evolve"', optimizer=optimizer)))
+    check_operators(evolve.spec.optimizer, evolve.rules, label="exp.toml")  # ours: allowed

@@ -113,7 +113,9 @@ def test_a_rerun_in_a_broken_runs_directory_says_it_kept_the_failed_units(
     capsys.readouterr()
     with StubServer(latency=0.0) as healthy:
         assert invoke(kind, tmp_path, "openai", healthy, out) == 0
-    lines = [line for line in capsys.readouterr().err.splitlines() if "kept" in line]
+    lines = [
+        line for line in capsys.readouterr().err.splitlines() if line.startswith("evolve: kept")
+    ]
     assert len(lines) == 1, lines
     assert "unparseable" in lines[0] and "delete" in lines[0] and str(out) in lines[0]
     assert "\n" not in lines[0]

@@ -189,6 +189,13 @@ def test_a_half_migrated_store_with_runs_is_refused_unchanged_in_one_line(tmp_pa
 # ----- real commands -----------------------------------------------------------------------
 
 
+@pytest.fixture(autouse=True)
+def _default_store(monkeypatch):
+    """The commands below track into their directory's default store: a tracking URI left in
+    the environment by an earlier test of this worker would send them elsewhere."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+
+
 def store_runs(db_path: Path) -> list[tuple[str, str]]:
     with sqlite3.connect(db_path) as connection:
         return connection.execute(
