@@ -192,8 +192,12 @@ def test_a_half_migrated_store_with_runs_is_refused_unchanged_in_one_line(tmp_pa
 @pytest.fixture(autouse=True)
 def _default_store(monkeypatch):
     """The commands below track into their directory's default store: a tracking URI left in
-    the environment by an earlier test of this worker would send them elsewhere."""
+    the environment, or in MLflow's process-wide setting, by an earlier test of this worker
+    would send the in-process rerun elsewhere."""
+    from mlflow.tracking._tracking_service import utils as tracking_utils
+
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setattr(tracking_utils, "_tracking_uri", None)
 
 
 def store_runs(db_path: Path) -> list[tuple[str, str]]:
