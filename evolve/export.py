@@ -61,6 +61,7 @@ from evolve.tracking import (
     prepare_tracking_uri,
     quiet_mlflow,
 )
+from evolve.tracking.store import use_tracking_uri
 from evolve.tracking_uri import (
     ENV_VAR,
     SOURCE_SPEC,
@@ -388,7 +389,6 @@ def register_model_version(
     quiet_mlflow()
     tracking_uri = normalize_tracking_uri(tracking_uri)
     client = mlflow_client(tracking_uri)
-    mlflow.set_tracking_uri(tracking_uri)
     mlflow.set_registry_uri(tracking_uri)
     import memory_policies
 
@@ -396,9 +396,12 @@ def register_model_version(
     digest = export_digest(bundle_dir, run_id, model_requirements(bundle))
     version_number = registered_version_with_digest(client, name, digest)
     if version_number is None:
-        version_number = _log_and_register(
-            bundle_dir, bundle, name, client, run_id, candidate, figures, digest, tracking_uri
-        )
+        # MLflow's logging needs the process-wide URI; restored after, so that a later call
+        # in this process (another run, export or test) is not sent to this store.
+        with use_tracking_uri(tracking_uri):
+            version_number = _log_and_register(
+                bundle_dir, bundle, name, client, run_id, candidate, figures, digest, tracking_uri
+            )
     client.update_model_version(name, version_number, description=_description(candidate))
     client.update_registered_model(name, description=registered_model_description(name))
     client.set_registered_model_alias(name, CHAMPION_ALIAS, version_number)

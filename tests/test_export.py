@@ -15,6 +15,7 @@ from evolve.errors import ConfigError
 from evolve.export import CHAMPION_ALIAS, export_policy
 from evolve.optimize import ExperimentDir, evolve_policy
 from evolve.tracking import MLflowTracker, mlflow_client
+from evolve.tracking.store import use_tracking_uri
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -96,9 +97,13 @@ def test_registered_as_champion_and_loadable_as_pyfunc(experiment):
         assert prompt.template == text
         assert exported.prompts[component] == f"prompts:/exp.{component}@{CHAMPION_ALIAS}"
 
-    mlflow.set_tracking_uri(uri)
-    model = mlflow.pyfunc.load_model(f"models:/exp-policy@{CHAMPION_ALIAS}")
-    model_dir = Path(mlflow.artifacts.download_artifacts(f"models:/exp-policy@{CHAMPION_ALIAS}"))
+    # MLflow's loaders read the process-wide URI: set for these two calls only, so that later
+    # tests of this worker are not sent to this store.
+    with use_tracking_uri(uri):
+        model = mlflow.pyfunc.load_model(f"models:/exp-policy@{CHAMPION_ALIAS}")
+        model_dir = Path(
+            mlflow.artifacts.download_artifacts(f"models:/exp-policy@{CHAMPION_ALIAS}")
+        )
     # Models from code: no pickle, and nothing in the model refers to the toolkit.
     assert not list(model_dir.rglob("*.pkl"))
     model_text = "\n".join(
