@@ -5,7 +5,7 @@ Why: asked to write label -> value entries (`in_context`), the bundled 0.5B mode
 own looping replies into memory, filed facts under wrong labels and lost most of them (on the
 recall world its memory did no better than none). Sorting is a task it can do: the write step
 only says, for each of the user's new sentences, which listed type it tells about, or
-'other', as a JSON array constrained to the listed names. The toolkit then keeps each typed
+'other', as a JSON object with one key per sentence, constrained to the listed names. The toolkit then keeps each typed
 sentence verbatim under its type and drops the 'other' ones. Each type keeps its
 `ENTRIES_PER_TYPE` newest entries (one entry per write), dated, so the memory stays up to date
 and the reader sees the newest; why more than one: on the bundled 1.5B the sort files small
@@ -26,6 +26,7 @@ import re
 from typing import ClassVar, Literal
 
 import dspy
+import pydantic
 
 from memory_policies.base import MemoryState, Message
 from memory_policies.common import (
@@ -102,13 +103,27 @@ def user_sentences(messages: list[Message]) -> list[str]:
 class SortSentences(dspy.Signature):
     memory: str = dspy.InputField(desc="current long-term memory, oldest first")
     sentences: str = dspy.InputField(desc="the user's new sentences, numbered")
-    types: list[str] = dspy.OutputField(desc="one type per sentence, in order")
+    types: dict[str, str] = dspy.OutputField(desc="the type of each numbered sentence")
 
 
 @functools.lru_cache(maxsize=256)
-def _sort_signature(names: tuple[str, ...]) -> type[dspy.Signature]:
+def _sort_signature(names: tuple[str, ...], count: int) -> type[dspy.Signature]:
+    """The write's signature for `count` sentences: `types` holds one key per sentence
+    (`sentence_1` ...), each one of `names` or 'other'. Why keys and not a list: asked for a
+    list, the 1.5B often returned fewer types than sentences (a parse failure that left the
+    memory unchanged); with a key per sentence the schema fixes the count."""
     choice = Literal.__getitem__((*names, OTHER_TYPE))  # type: ignore[attr-defined]
-    return SortSentences.with_updated_fields("types", type_=list[choice])  # type: ignore[valid-type]
+    per_sentence = pydantic.create_model(  # type: ignore[call-overload]
+        "SentenceTypes",
+        __config__=pydantic.ConfigDict(extra="forbid"),
+        **{sentence_key(index): (choice, ...) for index in range(1, count + 1)},
+    )
+    return SortSentences.with_updated_fields("types", type_=per_sentence)
+
+
+def sentence_key(index: int) -> str:
+    """The key of the `index`-th (from 1) sentence's type in the write's reply."""
+    return f"sentence_{index}"
 
 
 class InContextQuotesState(InContextState):
@@ -138,7 +153,7 @@ class InContextQuotesPolicy(InContextPolicy):
         names = tuple(type_names(types))
         if not sentences or not names:
             return
-        signature = _sort_signature(names).with_instructions(instruction)
+        signature = _sort_signature(names, len(sentences)).with_instructions(instruction)
         prediction = self._predict(
             state,
             "write",
@@ -148,15 +163,11 @@ class InContextQuotesPolicy(InContextPolicy):
             sentences="\n".join(f"{i}. {s}" for i, s in enumerate(sentences, start=1)),
         )
         if prediction is None:
-            return  # counted in parse_failures; memory unchanged
-        if len(prediction.types) != len(sentences):
-            # One type per statement, or the types cannot be matched to their statements: a
-            # counted parse failure, memory unchanged.
-            state.parse_failures["write"] = state.parse_failures.get("write", 0) + 1
-            return
+            return  # counted in parse_failures (a sentence left unsorted among them)
+        kinds = [getattr(prediction.types, sentence_key(i)) for i in range(1, len(sentences) + 1)]
         time = latest_time(times) or state.current_time
         by_type: dict[str, list[str]] = {}
-        for sentence, kind in zip(sentences, prediction.types, strict=True):
+        for sentence, kind in zip(sentences, kinds, strict=True):
             if kind != OTHER_TYPE and kind in names:
                 by_type.setdefault(kind, []).append(sentence)
         for kind, said in by_type.items():

@@ -13,6 +13,7 @@ from memory_policies import Message, PolicyError, build_policy
 from memory_policies.in_context_quotes import (
     ENTRIES_PER_TYPE,
     _sort_signature,
+    sentence_key,
     type_names,
     user_sentences,
 )
@@ -23,6 +24,11 @@ TYPES = "1. Diet and eating habits\n2. Pets (animals at home)"
 def _policy():
     policy = build_policy({"kind": "in_context_quotes", "update_every": 1, "short_term_len": 0})
     return policy.with_components({"write.types_to_remember": TYPES})
+
+
+def _sorted(*types: str) -> dict[str, str]:
+    """The write's reply: the type of each sentence, in order."""
+    return {sentence_key(i): kind for i, kind in enumerate(types, start=1)}
 
 
 def _said(text: str) -> Message:
@@ -37,14 +43,19 @@ def test_type_names_and_sentences():
     ) == ["We adopted a cat."]
 
 
-def test_the_schema_offers_the_listed_types_and_other():
-    schema = response_format_for(_sort_signature(("Diet", "Pets")), "llama_cpp")
-    items = schema["schema"]["properties"]["types"]["items"]
-    assert items["enum"] == ["Diet", "Pets", "other"]
+def test_the_schema_asks_one_listed_type_or_other_per_sentence():
+    schema = response_format_for(_sort_signature(("Diet", "Pets"), 3), "llama_cpp")["schema"]
+    (per_sentence,) = schema["$defs"].values()
+    assert per_sentence["required"] == ["sentence_1", "sentence_2", "sentence_3"]
+    assert per_sentence["additionalProperties"] is False
+    for key in per_sentence["required"]:
+        assert per_sentence["properties"][key]["enum"] == ["Diet", "Pets", "other"]
 
 
 def test_typed_sentences_are_kept_verbatim_and_each_type_keeps_its_newest_entries():
-    replies = iter([["Pets", "other", "Diet and eating habits"], ["Pets"], ["Pets"], ["Pets"]])
+    replies = iter(
+        [_sorted("Pets", "other", "Diet and eating habits"), _sorted("Pets"), _sorted("Pets")]
+    )
     lm = agent(types=lambda call: next(replies))
     policy = _policy()
     state = policy.initial_state()
@@ -80,8 +91,8 @@ def test_an_unparseable_sort_is_counted_and_memory_unchanged():
     assert json.dumps(state.model_dump())  # still a JSON-serializable state
 
 
-def test_a_reply_of_another_length_is_a_counted_parse_failure():
-    lm = agent(types=["Pets"])  # two statements, one type
+def test_a_reply_that_leaves_a_sentence_unsorted_is_a_counted_parse_failure():
+    lm = agent(types=_sorted("Pets"))  # two statements, one type
     policy = _policy()
     with agent_context(lm):
         state = policy.observe(policy.initial_state(), [_said("We adopted a cat. I eat fish.")])
