@@ -5,13 +5,14 @@ Why: asked to write label -> value entries (`in_context`), the bundled 0.5B mode
 own looping replies into memory, filed facts under wrong labels and lost most of them (on the
 recall world its memory did no better than none). Sorting is a task it can do: the write step
 only says, for each of the user's new sentences, which listed type it tells about, or
-'other', as a JSON object with one key per sentence, constrained to the listed names. The toolkit then keeps each typed
-sentence verbatim under its type and drops the 'other' ones. Each type keeps its
-`ENTRIES_PER_TYPE` newest entries (one entry per write), dated, so the memory stays up to date
-and the reader sees the newest; why more than one: on the bundled 1.5B the sort files small
-talk ("Quick update on my side.", "Thank you for the tips!") under a type about as often as it
-says 'other', and with one entry per type that sentence replaced the fact it came after (on the
-recall world, 22 of 27 wrong answers with a complete types list were write failures).
+'other', as a JSON object with one key per sentence, constrained to the listed names. The
+toolkit then keeps each typed sentence verbatim under its type and drops the 'other' ones.
+Each type keeps its `ENTRIES_PER_TYPE` newest entries (one entry per write), dated, so the
+memory stays up to date and the reader sees the newest; why more than one: on the bundled 1.5B
+the sort files small talk ("Quick update on my side.", "Thank you for the tips!") under a type
+about as often as it says 'other', and with one entry per type that sentence replaced the fact
+it came after (on the recall world, 22 of 27 wrong answers with a complete types list were
+write failures).
 
 The types list (`write.types_to_remember`) is therefore the memory's schema: a type that is
 not listed is never remembered, which is what an evolved types list can fix. Reading and use

@@ -111,6 +111,22 @@ def role_lms_embedded(embedded_endpoint: EndpointConfig) -> Iterator[RoleLMs]:
         yield lms
 
 
+# The agent's completion limit in the tests that play whole episodes on the real model.
+# Decoding is most of their time on a cold cache (one core per worker): the 0.5B's replies run
+# to whatever limit they get, and no test reads more than a reply's start. The agent's other
+# outputs (memory writes, answers, probes) are short JSON; an overlong one is a counted parse
+# failure, which these tests allow. The simulated user and the reflector keep the endpoint's.
+EPISODE_AGENT_MAX_TOKENS = 128
+
+
+@pytest.fixture(scope="session")
+def episode_lms_embedded(embedded_endpoint: EndpointConfig) -> Iterator[RoleLMs]:
+    """`role_lms_embedded` with the agent's completions capped at `EPISODE_AGENT_MAX_TOKENS`."""
+    agent = embedded_endpoint.model_copy(update={"max_tokens": EPISODE_AGENT_MAX_TOKENS})
+    with open_role_lms(LLMConfig(default=embedded_endpoint, agent=agent)) as lms:
+        yield lms
+
+
 @pytest.fixture(autouse=True)
 def _no_ambient_tracking_uri(monkeypatch: pytest.MonkeyPatch) -> None:
     """Commands honour MLFLOW_TRACKING_URI: a developer's (a team server) must not receive

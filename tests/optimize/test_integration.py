@@ -9,7 +9,7 @@ from evolve.optimize import CandidateStatus, evolve_policy, format_table
 
 
 @pytest.mark.integration
-def test_one_reflective_generation_on_the_embedded_model(tmp_path, role_lms_embedded):
+def test_one_reflective_generation_on_the_embedded_model(tmp_path, episode_lms_embedded):
     spec = spec_from_dict(
         {
             "name": "integration",
@@ -29,7 +29,7 @@ def test_one_reflective_generation_on_the_embedded_model(tmp_path, role_lms_embe
         }
     )
     result = evolve_policy(
-        spec, role_lms_embedded, runs_dir=tmp_path / "runs", upper_bound_cache=tmp_path / "ub"
+        spec, episode_lms_embedded, runs_dir=tmp_path / "runs", upper_bound_cache=tmp_path / "ub"
     )
     print(format_table(result, spec.rules))
     assert result.complete

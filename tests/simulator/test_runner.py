@@ -422,12 +422,12 @@ def test_original_layout_export_has_the_expected_shapes(tmp_path):
 
 
 @pytest.mark.integration
-def test_tiny_environment_end_to_end_with_the_embedded_model(tmp_path, role_lms_embedded):
+def test_tiny_environment_end_to_end_with_the_embedded_model(tmp_path, episode_lms_embedded):
     from evolve.simulator.synthesis.offline import PRESETS, synthesize_environment
 
     preset = PRESETS["tiny"]
     env = synthesize_environment(preset, seed=0, num_users=1)
-    lms = role_lms_embedded
+    lms = episode_lms_embedded
     table = compute_upper_bound(env, lms, tmp_path / "cache")
     config = EpisodeConfig(
         rounds_initial=preset.rounds_initial, rounds_update=2, concurrency=1, seed=0

@@ -525,7 +525,7 @@ def test_tune_errors_are_one_line(tmp_path, capsys):
 
 
 @pytest.mark.integration
-def test_tuning_on_the_embedded_model(tmp_path, role_lms_embedded):
+def test_tuning_on_the_embedded_model(tmp_path, episode_lms_embedded):
     """A trial of the tiny preset on the real model and the held-out check of the best:
     value, per-period reports (the pruner's input), records and the study. Several trials,
     pruning and resuming are the scripted tests' (this test: 1.5 to 3.5 min on 2 cores)."""
@@ -535,7 +535,10 @@ def test_tuning_on_the_embedded_model(tmp_path, role_lms_embedded):
     spec = load_study_spec(spec_path)
     resolved = resolve_tuning(spec, trials=1, storage=f"sqlite:///{tmp_path / 'optuna.db'}")
     result = run_study(
-        resolved, role_lms_embedded, runs_dir=tmp_path / "runs", upper_bound_cache=tmp_path / "ub"
+        resolved,
+        episode_lms_embedded,
+        runs_dir=tmp_path / "runs",
+        upper_bound_cache=tmp_path / "ub",
     )
     assert result.finished_trials == 1
     for record in result.trials:
