@@ -4,20 +4,25 @@ sorted by the types list. A memory policy a small model can run.
 Why: asked to write label -> value entries (`in_context`), the bundled 0.5B model copied its
 own looping replies into memory, filed facts under wrong labels and lost most of them (on the
 recall world its memory did no better than none). Sorting is a task it can do: the write step
-only says, for each of the user's new sentences, which listed type it tells about, or
-'other', as a JSON object with one key per sentence, constrained to the listed names. The
-toolkit then keeps each typed sentence verbatim under its type and drops the 'other' ones.
-Each type keeps its `ENTRIES_PER_TYPE` newest entries (one entry per write), dated, so the
-memory stays up to date and the reader sees the newest; why more than one: on the bundled 1.5B
-the sort files small talk ("Quick update on my side.", "Thank you for the tips!") under a type
-about as often as it says 'other', and with one entry per type that sentence replaced the fact
-it came after (on the recall world, 22 of 27 wrong answers with a complete types list were
-write failures).
+only says, for each of the user's new statements (questions and greetings of fewer than
+`MIN_WORDS` words dropped), which listed type it tells about, as a JSON object with one key
+per sentence, each constrained to the listed names. The toolkit then keeps each sentence
+verbatim under its type. Each type keeps its `ENTRIES_PER_TYPE` newest entries (one entry per
+write), dated, so the memory stays up to date and the reader sees the newest.
 
-The types list (`write.types_to_remember`) is therefore the memory's schema: a type that is
-not listed is never remembered, which is what an evolved types list can fix. Reading and use
-are `in_context`'s (every entry in the prompt). Under `variant = "paper"` this kind does not
-exist (the reference has no such policy).
+The types list (`write.types_to_remember`) is therefore the memory's schema and its size: a
+narrow list files everything under its few types, whose newest entries push out the older
+facts; each listed type is room for its own facts, which is what an evolved types list adds.
+
+Measured on the bundled 1.5B (recall world, the complete types list): offered 'other' for a
+sentence of no listed type, it answered 'other' for nearly every sentence once the reply had a
+key per sentence, and its memory stayed empty; asked for a plain list of types, it often
+returned fewer types than sentences, a parse failure that left the memory unchanged (9 in 6
+user-periods; 23 of its 26 wrong answers were write failures). Hence one key per sentence and
+no 'other'.
+
+Reading and use are `in_context`'s (every entry in the prompt). Under `variant = "paper"` this
+kind does not exist (the reference has no such policy).
 """
 
 from __future__ import annotations
@@ -49,27 +54,27 @@ from memory_policies.variants import EVOLVE, Variant
 
 QUOTES_WRITE = (
     "You keep the long-term memory of a personal assistant about its user. For each of the "
-    "user's new sentences, in order, say which type listed below the sentence tells about, or "
-    "'other' when it tells about none of them (for example a request for help)."
+    "user's new sentences, in order, say which type listed below the sentence tells about "
+    "(the closest one)."
 )
 
 QUOTES_TYPES = "1. Diet and food\n2. Work and career"
 
-# A sentence of no listed type: not remembered.
-OTHER_TYPE = "other"
 _ITEM = re.compile(r"^\s*(?:\d+[.)]|[-*\u2022])?\s*(?P<text>\S.*)$")
 _TIME_HEADER = re.compile(r"^\[Current Time:[^\]]*\]\s*")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 _TYPE_NAME_CHARS = 60
 # The sentences of one write, at most (a longer batch keeps its last ones).
 _MAX_SENTENCES = 12
+# A shorter statement is a greeting or thanks ("Hi!", "Thanks a lot!"), not a fact: dropped.
+MIN_WORDS = 4
 # Entries kept per type, newest last (see the module docstring).
 ENTRIES_PER_TYPE = 2
 
 
 def type_names(types_to_remember: str) -> list[str]:
     """The short names of a types list: each item's text before its first ':' or '(' (one
-    item a line, numbered or bulleted), without duplicates or 'other'."""
+    item a line, numbered or bulleted), without duplicates."""
     names: list[str] = []
     seen: set[str] = set()
     for line in types_to_remember.splitlines():
@@ -78,16 +83,17 @@ def type_names(types_to_remember: str) -> list[str]:
             continue
         name = re.split(r"[:(]", match.group("text"), maxsplit=1)[0].strip(" .;,")
         name = name[:_TYPE_NAME_CHARS].strip()
-        if name and name.casefold() not in seen and name.casefold() != OTHER_TYPE:
+        if name and name.casefold() not in seen:
             seen.add(name.casefold())
             names.append(name)
     return names
 
 
 def user_sentences(messages: list[Message]) -> list[str]:
-    """The user's statements in order (time headers and questions removed), the last
-    `_MAX_SENTENCES`. A question asks for help and states nothing to remember; sorted as a
-    type, it replaced that type's real sentence (the 0.5B filed most requests under a type)."""
+    """The user's statements in order (time headers, questions and sentences of fewer than
+    `MIN_WORDS` words removed), the last `_MAX_SENTENCES`. A question asks for help and states
+    nothing to remember; sorted as a type, it replaced that type's real sentence (the 0.5B
+    filed most requests under a type)."""
     sentences: list[str] = []
     for message in messages:
         if message.role != "user":
@@ -96,7 +102,7 @@ def user_sentences(messages: list[Message]) -> list[str]:
         sentences += [
             s.strip()
             for s in _SENTENCE_END.split(text)
-            if s.strip() and not s.strip().endswith("?")
+            if len(s.split()) >= MIN_WORDS and not s.strip().endswith("?")
         ]
     return sentences[-_MAX_SENTENCES:]
 
@@ -110,10 +116,9 @@ class SortSentences(dspy.Signature):
 @functools.lru_cache(maxsize=256)
 def _sort_signature(names: tuple[str, ...], count: int) -> type[dspy.Signature]:
     """The write's signature for `count` sentences: `types` holds one key per sentence
-    (`sentence_1` ...), each one of `names` or 'other'. Why keys and not a list: asked for a
-    list, the 1.5B often returned fewer types than sentences (a parse failure that left the
-    memory unchanged); with a key per sentence the schema fixes the count."""
-    choice = Literal.__getitem__((*names, OTHER_TYPE))  # type: ignore[attr-defined]
+    (`sentence_1` ...), each one of `names` (why, and why no 'other': the module docstring);
+    the schema fixes the count."""
+    choice = Literal.__getitem__(names)  # type: ignore[attr-defined]
     per_sentence = pydantic.create_model(  # type: ignore[call-overload]
         "SentenceTypes",
         __config__=pydantic.ConfigDict(extra="forbid"),
@@ -169,7 +174,7 @@ class InContextQuotesPolicy(InContextPolicy):
         time = latest_time(times) or state.current_time
         by_type: dict[str, list[str]] = {}
         for sentence, kind in zip(sentences, kinds, strict=True):
-            if kind != OTHER_TYPE and kind in names:
+            if kind in names:
                 by_type.setdefault(kind, []).append(sentence)
         for kind, said in by_type.items():
             value = " ".join(said)[:MEMORY_TEXT_MAX_CHARS]

@@ -1,5 +1,5 @@
-"""`in_context_quotes`: the write sorts the user's sentences by the types list; only typed
-sentences are kept, verbatim, one entry per write and type, each type keeping its newest."""
+"""`in_context_quotes`: the write sorts the user's statements by the types list; each is kept
+verbatim under its type, one entry per write and type, each type keeping its newest."""
 
 from __future__ import annotations
 
@@ -37,46 +37,57 @@ def _said(text: str) -> Message:
 
 def test_type_names_and_sentences():
     assert type_names(TYPES) == ["Diet and eating habits", "Pets"]
-    assert type_names("- sleep\n* sleep\n3) budget: money\n\nother") == ["sleep", "budget"]
+    assert type_names("- sleep\n* sleep\n3) budget: money\n") == ["sleep", "budget"]
     assert user_sentences(
         [_said("We adopted a cat. Any tips?"), Message(role="assistant", content="Sure. Do X.")]
     ) == ["We adopted a cat."]
 
 
-def test_the_schema_asks_one_listed_type_or_other_per_sentence():
+def test_greetings_and_thanks_are_not_statements():
+    said = _said("Hi! Thanks a lot! We adopted a cat last week. Thank you for the tips!")
+    assert user_sentences([said]) == ["We adopted a cat last week.", "Thank you for the tips!"]
+
+
+def test_the_schema_asks_one_listed_type_per_sentence():
     schema = response_format_for(_sort_signature(("Diet", "Pets"), 3), "llama_cpp")["schema"]
     (per_sentence,) = schema["$defs"].values()
     assert per_sentence["required"] == ["sentence_1", "sentence_2", "sentence_3"]
     assert per_sentence["additionalProperties"] is False
     for key in per_sentence["required"]:
-        assert per_sentence["properties"][key]["enum"] == ["Diet", "Pets", "other"]
+        assert per_sentence["properties"][key]["enum"] == ["Diet", "Pets"]
 
 
-def test_typed_sentences_are_kept_verbatim_and_each_type_keeps_its_newest_entries():
+def test_sorted_sentences_are_kept_verbatim_and_each_type_keeps_its_newest_entries():
     replies = iter(
-        [_sorted("Pets", "other", "Diet and eating habits"), _sorted("Pets"), _sorted("Pets")]
+        [
+            _sorted("Pets", "Diet and eating habits", "Diet and eating habits"),
+            _sorted("Pets"),
+            _sorted("Pets"),
+        ]
     )
     lm = agent(types=lambda call: next(replies))
     policy = _policy()
     state = policy.initial_state()
     with agent_context(lm):
-        state = policy.observe(state, [_said("We adopted a cat. I sleep badly. I eat no meat.")])
+        state = policy.observe(
+            state, [_said("We adopted a cat. I sleep badly these days. I eat no meat.")]
+        )
         state = policy.observe(state, [Message(role="assistant", content="Nice cat!")])
         state = policy.observe(state, [_said("The cat went to my sister. Dinner ideas?")])
-        state = policy.observe(state, [_said("Thanks for the tips!")])  # small talk, misfiled
+        state = policy.observe(state, [_said("Thanks for the tips!")])  # misfiled small talk
     first, second, _ = calls_for(lm, "types")
     assert section(first.user, "sentences") == (
-        "1. We adopted a cat.\n2. I sleep badly.\n3. I eat no meat."
+        "1. We adopted a cat.\n2. I sleep badly these days.\n3. I eat no meat."
     )
     # A type keeps its ENTRIES_PER_TYPE newest entries: the misfiled small talk did not push
     # out the fact it came after, and the oldest pets entry went.
     assert ENTRIES_PER_TYPE == 2
     assert [(e.label, e.value) for e in state.memory] == [
-        ("Diet and eating habits", "I eat no meat."),
+        # One entry per write and type.
+        ("Diet and eating habits", "I sleep badly these days. I eat no meat."),
         ("Pets", "The cat went to my sister."),
         ("Pets", "Thanks for the tips!"),
     ]
-    assert "I sleep badly" not in policy.describe_memory(state)  # 'other' is not kept
     assert len(calls_for(lm, "types")) == 3  # the assistant's message alone: no write
 
 
@@ -95,7 +106,9 @@ def test_a_reply_that_leaves_a_sentence_unsorted_is_a_counted_parse_failure():
     lm = agent(types=_sorted("Pets"))  # two statements, one type
     policy = _policy()
     with agent_context(lm):
-        state = policy.observe(policy.initial_state(), [_said("We adopted a cat. I eat fish.")])
+        state = policy.observe(
+            policy.initial_state(), [_said("We adopted a cat. I eat fish every day.")]
+        )
     assert state.memory == [] and state.parse_failures.get("write") == 1
 
 
