@@ -106,7 +106,9 @@ def download_from_hub(pin: HubPin, timeout: float = PROBE_TIMEOUT_SECONDS) -> Pa
     url = hf_hub_url(pin.repo, pin.filename, revision=pin.revision, endpoint=endpoint)
     with _hub_online():
         try:
-            metadata = _within(timeout, lambda: get_hf_file_metadata(url, timeout=timeout))
+            # The client's own timeout a second later than the deadline: at the same moment,
+            # whichever fired first decided the message ("timed out" or "no answer within").
+            metadata = _within(timeout, lambda: get_hf_file_metadata(url, timeout=timeout + 1))
         except TimeoutError:
             raise HubUnreachable(f"{endpoint}: no answer within {timeout:g} s") from None
         except _network_errors() as error:
