@@ -28,9 +28,9 @@ import time
 from pathlib import Path
 
 import evolve  # noqa: F401  (sets cache locations)
+from evolve.core.protocol import rules_for
 from evolve.llm.config import EmbeddedModelConfig, LLMConfig
 from evolve.llm.roles import open_role_lms
-from evolve.protocol import rules_for
 from evolve.simulator.baselines import compute_upper_bound, random_score
 from evolve.simulator.environment import Environment
 from evolve.simulator.no_memory import compute_no_memory

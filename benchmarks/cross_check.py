@@ -57,7 +57,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from evolve.files import safe_name
+from evolve.core.files import safe_name
 from evolve.llm.config import EmbeddedModelConfig
 from evolve.llm.server import EmbeddedServer
 from evolve.simulator.environment import Environment, load_environment, save_environment

@@ -25,8 +25,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from evolve.core.paths import use_toolkit_caches
 from evolve.llm import EndpointConfig, RoleLMs, build_lm
-from evolve.paths import use_toolkit_caches
 from evolve.simulator.runner import EpisodeConfig, run_evaluation
 from evolve.simulator.synthesis.offline import PRESETS, synthesize_environment
 from memory_policies import build_policy

@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from eval_throughput import role_lms, stub_server_class  # noqa: E402
 
-from evolve.paths import use_toolkit_caches  # noqa: E402
+from evolve.core.paths import use_toolkit_caches  # noqa: E402
 from evolve.simulator.runner import EpisodeConfig, run_evaluation  # noqa: E402
 from evolve.simulator.synthesis.offline import PRESETS, synthesize_environment  # noqa: E402
 from memory_policies import build_policy  # noqa: E402

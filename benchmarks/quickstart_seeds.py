@@ -30,10 +30,10 @@ import time
 from pathlib import Path
 
 from evolve import api
-from evolve.config import ExperimentSpec
-from evolve.files import atomic_write_text
+from evolve.core.files import atomic_write_text
 from evolve.optimize.report import conversation_lines
-from evolve.records import ExperimentResult
+from evolve.results.records import ExperimentResult
+from evolve.spec.config import ExperimentSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 

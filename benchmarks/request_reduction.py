@@ -35,7 +35,7 @@ exactly it (same role, policy, item and value on each side) or none.
 Reducing a log needs the standard library only (plus the environment's JSON), so the
 reference's log can be reduced anywhere; the test suite reduces ours the same way
 (tests/simulator/test_reference_requests.py). The deviation table has one reader,
-`evolve.paper_deviations` (`load_deviations()` for the packaged table, `read_deviations(path)`
+`evolve.spec.paper_deviations` (`load_deviations()` for the packaged table, `read_deviations(path)`
 for another file, both validated): `compare` takes its rows.
 """
 
@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from evolve.paper_deviations import Deviation
+    from evolve.spec.paper_deviations import Deviation
 
 ITEMS = (
     "profile",
@@ -334,7 +334,7 @@ def compare(
 ) -> list[Difference]:
     """Every difference between two summaries (`summarize`), each with the kept deviation row
     that covers it (same role and item, and the same policy when the row names policies) or
-    None. `deviations`: rows of `evolve.paper_deviations` (`read_deviations(path)`)."""
+    None. `deviations`: rows of `evolve.spec.paper_deviations` (`read_deviations(path)`)."""
     differences: list[Difference] = []
 
     def add(key: str, item: str, ours_value: Any, theirs_value: Any) -> None:

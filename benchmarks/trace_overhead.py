@@ -25,8 +25,8 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 def run_once(directory: Path, traces: str) -> tuple[float, int]:
     from optimize.evolve_helpers import World, write_spec
 
-    from evolve.config import load_spec
     from evolve.optimize import evolve_policy
+    from evolve.spec.config import load_spec
     from evolve.tracking import MLflowTracker, mlflow_client
 
     uri = f"sqlite:///{directory}/mlruns/mlflow.db"

@@ -30,9 +30,9 @@ from collections import Counter
 from pathlib import Path
 
 from evolve import api
-from evolve.config import resolve
 from evolve.simulator.records import Diagnosis, ItemResult, UserResult
 from evolve.simulator.synthesis.catalogs import load_catalog
+from evolve.spec.config import resolve
 
 ROOT = Path(__file__).resolve().parents[1]
 TYPES = "write.types_to_remember"

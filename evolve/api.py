@@ -12,7 +12,7 @@ best = result.candidate(result.best_id)        # frozen records with lineage
 Every function opens the LM endpoints of its spec (or the `llm` given; with none configured,
 the embedded llama.cpp server) and closes them before returning. Like the commands, the
 functions put DSPy's response cache under the toolkit's cache directory
-(`evolve.paths.use_toolkit_caches`: environment defaults that values you set beforehand
+(`evolve.core.paths.use_toolkit_caches`: environment defaults that values you set beforehand
 override); importing `evolve` or this module sets nothing.
 """
 
@@ -21,14 +21,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from evolve.config import ExperimentSpec, ResolvedExperiment
-from evolve.config import load_spec as _load_experiment_spec
+from evolve.core.paths import cache_dir, use_toolkit_caches
 from evolve.llm import LLMConfig
 from evolve.optimize.loop import LoopProgress
-from evolve.paths import cache_dir, use_toolkit_caches
-from evolve.records import ExperimentResult
+from evolve.results.records import ExperimentResult
 from evolve.simulator.environment import Environment
 from evolve.simulator.runner import EpisodeConfig, EvaluationReport
+from evolve.spec.config import ExperimentSpec, ResolvedExperiment
+from evolve.spec.config import load_spec as _load_experiment_spec
 from evolve.tuning.records import TuningResult
 from evolve.tuning.spec import StudySpec
 from evolve.tuning.study import TuneProgress
@@ -40,7 +40,7 @@ __all__ = ["evaluate_policies", "load_spec", "load_study_spec", "run_experiment"
 def load_spec(path: str | Path) -> ExperimentSpec:
     """Read and validate an experiment spec (TOML), as `evolve run` does.
 
-    Raises `evolve.errors.ConfigError` naming the file and the offending key.
+    Raises `evolve.core.errors.ConfigError` naming the file and the offending key.
     """
     return _load_experiment_spec(path)
 
@@ -67,13 +67,13 @@ def run_experiment(
     With `tracking`, candidates are logged to MLflow (`tracking_uri`, else the spec's, else
     `MLFLOW_TRACKING_URI`, else `sqlite:///mlruns/mlflow.db`). Records
     land in `runs_dir/<name>/`; a second process on the same directory is refused
-    (`evolve.errors.RunBusyError`, exit code 4 on the command line). The loop inside, for LMs
+    (`evolve.core.errors.RunBusyError`, exit code 4 on the command line). The loop inside, for LMs
     you opened yourself: `evolve.optimize.evolve_policy`.
     """
-    from evolve.config import resolve
+    from evolve.core.locking import run_lock
     from evolve.llm import open_role_lms, protocol_llm_config
-    from evolve.locking import run_lock
     from evolve.optimize import evolve_policy
+    from evolve.spec.config import resolve
     from evolve.tracking import tracker_for
 
     use_toolkit_caches()
@@ -109,8 +109,8 @@ def evaluate_policies(
     Returns one report per name, in order.
     """
     from evolve.commands.eval import run_dir_names
+    from evolve.core.locking import run_lock
     from evolve.llm import open_role_lms, protocol_llm_config
-    from evolve.locking import run_lock
     from evolve.simulator.baselines import compute_upper_bound
     from evolve.simulator.environment import load_environment
     from evolve.simulator.runner import run_evaluation
@@ -171,8 +171,8 @@ def run_tuning(
     for `run_experiment`. The worker inside, for LMs you opened yourself:
     `evolve.tuning.run_study`.
     """
+    from evolve.core.locking import run_lock
     from evolve.llm import open_role_lms, protocol_llm_config
-    from evolve.locking import run_lock
     from evolve.tuning import resolve_tuning, run_study, study_tracker_for
 
     use_toolkit_caches()

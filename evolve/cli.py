@@ -16,7 +16,7 @@ from dspy.utils.exceptions import LMError
 from pydantic import ValidationError
 
 from evolve.commands import interrupt
-from evolve.errors import (
+from evolve.core.errors import (
     EXIT_BAD_INPUT,
     EXIT_INTERRUPTED,
     EXIT_LLM_FAILURE,
@@ -25,9 +25,9 @@ from evolve.errors import (
     StorageError,
     ToolkitError,
 )
-from evolve.paths import use_toolkit_caches
-from evolve.spec_base import format_validation_error
-from evolve.stopping import endpoint_failure, reset_stop
+from evolve.core.paths import use_toolkit_caches
+from evolve.core.spec_base import format_validation_error
+from evolve.core.stopping import endpoint_failure, reset_stop
 from memory_policies.errors import PolicyError
 
 COMMAND_MODULES = ["doctor", "env", "eval", "run", "compare", "export", "tune", "schema"]
@@ -51,7 +51,7 @@ _STORAGE_ERRNOS = {errno.EROFS, errno.ENOSPC, errno.EACCES, errno.EPERM, errno.E
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one command; returns its exit code (`evolve.errors`; docs/reliability.md's table).
+    """Run one command; returns its exit code (`evolve.core.errors`; docs/reliability.md's table).
 
     Called without `argv` (as the `evolve` program), an interrupted command exits the process
     here, within a bounded time and without interpreter teardown (see

@@ -54,7 +54,7 @@ else
   .venv/bin/python - <<'PY' || hub_status=$?
 import sys
 
-from evolve.errors import ModelFileError
+from evolve.core.errors import ModelFileError
 from evolve.llm.model_source import resolve_bundled_model
 
 try:

@@ -197,7 +197,7 @@ def _pages(tracking_uri: str) -> list[Page]:
     the page has rendered) of every page worth a screenshot in this tracking store."""
     import mlflow
 
-    from evolve.tracking_uri import RUNS_VIEW_QUERY
+    from evolve.stores.tracking_uri import RUNS_VIEW_QUERY
 
     client = mlflow.MlflowClient(tracking_uri)
     pages: list[Page] = []

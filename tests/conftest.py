@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from evolve.paths import use_toolkit_caches
+from evolve.core.paths import use_toolkit_caches
 
 # Tests use the toolkit's cache locations, as the CLI does (importing evolve sets nothing).
 use_toolkit_caches()
@@ -136,9 +136,9 @@ def _no_ambient_tracking_uri(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(autouse=True)
 def _no_stop_left_over() -> Iterator[None]:
-    """An endpoint failure stops the process's LM calls (`evolve.stopping`); a test that
+    """An endpoint failure stops the process's LM calls (`evolve.core.stopping`); a test that
     provoked one must not refuse the next test's calls."""
-    from evolve.stopping import reset_stop
+    from evolve.core.stopping import reset_stop
 
     reset_stop()
     yield

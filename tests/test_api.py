@@ -30,7 +30,7 @@ def test_importing_evolve_leaves_the_environment_unchanged(tmp_path):
     code = """
 import json, os
 before = dict(os.environ)
-import evolve, evolve.api, evolve.cli, evolve.export
+import evolve, evolve.api, evolve.cli, evolve.export.bundle
 after = dict(os.environ)
 print(json.dumps({"changed": sorted(k for k in before.keys() | after.keys()
                                      if before.get(k) != after.get(k))}))
@@ -59,7 +59,7 @@ def test_a_users_own_dspy_cache_setting_wins(tmp_path):
 import json, os
 os.environ["DSPY_CACHEDIR"] = {str(tmp_path / "mine")!r}
 import dspy
-from evolve.paths import use_toolkit_caches
+from evolve.core.paths import use_toolkit_caches
 use_toolkit_caches()
 print(json.dumps({{"dspy": str(dspy.cache.disk_cache_dir)}}))
 """

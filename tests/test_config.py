@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from optimize.evolve_helpers import write_spec
 
-from evolve.config import load_spec, resolve, spec_from_dict
-from evolve.errors import ConfigError, EnvironmentDataError
+from evolve.core.errors import ConfigError, EnvironmentDataError
 from evolve.llm.config import LLMConfig
-from evolve.tracking_uri import DEFAULT_TRACKING_URI
+from evolve.spec.config import load_spec, resolve, spec_from_dict
+from evolve.stores.tracking_uri import DEFAULT_TRACKING_URI
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 

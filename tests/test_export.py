@@ -10,10 +10,10 @@ import pytest
 from optimize.evolve_helpers import MARKER, World, make_agent, write_spec
 
 import memory_policies
-from evolve.config import load_spec
-from evolve.errors import ConfigError
-from evolve.export import CHAMPION_ALIAS, export_policy
+from evolve.core.errors import ConfigError
+from evolve.export.bundle import CHAMPION_ALIAS, export_policy
 from evolve.optimize import ExperimentDir, evolve_policy
+from evolve.spec.config import load_spec
 from evolve.tracking import MLflowTracker, mlflow_client
 from evolve.tracking.store import use_tracking_uri
 
@@ -213,7 +213,7 @@ def _candidate_runs(uri: str) -> dict:
 def test_model_requirements_match_the_memory_policies_distribution():
     import tomllib
 
-    from evolve.export import LOCAL_EMBEDDING_REQUIREMENTS, POLICY_REQUIREMENTS
+    from evolve.export.bundle import LOCAL_EMBEDDING_REQUIREMENTS, POLICY_REQUIREMENTS
 
     project = tomllib.loads((REPO / "dist" / "memory-policies" / "pyproject.toml").read_text())
     assert project["project"]["dependencies"] == POLICY_REQUIREMENTS
@@ -222,8 +222,8 @@ def test_model_requirements_match_the_memory_policies_distribution():
 
 
 def test_the_model_reads_its_lm_from_model_config_or_the_environment(monkeypatch):
-    from evolve.export import MODEL_CONFIG_KEYS
-    from evolve.exported_model import CONFIG_KEYS, lm_from_settings
+    from evolve.export.bundle import MODEL_CONFIG_KEYS
+    from evolve.export.exported_model import CONFIG_KEYS, lm_from_settings
 
     assert MODEL_CONFIG_KEYS == CONFIG_KEYS  # every key can be given at load time
 

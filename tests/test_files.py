@@ -1,4 +1,4 @@
-"""The one atomic writer (`evolve.files`): whole file or old file, fsynced, no leftovers."""
+"""The one atomic writer (`evolve.core.files`): whole file or old file, fsynced, no leftovers."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-import evolve.files
-from evolve.files import atomic_write_json, atomic_write_text
+import evolve.core.files
+from evolve.core.files import atomic_write_json, atomic_write_text
 
 
 def test_atomic_write_leaves_no_temporary_file_and_replaces_content(tmp_path):
@@ -32,10 +32,10 @@ def test_atomic_write_fsyncs_the_data_before_the_rename(tmp_path, monkeypatch):
     events: list[str] = []
     real_fsync, real_replace = os.fsync, os.replace
     monkeypatch.setattr(
-        evolve.files.os, "fsync", lambda fd: (events.append("fsync"), real_fsync(fd))[1]
+        evolve.core.files.os, "fsync", lambda fd: (events.append("fsync"), real_fsync(fd))[1]
     )
     monkeypatch.setattr(
-        evolve.files.os,
+        evolve.core.files.os,
         "replace",
         lambda source, target: (events.append("replace"), real_replace(source, target))[1],
     )
@@ -52,7 +52,7 @@ def test_atomic_write_json_layout_options_keep_each_writers_bytes(tmp_path):
 
 
 def test_safe_name_is_one_rule_for_every_name_on_disk():
-    from evolve.files import safe_name
+    from evolve.core.files import safe_name
 
     assert safe_name("a/b c:d") == "a_b_c_d"
     assert safe_name("..") == "user" and safe_name("") == "user"

@@ -25,7 +25,7 @@ WATCHED = (
 )
 # The registered model's code ("models from code"): MLflow loads it, it imports MLflow by
 # design, and nothing in the toolkit imports it.
-NOT_IMPORTED_BY_THE_TOOLKIT = {"evolve.exported_model"}
+NOT_IMPORTED_BY_THE_TOOLKIT = {"evolve.export.exported_model"}
 
 CHECK = """
 import importlib, json, os, pkgutil
@@ -57,5 +57,5 @@ def test_importing_every_evolve_module_leaves_os_environ_unchanged(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
     # The walk really covered the modules that use MLflow and the CLI.
-    assert {"evolve.tracking", "evolve.export", "evolve.cli"} <= set(report["modules"])
+    assert {"evolve.tracking", "evolve.export.bundle", "evolve.cli"} <= set(report["modules"])
     assert report["changed"] == []

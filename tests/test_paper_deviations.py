@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from evolve.paper_deviations import (
+from evolve.spec.paper_deviations import (
     ITEMS,
     ROLES,
     kept_deviations,
@@ -63,7 +63,7 @@ def test_an_unknown_role_or_a_repeated_id_is_refused():
 
 
 def test_a_table_file_is_read_with_the_same_checks(tmp_path):
-    assert read_deviations(ROOT / "evolve" / "paper_deviations.toml") == load_deviations()
+    assert read_deviations(ROOT / "evolve" / "spec" / "paper_deviations.toml") == load_deviations()
     table = tmp_path / "table.toml"
     table.write_text(ROW.format(id="Not-A-Slug", roles='["awi"]'), encoding="utf-8")
     with pytest.raises(ValueError, match=r"table\.toml: deviation Not-A-Slug: id"):
@@ -76,7 +76,7 @@ def test_a_table_file_is_read_with_the_same_checks(tmp_path):
 def test_the_committed_page_is_the_generated_one():
     assert PAGE.read_text(encoding="utf-8") == render_markdown(), (
         "docs/reference/paper-deviations.md is stale: run "
-        "`python -m evolve.paper_deviations --markdown > docs/reference/paper-deviations.md`"
+        "`python -m evolve.spec.paper_deviations --markdown > docs/reference/paper-deviations.md`"
     )
 
 

@@ -1,4 +1,4 @@
-"""`evolve.plots` on scripted records: files written in both formats, axes as documented
+"""`evolve.reporting.plots` on scripted records: files written in both formats, axes as documented
 (accuracy 0-1, memory score with 0 and 1 in view and marked), labels and legends present."""
 
 from __future__ import annotations
@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from evolve.plots import (
+from evolve.reporting.plots import (
     plot_evaluations,
     plot_evolution,
     plot_tuning,
     save_figure,
     score_limits,
 )
-from evolve.records import (
+from evolve.results.records import (
     CandidateRecord,
     CandidateStatus,
     EvaluationScores,

@@ -8,9 +8,9 @@ import warnings
 
 import pytest
 
-from evolve.config import spec_from_dict
-from evolve.errors import ConfigError
+from evolve.core.errors import ConfigError
 from evolve.simulator.run_dir import config_hash
+from evolve.spec.config import spec_from_dict
 
 
 def _spec(**policy: object):
@@ -46,7 +46,7 @@ def test_the_config_hash_of_an_unchanged_spec_is_unchanged():
 
 
 def test_the_protocol_names_the_variant():
-    from evolve.protocol import rules_for
+    from evolve.core.protocol import rules_for
 
     assert rules_for("paper").policy_variant == "paper"
     assert rules_for("evolve").policy_variant is None

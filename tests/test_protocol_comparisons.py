@@ -1,6 +1,6 @@
 """No code outside the two rules modules decides anything by a protocol or variant name.
 
-Every protocol-dependent choice is a field of `evolve.protocol.ProtocolRules`, every
+Every protocol-dependent choice is a field of `evolve.core.protocol.ProtocolRules`, every
 policy-variant-dependent one a field of `memory_policies.variants.VariantRules`; code reads the
 field.
 This test parses (ast) every ``.py`` file under ``evolve/`` and ``memory_policies/`` except
@@ -16,7 +16,7 @@ those two modules and fails on:
 An operand "names a protocol or variant" when it is
 
 - the string literal ``"paper"`` or ``"evolve"``; or
-- a name (or ``module.name`` attribute) imported from ``evolve.protocol`` or
+- a name (or ``module.name`` attribute) imported from ``evolve.core.protocol`` or
   ``memory_policies.variants`` whose value there is such a string, a collection of them, or a
   rules instance (``PAPER``, ``EVOLVE``, ``DEFAULT_VARIANT``, ``PROTOCOLS``, ``VARIANTS``).
 
@@ -33,17 +33,17 @@ from pathlib import Path
 
 import pytest
 
-import evolve.protocol
+import evolve.core.protocol
 import memory_policies.variants
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMES = {"paper", "evolve"}
 RULES_MODULES = {
-    "evolve.protocol": evolve.protocol,
+    "evolve.core.protocol": evolve.core.protocol,
     "memory_policies.variants": memory_policies.variants,
 }
-EXEMPT = {ROOT / "evolve" / "protocol.py", ROOT / "memory_policies" / "variants.py"}
-RULES_TYPES = (evolve.protocol.ProtocolRules, memory_policies.variants.VariantRules)
+EXEMPT = {ROOT / "evolve" / "core" / "protocol.py", ROOT / "memory_policies" / "variants.py"}
+RULES_TYPES = (evolve.core.protocol.ProtocolRules, memory_policies.variants.VariantRules)
 
 
 def _stands_for_a_name(value: object) -> bool:
@@ -163,7 +163,7 @@ def _sources() -> list[Path]:
 def test_the_rules_modules_are_importable_by_name():
     for name, module in RULES_MODULES.items():
         assert importlib.import_module(name) is module
-    assert {"PAPER", "EVOLVE", "PROTOCOLS"} <= FLAGGED["evolve.protocol"]
+    assert {"PAPER", "EVOLVE", "PROTOCOLS"} <= FLAGGED["evolve.core.protocol"]
     assert {"PAPER", "EVOLVE", "VARIANTS", "DEFAULT_VARIANT"} <= FLAGGED["memory_policies.variants"]
 
 
@@ -184,10 +184,10 @@ def test_no_code_compares_protocol_or_variant_names():
         'if protocol == "paper": pass',
         'ok = "evolve" != spec.protocol',
         'ok = name in ("paper", "x")',
-        "from evolve.protocol import PAPER\nok = rules is PAPER",
+        "from evolve.core.protocol import PAPER\nok = rules is PAPER",
         "from memory_policies.variants import DEFAULT_VARIANT as D\nok = variant == D",
         "from memory_policies import variants\nok = variant in variants.VARIANTS",
-        "import evolve.protocol\nok = x == evolve.protocol.EVOLVE",
+        "import evolve.core.protocol\nok = x == evolve.core.protocol.EVOLVE",
         'match protocol:\n    case "paper":\n        pass',
         'value = table["paper"]',
         'value = {"paper": 1, "evolve": 2}[protocol]',
@@ -205,7 +205,7 @@ def test_each_kind_of_name_switch_is_caught(source):
         # Same name as a rules module's, other module: not flagged.
         "from reference_code import PAPER\nok = preset == PAPER",
         'message = f"protocol {name!r} is not paper"',
-        "from evolve.protocol import rules_for\nok = rules_for(protocol).chat_turns",
+        "from evolve.core.protocol import rules_for\nok = rules_for(protocol).chat_turns",
         'spec = {"protocol": "paper"}',
     ],
 )
@@ -218,7 +218,7 @@ def test_field_reads_and_unrelated_names_pass(source):
 # Where a protocol name may be looked up (`rules_for`) or written as a literal: the rules
 # modules, and the command layer that reads a name from the command line or a stored run.
 LOOKUP_ALLOWED = {
-    ROOT / "evolve" / "protocol.py",
+    ROOT / "evolve" / "core" / "protocol.py",
     ROOT / "evolve" / "api.py",
     ROOT / "evolve" / "cli.py",
     ROOT / "memory_policies" / "variants.py",
@@ -260,7 +260,7 @@ def test_below_the_command_layer_no_code_looks_a_protocol_up_or_names_one():
     "source",
     [
         "rules = rules_for(spec.protocol)",
-        "import evolve.protocol\nrules = evolve.protocol.rules_for(name)",
+        "import evolve.core.protocol\nrules = evolve.core.protocol.rules_for(name)",
         'def run(protocol: str = "evolve"): ...',
         'compute(protocol="paper")',
     ],

@@ -75,8 +75,8 @@ def test_a_changed_rerun_is_reported(quickstart_record, tmp_path, train_score, s
 def test_the_journal_the_spend_listener_writes_is_read_per_role(quickstart_record, tmp_path):
     """The record reads `spend.jsonl` as `evolve run` writes it (the tracker's events through
     the one spend listener), not only the hand-written lines above."""
-    from evolve.budget import SpendJournal, SpendListener
     from evolve.llm.usage import UsageTracker
+    from evolve.results.budget import SpendJournal, SpendListener
 
     run = write_run(tmp_path / "run", train_score=0.4, spend=[{"wall_s": 0.0}])
     tracker = UsageTracker()

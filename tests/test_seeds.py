@@ -1,4 +1,4 @@
-"""The one seed derivation (`evolve.seeds`) reproduces both widths evolve derived before it."""
+"""The one seed derivation (`evolve.core.seeds`) reproduces both widths evolve derived before it."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from evolve.seeds import derive_rng, derive_seed
+from evolve.core.seeds import derive_rng, derive_seed
 
 PARTS = [(0,), (7, "trial", 3), ("user", 3, 12), ("personas", 0), (1, "u000-x", "answers", 2)]
 

@@ -1,4 +1,4 @@
-"""The spec building blocks shared by experiment and study specs (`evolve.spec_base`)."""
+"""The spec building blocks shared by experiment and study specs (`evolve.core.spec_base`)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import random
 import pytest
 from pydantic import ValidationError
 
-from evolve.config import OptimizerSpec, spec_from_dict
-from evolve.errors import ConfigError
+from evolve.core.errors import ConfigError
+from evolve.core.spec_base import IntRange, format_validation_error
 from evolve.optimize.parameters import RandomStepProposer
-from evolve.spec_base import IntRange, format_validation_error
+from evolve.spec.config import OptimizerSpec, spec_from_dict
 from evolve.tuning.spec import TuningSpec
 
 

@@ -10,8 +10,8 @@ from scripted_lm import ScriptedLM, scripted_role_lms
 from simulator.eval_helpers import agent_responder, simulator_responder
 from tuning.tune_helpers import PAPER_GRID, write_tune_spec
 
-from evolve.config import load_spec, resolve
 from evolve.simulator.runner import run_evaluation
+from evolve.spec.config import load_spec, resolve
 from evolve.tuning import load_study_spec, resolve_tuning
 from evolve.tuning.study import job_from
 
@@ -79,9 +79,9 @@ def test_quickstart_episodes_make_the_simulated_user_talk(tmp_path):
 
 
 def test_a_spec_carries_its_protocols_rules_but_rules_is_no_key_of_the_file():
-    from evolve.config import spec_from_dict
-    from evolve.errors import ConfigError
-    from evolve.protocol import PAPER
+    from evolve.core.errors import ConfigError
+    from evolve.core.protocol import PAPER
+    from evolve.spec.config import spec_from_dict
 
     data = {
         "name": "rules",

@@ -14,9 +14,9 @@ import jsonschema
 import pytest
 
 from evolve.cli import main
-from evolve.config import load_spec
+from evolve.commands.spec_schema import SPEC_SCHEMAS, schema_text
 from evolve.simulator.synthesis.config import load_synthesis_config
-from evolve.spec_schema import SPEC_SCHEMAS, schema_text
+from evolve.spec.config import load_spec
 from evolve.tuning.spec import is_study_spec, load_study_spec
 
 REPO = Path(__file__).resolve().parents[1]

@@ -1,13 +1,13 @@
-"""The one spend listener (`evolve.budget.SpendListener`): what `evolve run`'s budget, `evolve
-eval` and a tuning study journal, through one code path."""
+"""The one spend listener (`evolve.results.budget.SpendListener`): what `evolve run`'s budget,
+`evolve eval` and a tuning study journal, through one code path."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from evolve.budget import SpendJournal, SpendListener
 from evolve.llm.usage import UsageTracker
+from evolve.results.budget import SpendJournal, SpendListener
 from evolve.tuning.spend import StudySpendJournals
 
 

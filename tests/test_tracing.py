@@ -10,12 +10,12 @@ import pytest
 from optimize.evolve_helpers import World, write_spec
 from scripted_lm import ScriptedLM
 
-from evolve.config import load_spec
 from evolve.llm import EndpointConfig, RoleLMs
 from evolve.optimize import evolve_policy
 from evolve.simulator.runner import ProgressSink
-from evolve.tracing import EpisodeTracer, traces_wanted
+from evolve.spec.config import load_spec
 from evolve.tracking import MLflowTracker, mlflow_client
+from evolve.tracking.tracing import EpisodeTracer, traces_wanted
 
 SECRET = "sk-test-TRACESECRET-0123456789abcdef"
 CREDENTIALED_URL = "https://alice:TRACEPASSWORD@llm.example.com/v1"

@@ -12,11 +12,11 @@ import pytest
 from optimize.evolve_helpers import MARKER, World, write_spec
 from scripted_lm import ScriptedLM
 
-from evolve.config import load_spec
 from evolve.llm import EndpointConfig, RoleLMs
 from evolve.optimize import evolve_policy
-from evolve.records import EvaluationScores
+from evolve.results.records import EvaluationScores
 from evolve.simulator.metrics import MetricSummary
+from evolve.spec.config import load_spec
 from evolve.tracking import (
     MLflowTracker,
     evaluation_window,
@@ -170,7 +170,7 @@ def test_instruction_diff_keeps_an_unchanged_last_line():
 
 def test_no_api_key_in_mlflow_runs_or_bundles(tmp_path, monkeypatch):
     """A configured hosted endpoint's key must appear in no param, tag, metric or artifact."""
-    from evolve.export import export_policy
+    from evolve.export.bundle import export_policy
 
     monkeypatch.setenv("EVOLVE_TEST_SECRET_KEY", SECRET)
     endpoint = EndpointConfig(

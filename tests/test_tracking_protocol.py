@@ -9,8 +9,8 @@ import pytest
 from optimize.evolve_helpers import World, write_spec
 from tuning.tune_helpers import TuneWorld, write_tune_spec
 
-from evolve.config import load_spec
 from evolve.optimize import evolve_policy
+from evolve.spec.config import load_spec
 from evolve.tracking import MLflowTracker, mlflow_client
 from evolve.tuning import load_study_spec, run_study, study_tracker_for
 

@@ -15,17 +15,17 @@ from collections.abc import Iterator
 import pytest
 from optimize.evolve_helpers import write_spec
 
-from evolve import mlflow_limits, tracking_uri
-from evolve.config import load_spec
-from evolve.errors import ConfigError, StorageError
-from evolve.tracking import tracker_for
-from evolve.tracking_uri import (
+from evolve.core.errors import ConfigError, StorageError
+from evolve.spec.config import load_spec
+from evolve.stores import mlflow_limits, tracking_uri
+from evolve.stores.tracking_uri import (
     DEFAULT_TRACKING_URI,
     check_tracking_uri,
     masked_uri,
     mlflow_ui_hint,
     resolve_tracking_uri,
 )
+from evolve.tracking import tracker_for
 
 FLAG, SPEC, ENV = "sqlite:///flag.db", "sqlite:///spec.db", "http://team:5000"
 

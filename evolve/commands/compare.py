@@ -1,6 +1,6 @@
 """`evolve compare TARGET`: an experiment's generations and lineage, a tuning study's trials, or
 an evaluation's policies side by side; `--plot FILE` also draws the paper-style figure (PNG
-and PDF, `evolve.plots`).
+and PDF, `evolve.reporting.plots`).
 
 Reads the records under `runs/<name>/` (no LLM, no MLflow needed); works on a finished,
 stopped or still-running run. Each view ends with the spend ledger's total, naming the
@@ -16,12 +16,12 @@ import sys
 from pathlib import Path
 
 from evolve.commands.flags import DEFAULT_RUNS_DIR
-from evolve.errors import ConfigError, StorageError
+from evolve.core.errors import ConfigError, StorageError
+from evolve.core.locking import lock_holder
+from evolve.core.protocol import rules_for
 from evolve.llm.usage import Usage
-from evolve.locking import lock_holder
 from evolve.optimize import ExperimentDir, format_lineage, format_table
 from evolve.optimize.experiment_dir import experiment_dir_for
-from evolve.protocol import rules_for
 from evolve.simulator.metrics import MetricSummary
 from evolve.tuning.readback import render_tuning_dir, tuning_dir_for
 from evolve.tuning.records import TuningResult
@@ -106,7 +106,7 @@ def run_compare(args: argparse.Namespace) -> int:
     print(format_lineage(result))
     _print_ledger(ExperimentDir(directory).load_spend())
     if args.plot is not None:
-        from evolve.plots import plot_evolution, save_figure
+        from evolve.reporting.plots import plot_evolution, save_figure
 
         _print_written(save_figure(plot_evolution(result), args.plot))
     return 0
@@ -190,7 +190,7 @@ def _compare_tuning(args: argparse.Namespace) -> int:
     if directory is not None and (directory / SPEND_DIR).is_dir():
         _print_ledger(recorded_spend(directory, result.study_name))
     if args.plot is not None:
-        from evolve.plots import plot_tuning, save_figure
+        from evolve.reporting.plots import plot_tuning, save_figure
 
         _print_written(save_figure(plot_tuning(result), args.plot))
     return 0
@@ -261,7 +261,7 @@ def _compare_evaluations(directory: Path, plot: Path | None) -> int:
     if store.journal_file.is_file():
         _print_ledger(store.load_spend())
     if plot is not None:
-        from evolve.plots import plot_evaluations, save_figure
+        from evolve.reporting.plots import plot_evaluations, save_figure
 
         figure = plot_evaluations(per_period, f"{directory.name}: {len(per_period)} policies")
         _print_written(save_figure(figure, plot))

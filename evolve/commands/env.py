@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from evolve.commands.env_llm import add_llm_synthesize_arguments, run_llm_synthesize
-from evolve.errors import ConfigError, EnvironmentDataError
+from evolve.core.errors import ConfigError, EnvironmentDataError
 from evolve.simulator.environment import (
     PROBLEMS_KEPT,
     Environment,

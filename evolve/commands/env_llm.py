@@ -11,8 +11,8 @@ from pathlib import Path
 from tqdm import tqdm
 
 from evolve.commands.progress import stderr_is_terminal
-from evolve.errors import ConfigError, LLMOutputError
-from evolve.files import atomic_write_json
+from evolve.core.errors import ConfigError, LLMOutputError
+from evolve.core.files import atomic_write_json
 from evolve.simulator.environment import save_environment
 from evolve.simulator.synthesis.catalogs import load_catalog
 from evolve.simulator.synthesis.config import (

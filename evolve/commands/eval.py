@@ -20,21 +20,21 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from evolve.budget import SpendListener
 from evolve.commands import interrupt
 from evolve.commands.flags import add_no_progress, add_upper_bound_flags
 from evolve.commands.llm_flags import add_llm_arguments, open_role_lms_from_args
 from evolve.commands.progress import EvalBars, make_bar
 from evolve.commands.protocol_start import check_embedder, print_protocol_start
-from evolve.errors import ConfigError
-from evolve.files import safe_name
+from evolve.core.errors import ConfigError
+from evolve.core.files import safe_name
+from evolve.core.locking import run_lock
+from evolve.core.paths import cache_dir
+from evolve.core.protocol import EVAL_COMMAND_PROTOCOL, PROTOCOLS, ProtocolRules, rules_for
 from evolve.llm import RoleLMs
 from evolve.llm.usage import Usage
-from evolve.locking import run_lock
-from evolve.objective import format_score
 from evolve.optimize.experiment_dir import ExperimentDir
-from evolve.paths import cache_dir
-from evolve.protocol import EVAL_COMMAND_PROTOCOL, PROTOCOLS, ProtocolRules, rules_for
+from evolve.results.budget import SpendListener
+from evolve.results.objective import format_score
 from evolve.simulator.baselines import compute_upper_bound
 from evolve.simulator.environment import Environment, load_environment
 from evolve.simulator.metric_registry import View, metrics_in

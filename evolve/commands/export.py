@@ -8,7 +8,7 @@ from pathlib import Path
 
 from evolve.commands.compare import note_if_running
 from evolve.commands.flags import DEFAULT_RUNS_DIR
-from evolve.errors import ConfigError
+from evolve.core.errors import ConfigError
 from evolve.optimize.experiment_dir import experiment_dir_for
 
 
@@ -56,7 +56,7 @@ def check_target(target: str, runs_dir: Path) -> None:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from evolve.export import (
+    from evolve.export.bundle import (
         check_registered_model_name,
         export_policy,
         export_tracking_location,

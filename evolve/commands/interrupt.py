@@ -1,7 +1,7 @@
 """Ctrl-C and SIGTERM for the `evolve` command: stop at once, exit 130, never hang on exit.
 
 The first SIGINT or SIGTERM (or the first LLM call that fails after its retries, see
-`evolve.stopping`) sets `STOP` (the process-wide stop event that commands pass to
+`evolve.core.stopping`) sets `STOP` (the process-wide stop event that commands pass to
 the runner, which checks it before each new unit and LLM call, and that the LM clients check
 before sending each HTTP request, retries included) and raises
 `KeyboardInterrupt` in the main thread, so context managers unwind: worker pools cancel
@@ -31,8 +31,8 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import NoReturn
 
-from evolve.errors import EXIT_INTERRUPTED
-from evolve.stopping import STOP
+from evolve.core.errors import EXIT_INTERRUPTED
+from evolve.core.stopping import STOP
 
 # `STOP` (imported above) is the very event the LM clients' transports check before sending
 # each HTTP request (`evolve.llm.attempts`): once set, no new request starts.

@@ -10,7 +10,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from evolve.errors import ConfigError
+from evolve.core.errors import ConfigError
+from evolve.core.protocol import ProtocolRules
 from evolve.llm.config import (
     ROLES,
     EndpointConfig,
@@ -22,7 +23,6 @@ from evolve.llm.config import (
 from evolve.llm.dialects import DIALECTS
 from evolve.llm.model_source import MODEL_SOURCE_ENV, MODEL_SOURCES
 from evolve.llm.roles import open_role_lms
-from evolve.protocol import ProtocolRules
 
 
 def _positive_int(text: str) -> int:

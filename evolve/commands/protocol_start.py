@@ -4,7 +4,7 @@ Always: which model serves which role, and the embedder when a policy embeds. Un
 `protocol = "paper"` (where a weaker simulated user or another embedder than the paper's is
 then visible in the run's first line): the completion limits in use (the reference's 8192
 unless the user set one) and the kept rows of the deviation table
-(`evolve.paper_deviations`), one line each, so that nobody reads a paper run's numbers without
+(`evolve.spec.paper_deviations`), one line each, so that nobody reads a paper run's numbers without
 seeing where it differs from the reference code. Under `evolve`: nothing more (its
 differences are the protocol itself).
 
@@ -19,10 +19,10 @@ import sys
 from collections.abc import Iterable
 from typing import TextIO
 
-from evolve.errors import ConfigError
+from evolve.core.errors import ConfigError
+from evolve.core.protocol import rules_for
 from evolve.llm import RoleLMs
-from evolve.paper_deviations import start_lines
-from evolve.protocol import rules_for
+from evolve.spec.paper_deviations import start_lines
 from memory_policies.embed import EMBEDDER_ENV, default_embedder
 
 

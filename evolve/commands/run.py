@@ -24,18 +24,18 @@ from evolve.commands.flags import (
 from evolve.commands.llm_flags import add_llm_arguments, llm_config_from_args
 from evolve.commands.progress import CommandBars, make_bar
 from evolve.commands.protocol_start import check_embedder, print_protocol_start
-from evolve.config import ExperimentSpec, ResolvedExperiment, load_spec, resolve, spec_label
+from evolve.core.locking import run_lock
 from evolve.llm import LLMConfig, open_role_lms, protocol_llm_config
-from evolve.locking import run_lock
-from evolve.objective import scores_text
 from evolve.optimize import LoopProgress, evolve_policy, format_lineage, format_table
 from evolve.optimize.loop import reflector_setup
 from evolve.optimize.operators import check_operators
 from evolve.optimize.report import format_outcome
-from evolve.records import CandidateRecord
+from evolve.results.objective import scores_text
+from evolve.results.records import CandidateRecord
 from evolve.simulator.runner import ProgressSink
+from evolve.spec.config import ExperimentSpec, ResolvedExperiment, load_spec, resolve, spec_label
+from evolve.stores.tracking_uri import mlflow_ui_hint
 from evolve.tracking import ExperimentTracker, tracker_for
-from evolve.tracking_uri import mlflow_ui_hint
 
 BEST_POLICY_DIR = "best_policy"
 
@@ -140,7 +140,7 @@ def _run_locked(
     if per_question:
         print(per_question)
     if result.best_id is not None:
-        from evolve.export import write_bundle
+        from evolve.export.bundle import write_bundle
         from evolve.optimize.experiment_dir import ExperimentDir
 
         store = ExperimentDir(args.runs_dir / spec.name)

@@ -6,8 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from evolve.errors import ConfigError
-from evolve.spec_schema import SPEC_SCHEMAS, schema_text, write_spec_schemas
+from evolve.commands.spec_schema import SPEC_SCHEMAS, schema_text, write_spec_schemas
+from evolve.core.errors import ConfigError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

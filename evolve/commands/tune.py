@@ -27,12 +27,12 @@ from evolve.commands.flags import (
 from evolve.commands.llm_flags import add_llm_arguments, llm_config_from_args
 from evolve.commands.progress import CommandBars, make_bar
 from evolve.commands.protocol_start import check_embedder, print_protocol_start
-from evolve.errors import ConfigError
+from evolve.core.errors import ConfigError
+from evolve.core.locking import run_lock
 from evolve.llm import LLMConfig, open_role_lms, protocol_llm_config
-from evolve.locking import run_lock
-from evolve.objective import format_score, scores_text
+from evolve.results.objective import format_score, scores_text
 from evolve.simulator.runner import ProgressSink
-from evolve.tracking_uri import masked_uri, mlflow_ui_hint
+from evolve.stores.tracking_uri import masked_uri, mlflow_ui_hint
 from evolve.tuning import (
     HeldoutRecord,
     TrialRecord,

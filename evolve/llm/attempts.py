@@ -10,7 +10,7 @@ Both clients go through one: the toolkit's `OpenAIChatLM` (its own client's tran
 litellm (a recording `litellm.client_session`, shared by every role).
 
 The same place enforces the stop: once `STOP` is set (SIGINT / SIGTERM, see
-`evolve.commands.interrupt`, or a call that failed after its retries, see `evolve.stopping`),
+`evolve.commands.interrupt`, or a call that failed after its retries, see `evolve.core.stopping`),
 a request that has not started is refused before any byte is sent, whichever code path (a
 retry, DSPy's adapter fallback, the next module call) asks.
 """
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import openai
 
-from evolve.stopping import STOP, stop_reason
+from evolve.core.stopping import STOP, stop_reason
 
 if TYPE_CHECKING:
     from evolve.llm.usage import UsageTracker

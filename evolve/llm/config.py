@@ -22,11 +22,11 @@ from pydantic import (
     model_validator,
 )
 
-from evolve.errors import ConfigError, MissingAPIKeyError
+from evolve.core.errors import ConfigError, MissingAPIKeyError
+from evolve.core.protocol import ProtocolRules
+from evolve.core.spec_base import refuse_renamed_keys
 from evolve.llm.dialects import BUILTIN_DIALECTS, dialect_named
 from evolve.llm.model_source import MODEL_SOURCE_ENV, ModelSource
-from evolve.protocol import ProtocolRules
-from evolve.spec_base import refuse_renamed_keys
 
 Role = Literal["simulator", "agent", "reflector"]
 

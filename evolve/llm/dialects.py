@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from evolve.errors import ConfigError
+from evolve.core.errors import ConfigError
 
 JSON_MODE: dict[str, Any] = {"type": "json_object"}
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import dspy
 
-from evolve.locking import exclusive_file_lock
+from evolve.core.locking import exclusive_file_lock
 
 # sqlite's result codes for a damaged file: SQLITE_CORRUPT ("database disk image is
 # malformed") and SQLITE_NOTADB ("file is not a database").

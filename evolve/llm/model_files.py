@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from evolve.errors import ModelFileError
-from evolve.files import atomic_write_text, create_temporary_beside
-from evolve.paths import cache_dir
+from evolve.core.errors import ModelFileError
+from evolve.core.files import atomic_write_text, create_temporary_beside
+from evolve.core.paths import cache_dir
 
 GGUF_MAGIC = b"GGUF"
 _READ_BLOCK = 4 * 1024 * 1024

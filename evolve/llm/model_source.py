@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, get_args
 
-from evolve.errors import ConfigError, ModelFileError
+from evolve.core.errors import ConfigError, ModelFileError
 from evolve.llm.model_files import BundledModel, bundled_model, bundled_model_path
 from evolve.llm.model_hub import (
     PROBE_TIMEOUT_SECONDS,

@@ -41,7 +41,7 @@ from dspy.utils.exceptions import (
     LMTransportError,
 )
 
-from evolve.errors import Interrupted
+from evolve.core.errors import Interrupted
 from evolve.llm import response_cache
 from evolve.llm.attempts import RequestsStopped, recording_http_client
 

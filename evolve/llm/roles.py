@@ -22,7 +22,8 @@ from urllib.parse import urlsplit
 import dspy
 from dspy.utils.exceptions import LMError, LMUnexpectedError
 
-from evolve.errors import EndpointError, Interrupted, LMClientError
+from evolve.core.errors import EndpointError, Interrupted, LMClientError
+from evolve.core.stopping import clear_endpoint_failure, stop_for_endpoint_failure
 from evolve.llm.adapter import STRUCTURED_OUTPUT_ATTRIBUTE, StructuredJSONAdapter
 from evolve.llm.attempts import STOP, install_litellm_session, litellm_requests_recorded
 from evolve.llm.config import (
@@ -37,7 +38,6 @@ from evolve.llm.response_cache import answering, hold_in_adapters, scrub_cached_
 from evolve.llm.server import EmbeddedServer
 from evolve.llm.usage import UsageTracker
 from evolve.llm.usage_callback import track_usage
-from evolve.stopping import clear_endpoint_failure, stop_for_endpoint_failure
 
 # DSPy 3.4's default ("auto") engine routes openai/* through its native lm15 client, which
 # speaks the newer OpenAI dialect (max_completion_tokens). llama.cpp's server ignores that

@@ -24,11 +24,11 @@ import urllib.request
 from pathlib import Path
 from types import TracebackType
 
-from evolve.errors import ModelFileError, ServerStartError
+from evolve.core.errors import ModelFileError, ServerStartError
+from evolve.core.paths import cache_dir
 from evolve.llm.config import EmbeddedModelConfig
 from evolve.llm.model_files import bundled_model, check_gguf_file
 from evolve.llm.model_source import ResolvedModelFile, resolve_bundled_model
-from evolve.paths import cache_dir
 
 _PR_SET_PDEATHSIG = 1
 SERVER_KIND = "llama-server"

@@ -29,14 +29,13 @@ import shutil
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from evolve.config import ExperimentSpec
-from evolve.files import atomic_write_json
-from evolve.objective import load_period_results, objective_value
+from evolve.core.files import atomic_write_json
 from evolve.optimize.context import EvolutionContext, Schedule
 from evolve.optimize.experiment_dir import ExperimentDir
 from evolve.optimize.feedback import build_feedback
 from evolve.optimize.reflect import Reflector
-from evolve.records import (
+from evolve.results.objective import load_period_results, objective_value
+from evolve.results.records import (
     CandidateRecord,
     CandidateStatus,
     GenerationRecord,
@@ -49,6 +48,7 @@ from evolve.simulator.records import PeriodResult, UserResult
 from evolve.simulator.run_dir import safe_name
 from evolve.simulator.runner import EvaluationReport, run_evaluation
 from evolve.simulator.user import derive_seed
+from evolve.spec.config import ExperimentSpec
 
 
 class PerUserChains:

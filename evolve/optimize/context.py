@@ -23,15 +23,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evolve.budget import Budget
-from evolve.config import ExperimentSpec, OptimizerSpec, ResolvedExperiment
 from evolve.llm import RoleLMs
-from evolve.objective import objective_used, objective_value
 from evolve.optimize.experiment_dir import ExperimentDir
 from evolve.optimize.parameters import ParameterProposer
 from evolve.optimize.progress import LoopProgress
 from evolve.optimize.reflect import Reflector
-from evolve.records import (
+from evolve.results.budget import Budget
+from evolve.results.objective import objective_used, objective_value
+from evolve.results.records import (
     CandidateRecord,
     CandidateStatus,
     EvaluationScores,
@@ -42,6 +41,7 @@ from evolve.records import (
 from evolve.simulator.metrics import MetricSummary, summarize_periods
 from evolve.simulator.records import PeriodResult, UserResult
 from evolve.simulator.runner import run_evaluation
+from evolve.spec.config import ExperimentSpec, OptimizerSpec, ResolvedExperiment
 from evolve.tracking import ExperimentTracker
 
 

@@ -32,11 +32,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from evolve.budget import SpendJournal, spend_json
-from evolve.files import atomic_write_json, atomic_write_text
+from evolve.core.files import atomic_write_json, atomic_write_text
+from evolve.core.protocol import DEFAULT_PROTOCOL
 from evolve.llm.usage import Usage
-from evolve.protocol import DEFAULT_PROTOCOL
-from evolve.records import CandidateRecord, ExperimentResult, GenerationRecord
+from evolve.results.budget import SpendJournal, spend_json
+from evolve.results.records import CandidateRecord, ExperimentResult, GenerationRecord
 from evolve.simulator.run_dir import open_header, read_json
 
 EXPERIMENT_FORMAT = "amemgym-evolve.experiment"
@@ -179,7 +179,7 @@ class ExperimentDir:
                 stored = read_json(self.result_file)
             except (OSError, json.JSONDecodeError):
                 stored = {}
-        from evolve.records import best_of
+        from evolve.results.records import best_of
 
         candidates = self.load_candidates()
         best = best_of(candidates, "heldout") or best_of(candidates, "train")
@@ -207,7 +207,7 @@ def experiment_dir_for(target: str, runs_dir: str | Path = "runs") -> Path | Non
     """The experiment directory named by a spec file, a name under `runs_dir`, or a path."""
     path = Path(target)
     if path.suffix == ".toml" and path.is_file():
-        from evolve.config import load_spec
+        from evolve.spec.config import load_spec
 
         return Path(runs_dir) / load_spec(path).name
     for candidate in (Path(runs_dir) / target, path):

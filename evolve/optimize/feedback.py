@@ -39,7 +39,7 @@ from collections.abc import Iterable, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
-from evolve.objective import load_period_results
+from evolve.results.objective import load_period_results
 from evolve.simulator.records import Diagnosis, ItemResult, PeriodResult
 
 _CHOSEN_CHARS = 90

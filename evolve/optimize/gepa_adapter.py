@@ -4,7 +4,7 @@ episodes are rollouts, our mutation operators propose.
 A GEPA data instance is one train user (its id). `evaluate(batch, candidate)` plays the
 candidate's on-policy episodes with `evolve.simulator.runner.run_evaluation`, one runner
 directory per (candidate fingerprint, user), so a killed run resumes without re-evaluating
-a finished user. Per-user score = the spec's objective (`evolve.objective.objective_value`);
+a finished user. Per-user score = the spec's objective (`evolve.results.objective.objective_value`);
 a user whose memory score is undefined at its first evaluation (the base candidate, which
 GEPA evaluates first) is scored by accuracy for every candidate, recorded in `units`.
 
@@ -28,7 +28,7 @@ from typing import Any
 
 from gepa.core.adapter import EvaluationBatch
 
-from evolve.objective import objective_value
+from evolve.core.seeds import derive_rng, derive_seed
 from evolve.optimize.feedback import FEEDBACK_KINDS, build_feedback
 from evolve.optimize.operators import (
     MutationOperator,
@@ -37,8 +37,8 @@ from evolve.optimize.operators import (
     parameter_component,
     split_candidate,
 )
-from evolve.records import fingerprint
-from evolve.seeds import derive_rng, derive_seed
+from evolve.results.objective import objective_value
+from evolve.results.records import fingerprint
 from evolve.simulator.environment import Environment
 from evolve.simulator.metrics import summarize_periods
 from evolve.simulator.records import UserResult

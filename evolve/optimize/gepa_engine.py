@@ -26,11 +26,11 @@ from gepa.strategies.candidate_selector import (
 )
 from pydantic import BaseModel, ConfigDict, Field
 
-from evolve.budget import Budget
+from evolve.core.seeds import derive_seed
 from evolve.optimize.edits import says_less
 from evolve.optimize.gepa_adapter import AMemGymAdapter
 from evolve.optimize.operators import is_parameter
-from evolve.seeds import derive_seed
+from evolve.results.budget import Budget
 
 # GEPA's checkpoint in its run_dir (gepa.core.state): present once a run has started.
 GEPA_STATE_FILE = "gepa_state.bin"

@@ -16,11 +16,12 @@ from typing import Any
 
 from gepa.core.callbacks import GEPACallback
 
-from evolve.objective import format_score
+from evolve.core.seeds import derive_seed
 from evolve.optimize.context import EvolutionContext
 from evolve.optimize.gepa_adapter import AMemGymAdapter
 from evolve.optimize.operators import is_parameter
-from evolve.records import (
+from evolve.results.objective import format_score
+from evolve.results.records import (
     CandidateRecord,
     CandidateStatus,
     GenerationRecord,
@@ -29,7 +30,6 @@ from evolve.records import (
     candidate_id,
     candidate_record,
 )
-from evolve.seeds import derive_seed
 
 
 class GepaRecordSync(GEPACallback):

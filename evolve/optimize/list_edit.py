@@ -13,7 +13,7 @@ from typing import Any
 import dspy
 from dspy.utils.exceptions import AdapterParseError
 
-from evolve.errors import ConfigError
+from evolve.core.errors import ConfigError
 from evolve.llm import call_events
 from evolve.optimize.edits import (
     MAX_ADDED_ITEMS,

@@ -47,8 +47,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from evolve.budget import Budget, BudgetExhausted
-from evolve.config import ExperimentSpec, ResolvedExperiment, resolve, spec_label
 from evolve.llm import RoleLMs
 from evolve.optimize.chain import ChainSchedule
 from evolve.optimize.context import EvolutionContext, Schedule
@@ -60,8 +58,10 @@ from evolve.optimize.population import PopulationSchedule, default_proposer
 from evolve.optimize.progress import LoopProgress
 from evolve.optimize.reflect import REFLECTOR_PROMPTS, Reflector
 from evolve.optimize.report import format_lineage, format_table
-from evolve.records import CandidateRecord, ExperimentResult, best_of
+from evolve.results.budget import Budget, BudgetExhausted
+from evolve.results.records import CandidateRecord, ExperimentResult, best_of
 from evolve.simulator.environment import Environment
+from evolve.spec.config import ExperimentSpec, ResolvedExperiment, resolve, spec_label
 from evolve.tracking import ExperimentTracker, NullTracker, TrackingContext
 
 __all__ = ["SCHEDULES", "LoopProgress", "build_reflector", "evolve_policy", "reflector_setup"]
@@ -230,7 +230,7 @@ class _ExperimentRun:
         return result
 
     def _upper_bound(self, budget: Budget) -> Any:
-        from evolve.paths import cache_dir
+        from evolve.core.paths import cache_dir
         from evolve.simulator.baselines import compute_upper_bound
 
         self.progress.stage("upper bound")

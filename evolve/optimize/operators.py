@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from evolve.errors import ConfigError
+from evolve.core.errors import ConfigError
 from evolve.optimize.reflect import proposal_feedback
 
 PARAMETER_PREFIX = "param."

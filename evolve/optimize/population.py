@@ -13,16 +13,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from evolve.budget import BudgetExhausted
-from evolve.config import ExperimentSpec
 from evolve.optimize.context import EvolutionContext, Schedule
 from evolve.optimize.gepa_adapter import AMemGymAdapter, candidate_policy, seed_candidate
 from evolve.optimize.gepa_engine import GepaSettings, budget_stop, run_gepa
 from evolve.optimize.gepa_records import GepaRecordSync
 from evolve.optimize.operators import MutationOperator, build_operator
 from evolve.optimize.parameters import ParameterProposer, RandomStepProposer
-from evolve.records import CandidateRecord, GenerationRecord
+from evolve.results.budget import BudgetExhausted
+from evolve.results.records import CandidateRecord, GenerationRecord
 from evolve.simulator.environment import Environment
+from evolve.spec.config import ExperimentSpec
 
 # Under runs/<experiment>/: GEPA's run_dir (state, resumable) and the runner directories of
 # every (candidate, user) evaluation, keyed by the candidate's fingerprint.

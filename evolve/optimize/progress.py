@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from evolve.records import CandidateRecord
+from evolve.results.records import CandidateRecord
 from evolve.simulator.runner import ProgressSink
 
 

@@ -1,5 +1,5 @@
 """Human-readable views of an experiment: the per-generation table and the lineage (its
-figure is `evolve.plots.plot_evolution`).
+figure is `evolve.reporting.plots.plot_evolution`).
 
 Pure functions over `ExperimentResult`; `evolve compare`, `evolve run` and the MLflow parent
 run all show the same text.
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from evolve.objective import format_score
-from evolve.protocol import ProtocolRules
-from evolve.records import CandidateRecord, ExperimentResult
+from evolve.core.protocol import ProtocolRules
+from evolve.results.objective import format_score
+from evolve.results.records import CandidateRecord, ExperimentResult
 from evolve.simulator.conversation_health import ConversationHealth
 from evolve.simulator.metric_registry import metrics_in
 from evolve.simulator.metrics import MetricSummary

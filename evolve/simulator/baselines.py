@@ -43,10 +43,10 @@ import dspy
 from dspy.utils.exceptions import AdapterParseError
 from pydantic import BaseModel, Field
 
-from evolve.errors import ToolkitError
-from evolve.files import atomic_write_json, safe_name
+from evolve.core.errors import ToolkitError
+from evolve.core.files import atomic_write_json, safe_name
+from evolve.core.protocol import DEFAULT_PROTOCOL, DEFAULT_RULES, Protocol, ProtocolRules
 from evolve.llm.response_cache import held_until_parsed
-from evolve.protocol import DEFAULT_PROTOCOL, DEFAULT_RULES, Protocol, ProtocolRules
 
 # Defined with the metrics (original_format needs it and sits below this module); kept
 # importable from here, where the upper bound's counterpart lives.

@@ -45,9 +45,9 @@ from pydantic import (
     model_validator,
 )
 
-from evolve.errors import EnvironmentDataError
-from evolve.files import atomic_write_text, read_json_file
-from evolve.spec_base import problem_lines
+from evolve.core.errors import EnvironmentDataError
+from evolve.core.files import atomic_write_text, read_json_file
+from evolve.core.spec_base import problem_lines
 
 # Types of answer choices, as the original generator names them.
 CHOICE_EXPERIENCED = "experience"

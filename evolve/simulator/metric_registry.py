@@ -2,7 +2,7 @@
 
 `MetricSummary` takes its fields' descriptions from here and flattens the declared metrics
 for MLflow; the per-period curves and table of `evolve.tracking`, the figures'
-labels and axes (`evolve.plots`), the per-generation table of `evolve.optimize.report` and
+labels and axes (`evolve.reporting.plots`), the per-generation table of `evolve.optimize.report` and
 `evolve eval`'s tables list the declarations instead of names kept by hand. A new metric is
 one `declare_metric(...)` call: with `compute`, its value is derived from a `MetricSummary`,
 so it appears in tracking and the tables without touching them (see docs/extending.md).

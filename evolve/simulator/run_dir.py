@@ -17,7 +17,7 @@ Run directory::
         failure_partition.json       ours: write / read / utilization per wrong item
     original/random_metrics.json  original/utilization_metrics.json
 
-Every file is written with `evolve.files.atomic_write_text` (temporary file, fsync,
+Every file is written with `evolve.core.files.atomic_write_text` (temporary file, fsync,
 `os.replace`), so a reader (or a resumed run) never sees a half-written file.
 """
 
@@ -29,11 +29,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from evolve.errors import ResumeMismatchError
-from evolve.files import atomic_write_json, atomic_write_text
+from evolve.core.errors import ResumeMismatchError
+from evolve.core.files import atomic_write_json, atomic_write_text
 
 # Re-exported for the runner and the chain schedule, which name users' directories with it.
-from evolve.files import safe_name as safe_name
+from evolve.core.files import safe_name as safe_name
 from evolve.llm.usage import Usage
 from evolve.simulator.original_format import diagnosis_entries, diagnosis_metrics
 from evolve.simulator.records import (

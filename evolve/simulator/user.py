@@ -30,8 +30,8 @@ from typing import Protocol as TypingProtocol
 import dspy
 from dspy.utils.exceptions import AdapterParseError
 
+from evolve.core.seeds import derive_seed
 from evolve.llm.response_cache import held_until_parsed
-from evolve.seeds import derive_seed
 from evolve.simulator.conversation_health import echo_of
 from evolve.simulator.records import SessionTranscript, TranscriptMessage
 from memory_policies.common import capped_call_config

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from evolve.objective import format_score
+from evolve.results.objective import format_score
 from evolve.simulator.metric_registry import metrics_in
 from evolve.tracking.tags import (
     NOTE_TAG,
@@ -35,7 +35,7 @@ from evolve.tracking.tags import (
 
 if TYPE_CHECKING:
     from evolve.llm.usage import Usage
-    from evolve.records import (
+    from evolve.results.records import (
         CandidateRecord,
         EvaluationScores,
         ExperimentResult,

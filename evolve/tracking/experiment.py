@@ -40,8 +40,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from evolve.files import atomic_write_json
+from evolve.core.files import atomic_write_json
 from evolve.simulator.run_dir import read_json
+from evolve.stores.tracking_uri import TrackingLocation, masked_uri
 from evolve.tracking.content import (
     ACCEPTED,
     BASE,
@@ -89,13 +90,17 @@ from evolve.tracking.tags import (
     TAG_RUN_DIR,
 )
 from evolve.tracking.traces import FINGERPRINT_TAG, TraceBook
-from evolve.tracking_uri import TrackingLocation, masked_uri
 
 if TYPE_CHECKING:
-    from evolve.config import ExperimentSpec
     from evolve.llm.usage import Usage
-    from evolve.records import CandidateRecord, EvaluationScores, ExperimentResult, GenerationRecord
+    from evolve.results.records import (
+        CandidateRecord,
+        EvaluationScores,
+        ExperimentResult,
+        GenerationRecord,
+    )
     from evolve.simulator.runner import ProgressSink
+    from evolve.spec.config import ExperimentSpec
 
 
 class MLflowTracker(ExperimentTracker):
@@ -225,7 +230,7 @@ class MLflowTracker(ExperimentTracker):
         record: CandidateRecord | None = None,
         fingerprint: str | None = None,
     ) -> ProgressSink | None:
-        from evolve.tracing import traces_wanted
+        from evolve.tracking.tracing import traces_wanted
 
         assert self.context is not None
         if not traces_wanted(self.context.spec.tracking.traces, split):

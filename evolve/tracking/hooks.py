@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from evolve.config import ExperimentSpec
     from evolve.llm.usage import Usage
-    from evolve.records import CandidateRecord, ExperimentResult, GenerationRecord
+    from evolve.results.records import CandidateRecord, ExperimentResult, GenerationRecord
     from evolve.simulator.runner import ProgressSink
-    from evolve.tracking_uri import TrackingLocation
+    from evolve.spec.config import ExperimentSpec
+    from evolve.stores.tracking_uri import TrackingLocation
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ _EXPERIMENT_ID_ENV = "MLFLOW_EXPERIMENT_ID"
 _EXPERIMENT_NAME_ENV = "MLFLOW_EXPERIMENT_NAME"
 
 if TYPE_CHECKING:
-    from evolve.records import CandidateRecord
+    from evolve.results.records import CandidateRecord
     from evolve.tracking.hooks import TrackingContext
 
 

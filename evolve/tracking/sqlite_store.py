@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from evolve.errors import StorageError
+from evolve.core.errors import StorageError
 
 logger = logging.getLogger(__name__)
 

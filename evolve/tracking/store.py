@@ -3,7 +3,7 @@ run carries (source, user, git), shared by the experiment and the study trackers
 
 The tracking URI is `--tracking-uri`, else the spec's, else `MLFLOW_TRACKING_URI`, else
 `sqlite:///mlruns/mlflow.db` relative to the current directory, with artifacts under
-`mlruns/artifacts/` (`evolve.tracking_uri`, which also refuses unusable URIs up front).
+`mlruns/artifacts/` (`evolve.stores.tracking_uri`, which also refuses unusable URIs up front).
 """
 
 from __future__ import annotations
@@ -20,19 +20,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from evolve.errors import ConfigError, StorageError
-from evolve.locking import exclusive_file_lock
-from evolve.tracking.sqlite_store import ensure_complete_store
-from evolve.tracking.tags import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, NOTE_TAG
-from evolve.tracking_uri import (
+from evolve.core.errors import ConfigError, StorageError
+from evolve.core.locking import exclusive_file_lock
+from evolve.stores.tracking_uri import (
     TrackingLocation,
     check_tracking_uri,
     resolve_tracking_uri,
     sqlite_file,
 )
+from evolve.tracking.sqlite_store import ensure_complete_store
+from evolve.tracking.tags import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, NOTE_TAG
 
 if TYPE_CHECKING:
-    from evolve.config import RunSpec
+    from evolve.spec.config import RunSpec
 
 logger = logging.getLogger(__name__)
 
@@ -214,7 +214,7 @@ def _get_or_create_experiment(client: Any, name: str, tracking_uri: str) -> str:
 
 
 def tracking_location(flag: str | None, spec: RunSpec) -> TrackingLocation:
-    """The tracking URI of a command by precedence (see `evolve.tracking_uri`), checked and
+    """The tracking URI of a command by precedence (see `evolve.stores.tracking_uri`), checked and
     normalized before any LLM call."""
     location = resolve_tracking_uri(flag, spec.tracking.tracking_uri)
     return TrackingLocation(prepare_tracking_uri(location.uri), location.source)

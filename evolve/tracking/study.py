@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from evolve.stores.tracking_uri import TrackingLocation
 from evolve.tracking.content import experiment_params
 from evolve.tracking.hooks import TrackingContext
 from evolve.tracking.store import (
@@ -69,7 +70,6 @@ from evolve.tracking.tags import (
     TAG_RUN_DIR,
 )
 from evolve.tracking.traces import TraceBook
-from evolve.tracking_uri import TrackingLocation
 
 if TYPE_CHECKING:
     from evolve.simulator.metrics import MetricSummary
@@ -173,7 +173,7 @@ class MLflowStudyTracker(StudyTracker):
         trial: int | None = None,
         label: str | None = None,
     ) -> ProgressSink | None:
-        from evolve.tracing import traces_wanted
+        from evolve.tracking.tracing import traces_wanted
 
         assert self.context is not None
         if not traces_wanted(self.context.spec.tracking.traces, split):

@@ -7,7 +7,7 @@ import math
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from evolve.objective import format_score
+from evolve.results.objective import format_score
 
 # What the study tracker reads of tuning's records and spec (`evolve.tuning.records`,
 # `evolve.tuning.spec`), stated here as protocols: tracking sits below tuning, which hands
@@ -46,7 +46,7 @@ class TuningResult(Protocol):
 
 class StudySpecView(Protocol):
     """What the tracker reads of a study spec (`evolve.tuning.spec.StudySpec`): some of the
-    run spec's fields (`evolve.experiment_spec.RunSpec`) and its `tuning` table."""
+    run spec's fields (`evolve.spec.experiment_spec.RunSpec`) and its `tuning` table."""
 
     name: str
     description: str

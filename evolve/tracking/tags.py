@@ -24,7 +24,7 @@ PARENT_RUN_TAG = "mlflow.parentRunId"
 # MLflow's description of a run or an experiment (what the UI shows as "Description").
 NOTE_TAG = "mlflow.note.content"
 # What the experiment is, for MLflow UIs that read it; 3.17's ignores it and shows an
-# experiment's runs only by its `workflowType` (see `evolve.tracking_uri.RUNS_VIEW_QUERY`).
+# experiment's runs only by its `workflowType` (see `evolve.stores.tracking_uri.RUNS_VIEW_QUERY`).
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"
 # Per-period curves of a candidate (`<split>_period/<name>`, step = period): the metrics

@@ -1,7 +1,7 @@
 """The traces of an experiment's evaluations (`[tracking] traces`): the episode tracers
 handed to the runner, closed when their candidate is logged, and GEPA's traces (recorded by
 a policy's fingerprint before its candidate exists) tagged and linked to the candidate's run
-once they are written. The spans themselves: `evolve.tracing`."""
+once they are written. The spans themselves: `evolve.tracking.tracing`."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ class TraceBook:
     def start_reflections(self) -> None:
         """Collect the reflector's calls from now on (earlier ones belong to no proposal of
         this invocation: dropped)."""
-        from evolve.tracing import collect_llm_calls, take_reflection_calls
+        from evolve.tracking.tracing import collect_llm_calls, take_reflection_calls
 
         collect_llm_calls()
         take_reflection_calls()
@@ -38,7 +38,7 @@ class TraceBook:
     def reflection(self, candidate_id: str, *, experiment_id: str, tags: dict[str, str]) -> None:
         """The reflector calls made since the last proposal, as the trace `reflection
         <candidate>` (proposals are made and reported one at a time)."""
-        from evolve.tracing import record_calls_trace, take_reflection_calls
+        from evolve.tracking.tracing import record_calls_trace, take_reflection_calls
 
         calls = take_reflection_calls()
         trace_id = record_calls_trace(
@@ -66,7 +66,7 @@ class TraceBook:
         source_run_id: str | None,
     ) -> ProgressSink:
         """A progress sink that forwards to `inner` and records one trace per episode."""
-        from evolve.tracing import EpisodeTracer
+        from evolve.tracking.tracing import EpisodeTracer
 
         tracer = EpisodeTracer(
             inner,
@@ -106,7 +106,7 @@ class TraceBook:
         then tag and link the adopted ones."""
         if not self._traced:
             return
-        from evolve.tracing import flush_traces
+        from evolve.tracking.tracing import flush_traces
 
         self.close()
         flush_traces()

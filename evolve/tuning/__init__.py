@@ -9,7 +9,7 @@ spend journals, trackers and report rendering are internals of the submodules (`
 `layout`, `trials` and `heldout`).
 """
 
-from evolve.spec_base import IntRange
+from evolve.core.spec_base import IntRange
 from evolve.tuning.evolution import CandidateTuning, OptunaParameterProposer, tune_best_candidate
 from evolve.tuning.records import HeldoutRecord, TrialRecord, TuningResult
 from evolve.tuning.report import format_result

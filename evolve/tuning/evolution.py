@@ -23,10 +23,10 @@ from optuna.distributions import IntDistribution
 from optuna.trial import TrialState
 from pydantic import BaseModel, Field
 
-from evolve.config import BudgetSpec
 from evolve.llm import RoleLMs
 from evolve.simulator.environment import Environment
 from evolve.simulator.runner import EpisodeConfig
+from evolve.spec.config import BudgetSpec
 from evolve.tuning.records import TrialRecord
 from evolve.tuning.samplers import TrialSeededSampler
 from evolve.tuning.spec import IntRange, ParameterSpace, TuningSpec

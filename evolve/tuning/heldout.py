@@ -3,7 +3,7 @@ policy if asked) evaluated on the users no trial saw, then recorded on the study
 
 from __future__ import annotations
 
-from evolve.objective import objective_used, objective_value
+from evolve.results.objective import objective_used, objective_value
 from evolve.simulator.runner import run_evaluation
 from evolve.tuning.job import StudyRun
 from evolve.tuning.records import HeldoutRecord, best_trial_numbers, record_choice

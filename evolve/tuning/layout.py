@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from evolve.files import atomic_write_json, safe_name
+from evolve.core.files import atomic_write_json, safe_name
 from evolve.simulator.run_dir import read_json
 from evolve.tuning.records import IN_MEMORY_STORAGE, TuningResult
 from evolve.tuning.spec import parameter_slug

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import optuna
 
-from evolve.errors import ConfigError, StorageError
+from evolve.core.errors import ConfigError, StorageError
 from evolve.tuning.records import (
     IN_MEMORY_STORAGE,
     TuningResult,

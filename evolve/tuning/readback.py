@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from evolve.objective import format_score
+from evolve.results.objective import format_score
 from evolve.tuning.layout import RESULT_FILE, TuningDir
 from evolve.tuning.records import IN_MEMORY_STORAGE, TrialRecord, with_journaled_spend
 from evolve.tuning.report import format_result, format_trials

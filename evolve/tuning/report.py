@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from evolve.objective import format_score, scores_text
+from evolve.results.objective import format_score, scores_text
 from evolve.tuning.records import (
     IN_MEMORY_STORAGE,
     TrialRecord,

@@ -23,7 +23,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, IntD
 from optuna.samplers import BaseSampler
 from optuna.trial import FrozenTrial, TrialState
 
-from evolve.seeds import derive_seed
+from evolve.core.seeds import derive_seed
 from evolve.tuning.records import GRID_POINT_ATTR
 from evolve.tuning.spec import IntRange, TuningSpec
 

@@ -2,7 +2,7 @@
 parameters; its `[tuning]` table is a `TuningSpec`.
 
 A study spec shares the experiment spec's tables (`[environment]`, `[episode]`, `[policy]`,
-`[budget]`, `[tracking]`, `[llm]`, `seed`, `concurrency`; see `evolve.config`) and adds a
+`[budget]`, `[tracking]`, `[llm]`, `seed`, `concurrency`; see `evolve.spec.config`) and adds a
 `[tuning]` table: the search space, the number of trials, the sampler, the pruner, the
 objective(s) and where the study is stored. `resolve_tuning()` checks everything that can be
 checked without an LLM before the first call. See `experiments/tune_quick.toml`.
@@ -26,24 +26,24 @@ from pydantic import (
     model_validator,
 )
 
-from evolve.config import (
+from evolve.core.errors import ConfigError, ToolkitError
+from evolve.core.files import folder_name_problem, read_toml_file
+from evolve.core.spec_base import (
+    SKIP,
+    IntRange,
+    StrictTable,
+    format_validation_error,
+    value_problem,
+)
+from evolve.llm.config import LLMConfig
+from evolve.results.objective import OBJECTIVES
+from evolve.spec.config import (
     ExperimentSpec,
     OptimizerSpec,
     ResolvedExperiment,
     RunSpec,
     read_toml,
     resolve,
-)
-from evolve.errors import ConfigError, ToolkitError
-from evolve.files import folder_name_problem, read_toml_file
-from evolve.llm.config import LLMConfig
-from evolve.objective import OBJECTIVES
-from evolve.spec_base import (
-    SKIP,
-    IntRange,
-    StrictTable,
-    format_validation_error,
-    value_problem,
 )
 from evolve.tuning.storage import (
     DEFAULT_HEARTBEAT_GRACE_S,

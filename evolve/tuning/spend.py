@@ -4,12 +4,12 @@ Why not the trial attributes alone: a worker writes a trial's calls and tokens t
 when the trial ends, so a `kill -9` mid-trial loses the spend of the killed trial, and a
 budget summed from the attributes under-counts real spend by every killed trial. Instead,
 each request appends one flushed line to a journal file (the `SpendJournal` of `evolve
-run`, written by the same `evolve.budget.SpendListener`) before it is sent, and another
+run`, written by the same `evolve.results.budget.SpendListener`) before it is sent, and another
 when it ends, so after any crash the study's recorded spend holds every request the server
 received, plus at most those in flight at the crash (reported as of unknown outcome).
 
 Layout under the tuning run directory `runs/<name>/` (`<study>` is the study name made
-file-system safe, `evolve.files.safe_name`)::
+file-system safe, `evolve.core.files.safe_name`)::
 
     spend/<study>/trial-NNNN.jsonl           calls made while trial NNNN ran (written by
                                              the one process that ran it; a retried trial
@@ -18,7 +18,7 @@ file-system safe, `evolve.files.safe_name`)::
                                              (upper bound, held-out checks)
     spend/<study>/worker-<host>-<pid>.jsonl  calls of a `--worker` outside trials
 
-Every file holds the JSON lines of `evolve.budget.SpendJournal` (`wall_s`: seconds since
+Every file holds the JSON lines of `evolve.results.budget.SpendJournal` (`wall_s`: seconds since
 the file's writer attached it): each HTTP request as started before it is sent and as
 finished or failed after, each completed call with its tokens. A line torn by a kill is
 skipped. The study's spend is the sum over all files: LLM calls = requests started (retries,
@@ -48,9 +48,9 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from evolve.budget import Budget, SpendJournal, SpendListener
-from evolve.files import safe_name
+from evolve.core.files import safe_name
 from evolve.llm.usage import Usage, UsageTracker
+from evolve.results.budget import Budget, SpendJournal, SpendListener
 from evolve.simulator.run_dir import read_json
 from evolve.tuning.records import TrialRecord
 

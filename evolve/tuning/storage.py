@@ -39,8 +39,8 @@ import sqlalchemy.event
 import sqlalchemy.exc
 from optuna.trial import TrialState
 
-from evolve.database_urls import missing_driver_message
-from evolve.errors import ConfigError, StorageError
+from evolve.core.errors import ConfigError, StorageError
+from evolve.stores.database_urls import missing_driver_message
 
 DEFAULT_HEARTBEAT_GRACE_S = 120
 # sqlite: wait for another worker's write instead of failing with "database is locked".

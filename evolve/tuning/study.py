@@ -43,10 +43,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from evolve.budget import Budget, BudgetExhausted, SpendListener
-from evolve.errors import ResumeMismatchError
+from evolve.core.errors import ResumeMismatchError
 from evolve.llm import RoleLMs
 from evolve.llm.usage import Usage
+from evolve.results.budget import Budget, BudgetExhausted, SpendListener
 from evolve.simulator.environment import Environment
 from evolve.simulator.run_dir import config_differences
 from evolve.tuning.heldout import evaluate_heldout, record_heldout_choice
@@ -274,7 +274,7 @@ class _Worker:
             )
 
     def _prepare_upper_bound(self, run: StudyRun) -> None:
-        from evolve.paths import cache_dir
+        from evolve.core.paths import cache_dir
         from evolve.simulator.baselines import compute_upper_bound
 
         if run.upper_bound is not None:

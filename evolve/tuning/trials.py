@@ -20,9 +20,9 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, IntD
 from optuna.study import MaxTrialsCallback
 from optuna.trial import FrozenTrial, TrialState
 
-from evolve.budget import BudgetExhausted
-from evolve.objective import load_period_results, objective_used, objective_value
-from evolve.seeds import derive_seed
+from evolve.core.seeds import derive_seed
+from evolve.results.budget import BudgetExhausted
+from evolve.results.objective import load_period_results, objective_used, objective_value
 from evolve.simulator.metrics import MetricSummary, summarize_periods
 from evolve.simulator.runner import run_evaluation
 from evolve.tuning.job import FINISHED, StudyRun

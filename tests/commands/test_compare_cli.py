@@ -85,8 +85,8 @@ def test_compare_an_eval_directory_plots_per_period_curves(tmp_path, capsys):
 
 
 def test_compare_names_the_requests_a_kill_left_of_unknown_outcome(tmp_path, capsys):
-    from evolve.budget import SpendJournal
     from evolve.llm.usage import RequestEvent, RequestState
+    from evolve.results.budget import SpendJournal
 
     out = tmp_path / "eval"
     (out / "in_context").mkdir(parents=True)

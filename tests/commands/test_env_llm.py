@@ -14,7 +14,7 @@ from simulator.synthesis.llm_helpers import PipelinePlayer, wrong_match
 import evolve.commands.llm_flags
 from evolve.cli import main
 from evolve.commands.env_llm import add_llm_synthesize_arguments, run_llm_synthesize
-from evolve.errors import EXIT_LLM_FAILURE, ConfigError, LLMOutputError
+from evolve.core.errors import EXIT_LLM_FAILURE, ConfigError, LLMOutputError
 from evolve.simulator.environment import load_environment
 
 CONFIG_TOML = """

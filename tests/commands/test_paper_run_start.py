@@ -14,11 +14,11 @@ from simulator.eval_helpers import agent_responder, make_environment, simulator_
 
 import evolve.commands.eval as eval_command
 from evolve.cli import main
+from evolve.core.protocol import EVOLVE, PAPER
 from evolve.optimize.report import chain_headline
-from evolve.paper_deviations import START_HEADING, kept_deviations, load_deviations
-from evolve.protocol import EVOLVE, PAPER
 from evolve.simulator.environment import save_environment
 from evolve.simulator.metrics import MetricSummary
+from evolve.spec.paper_deviations import START_HEADING, kept_deviations, load_deviations
 from memory_policies.embed import HashingEmbedder
 
 

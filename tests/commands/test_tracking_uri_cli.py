@@ -13,8 +13,8 @@ from optimize.evolve_helpers import World, write_spec
 from tuning.tune_helpers import PAPER_GRID, TuneWorld, write_tune_spec
 
 from evolve.cli import main
-from evolve.config import load_spec
-from evolve.errors import EXIT_BAD_INPUT, EXIT_STORAGE
+from evolve.core.errors import EXIT_BAD_INPUT, EXIT_STORAGE
+from evolve.spec.config import load_spec
 from evolve.tracking import mlflow_client, tracker_for
 
 

@@ -4,7 +4,7 @@ import pytest
 from pydantic import ValidationError
 
 from evolve.commands.llm_flags import add_llm_arguments, llm_config_from_args
-from evolve.errors import ConfigError, MissingAPIKeyError
+from evolve.core.errors import ConfigError, MissingAPIKeyError
 from evolve.llm.config import LOCAL_PLACEHOLDER_KEY, EndpointConfig, LLMConfig
 
 

@@ -10,6 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from evolve.commands.llm_flags import add_llm_arguments
+from evolve.commands.spec_schema import SPEC_SCHEMAS
 from evolve.llm.adapter import response_format_for
 from evolve.llm.config import EndpointConfig
 from evolve.llm.dialects import (
@@ -19,7 +20,6 @@ from evolve.llm.dialects import (
     StructuredOutputDialect,
     register_dialect,
 )
-from evolve.spec_schema import SPEC_SCHEMAS
 
 
 class Pick(dspy.Signature):

@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from evolve.commands.llm_flags import add_llm_arguments, llm_config_from_args
-from evolve.config import spec_from_dict
-from evolve.errors import ServerStartError
+from evolve.core.errors import ServerStartError
 from evolve.llm.config import EmbeddedModelConfig, LLMConfig
 from evolve.llm.server import (
     LLAMA_SERVER_ENV,
@@ -24,6 +23,7 @@ from evolve.llm.server import (
     llama_server_binary,
     other_llama_servers,
 )
+from evolve.spec.config import spec_from_dict
 
 
 def option(command: list[str], name: str) -> str:

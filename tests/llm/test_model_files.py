@@ -3,7 +3,7 @@ import hashlib
 
 import pytest
 
-from evolve.errors import ModelFileError
+from evolve.core.errors import ModelFileError
 from evolve.llm import model_files
 
 

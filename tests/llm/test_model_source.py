@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from fake_hub import FakeHub
 
-from evolve import paths
-from evolve.errors import ConfigError, ModelFileError
+from evolve.core import paths
+from evolve.core.errors import ConfigError, ModelFileError
 from evolve.llm import model_files
 from evolve.llm.model_source import model_source_setting, resolve_bundled_model
 

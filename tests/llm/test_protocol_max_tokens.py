@@ -10,9 +10,9 @@ import pytest
 
 import evolve.commands.llm_flags as llm_flags
 from evolve.commands.llm_flags import add_llm_arguments, llm_config_from_args
+from evolve.core.protocol import EVOLVE, PAPER, rules_for
 from evolve.llm import EndpointConfig, LLMConfig, build_lm
 from evolve.llm.config import protocol_llm_config
-from evolve.protocol import EVOLVE, PAPER, rules_for
 
 
 @pytest.fixture(autouse=True)

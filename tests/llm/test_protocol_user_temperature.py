@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from evolve.core.protocol import EVOLVE, PAPER
 from evolve.llm import EndpointConfig, LLMConfig, build_lm
 from evolve.llm.config import protocol_llm_config
-from evolve.protocol import EVOLVE, PAPER
 
 
 @pytest.fixture(autouse=True)

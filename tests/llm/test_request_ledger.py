@@ -16,13 +16,13 @@ import pytest
 from dspy.utils.exceptions import LMServerError
 from stub_server import StubServer
 
-from evolve.budget import Budget, SpendJournal
 from evolve.commands import interrupt
-from evolve.config import BudgetSpec
-from evolve.errors import Interrupted
+from evolve.core.errors import Interrupted
+from evolve.core.stopping import reset_stop
 from evolve.llm import EndpointConfig, RoleLMs, build_lm
 from evolve.llm.usage import RequestEvent, RequestState, Usage
-from evolve.stopping import reset_stop
+from evolve.results.budget import Budget, SpendJournal
+from evolve.spec.config import BudgetSpec
 
 
 class _Choice(dspy.Signature):
@@ -65,7 +65,7 @@ def test_each_retry_of_a_failing_server_is_its_own_journaled_request(tmp_path, c
         lms, journal = _journaled_lms(stub, tmp_path / "spend.jsonl", retries=1, client=client)
         budget = Budget(BudgetSpec(max_llm_calls=4), lms, Usage())
         for question in ("Which is a fruit?", "Which is a vegetable?"):
-            # A call that fails for good stops the process's later calls (`evolve.stopping`);
+            # A call that fails for good stops the process's later calls (`evolve.core.stopping`);
             # each question stands for a command of its own here.
             reset_stop()
             with pytest.raises(LMServerError):

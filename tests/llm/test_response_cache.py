@@ -15,7 +15,7 @@ from dspy.utils.exceptions import AdapterParseError
 from stub_server import StubServer
 
 from evolve.commands.llm_flags import add_llm_arguments, llm_config_from_args
-from evolve.errors import ConfigError
+from evolve.core.errors import ConfigError
 from evolve.llm import EndpointConfig, RoleLMs, build_lm
 from evolve.llm.openai_client import OpenAIChatLM
 from evolve.llm.response_cache import NAMESPACE_FIELD, held_until_parsed

@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 import warnings
 
-from evolve.budget import SpendJournal
 from evolve.llm.usage import Usage, UsageSummary, add_usage
 from evolve.optimize.experiment_dir import ExperimentDir
+from evolve.results.budget import SpendJournal
 from evolve.simulator.records import PeriodResult
 from evolve.simulator.synthesis.report import UserOutcome, sum_usage
 

@@ -16,7 +16,7 @@ from scripted_lm import ScriptedLM, scripted_role_lms
 from simulator.eval_helpers import latest_mention_choice, make_environment, output_fields, sections
 
 import memory_policies.registry as registry
-from evolve.errors import ConfigError
+from evolve.core.errors import ConfigError
 from evolve.simulator.runner import EpisodeConfig, run_evaluation
 from memory_policies import (
     MemorySystem,
@@ -251,7 +251,7 @@ def test_plugin_modules_named_in_the_environment_are_imported(tmp_path):
 
 
 def test_evolve_run_refuses_a_memory_system(tmp_path, bm25_module):
-    from evolve.config import load_spec, resolve
+    from evolve.spec.config import load_spec, resolve
 
     spec_file = tmp_path / "spec.toml"
     spec_file.write_text(

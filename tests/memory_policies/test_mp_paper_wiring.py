@@ -13,15 +13,15 @@ from scripted_lm import ScriptedCall, ScriptedLM, scripted_role_lms
 from simulator.eval_helpers import SCHEMA, make_environment, simulator_responder
 
 from evolve.commands.eval import build_eval_policies
-from evolve.config import resolve, spec_from_dict
-from evolve.errors import ConfigError
-from evolve.protocol import EVOLVE, PAPER
+from evolve.core.errors import ConfigError
+from evolve.core.protocol import EVOLVE, PAPER
 from evolve.simulator.runner import (
     QUESTION_HINT,
     EpisodeConfig,
     resolved_config,
     run_evaluation,
 )
+from evolve.spec.config import resolve, spec_from_dict
 from memory_policies import (
     LocalMiniLMEmbedder,
     OpenAIEmbedder,

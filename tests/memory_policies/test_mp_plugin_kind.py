@@ -14,8 +14,8 @@ import pytest
 from mp_helpers import agent, agent_context, messages
 
 import memory_policies.registry as registry
-from evolve.config import resolve, spec_from_dict
-from evolve.errors import ConfigError
+from evolve.core.errors import ConfigError
+from evolve.spec.config import resolve, spec_from_dict
 from memory_policies import MemoryPolicy, PolicyError, build_policy, load
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,9 +15,9 @@ from typing import Any
 from optimize.evolve_helpers import SCHEMA, make_item, output_fields, reflector_inputs, sections
 from scripted_lm import ScriptedLM, scripted_role_lms
 
-from evolve.config import load_spec
 from evolve.optimize import evolve_policy
 from evolve.simulator.environment import Environment, save_environment
+from evolve.spec.config import load_spec
 
 SIGNATURES = {"user-0": "Alice", "user-1": "Bob"}
 

@@ -25,9 +25,9 @@ from optimize.chain_world import SIGNATURES, World, run, token, write_world
 from optimize.evolve_helpers import output_fields, reflector_inputs, sections
 
 import memory_policies
-from evolve.config import load_spec
 from evolve.optimize import CandidateStatus
 from evolve.optimize.feedback import BLIND_FEEDBACK
+from evolve.spec.config import load_spec
 
 TESTS_DIR = Path(__file__).resolve().parents[1]
 
@@ -250,7 +250,7 @@ def test_blind_chains_propose_without_feedback(tmp_path):
 
 
 def test_the_runner_guards_the_declared_schedule(tmp_path):
-    from evolve.errors import ResumeMismatchError
+    from evolve.core.errors import ResumeMismatchError
     from evolve.simulator.environment import load_environment
     from evolve.simulator.runner import EpisodeConfig, run_evaluation
 

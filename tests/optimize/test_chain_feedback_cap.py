@@ -7,10 +7,10 @@ import random
 
 import pytest
 
-from evolve.config import spec_from_dict
 from evolve.optimize.chain import feedback_char_cap
 from evolve.optimize.feedback import build_feedback
 from evolve.simulator.records import ItemResult, PeriodResult
+from evolve.spec.config import spec_from_dict
 
 
 def spec(protocol: str, **optimizer: int):

@@ -41,11 +41,11 @@ from optimize.noise_world import BASE_TYPES, DOMAIN_OF, HELDOUT, ORACLE_TYPES, T
 from scripted_lm import ScriptedCall, ScriptedLM, scripted_role_lms
 
 import memory_policies
-from evolve.config import load_spec
 from evolve.optimize import chain, evolve_policy
 from evolve.optimize.feedback import Feedback
 from evolve.simulator.environment import Environment, save_environment
 from evolve.simulator.runner import EpisodeConfig, run_evaluation
+from evolve.spec.config import load_spec
 
 SEEDS = (0, 1, 2)
 KINDS = ("complete", "question_only", "blind")

@@ -196,8 +196,8 @@ def test_seed_train_and_heldout_evaluations_run_at_once(tmp_path):
 def run_final_heldout(tmp_path: Path, concurrency: int, monkeypatch) -> tuple[Any, list]:
     from optimize.evolve_helpers import World, write_spec
 
-    from evolve.config import load_spec
     from evolve.optimize import evolve_policy
+    from evolve.spec.config import load_spec
 
     batches: list[list[tuple[str, str]]] = []
     run_jobs = AMemGymAdapter.run_jobs

@@ -18,7 +18,7 @@ from optimize.evolve_helpers import World, sections, write_spec
 from optimize.noise_world import BASE_TYPES, TRAIN, NoiseWorld
 from scripted_lm import ScriptedLM
 
-from evolve.config import load_spec, resolve
+from evolve.core.spec_base import IntRange
 from evolve.optimize import evolve_policy
 from evolve.optimize.feedback import BLIND_FEEDBACK
 from evolve.optimize.gepa_adapter import AMemGymAdapter
@@ -27,7 +27,7 @@ from evolve.optimize.operators import build_operator
 from evolve.optimize.parameters import RandomStepProposer
 from evolve.optimize.reflect import Reflector
 from evolve.simulator.runner import EpisodeConfig
-from evolve.spec_base import IntRange
+from evolve.spec.config import load_spec, resolve
 
 COMPONENT = "write.types_to_remember"
 PARENT = {COMPONENT: BASE_TYPES}

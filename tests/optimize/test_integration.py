@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from evolve.config import spec_from_dict
 from evolve.optimize import CandidateStatus, evolve_policy, format_table
+from evolve.spec.config import spec_from_dict
 
 
 @pytest.mark.integration

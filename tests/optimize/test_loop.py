@@ -9,10 +9,10 @@ import json
 import pytest
 from optimize.evolve_helpers import MARKER, World, make_agent, reflector, write_spec
 
-from evolve.config import load_spec
-from evolve.errors import ResumeMismatchError
+from evolve.core.errors import ResumeMismatchError
 from evolve.optimize import CandidateStatus, ExperimentDir, evolve_policy
 from evolve.optimize.parameters import ParameterProposer
+from evolve.spec.config import load_spec
 
 
 def run(tmp_path, world, spec_path, **kwargs):

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from optimize.evolve_helpers import World, write_spec
 
-from evolve.config import load_spec
-from evolve.errors import ConfigError
+from evolve.core.errors import ConfigError
 from evolve.optimize import CandidateStatus, evolve_policy
 from evolve.optimize.operators import OPERATOR_CHECKS, OPERATORS, register_operator
+from evolve.spec.config import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "drop_line_operator.py"

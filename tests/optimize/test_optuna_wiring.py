@@ -8,9 +8,9 @@ import pytest
 from optimize.evolve_helpers import write_spec
 from tuning.tune_helpers import BEST, TuneWorld
 
-from evolve.config import load_spec
-from evolve.errors import ConfigError
+from evolve.core.errors import ConfigError
 from evolve.optimize import CandidateStatus, ExperimentDir, evolve_policy
+from evolve.spec.config import load_spec
 from evolve.tuning import OptunaParameterProposer
 
 PROPOSER_OPTIMIZER = """

@@ -10,11 +10,11 @@ import pytest
 from optimize.evolve_helpers import write_spec
 from scripted_lm import ScriptedLM, scripted_role_lms
 
-from evolve.config import load_spec, resolve
-from evolve.errors import ConfigError
+from evolve.core.errors import ConfigError
 from evolve.optimize.loop import build_reflector
 from evolve.optimize.operators import check_operators
 from evolve.optimize.reflect import REFLECTOR_PROMPTS, Reflector
+from evolve.spec.config import load_spec, resolve
 
 TYPES = "1. Diet: what the user eats.\n2. Home: where the user lives."
 FEEDBACK = 'Question 1: "Can you suggest a dinner recipe for me?"\nThe assistant chose: (A)'

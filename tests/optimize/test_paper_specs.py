@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from optimize.evolve_helpers import write_spec
 
-from evolve.config import load_spec, resolve, spec_from_dict
-from evolve.errors import ConfigError, EnvironmentDataError
-from evolve.protocol import PAPER
+from evolve.core.errors import ConfigError, EnvironmentDataError
+from evolve.core.protocol import PAPER
 from evolve.simulator.environment import save_environment
 from evolve.simulator.synthesis.offline import get_preset, synthesize_environment
+from evolve.spec.config import load_spec, resolve, spec_from_dict
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 FEEDBACKS = ("complete", "question_only", "none")

@@ -180,10 +180,10 @@ def test_a_resumed_run_makes_the_same_choices_without_re_evaluating(
 
 
 def test_our_budget_stops_gepa_between_generations(tmp_path):
-    from evolve.budget import Budget
-    from evolve.config import BudgetSpec
     from evolve.llm.usage import Usage
     from evolve.optimize.gepa_engine import budget_stop
+    from evolve.results.budget import Budget
+    from evolve.spec.config import BudgetSpec
 
     env = Environment.from_original([make_item(f"user-{i}") for i in range(3)])
     lms = scripted_role_lms(

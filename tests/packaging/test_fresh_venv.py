@@ -26,7 +26,7 @@ import pytest
 from stub_server import StubServer
 
 import memory_policies
-from evolve.paths import cache_dir
+from evolve.core.paths import cache_dir
 
 pytestmark = pytest.mark.slow_install
 
@@ -122,7 +122,7 @@ def test_readme_snippet_runs_with_only_memory_policies_installed(fresh_venv, tmp
 
 
 def test_registered_model_loads_and_predicts_without_the_toolkit(fresh_venv, tmp_path):
-    from evolve.export import register_model_version
+    from evolve.export.bundle import register_model_version
 
     bundle = tmp_path / "bundle"
     memory_policies.build_policy("in_context:update_every=2,short_term_len=2").save(bundle)

@@ -161,7 +161,7 @@ def wait_for_requests(stub: StubServer, at_least: int, timeout: float = 60) -> i
 def run_in_process(home: Path, *args: str) -> int:
     """`evolve ARGS` in this process (no import cost), in `home` with its caches there."""
     from evolve.cli import main
-    from evolve.paths import CACHE_DIR_ENV
+    from evolve.core.paths import CACHE_DIR_ENV
 
     home.mkdir(parents=True, exist_ok=True)
     previous = os.environ.get(CACHE_DIR_ENV)

@@ -10,7 +10,7 @@ import re
 from scripted_lm import ScriptedLM, scripted_role_lms
 from simulator.eval_helpers import make_item, sections
 
-from evolve.protocol import EVOLVE, PAPER
+from evolve.core.protocol import EVOLVE, PAPER
 from evolve.simulator.baselines import compute_upper_bound, upper_bound_cache_key
 from evolve.simulator.environment import Environment
 

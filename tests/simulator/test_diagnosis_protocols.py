@@ -182,8 +182,8 @@ def test_original_memory_score_is_undefined_where_the_original_divides_by_zero()
 def test_a_spec_with_wrong_only_probes_is_refused_under_paper_and_resolved_under_evolve():
     import tomllib
 
-    from evolve.config import resolve, spec_from_dict
-    from evolve.errors import ConfigError
+    from evolve.core.errors import ConfigError
+    from evolve.spec.config import resolve, spec_from_dict
 
     quickstart = Path(__file__).resolve().parents[2] / "experiments" / "quickstart.toml"
     data = tomllib.loads(quickstart.read_text())

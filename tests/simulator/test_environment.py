@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from evolve.errors import EnvironmentDataError
+from evolve.core.errors import EnvironmentDataError
 from evolve.simulator.environment import (
     Environment,
     EnvironmentItem,

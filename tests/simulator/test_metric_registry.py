@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from evolve.commands.eval import format_original_table, format_table
-from evolve.plots import metric_label, score_limits
+from evolve.reporting.plots import metric_label, score_limits
 from evolve.simulator.metric_registry import (
     METRICS,
     MetricDeclaration,

@@ -8,7 +8,7 @@ text). Here our paper mode runs against the same stub on the same environment: `
 the upper bound, and the shipped question-only Table-3 spec's per-user evolution chain. Every
 role's reduced requests must equal the reference's (calls, items per request, parameters, and
 the distributions of turns, memories and facts shown), or the difference must be stated,
-value for value, by a kept row of `evolve/paper_deviations.toml`; and every difference a kept
+value for value, by a kept row of `evolve/spec/paper_deviations.toml`; and every difference a kept
 row states must still be found.
 """
 
@@ -26,12 +26,12 @@ from stub_server import StubServer
 
 from evolve.api import run_experiment
 from evolve.cli import main
-from evolve.config import ExperimentSpec, spec_from_dict
-from evolve.paper_deviations import read_deviations
+from evolve.spec.config import ExperimentSpec, spec_from_dict
+from evolve.spec.paper_deviations import read_deviations
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "tests" / "fixtures" / "reference_output"
-DEVIATIONS = REPO / "evolve" / "paper_deviations.toml"
+DEVIATIONS = REPO / "evolve" / "spec" / "paper_deviations.toml"
 PAPER_CHAIN_SPEC = REPO / "experiments" / "paper_table3_question_only.toml"
 # Our policy spec per reference agent (the paper variant is the default under --protocol paper).
 POLICIES = {"native": "native", "awi": "in_context", "awe": "external", "rag": "raw_rag"}

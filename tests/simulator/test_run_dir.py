@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from evolve.errors import ResumeMismatchError
+from evolve.core.errors import ResumeMismatchError
 from evolve.simulator.run_dir import (
     RunLayout,
     config_differences,

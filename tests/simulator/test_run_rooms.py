@@ -102,9 +102,9 @@ def test_run_options_whole_or_as_fields_give_the_same_run(tmp_path):
 
 
 def test_every_protocol_names_strategies_the_simulator_has():
+    from evolve.core.protocol import ALL_RULES
     from evolve.optimize.reflect import REFLECTOR_PROMPTS
     from evolve.optimize.report import HEADLINES
-    from evolve.protocol import ALL_RULES
     from evolve.simulator.baselines import UPPER_BOUND_PROMPTS
     from evolve.simulator.runner import PROBE_STRATEGIES
     from evolve.simulator.user import PaperUserView, StateAwareUserView, user_view_for

@@ -16,7 +16,7 @@ from simulator.eval_helpers import (
     simulator_responder,
 )
 
-from evolve.errors import EnvironmentDataError, ResumeMismatchError
+from evolve.core.errors import EnvironmentDataError, ResumeMismatchError
 from evolve.simulator.baselines import compute_upper_bound
 from evolve.simulator.original_format import (
     OriginalDiagnosisMetrics,

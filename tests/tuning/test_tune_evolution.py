@@ -8,8 +8,8 @@ from optimize.evolve_helpers import write_spec
 from optuna.trial import TrialState
 from tuning.tune_helpers import BEST, TuneWorld
 
-from evolve.config import load_spec, resolve
 from evolve.optimize import evolve_policy
+from evolve.spec.config import load_spec, resolve
 from evolve.tuning import IntRange, OptunaParameterProposer, tune_best_candidate
 
 BOUNDS = {

@@ -23,9 +23,9 @@ from tuning.tune_helpers import (
 )
 
 from evolve.cli import main
-from evolve.errors import ConfigError, ResumeMismatchError
-from evolve.objective import objective_value
+from evolve.core.errors import ConfigError, ResumeMismatchError
 from evolve.optimize.feedback import load_period_results
+from evolve.results.objective import objective_value
 from evolve.simulator.metrics import summarize_periods
 from evolve.tuning import format_result, load_study_spec, resolve_tuning, run_study
 from evolve.tuning.layout import TuningDir

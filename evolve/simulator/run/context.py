@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, runtime_checkable
 from typing import Protocol as TypingProtocol
 
-from evolve.errors import Interrupted
+from evolve.core.errors import Interrupted
 from evolve.llm.usage import Usage
 from evolve.simulator.records import PeriodResult, SessionTranscript
 from evolve.simulator.run.episode import EpisodeConfig

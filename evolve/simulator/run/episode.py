@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from evolve.protocol import (
+from evolve.core.protocol import (
     ALL_RULES,
     DEFAULT_PROTOCOL,
     EVOLVE,

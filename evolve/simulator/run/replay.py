@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from evolve.errors import EnvironmentDataError
+from evolve.core.errors import EnvironmentDataError
 from evolve.llm import call_events
 from evolve.simulator.records import SessionTranscript, TranscriptMessage
 from evolve.simulator.run_dir import canonical_json, read_json

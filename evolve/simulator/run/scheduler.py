@@ -35,9 +35,10 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
-from evolve.errors import EnvironmentDataError
+from evolve.core.errors import EnvironmentDataError
+from evolve.core.protocol import DEFAULT_PROTOCOL, Protocol
+from evolve.core.stopping import endpoint_failure
 from evolve.llm.response_cache import recording_writes
-from evolve.protocol import DEFAULT_PROTOCOL, Protocol
 from evolve.simulator.metrics import (
     MetricSummary,
     summarize,
@@ -60,7 +61,6 @@ from evolve.simulator.run_dir import (
     export_original_layout,
     read_json,
 )
-from evolve.stopping import endpoint_failure
 
 if TYPE_CHECKING:
     from evolve.llm import RoleLMs

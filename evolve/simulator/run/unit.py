@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import dspy
 
-from evolve.errors import EnvironmentDataError
+from evolve.core.errors import EnvironmentDataError
 from evolve.llm import call_events
 from evolve.llm.usage import tracked_usage
 from evolve.llm.usage_callback import label_predictor_calls

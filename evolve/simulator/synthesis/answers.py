@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from evolve.seeds import derive_rng
+from evolve.core.seeds import derive_rng
 from evolve.simulator.environment import CHOICE_EXPERIENCED, CHOICE_RANDOM
 from evolve.simulator.synthesis.calls import Refinement, StageCalls, numbered
 from evolve.simulator.synthesis.report import Stage

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import dspy
 from dspy.utils.exceptions import AdapterParseError
 
-from evolve.errors import ToolkitError
+from evolve.core.errors import ToolkitError
+from evolve.core.seeds import derive_seed
 from evolve.llm.usage import Usage, tracked_usage
-from evolve.seeds import derive_seed
 from evolve.simulator.synthesis.config import LLMSynthesisConfig
 from evolve.simulator.synthesis.report import Stage
 

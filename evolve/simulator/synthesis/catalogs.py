@@ -13,9 +13,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from evolve.errors import ConfigError
-from evolve.files import read_json_file
-from evolve.spec_base import format_validation_error
+from evolve.core.errors import ConfigError
+from evolve.core.files import read_json_file
+from evolve.core.spec_base import format_validation_error
 
 CATALOG_DIR = Path(__file__).with_name("catalog")
 

@@ -15,10 +15,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from evolve.errors import ConfigError
-from evolve.files import read_toml_file
+from evolve.core.errors import ConfigError
+from evolve.core.files import read_toml_file
+from evolve.core.spec_base import format_validation_error
 from evolve.simulator.synthesis.offline import PRESETS, OfflineSynthesisConfig
-from evolve.spec_base import format_validation_error
 
 # Bumped whenever prompts or stage semantics change, so work dirs of older runs are not reused.
 PIPELINE_VERSION = "1"

@@ -31,8 +31,8 @@ from pydantic import (
     model_validator,
 )
 
-from evolve.errors import ConfigError
-from evolve.seeds import derive_rng
+from evolve.core.errors import ConfigError
+from evolve.core.seeds import derive_rng
 from evolve.simulator.environment import (
     CHOICE_EXPERIENCED,
     CHOICE_RANDOM,

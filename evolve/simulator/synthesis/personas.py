@@ -14,8 +14,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from evolve.errors import ConfigError
-from evolve.seeds import derive_rng
+from evolve.core.errors import ConfigError
+from evolve.core.seeds import derive_rng
 from evolve.simulator.synthesis.catalogs import Catalog, load_catalog
 
 # Free-text columns summarized by the profile stage (as the original does).

@@ -22,7 +22,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from evolve.files import atomic_write_json
+from evolve.core.files import atomic_write_json
 from evolve.llm.usage import Usage, add_usage
 from evolve.simulator.environment import (
     QA,

@@ -9,7 +9,7 @@ from typing import Any
 
 import dspy
 
-from evolve.seeds import derive_rng
+from evolve.core.seeds import derive_rng
 from evolve.simulator.synthesis.calls import Refinement, StageCalls, numbered, options_text
 from evolve.simulator.synthesis.offline import _advance, _groups, _session_times
 from evolve.simulator.synthesis.report import Stage

@@ -13,8 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from evolve.errors import ResumeMismatchError
-from evolve.files import atomic_write_json, safe_name
+from evolve.core.errors import ResumeMismatchError
+from evolve.core.files import atomic_write_json, safe_name
 
 OUTCOME_FILE = "outcome"
 PERSONA_FILE = "persona"

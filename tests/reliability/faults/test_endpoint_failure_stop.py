@@ -25,10 +25,10 @@ from reliability.process_helpers import (
 )
 from stub_server import StubServer
 
-from evolve.errors import EXIT_LLM_FAILURE
+from evolve.core.errors import EXIT_LLM_FAILURE
+from evolve.core.stopping import STOP, endpoint_failure, stop_for_endpoint_failure
 from evolve.llm import EndpointConfig, LLMConfig, open_role_lms
 from evolve.optimize.experiment_dir import ExperimentDir
-from evolve.stopping import STOP, endpoint_failure, stop_for_endpoint_failure
 from evolve.tuning import recorded_spend
 
 CONCURRENCY = 4

@@ -33,7 +33,7 @@ from reliability.process_helpers import (
 from stub_server import StubServer
 from tuning.tune_helpers import GRID, TuneWorld, write_tune_spec
 
-from evolve.files import safe_name
+from evolve.core.files import safe_name
 from evolve.tuning import load_study_spec, run_study
 
 CONCURRENCY = 1  # write_tune_spec's `concurrency`: calls in flight at most

@@ -31,7 +31,7 @@ from reliability.process_helpers import (
 from stub_server import StubServer
 from tuning.tune_helpers import GRID, TuneWorld, write_tune_spec
 
-from evolve.errors import ConfigError
+from evolve.core.errors import ConfigError
 from evolve.tuning import load_study_spec, resolve_tuning, run_study
 from evolve.tuning.records import trial_records
 

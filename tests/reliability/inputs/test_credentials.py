@@ -12,8 +12,8 @@ import pytest
 from dspy.clients.cache import Cache
 
 from evolve.cli import main
-from evolve.config import load_spec
-from evolve.errors import ConfigError
+from evolve.core.errors import ConfigError
+from evolve.spec.config import load_spec
 
 PASSWORD = "pa55word"
 

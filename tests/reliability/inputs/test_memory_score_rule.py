@@ -123,7 +123,7 @@ def test_no_defined_score_leaves_0_to_1_while_the_accuracy_is_between_random_and
 
 
 def test_chance_level_accuracy_reads_zero_not_float_noise():
-    from evolve.objective import format_score
+    from evolve.results.objective import format_score
 
     # 24 three-option questions, 8 right (chance), the upper bound 16: (8/24 - mean of 24
     # thirds) used to come out as 3.3e-16, and 8.88e-16 in MLflow.

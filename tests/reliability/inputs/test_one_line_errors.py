@@ -14,7 +14,7 @@ import pytest
 from reliability.process_helpers import write_tiny_spec
 
 from evolve.cli import main
-from evolve.errors import EXIT_BAD_INPUT, EXIT_STORAGE
+from evolve.core.errors import EXIT_BAD_INPUT, EXIT_STORAGE
 
 UNREACHABLE = ["--base-url", "http://127.0.0.1:9/v1", "--model", "stub"]
 BINARY = bytes(range(256)) * 4

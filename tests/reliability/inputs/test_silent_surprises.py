@@ -12,8 +12,7 @@ from stub_server import StubServer
 
 from evolve.cli import main
 from evolve.commands.eval import format_table
-from evolve.config import resolve, spec_from_dict
-from evolve.errors import ConfigError
+from evolve.core.errors import ConfigError
 from evolve.optimize import objective_value
 from evolve.simulator.baselines import random_score
 from evolve.simulator.environment import save_environment
@@ -21,6 +20,7 @@ from evolve.simulator.metrics import summarize
 from evolve.simulator.records import Diagnosis, ItemResult, PeriodResult, UserResult
 from evolve.simulator.runner import EvaluationReport
 from evolve.simulator.synthesis.offline import get_preset, synthesize_environment
+from evolve.spec.config import resolve, spec_from_dict
 
 
 @pytest.fixture
@@ -242,7 +242,7 @@ def test_eval_table_prints_a_dash_the_accuracy_and_why():
 
 
 def test_selection_and_pruning_use_the_memory_score_and_say_so():
-    from evolve.objective import objective_used
+    from evolve.results.objective import objective_used
 
     users = users_of([period_of(3, 4), period_of(1, 3), period_of(2, 1)])
     summary = summarize(users)

@@ -20,7 +20,7 @@ from reliability.process_helpers import (
 )
 from stub_server import StubServer
 
-from evolve.errors import EXIT_INTERRUPTED
+from evolve.core.errors import EXIT_INTERRUPTED
 
 SLOW_CALL_S = 2.0
 

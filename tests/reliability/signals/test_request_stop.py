@@ -9,7 +9,7 @@ import time
 from reliability.process_helpers import llm_flags, start_cli, write_small_environment
 from stub_server import StubServer
 
-from evolve.errors import EXIT_INTERRUPTED
+from evolve.core.errors import EXIT_INTERRUPTED
 from evolve.optimize.experiment_dir import ExperimentDir
 
 CONCURRENCY = 8

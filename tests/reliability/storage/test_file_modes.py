@@ -13,7 +13,7 @@ import pytest
 from reliability.process_helpers import cli_env, llm_flags, write_tiny_spec
 from stub_server import StubServer
 
-from evolve.files import atomic_write_json
+from evolve.core.files import atomic_write_json
 from memory_policies import build_policy
 
 # What the commands below write, relative to their working directory.

@@ -17,7 +17,7 @@ from reliability.process_helpers import llm_flags, run_in_process, write_tiny_sp
 from stub_server import StubServer
 
 from evolve.cli import storage_failure
-from evolve.errors import EXIT_STORAGE, StorageError
+from evolve.core.errors import EXIT_STORAGE, StorageError
 
 
 @pytest.fixture

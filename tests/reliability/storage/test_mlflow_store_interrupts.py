@@ -28,7 +28,7 @@ from reliability.process_helpers import (
 )
 from stub_server import StubServer
 
-from evolve.errors import StorageError
+from evolve.core.errors import StorageError
 from evolve.tracking.sqlite_store import _schema, ensure_complete_store, is_complete, read_state
 
 OPEN_STORE = (

@@ -23,8 +23,8 @@ from reliability.process_helpers import (
 from stub_server import StubServer
 
 from evolve.cli import main
-from evolve.errors import EXIT_RUN_BUSY, RunBusyError
-from evolve.locking import RUN_LOCK_FILE, RunLock, lock_holder
+from evolve.core.errors import EXIT_RUN_BUSY, RunBusyError
+from evolve.core.locking import RUN_LOCK_FILE, RunLock, lock_holder
 
 
 def test_a_second_lock_on_a_directory_is_refused_at_once_naming_the_holder(tmp_path):
@@ -58,7 +58,7 @@ def test_a_lock_left_by_a_dead_process_is_taken_over(tmp_path):
         [
             sys.executable,
             "-c",
-            "import sys, time; from evolve.locking import RunLock; "
+            "import sys, time; from evolve.core.locking import RunLock; "
             f"RunLock({str(run_dir)!r}, 'run').acquire(); print('locked', flush=True); "
             "time.sleep(60)",
         ],

@@ -18,7 +18,7 @@ import sqlalchemy.exc
 from tuning.tune_helpers import PAPER_GRID, write_tune_spec
 
 from evolve.cli import main
-from evolve.errors import EXIT_BAD_INPUT, EXIT_STORAGE, StorageError
+from evolve.core.errors import EXIT_BAD_INPUT, EXIT_STORAGE, StorageError
 from evolve.tuning.storage import open_storage
 
 GRID = f'sampler = "grid"\ntrials = 1\nheldout = "none"\n[tuning.parameters]\n{PAPER_GRID}'

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 from llm_helpers import small_config
 
-from evolve.errors import ConfigError
+from evolve.core.errors import ConfigError
 from evolve.simulator.synthesis import (
     catalog_personas,
     load_nemotron_personas,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from evolve.errors import ConfigError
+from evolve.core.errors import ConfigError
 from evolve.simulator.environment import (
     CHOICE_EXPERIENCED,
     CHOICE_RANDOM,

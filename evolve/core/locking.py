@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from evolve.errors import RunBusyError, StorageError
+from evolve.core.errors import RunBusyError, StorageError
 
 RUN_LOCK_FILE = ".evolve.lock"
 

@@ -1,7 +1,7 @@
 """Experiment specs, resolved: `resolve()` checks everything that can be checked without an
 LLM (environment, users, policy, components and parameter bounds) before the first call.
 
-The spec tables themselves are `evolve.experiment_spec`; they are importable from here too,
+The spec tables themselves are `evolve.spec.experiment_spec`; they are importable from here too,
 as they always were.
 """
 
@@ -11,8 +11,12 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from evolve.errors import ConfigError, EnvironmentDataError
-from evolve.experiment_spec import (
+from evolve.core.errors import ConfigError, EnvironmentDataError
+from evolve.core.protocol import ProtocolRules
+from evolve.simulator.environment import Environment
+from evolve.simulator.run_dir import config_hash
+from evolve.simulator.runner import EpisodeConfig
+from evolve.spec.experiment_spec import (
     RETIRED_OPTIMIZER_KEYS,
     BudgetSpec,
     EnvironmentSpec,
@@ -28,10 +32,6 @@ from evolve.experiment_spec import (
     read_toml,
     spec_from_dict,
 )
-from evolve.protocol import ProtocolRules
-from evolve.simulator.environment import Environment
-from evolve.simulator.run_dir import config_hash
-from evolve.simulator.runner import EpisodeConfig
 
 __all__ = [
     "RETIRED_OPTIMIZER_KEYS",

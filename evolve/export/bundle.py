@@ -10,7 +10,7 @@ parameters, provenance; never an LM, endpoint or key) and reloads with
 `memory_policies.load(dir)`.
 
 Registration does not use MLflow's DSPy flavor, which pickles the configured LM with its
-key, nor a pickle of any class of ours: the model is "from code" (`evolve/exported_model.py`,
+key, nor a pickle of any class of ours: the model is "from code" (`evolve/export/exported_model.py`,
 which imports nothing from `evolve`), carries the `memory_policies` package as `code_paths`
 and the bundle as its only artifact, and lists its pip requirements. It loads where only
 mlflow, dspy and numpy are installed; its LM endpoint is read at load time from
@@ -36,18 +36,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evolve.errors import ConfigError
-from evolve.optimize.experiment_dir import ExperimentDir, experiment_dir_for
-from evolve.records import CandidateRecord, ExperimentResult
-from evolve.registered_names import registered_model_name_problem
-from evolve.registered_versions import (
+from evolve.core.errors import ConfigError
+from evolve.export.registered_versions import (
     CONTENT_DIGEST_TAG,
     MODEL_CODE,
     export_digest,
     registered_model_description,
     registered_version_with_digest,
 )
+from evolve.optimize.experiment_dir import ExperimentDir, experiment_dir_for
+from evolve.results.records import CandidateRecord, ExperimentResult
 from evolve.simulator.run_dir import read_json
+from evolve.stores.registered_names import registered_model_name_problem
+from evolve.stores.tracking_uri import (
+    ENV_VAR,
+    SOURCE_SPEC,
+    TrackingLocation,
+    masked_uri,
+    resolve_tracking_uri,
+)
 from evolve.tracking import (
     PARENT_RUN_TAG,
     STATE_FILE,
@@ -62,13 +69,6 @@ from evolve.tracking import (
     quiet_mlflow,
 )
 from evolve.tracking.store import use_tracking_uri
-from evolve.tracking_uri import (
-    ENV_VAR,
-    SOURCE_SPEC,
-    TrackingLocation,
-    masked_uri,
-    resolve_tracking_uri,
-)
 from memory_policies import LocalMiniLMEmbedder
 
 CHAMPION_ALIAS = "champion"
@@ -120,7 +120,7 @@ def _export_settings(
     target: str, runs_dir: str | Path, tracking_uri: str | None
 ) -> tuple[str | None, TrackingLocation]:
     """The spec's (or the run's) registered model name, and the tracking location."""
-    from evolve.config import load_spec
+    from evolve.spec.config import load_spec
 
     experiment_dir = experiment_dir_for(target, runs_dir)
     state_file = experiment_dir / STATE_FILE if experiment_dir is not None else None
@@ -334,7 +334,7 @@ def _run_rank(run: Any) -> tuple:
 
 def _record_from_run(run: Any) -> CandidateRecord:
     """Enough of a candidate record for provenance, from a candidate run's tags/metrics."""
-    from evolve.records import CandidateStatus, EvaluationScores, Mutation
+    from evolve.results.records import CandidateStatus, EvaluationScores, Mutation
     from evolve.simulator.metrics import MetricSummary
 
     tags, metrics = run.data.tags, run.data.metrics
@@ -383,7 +383,7 @@ def register_model_version(
     the source run, for the model) and `figures` under `figures/`. Returns (version, model URI).
     """
     # Imported here: importing MLflow sets a variable in the caller's environment
-    # (its telemetry session id), and `import evolve.export` must not.
+    # (its telemetry session id), and `import evolve.export.bundle` must not.
     import mlflow
 
     quiet_mlflow()
@@ -524,7 +524,7 @@ def model_metrics(candidate: CandidateRecord | None) -> dict[str, float]:
 
 def evolution_figures(result: ExperimentResult, directory: Path) -> list[Path]:
     """The experiment's evolution plot (what `evolve compare --plot` draws), as PNG."""
-    from evolve.plots import plot_evolution, save_figure
+    from evolve.reporting.plots import plot_evolution, save_figure
 
     written = save_figure(plot_evolution(result), directory / "evolution.png")
     return [path for path in written if path.suffix == ".png"]

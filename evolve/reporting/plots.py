@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evolve.optimize.report import accuracy_references
-from evolve.records import CandidateRecord, ExperimentResult
+from evolve.results.records import CandidateRecord, ExperimentResult
 from evolve.simulator.metric_registry import METRICS
 from evolve.simulator.metrics import MetricSummary
 from evolve.tuning.records import TrialRecord, TuningResult

@@ -1,7 +1,8 @@
 """Frozen records of an evolution: candidates with lineage, generations, the experiment.
 
-A leaf module (only `evolve.simulator` below it), like `evolve.budget` and `evolve.objective`:
-tracking, export and tuning read these records without depending on `evolve.optimize`.
+A leaf module (only `evolve.simulator` below it), like `evolve.results.budget` and
+`evolve.results.objective`: tracking, export and tuning read these records without depending
+on `evolve.optimize`.
 
 Everything here is JSON on disk under `runs/<experiment>/` and is what `evolve compare`,
 `evolve export` and MLflow read; no record holds an LM, an endpoint or a key.
@@ -16,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from evolve.protocol import DEFAULT_PROTOCOL
+from evolve.core.protocol import DEFAULT_PROTOCOL
 from evolve.simulator.metrics import MetricSummary
 from evolve.simulator.run_dir import canonical_json
 

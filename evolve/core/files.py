@@ -16,7 +16,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from evolve.errors import ConfigError, ToolkitError
+from evolve.core.errors import ConfigError, ToolkitError
 
 
 def read_text_file(

@@ -18,13 +18,13 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from evolve.files import atomic_write_text
+from evolve.core.files import atomic_write_text
 
 JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 
 def _experiment() -> dict[str, Any]:
-    from evolve.config import ExperimentSpec
+    from evolve.spec.config import ExperimentSpec
 
     return _schema_of(ExperimentSpec, "evolve run: an experiment spec (experiments/*.toml)")
 

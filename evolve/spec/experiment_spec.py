@@ -4,7 +4,7 @@ A spec names the environment (a generator preset + seed + user count, or a `data
 split into disjoint train and held-out users, the base policy, the LM per role (an `[llm]`
 table parsed into `evolve.llm.LLMConfig`), the optimizer, the budget, the concurrency, the
 seed and the MLflow experiment. Every table forbids unknown keys; what can only be checked
-against the environment and the policy is checked by `evolve.config.resolve` before the
+against the environment and the policy is checked by `evolve.spec.config.resolve` before the
 first call. See `experiments/quickstart.toml` for an annotated example.
 
 Paths inside a spec (`environment.file`, `policy.path`) are relative to the spec file.
@@ -17,17 +17,17 @@ from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 
-from evolve.errors import ConfigError
-from evolve.files import folder_name_problem, read_toml_file
+from evolve.core.errors import ConfigError
+from evolve.core.files import folder_name_problem, read_toml_file
+from evolve.core.protocol import DEFAULT_PROTOCOL, DEFAULT_RULES, Protocol, RulesField, with_rules
+from evolve.core.spec_base import IntRange, format_validation_error, refuse_renamed_keys
+from evolve.core.spec_base import StrictTable as _Strict
 from evolve.llm.config import LLMConfig
-from evolve.mlflow_limits import description_problem, experiment_name_problem
-from evolve.objective import Objective
-from evolve.protocol import DEFAULT_PROTOCOL, DEFAULT_RULES, Protocol, RulesField, with_rules
-from evolve.registered_names import registered_model_name_problem
+from evolve.results.objective import Objective
 from evolve.simulator.runner import ProbeScope, probe_scope_problem
-from evolve.spec_base import IntRange, format_validation_error, refuse_renamed_keys
-from evolve.spec_base import StrictTable as _Strict
-from evolve.tracking_uri import DEFAULT_TRACKING_URI, resolve_tracking_uri
+from evolve.stores.mlflow_limits import description_problem, experiment_name_problem
+from evolve.stores.registered_names import registered_model_name_problem
+from evolve.stores.tracking_uri import DEFAULT_TRACKING_URI, resolve_tracking_uri
 
 Schedule = Literal["population", "per_period"]
 # complete / question_only: the paper's (no ground truth); diagnostic: ours (with the truth);

@@ -39,6 +39,6 @@ def description_problem(text: str) -> str | None:
 
 
 # The registry's name rules live with the other checks of names (one definition).
-from evolve.registered_names import registered_model_name_problem  # noqa: E402
+from evolve.stores.registered_names import registered_model_name_problem  # noqa: E402
 
 __all__ = ["description_problem", "experiment_name_problem", "registered_model_name_problem"]

@@ -3,7 +3,7 @@
 - ``"paper"`` reproduces the reference AMemGym code's information flow (what each role is
   shown, rounds, agent I/O, probes, feedback), so numbers sit next to the paper's. It does
   not reproduce the reference code's bugs; every remaining difference is a row of
-  `evolve/paper_deviations.toml` (rendered in docs/reference/paper-deviations.md).
+  `evolve/spec/paper_deviations.toml` (rendered in docs/reference/paper-deviations.md).
 - ``"evolve"`` is this toolkit's own flow (state-aware simulated user, per-variable probes,
   failure-diagnostic feedback, held-out users).
 
@@ -83,7 +83,7 @@ class ProtocolRules:
     # MetricSummary field printed as "the paper's number" of a per-period chain: the
     # reference's plain mean with random fallback, or our memory score.
     headline_memory_score: Literal["memory_score_original", "memory_score"]
-    # Print the kept rows of evolve/paper_deviations.toml before a run's first call.
+    # Print the kept rows of evolve/spec/paper_deviations.toml before a run's first call.
     prints_deviations: bool
     # Sampling temperature of the simulated user when neither the spec nor the endpoint sets
     # one: the reference's env config samples it at 0.2; None = the endpoint's own (0).

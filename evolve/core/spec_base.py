@@ -1,4 +1,4 @@
-"""Building blocks shared by the experiment spec (`evolve.config`) and the study spec
+"""Building blocks shared by the experiment spec (`evolve.spec.config`) and the study spec
 (`evolve.tuning.spec`): the strict table base, the one integer-range type, and the one
 formatter that turns a pydantic `ValidationError` into a one-line toolkit error (every
 module that validates user input with pydantic formats its errors here).

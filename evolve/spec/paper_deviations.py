@@ -8,7 +8,7 @@ tests that compare each role's requests with the reference's, so the three canno
 Every reader goes through `parse_deviations` (the same checks for the bundled table and for
 any other file, `read_deviations(path)`).
 
-    python -m evolve.paper_deviations --markdown > docs/reference/paper-deviations.md
+    python -m evolve.spec.paper_deviations --markdown > docs/reference/paper-deviations.md
 """
 
 from __future__ import annotations
@@ -301,12 +301,12 @@ def render_markdown(deviations: Sequence[Deviation] | None = None) -> str:
     lines = [
         "# Paper protocol: deviations from the reference code",
         "",
-        "<!-- Generated from evolve/paper_deviations.toml by "
-        "`python -m evolve.paper_deviations --markdown`; do not edit by hand. -->",
+        "<!-- Generated from evolve/spec/paper_deviations.toml by "
+        "`python -m evolve.spec.paper_deviations --markdown`; do not edit by hand. -->",
         "",
         'Where `protocol = "paper"` differs from the reference AMemGym code '
         "(AGI-Eval-Official/amemgym at `ffcd188`). The table is one machine-readable file, "
-        "`evolve/paper_deviations.toml`: this page is generated from it, every paper run "
+        "`evolve/spec/paper_deviations.toml`: this page is generated from it, every paper run "
         "prints its kept rows at start (one line each), and the request-comparison tests "
         "accept a difference from the reference only when a kept row names its role and item "
         "and states the value found on each side (the `expected` column).",
@@ -330,7 +330,7 @@ def render_markdown(deviations: Sequence[Deviation] | None = None) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m evolve.paper_deviations",
+        prog="python -m evolve.spec.paper_deviations",
         description="Print the paper protocol's deviation table.",
     )
     parser.add_argument(

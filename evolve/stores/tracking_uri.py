@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
-from evolve.errors import ConfigError, StorageError
+from evolve.core.errors import ConfigError, StorageError
 
 DEFAULT_TRACKING_URI = "sqlite:///mlruns/mlflow.db"
 ENV_VAR = "MLFLOW_TRACKING_URI"
@@ -168,7 +168,7 @@ def check_uri_form(uri: str) -> None:
 
 def check_database_driver(uri: str) -> None:
     """Refuse a database URL (PostgreSQL, MySQL, SQL Server) whose driver is missing."""
-    from evolve.database_urls import missing_driver_message
+    from evolve.stores.database_urls import missing_driver_message
 
     scheme = urlparse(uri).scheme.lower()
     if scheme.split("+", 1)[0] not in ("postgresql", "mysql", "mssql"):

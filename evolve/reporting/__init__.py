@@ -1,0 +1,1 @@
+"""Paper-readable figures of stored results (tuning studies, evolution runs, evaluations)."""
