@@ -4,9 +4,9 @@ sorted by the types list. A memory policy a small model can run.
 Why: asked to write label -> value entries (`in_context`), the bundled 0.5B model copied its
 own looping replies into memory, filed facts under wrong labels and lost most of them (on the
 recall world its memory did no better than none). Sorting is a task it can do: the write step
-only says, for each of the user's new statements (questions and greetings of fewer than
-`MIN_WORDS` words dropped), which listed type it tells about, as a JSON object with one key
-per sentence, each constrained to the listed names. The toolkit then keeps each sentence
+only says, for each of the user's new statements (questions, greetings and thanks dropped),
+which listed type it tells about, as a JSON object with one key per sentence, each
+constrained to the listed names. The toolkit then keeps each sentence
 verbatim under its type. Each type keeps its `ENTRIES_PER_TYPE` newest entries (one entry per
 write), dated, so the memory stays up to date and the reader sees the newest.
 
@@ -66,8 +66,10 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 _TYPE_NAME_CHARS = 60
 # The sentences of one write, at most (a longer batch keeps its last ones).
 _MAX_SENTENCES = 12
-# A shorter statement is a greeting or thanks ("Hi!", "Thanks a lot!"), not a fact: dropped.
+# A statement this short that opens with a greeting or thanks ("Hi!", "Thanks a lot!") is not a
+# fact: dropped. A short fact ("I'm vegan now.") is kept.
 MIN_WORDS = 4
+_GREETING = re.compile(r"^\W*(?:hi|hello|hey|thanks|thank you|great|ok|okay|sure)\b", re.I)
 # Entries kept per type, newest last (see the module docstring).
 ENTRIES_PER_TYPE = 2
 
@@ -90,8 +92,8 @@ def type_names(types_to_remember: str) -> list[str]:
 
 
 def user_sentences(messages: list[Message]) -> list[str]:
-    """The user's statements in order (time headers, questions and sentences of fewer than
-    `MIN_WORDS` words removed), the last `_MAX_SENTENCES`. A question asks for help and states
+    """The user's statements in order (time headers, questions and greetings or thanks of fewer
+    than `MIN_WORDS` words removed), the last `_MAX_SENTENCES`. A question asks for help and states
     nothing to remember; sorted as a type, it replaced that type's real sentence (the 0.5B
     filed most requests under a type)."""
     sentences: list[str] = []
@@ -102,9 +104,13 @@ def user_sentences(messages: list[Message]) -> list[str]:
         sentences += [
             s.strip()
             for s in _SENTENCE_END.split(text)
-            if len(s.split()) >= MIN_WORDS and not s.strip().endswith("?")
+            if s.strip() and not s.strip().endswith("?") and not _is_greeting(s)
         ]
     return sentences[-_MAX_SENTENCES:]
+
+
+def _is_greeting(sentence: str) -> bool:
+    return len(sentence.split()) < MIN_WORDS and bool(_GREETING.match(sentence))
 
 
 class SortSentences(dspy.Signature):

@@ -12,7 +12,10 @@ What is counted, per period (and summed over any set of periods):
   of those, `user_echoes_assistant`: near-verbatim copies of the assistant's previous reply,
   and `user_repeats_self`: near-verbatim copies of the user's own previous message;
 - assistant replies; of those, `assistant_refusals` ("I'm sorry, but I can't assist with
-  that.") and `assistant_empty` (nothing but white space).
+  that."), `assistant_empty` (nothing but white space), `assistant_echoes_user`: near-verbatim
+  copies of the user's previous message, and `assistant_repeats_self`: near-verbatim copies of
+  the assistant's own previous reply (both seen on the bundled 1.5B, whose assistant answered a
+  role-confused follow-up by repeating it word for word).
 
 "Near-verbatim": after case folding and dropping punctuation and the time header, one text's
 words are at least `NEAR_COPY_RATIO` similar to the other's (difflib's ratio over word
@@ -21,7 +24,7 @@ in it. A reply that merely quotes a few words of the other side is not a copy.
 
 A set of periods is flagged (one warning line) when more than `FLAGGED_SHARE_LIMIT` of its
 simulated-user follow-ups copy a message, or more than `FLAGGED_SHARE_LIMIT` of the assistant's
-replies are refusals or empty: past that, the conversation no longer looks like AMemGym's.
+replies are refusals, empty or copies: past that, the conversation no longer looks like AMemGym's.
 """
 
 from __future__ import annotations
@@ -97,6 +100,8 @@ class ConversationHealth(BaseModel):
     assistant_messages: int = 0
     assistant_refusals: int = 0
     assistant_empty: int = 0
+    assistant_echoes_user: int = 0
+    assistant_repeats_self: int = 0
 
     def __add__(self, other: ConversationHealth) -> ConversationHealth:
         return ConversationHealth(
@@ -112,7 +117,12 @@ class ConversationHealth(BaseModel):
 
     @property
     def assistant_flagged(self) -> int:
-        return self.assistant_refusals + self.assistant_empty
+        return (
+            self.assistant_refusals
+            + self.assistant_empty
+            + self.assistant_echoes_user
+            + self.assistant_repeats_self
+        )
 
     @property
     def user_flagged_share(self) -> float | None:
@@ -131,7 +141,8 @@ class ConversationHealth(BaseModel):
             f"copy the assistant, {self.user_repeats_self} repeat themselves "
             f"({self.user_echo_retries} echoes retried); assistant: "
             f"{self.assistant_refusals} of {self.assistant_messages} replies refuse, "
-            f"{self.assistant_empty} empty"
+            f"{self.assistant_empty} empty, {self.assistant_echoes_user} copy the user, "
+            f"{self.assistant_repeats_self} repeat themselves"
         )
 
     def warning(self) -> str | None:
@@ -147,7 +158,7 @@ class ConversationHealth(BaseModel):
         if assistant_share is not None and assistant_share > FLAGGED_SHARE_LIMIT:
             problems.append(
                 f"{self.assistant_flagged} of {self.assistant_messages} assistant replies are "
-                "refusals or empty"
+                "refusals, empty or copies"
             )
         if not problems:
             return None
@@ -168,6 +179,7 @@ class ConversationHealth(BaseModel):
 def session_health(session: SessionTranscript) -> ConversationHealth:
     """Counts for one session transcript (messages alternate user, assistant)."""
     user_messages = echoes = repeats = assistant = refusals = empty = 0
+    assistant_echoes = assistant_repeats = 0
     last_user = last_assistant = None
     for message in session.messages:
         if message.role == "assistant":
@@ -176,6 +188,10 @@ def session_health(session: SessionTranscript) -> ConversationHealth:
                 empty += 1
             elif is_refusal(message.content):
                 refusals += 1
+            elif is_near_copy(message.content, last_user or ""):
+                assistant_echoes += 1
+            elif is_near_copy(message.content, last_assistant or ""):
+                assistant_repeats += 1
             last_assistant = message.content
             continue
         if message.role != "user":
@@ -196,6 +212,8 @@ def session_health(session: SessionTranscript) -> ConversationHealth:
         assistant_messages=assistant,
         assistant_refusals=refusals,
         assistant_empty=empty,
+        assistant_echoes_user=assistant_echoes,
+        assistant_repeats_self=assistant_repeats,
     )
 
 

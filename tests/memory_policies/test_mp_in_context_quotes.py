@@ -46,6 +46,8 @@ def test_type_names_and_sentences():
 def test_greetings_and_thanks_are_not_statements():
     said = _said("Hi! Thanks a lot! We adopted a cat last week. Thank you for the tips!")
     assert user_sentences([said]) == ["We adopted a cat last week.", "Thank you for the tips!"]
+    # A short fact is a statement.
+    assert user_sentences([_said("Hello! I'm vegan now.")]) == ["I'm vegan now."]
 
 
 def test_the_schema_asks_one_listed_type_per_sentence():

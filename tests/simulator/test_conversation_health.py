@@ -81,6 +81,35 @@ def test_a_healthy_session_is_not_flagged_even_with_an_apology_inside() -> None:
     assert health.warning() is None
 
 
+# From the recorded 1.5B transcripts (benchmarks/records/types_list_room/sort-every-statement,
+# seed 13, ideal, u000 period 2): the user's follow-up speaks as the assistant, and the
+# assistant answers by repeating it word for word, or by repeating its own first reply.
+ASSISTANT_COPIES = [
+    ("user", "[Current Time: 2020-11-29]\nI have four people reporting to me now. Any tips?"),
+    ("assistant", "Focus on your strengths and network with your colleagues and leaders."),
+    ("user", "Could you say more about networking with the leaders in my company, please?"),
+    ("assistant", "Focus on your strengths and network with your colleagues and leaders!"),
+    ("user", "I appreciate your response. I'll focus on my strengths and network with leaders."),
+    (
+        "assistant",
+        "I appreciate your response. I'll focus on my strengths and network with leaders.",
+    ),
+]
+
+
+def test_an_assistant_copying_the_user_or_itself_is_flagged() -> None:
+    health = session_health(transcript(ASSISTANT_COPIES))
+    assert (health.assistant_echoes_user, health.assistant_repeats_self) == (1, 1)
+    assert (health.assistant_refusals, health.assistant_empty) == (0, 0)
+    assert health.user_flagged == 0  # the user's follow-ups are its own words
+    assert health.assistant_flagged == 2
+    warning = health.warning()
+    assert warning is not None and "2 of 3 assistant replies are refusals, empty or copies" in (
+        warning
+    )
+    assert "1 copy the user, 1 repeat themselves" in health.describe()
+
+
 def test_a_user_repeating_its_own_opening_is_a_self_repeat() -> None:
     opening = "[Current Time: 2025-03-02]\nCan you suggest a weekly meal plan? I went vegan."
     messages = [
