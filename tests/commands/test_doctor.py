@@ -190,12 +190,14 @@ def test_the_configuration_names_the_model_serving_each_role():
     from evolve.commands.doctor import describe_config
     from evolve.llm.config import EmbeddedModelConfig, EndpointConfig, LLMConfig
 
+    # The 0.5b: `install.sh --test` installs only the model the tests run on, and describing a
+    # bundled model resolves its file.
     config = LLMConfig(
-        embedded=EmbeddedModelConfig(model_size="1.5b"),
+        embedded=EmbeddedModelConfig(model_size="0.5b"),
         reflector=EndpointConfig(model="gpt-4.1-mini", base_url="http://127.0.0.1:9/v1"),
     )
     by_role = {line.split()[0]: line for line in describe_config(config)[:3]}
     for role in ("simulator", "agent"):
-        assert "embedded llama.cpp: Qwen2.5-Coder-1.5B-Instruct" in by_role[role]
-        assert "model size 1.5b" in by_role[role]
+        assert "embedded llama.cpp: Qwen2.5-Coder-0.5B-Instruct" in by_role[role]
+        assert "model size 0.5b" in by_role[role]
     assert "gpt-4.1-mini" in by_role["reflector"] and "embedded" not in by_role["reflector"]
