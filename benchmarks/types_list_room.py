@@ -81,6 +81,13 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=None)
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "types_list_room")
     parser.add_argument("--threads", type=int, default=None, help="embedded server threads")
+    parser.add_argument(
+        "--off-policy",
+        type=Path,
+        default=None,
+        help="replay the transcripts recorded under DIR/seed<N>/<condition> (a previous --out) "
+        "instead of live sessions: compares writes on the same conversations, fast",
+    )
     args = parser.parse_args()
     spec = api.load_spec(args.spec)
     if args.threads is not None:
@@ -105,6 +112,7 @@ def main() -> None:
             args.out / f"seed{seed}",
             llm=seeded.llm,
             episode=resolved.episode,
+            off_policy=args.off_policy / f"seed{seed}" / "ideal" if args.off_policy else None,
         )
         for name, report in reports.items():
             origins = Counter(

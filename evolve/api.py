@@ -98,6 +98,7 @@ def evaluate_policies(
     episode: EpisodeConfig | None = None,
     upper_bound: bool = True,
     upper_bound_cache: str | Path | None = None,
+    off_policy: str | Path | None = None,
 ) -> dict[str, EvaluationReport]:
     """Evaluate memory policies on-policy on an environment; the same as `evolve eval`.
 
@@ -105,8 +106,9 @@ def evaluate_policies(
     (`"in_context:update_every=2"`, a bundle directory) or a mapping from a run name to a
     policy or spec. Each policy's results go to `out_dir/<name>/` and resume. With
     `upper_bound`, the memory score is computed against the agent model's upper bound
-    (cached under `upper_bound_cache`, by default the toolkit's cache directory).
-    Returns one report per name, in order.
+    (cached under `upper_bound_cache`, by default the toolkit's cache directory). With
+    `off_policy` (a previous run directory, as `evolve eval --off-policy`), the recorded
+    transcripts are replayed instead of live sessions. Returns one report per name, in order.
     """
     from evolve.commands.eval import run_dir_names
     from evolve.core.locking import run_lock
@@ -148,7 +150,15 @@ def evaluate_policies(
                 rules=config.rules,
             )
         for name, policy in named.items():
-            reports[name] = run_evaluation(env, policy, lms, out / name, config, upper_bound=table)
+            reports[name] = run_evaluation(
+                env,
+                policy,
+                lms,
+                out / name,
+                config,
+                upper_bound=table,
+                off_policy_dir=Path(off_policy) if off_policy is not None else None,
+            )
     return reports
 
 

@@ -29,6 +29,30 @@ class Embedder(Protocol):
     def embed(self, texts: list[str]) -> np.ndarray: ...
 
 
+class UsesEmbedder:
+    """A policy that embeds: holds its embedder (the default local MiniLM, created on first
+    use, so constructing a policy never loads torch) and shares it between copies."""
+
+    uses_embedder = True
+
+    def __init__(self, *, embedder: Embedder | None = None, **settings: Any) -> None:
+        self._embedder = embedder
+        super().__init__(**settings)
+
+    @property
+    def embedder(self) -> Embedder:
+        if self._embedder is None:
+            self._embedder = default_embedder()
+        return self._embedder
+
+    def embedder_name(self) -> str | None:
+        return self.embedder.name
+
+    def _shared_objects(self) -> list[Any]:
+        shared = super()._shared_objects()  # type: ignore[misc]
+        return [*shared, *([self._embedder] if self._embedder is not None else [])]
+
+
 def normalize_rows(vectors: np.ndarray) -> np.ndarray:
     vectors = np.asarray(vectors, dtype=np.float32)
     if vectors.ndim != 2:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import dspy
 import numpy as np
@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 
 from memory_policies.base import MemoryPolicy, MemoryState, strip_time_header
 from memory_policies.common import DEFAULT_MEMORY_USE, MemoryChoose, MemoryReply, timed_line
-from memory_policies.embed import Embedder, default_embedder, embed_texts, top_k_indices
+from memory_policies.embed import UsesEmbedder, embed_texts, top_k_indices
 from memory_policies.errors import PolicyError
 from memory_policies.paper import PAPER_STORE_USE, StoreChatChoose, StoreChatReply
 from memory_policies.variants import VARIANTS, Variant
@@ -43,7 +43,7 @@ def in_time_order(memories: list[StoredMemory]) -> list[StoredMemory]:
     return sorted(memories, key=lambda m: (m.time or "", m.id))
 
 
-class EmbeddingStorePolicy(MemoryPolicy):
+class EmbeddingStorePolicy(UsesEmbedder, MemoryPolicy):
     """A policy whose long-term memory is a list of embedded texts retrieved by similarity."""
 
     parameter_names: ClassVar[tuple[str, ...]] = ("update_every", "short_term_len", "top_k")
@@ -54,27 +54,9 @@ class EmbeddingStorePolicy(MemoryPolicy):
     }
     # The reference's AWE and RAG configs retrieve 30 memories.
     paper_parameters: ClassVar[dict[str, int]] = {"top_k": 30}
-    uses_embedder: ClassVar[bool] = True
     choose_signature: ClassVar[type[dspy.Signature]] = MemoryChoose
     variants: ClassVar[tuple[Variant, ...]] = VARIANTS
     paper_choose_signature: ClassVar[type[dspy.Signature]] = StoreChatChoose
-
-    def __init__(self, *, embedder: Embedder | None = None, **parameters: int) -> None:
-        # Constructing a policy must never load torch: the default is created on first use.
-        self._embedder = embedder
-        super().__init__(**parameters)
-
-    @property
-    def embedder(self) -> Embedder:
-        if self._embedder is None:
-            self._embedder = default_embedder()
-        return self._embedder
-
-    def embedder_name(self) -> str | None:
-        return self.embedder.name
-
-    def _shared_objects(self) -> list[Any]:
-        return [self._embedder] if self._embedder is not None else []
 
     # ----- vectors ---------------------------------------------------------------------------
 

@@ -41,7 +41,7 @@ from typing import Any, ClassVar
 import dspy
 import numpy as np
 
-from memory_policies.embed import Embedder, default_embedder, embed_texts
+from memory_policies.embed import Embedder, UsesEmbedder, embed_texts
 from memory_policies.errors import PolicyError
 from memory_policies.memory_system import (
     MemorySystem,
@@ -366,11 +366,10 @@ def _line(text: str, time: str | None) -> str:
     return f"[{time}] {text}" if time and "[Current Time:" not in text else text
 
 
-class Mem0Policy(MemorySystemPolicy):
+class Mem0Policy(UsesEmbedder, MemorySystemPolicy):
     """mem0 as a baseline memory policy (see the module docstring)."""
 
     kind: ClassVar[str] = "mem0"
-    uses_embedder: ClassVar[bool] = True
     option_defaults: ClassVar[dict[str, OptionValue]] = {"infer": True}
     default_parameters: ClassVar[dict[str, int]] = {
         "update_every": 2,
@@ -384,21 +383,8 @@ class Mem0Policy(MemorySystemPolicy):
         missing = mem0_missing()
         if missing:
             raise PolicyError(missing)
-        self._embedder = embedder
         self._dimensions: int | None = None
-        super().__init__(**settings)
-
-    @property
-    def embedder(self) -> Embedder:
-        if self._embedder is None:
-            self._embedder = default_embedder()
-        return self._embedder
-
-    def embedder_name(self) -> str | None:
-        return self.embedder.name
-
-    def _shared_objects(self) -> list[Any]:
-        return [*super()._shared_objects(), *([self._embedder] if self._embedder else [])]
+        super().__init__(embedder=embedder, **settings)
 
     def open_system(self) -> MemorySystem:
         if self._dimensions is None:
