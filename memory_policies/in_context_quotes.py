@@ -17,12 +17,12 @@ type is room for its own facts, which is what an evolved types list adds. What a
 after its name steers the sorting, so a reflector's descriptions matter too.
 
 Measured on the recall catalog's 260 revealing sentences against the complete types list (one
-line per domain): the bundled 1.5B, asked for each sentence's type as a schema-constrained
-choice, one sentence a call, sorted 21 of 48 into the right domain; MiniLM, 170 of 260, and 195
-of 260 when each line also names its facts' values (`benchmarks/records/quotes_sort/`). Sorting
-by the model also cost one call per write. Role-confused follow-ups of a small simulated user
-("I understand you're having trouble falling asleep. Creating a bedtime routine ...") repeat
-the assistant's reply; filed as facts, they pushed real facts out of their type.
+line per domain, `benchmarks/quotes_sort.py`): MiniLM put 170 (0.65) under the right domain;
+the bundled 1.5B, asked for each sentence's type as a schema-constrained choice, one sentence a
+call, 21 of a sample of 48 (0.44), and sorting by the model cost a call per write.
+Role-confused follow-ups of a small simulated user ("I understand you're having trouble
+falling asleep. Creating a bedtime routine ...") repeat the assistant's reply; filed as facts,
+they pushed real facts out of their type.
 
 Reading and use are `in_context`'s (every entry in the prompt). Under `variant = "paper"` this
 kind does not exist (the reference has no such policy).

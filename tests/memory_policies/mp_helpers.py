@@ -48,7 +48,6 @@ def agent(**handlers: Handler) -> ScriptedLM:
         "choice": 1,
         "updates": [],
         "operations": [],
-        "types": [],
     }
 
     def respond(call: ScriptedCall) -> dict[str, Any] | str:

@@ -1,42 +1,45 @@
-"""`in_context_quotes`: the write sorts the user's statements by the types list; each is kept
-verbatim under its type, one entry per write and type, each type keeping its newest."""
+"""`in_context_quotes`: the write files the user's new statements, verbatim, under the most
+similar listed type (no LLM call), one entry per write and type, each type keeping its newest."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
-from mp_helpers import agent, agent_context, calls_for, section
+from mp_helpers import CountingEmbedder, agent, agent_context
 
-from evolve.llm.adapter import response_format_for
 from memory_policies import Message, PolicyError, build_policy
 from memory_policies.in_context_quotes import (
     ENTRIES_PER_TYPE,
-    _sort_signature,
-    sentence_key,
+    repeats,
+    type_items,
     type_names,
     user_sentences,
 )
 
-TYPES = "1. Diet and eating habits\n2. Pets (animals at home)"
+# Lexical test embedder: a sentence goes to the type whose line shares its words.
+TYPES = "1. Diet: meals, food, cooking\n2. Pets (cat, dog, animals at home)"
 
 
-def _policy():
-    policy = build_policy({"kind": "in_context_quotes", "update_every": 1, "short_term_len": 0})
+def _policy(embedder: CountingEmbedder | None = None):
+    policy = build_policy(
+        {"kind": "in_context_quotes", "update_every": 1, "short_term_len": 0},
+        embedder=embedder or CountingEmbedder(dim=512),
+    )
     return policy.with_components({"write.types_to_remember": TYPES})
-
-
-def _sorted(*types: str) -> dict[str, str]:
-    """The write's reply: the type of each sentence, in order."""
-    return {sentence_key(i): kind for i, kind in enumerate(types, start=1)}
 
 
 def _said(text: str) -> Message:
     return Message(role="user", content=f"[Current Time: 2020-10-01 20:00:00]\n{text}")
 
 
-def test_type_names_and_sentences():
-    assert type_names(TYPES) == ["Diet and eating habits", "Pets"]
+def _filed(state) -> list[tuple[str, str]]:
+    return [(entry.label, entry.value) for entry in state.memory]
+
+
+def test_type_names_items_and_sentences():
+    assert type_names(TYPES) == ["Diet", "Pets"]
+    assert type_items(TYPES)["Pets"] == "Pets (cat, dog, animals at home)"
     assert type_names("- sleep\n* sleep\n3) budget: money\n") == ["sleep", "budget"]
     assert user_sentences(
         [_said("We adopted a cat. Any tips?"), Message(role="assistant", content="Sure. Do X.")]
@@ -50,68 +53,58 @@ def test_greetings_and_thanks_are_not_statements():
     assert user_sentences([_said("Hello! I'm vegan now.")]) == ["I'm vegan now."]
 
 
-def test_the_schema_asks_one_listed_type_per_sentence():
-    schema = response_format_for(_sort_signature(("Diet", "Pets"), 3), "llama_cpp")["schema"]
-    (per_sentence,) = schema["$defs"].values()
-    assert per_sentence["required"] == ["sentence_1", "sentence_2", "sentence_3"]
-    assert per_sentence["additionalProperties"] is False
-    for key in per_sentence["required"]:
-        assert per_sentence["properties"][key]["enum"] == ["Diet", "Pets"]
+def test_statements_go_verbatim_under_the_nearest_type_without_an_llm_call():
+    lm = agent()
+    policy = _policy()
+    with agent_context(lm):
+        state = policy.observe(
+            policy.initial_state(), [_said("We adopted a cat. I cook all my meals. Any tips?")]
+        )
+    assert _filed(state) == [("Pets", "We adopted a cat."), ("Diet", "I cook all my meals.")]
+    assert lm.calls == []
 
 
-def test_sorted_sentences_are_kept_verbatim_and_each_type_keeps_its_newest_entries():
-    replies = iter(
-        [
-            _sorted("Pets", "Diet and eating habits", "Diet and eating habits"),
-            _sorted("Pets"),
-            _sorted("Pets"),
-        ]
-    )
-    lm = agent(types=lambda call: next(replies))
+def test_each_type_keeps_its_newest_entries():
     policy = _policy()
     state = policy.initial_state()
-    with agent_context(lm):
-        state = policy.observe(
-            state, [_said("We adopted a cat. I sleep badly these days. I eat no meat.")]
-        )
-        state = policy.observe(state, [Message(role="assistant", content="Nice cat!")])
-        state = policy.observe(state, [_said("The cat went to my sister. Dinner ideas?")])
-        state = policy.observe(state, [_said("Thanks for the tips!")])  # misfiled small talk
-    first, second, _ = calls_for(lm, "types")
-    assert section(first.user, "sentences") == (
-        "1. We adopted a cat.\n2. I sleep badly these days.\n3. I eat no meat."
-    )
-    # A type keeps its ENTRIES_PER_TYPE newest entries: the misfiled small talk did not push
-    # out the fact it came after, and the oldest pets entry went.
+    for said in ("We adopted a cat.", "The cat sleeps all day.", "A dog joined the cat."):
+        state = policy.observe(state, [_said(said)])
     assert ENTRIES_PER_TYPE == 2
-    assert [(e.label, e.value) for e in state.memory] == [
-        # One entry per write and type.
-        ("Diet and eating habits", "I sleep badly these days. I eat no meat."),
-        ("Pets", "The cat went to my sister."),
-        ("Pets", "Thanks for the tips!"),
-    ]
-    assert len(calls_for(lm, "types")) == 3  # the assistant's message alone: no write
+    assert _filed(state) == [("Pets", "The cat sleeps all day."), ("Pets", "A dog joined the cat.")]
 
 
-def test_an_unparseable_sort_is_counted_and_memory_unchanged():
-    from mp_helpers import Raw
-
-    lm = agent(types=Raw("not json"))
+def test_a_statement_repeating_the_previous_reply_or_memory_is_not_filed():
     policy = _policy()
-    with agent_context(lm):
-        state = policy.observe(policy.initial_state(), [_said("We adopted a cat.")])
-    assert state.memory == [] and state.parse_failures.get("write") == 1
-    assert json.dumps(state.model_dump())  # still a JSON-serializable state
+    state = policy.observe(policy.initial_state(), [_said("We adopted a cat.")])
+    reply = "Cook simple meals with fresh food and keep the cat away from the kitchen."
+    state = policy.observe(state, [Message(role="assistant", content=reply)])
+    # The next write holds the role-confused follow-up: it copies the reply, and repeats a
+    # sentence memory holds; only the new fact is filed.
+    state = policy.observe(
+        state,
+        [_said("Cook simple meals with fresh food. We adopted a cat. I eat no meat at meals.")],
+    )
+    assert _filed(state) == [("Pets", "We adopted a cat."), ("Diet", "I eat no meat at meals.")]
+    assert repeats("I'll cook simple meals with fresh food.", reply)
+    assert not repeats("I cook every meal from scratch.", reply)
 
 
-def test_a_reply_that_leaves_a_sentence_unsorted_is_a_counted_parse_failure():
-    lm = agent(types=_sorted("Pets"))  # two statements, one type
+def test_the_previous_reply_survives_a_checkpoint():
     policy = _policy()
-    with agent_context(lm):
-        state = policy.observe(
-            policy.initial_state(), [_said("We adopted a cat. I eat fish every day.")]
-        )
-    assert state.memory == [] and state.parse_failures.get("write") == 1
+    state = policy.observe(policy.initial_state(), [Message(role="assistant", content="Eat fish.")])
+    restored = type(state).model_validate(json.loads(json.dumps(state.model_dump())))
+    assert restored.previous_reply == "Eat fish."
+    assert _filed(policy.observe(restored, [_said("Eat fish.")])) == []
+
+
+def test_the_types_list_and_use_are_the_components():
+    policy = _policy()
+    assert set(policy.components()) == {"write.types_to_remember", "use"}
+    narrowed = policy.with_components({"write.types_to_remember": "1. Pets: cat"})
+    state = narrowed.observe(narrowed.initial_state(), [_said("I cook all my meals.")])
+    assert _filed(state) == [("Pets", "I cook all my meals.")]  # the only listed type
+    with pytest.raises(PolicyError):
+        policy.with_components({"write": "Remember everything."})
 
 
 def test_no_paper_variant():
