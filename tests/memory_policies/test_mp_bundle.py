@@ -12,7 +12,7 @@ from mp_helpers import CountingEmbedder, agent, agent_context, section
 import memory_policies
 from memory_policies import BUNDLE_FILE, PolicyError, build_policy
 
-ALL_KINDS = ["native", "in_context", "external", "raw_rag"]
+ALL_KINDS = ["native", "in_context", "in_context_quotes", "external", "raw_rag"]
 
 
 def _ops(call):
@@ -28,7 +28,7 @@ def _mutated(kind: str):
     if kind != "native":
         policy = policy.with_parameters(update_every=1, short_term_len=1)
     updates = {"use": "Answer like a pirate who remembers everything."}
-    if kind == "in_context":
+    if kind in ("in_context", "in_context_quotes"):
         updates["write.types_to_remember"] = "1. Only food preferences."
     return policy.with_components(updates)
 
@@ -63,7 +63,8 @@ def test_save_load_gives_identical_policy(tmp_path, kind: str) -> None:
     bundle = json.loads(path.read_text())
     assert bundle["kind"] == kind
     assert bundle["provenance"] == {"parent": "cand-1", "experiment": "e1"}
-    assert bundle["embedder"] == ("hashing-64" if kind in ("external", "raw_rag") else None)
+    embeds = kind in ("external", "raw_rag", "in_context_quotes")
+    assert bundle["embedder"] == ("hashing-64" if embeds else None)
     # Loading by file path and through the registry gives the same policy.
     assert memory_policies.load(path).components() == policy.components()
     assert build_policy(str(tmp_path / "bundle")).components() == policy.components()
