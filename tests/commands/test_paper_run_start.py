@@ -169,9 +169,7 @@ def test_a_paper_run_of_an_embedding_policy_must_name_its_embedder(
     if embedder is not None:
         monkeypatch.setenv("MEMORY_POLICIES_EMBEDDER", embedder)
     # A hashing embedder stands in for the model behind the name (no model files needed).
-    monkeypatch.setattr(
-        "memory_policies.embed.default_embedder", lambda: HashingEmbedder()
-    )
+    monkeypatch.setattr("memory_policies.embed.default_embedder", lambda: HashingEmbedder())
     env_file = tmp_path / "env.json"
     save_environment(make_environment(users=1), env_file)
     argv = ["eval", "--env", str(env_file), "--policy", "raw_rag", "--protocol", protocol]
