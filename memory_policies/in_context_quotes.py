@@ -89,11 +89,6 @@ def type_items(types_to_remember: str) -> dict[str, str]:
     return items
 
 
-def type_names(types_to_remember: str) -> list[str]:
-    """The short names of a types list, in order (see `type_items`)."""
-    return list(type_items(types_to_remember))
-
-
 def user_sentences(messages: list[Message]) -> list[str]:
     """The user's statements in order (time headers, questions and greetings or thanks of fewer
     than `MIN_WORDS` words removed), the last `_MAX_SENTENCES`. A question asks for help and

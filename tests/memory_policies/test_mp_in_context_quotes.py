@@ -13,7 +13,6 @@ from memory_policies.in_context_quotes import (
     ENTRIES_PER_TYPE,
     repeats,
     type_items,
-    type_names,
     user_sentences,
 )
 
@@ -38,9 +37,9 @@ def _filed(state) -> list[tuple[str, str]]:
 
 
 def test_type_names_items_and_sentences():
-    assert type_names(TYPES) == ["Diet", "Pets"]
+    assert list(type_items(TYPES)) == ["Diet", "Pets"]
     assert type_items(TYPES)["Pets"] == "Pets (cat, dog, animals at home)"
-    assert type_names("- sleep\n* sleep\n3) budget: money\n") == ["sleep", "budget"]
+    assert list(type_items("- sleep\n* sleep\n3) budget: money\n")) == ["sleep", "budget"]
     assert user_sentences(
         [_said("We adopted a cat. Any tips?"), Message(role="assistant", content="Sure. Do X.")]
     ) == ["We adopted a cat."]
