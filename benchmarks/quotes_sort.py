@@ -2,9 +2,12 @@
 on the recall catalog's revealing sentences, against the complete types list.
 
 Each recall variable's values come with paraphrases that reveal them ("I prick my finger to
-check my glucose before meals now."); the right type is the variable's domain. Sorters:
+check my glucose before meals now."); the right type is the variable's domain, the right fact
+its label. Sorters:
 
-- `embedding`: the policy's write (MiniLM, nearest type line by cosine), over all sentences;
+- `embedding`: the policy's write (MiniLM, nearest slot by cosine: the complete list names
+  each domain's facts, so one slot per fact), over all sentences, scored by domain and by fact;
+- `embedding-lines`: the nearest whole domain line (the write before slots per fact);
 - `embedding-values`: the same with each line naming its facts' values (what a reflector
   shown diagnostic feedback could write);
 - `model`: the bundled model (`--model-size`) choosing each sentence's type as a
@@ -32,17 +35,18 @@ from types_list_room import ideal_types_list  # noqa: E402
 
 from evolve.simulator.synthesis.catalogs import load_catalog  # noqa: E402
 from memory_policies.embed import default_embedder, embed_texts  # noqa: E402
-from memory_policies.in_context_quotes import type_items  # noqa: E402
+from memory_policies.in_context_quotes import filing_slots, type_items  # noqa: E402
 
 # Paraphrases per value: the first two of each (the catalog has more for some values).
 PER_VALUE = 2
 
 
-def labelled_sentences() -> list[tuple[str, str]]:
-    """(sentence, domain) for the first `PER_VALUE` paraphrases of every recall value."""
+def labelled_sentences() -> list[tuple[str, str, str]]:
+    """(sentence, domain, fact label) for the first `PER_VALUE` paraphrases of every recall
+    value."""
     catalog = load_catalog()
     return [
-        (paraphrase, variable.domain)
+        (paraphrase, variable.domain, variable.label)
         for variable in catalog.variables.values()
         if variable.recall
         for paraphrases in variable.values.values()
@@ -65,17 +69,23 @@ def with_values_list() -> str:
     )
 
 
-def embedding_correct(sentences: list[tuple[str, str]], types_list: str) -> int:
-    items = type_items(types_list)
-    names = list(items)
-    vectors = embed_texts(default_embedder(), [*items.values(), *(s for s, _ in sentences)])
-    nearest = np.argmax(vectors[len(items) :] @ vectors[: len(items)].T, axis=1)
-    return sum(
-        names[i].casefold() == domain for i, (_, domain) in zip(nearest, sentences, strict=True)
-    )
+def embedding_correct(
+    sentences: list[tuple[str, str, str]], slots: dict[str, str]
+) -> tuple[int, int]:
+    """(right domain, right fact) counts when each sentence goes to its nearest slot (label ->
+    matched text; a label is "Domain (fact)" or a whole line's "Domain")."""
+    labels = list(slots)
+    vectors = embed_texts(default_embedder(), [*slots.values(), *(s for s, _, _ in sentences)])
+    nearest = np.argmax(vectors[len(slots) :] @ vectors[: len(slots)].T, axis=1)
+    domains = facts = 0
+    for index, (_, domain, fact) in zip(nearest, sentences, strict=True):
+        name, _, listed = labels[index].partition(" (")
+        domains += name.casefold() == domain
+        facts += listed.removesuffix(")") == fact
+    return domains, facts
 
 
-def model_correct(sentences: list[tuple[str, str]], model_size: str) -> tuple[int, float]:
+def model_correct(sentences: list[tuple[str, str, str]], model_size: str) -> tuple[int, float]:
     from evolve.llm import open_role_lms
     from evolve.llm.config import EmbeddedModelConfig, LLMConfig
 
@@ -97,7 +107,7 @@ def model_correct(sentences: list[tuple[str, str]], model_size: str) -> tuple[in
     correct = 0
     with open_role_lms(config) as lms, dspy.context(lm=lms.lm("agent")):
         started = time.perf_counter()
-        for sentence, domain in sentences:
+        for sentence, domain, _ in sentences:
             correct += sort(sentence=sentence).type.casefold() == domain
         return correct, time.perf_counter() - started
 
@@ -111,13 +121,16 @@ def main() -> None:
     args = parser.parse_args()
     sentences = labelled_sentences()
     total = len(sentences)
-    print(f"{total} revealing sentences, 10 domains (chance 0.10)")
-    for name, types_list in (
-        ("embedding", ideal_types_list()),
-        ("embedding-values", with_values_list()),
+    print(f"{total} revealing sentences, 10 domains, {len(filing_slots(ideal_types_list()))} facts")
+    lines = {name: line for name, line in type_items(ideal_types_list()).items()}
+    for name, slots, by_fact in (
+        ("embedding", filing_slots(ideal_types_list()), True),
+        ("embedding-lines", lines, False),
+        ("embedding-values", type_items(with_values_list()), False),
     ):
-        correct = embedding_correct(sentences, types_list)
-        print(f"{name:<17} {correct}/{total} = {correct / total:.2f}")
+        domains, facts = embedding_correct(sentences, slots)
+        line = f"{name:<17} domain {domains}/{total} = {domains / total:.2f}"
+        print(line + (f", fact {facts}/{total} = {facts / total:.2f}" if by_fact else ""))
     if args.model:
         sample = random.Random(args.seed).sample(sentences, args.model_sentences)
         correct, seconds = model_correct(sample, args.model_size)

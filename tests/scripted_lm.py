@@ -99,6 +99,13 @@ def echo_fields(**fixed: Any) -> Responder:
     return lambda call: dict(fixed)
 
 
+def user_turn(text: str) -> dict[str, str]:
+    """A simulated user's scripted follow-up saying `text`, valid for both follow-up
+    signatures: the state-aware one asks a reaction and a question (joined into the message),
+    the paper one a message."""
+    return {"reaction": "", "question": text, "message": text}
+
+
 @dataclass
 class CallCounter:
     counts: dict[str, int] = field(default_factory=dict)

@@ -10,7 +10,7 @@ import json
 
 import pytest
 from optimize.evolve_helpers import write_spec
-from scripted_lm import ScriptedLM, scripted_role_lms
+from scripted_lm import ScriptedLM, scripted_role_lms, user_turn
 from simulator.eval_helpers import agent_responder, make_environment
 
 import evolve.commands.eval as eval_command
@@ -69,7 +69,7 @@ FOLLOW_UPS = (
 
 def distinct_follow_ups():
     turns = itertools.cycle(FOLLOW_UPS)
-    return lambda call: {"message": next(turns)}
+    return lambda call: user_turn(next(turns))
 
 
 @pytest.fixture

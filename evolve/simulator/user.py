@@ -21,6 +21,7 @@ policy's modules must not be able to reach it.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -41,33 +42,45 @@ if TYPE_CHECKING:
     from evolve.simulator.environment import EnvironmentItem, Period, Session
     from memory_policies.base import MemoryPolicy, MemoryState
 
-# The small model pays for every prompt token; these bound what one follow-up call reads.
+# The small model pays for every prompt token; this bounds what one follow-up call reads.
 _PERSONA_CHARS = 1500
-_REPLY_CHARS = 800
+# Of the assistant's reply the follow-up sees its first sentences, at most this many characters:
+# enough to react to, and little to copy (shown whole, the bundled models copied it).
+_REPLY_SENTENCES = 2
+_REPLY_CHARS = 300
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+_TIME_HEADER = re.compile(r"^\s*\[Current Time:[^\]]*\]\s*")
 
 
+# Written for small models, and measured on them (benchmarks/follow_up_echoes.py): asked for
+# "the user's next message" after the whole latest exchange, the bundled 1.5B continued as the
+# assistant and copied its reply in a third of follow-ups; asked as the person, for a reaction
+# and a question in two fields, shown the reply's first sentences, it copied none.
 FOLLOW_UP_INSTRUCTIONS = (
-    "You role-play the user described by `persona`: a person chatting with an AI assistant to "
-    "get help, never the assistant. Write the user's next message: 1-3 short sentences, first "
-    "person, in character. React to the assistant's last reply: answer its question, or ask a "
-    "natural follow-up about the same topic. Use your own words: never repeat, quote or sum up "
-    "the assistant's reply or your own earlier message, never give advice, and never offer "
-    "help or ask whether the assistant has questions. Never end the conversation. "
-    "`shared_facts` were already told and may be referred to. `private_facts` are true now: "
-    "never contradict them, and never state or hint at them."
+    "You are the person described in `persona`, chatting with an AI assistant that is helping "
+    "you. Write your next turn as that person: a short reaction and one new question. Speak "
+    "only as yourself, in the first person; do not give advice and do not repeat the "
+    "assistant's words."
 )
 
 
 class UserFollowUp(dspy.Signature):
-    """Write the simulated user's next message (instructions: FOLLOW_UP_INSTRUCTIONS)."""
+    """Write the simulated user's next turn (instructions: FOLLOW_UP_INSTRUCTIONS)."""
 
-    persona: str = dspy.InputField(desc="who the user is")
-    today: str = dspy.InputField(desc="the current date")
-    topic: str = dspy.InputField(desc="the user's opening message of this conversation")
-    shared_facts: str = dspy.InputField(desc="facts about the user this conversation is about")
-    private_facts: str = dspy.InputField(desc="other current facts about the user: keep secret")
-    last_exchange: str = dspy.InputField(desc="the latest user message and assistant reply")
-    message: str = dspy.OutputField(desc="the user's next message, 1-3 sentences")
+    persona: str = dspy.InputField(desc="who you are")
+    your_request: str = dspy.InputField(desc="what you asked the assistant")
+    facts_you_may_mention: str = dspy.InputField()
+    facts_to_keep_private: str = dspy.InputField(
+        desc="also true now: never mention or hint at them"
+    )
+    assistant_reply: str = dspy.InputField(desc="the assistant's answer to you")
+    reaction: str = dspy.OutputField(
+        desc="your short first-person reaction to the answer, under 15 words, e.g. 'That might "
+        "work, but I rarely have time in the mornings.'"
+    )
+    question: str = dspy.OutputField(
+        desc="your next question to the assistant, about your own situation, ending with '?'"
+    )
 
 
 # Under `paper` the user is shown what the reference simulator is shown (nothing else, and no
@@ -125,12 +138,10 @@ class UserView(TypingProtocol):
 
 @dataclass(frozen=True)
 class StateAwareUserView:
-    """Ours: the persona, the session's date and query, the facts the session is about and
-    the period's other current facts (to keep consistent with and to itself)."""
+    """Ours: the persona, the facts the session is about and the period's other current facts
+    (to keep consistent with and to itself)."""
 
     persona: str
-    today: str
-    topic: str
     shared_facts: Mapping[str, str]
     private_facts: Mapping[str, str]
     # At temperature 0 (the embedded default) the same prompt copies again; sampling may not.
@@ -141,15 +152,13 @@ class StateAwareUserView:
         cls,
         *,
         persona: str,
-        today: str,
-        topic: str,
         exposed_states: Mapping[str, Any],
         current_state: Mapping[str, Any],
     ) -> StateAwareUserView:
         """The view of a session exposing `exposed_states` while `current_state` holds."""
         shared = {name: str(value) for name, value in exposed_states.items()}
         private = {name: str(v) for name, v in current_state.items() if name not in shared}
-        return cls(persona, today, topic, shared, private)
+        return cls(persona, shared, private)
 
     def next_message(
         self,
@@ -163,8 +172,6 @@ class StateAwareUserView:
     ) -> str:
         return user.next_message(
             persona=self.persona,
-            today=self.today,
-            topic=self.topic,
             shared_facts=self.shared_facts,
             private_facts=self.private_facts,
             last_user=last_user,
@@ -223,8 +230,6 @@ def _blind_view(item: EnvironmentItem, period: Period, session: Session) -> User
 def _state_aware_view(item: EnvironmentItem, period: Period, session: Session) -> UserView:
     return StateAwareUserView.of(
         persona=format_persona(item.profile_text()),
-        today=str(session.session_time),
-        topic=session.query,
         exposed_states=session.exposed_values(),
         current_state={k: str(v) for k, v in period.state.items()},
     )
@@ -254,6 +259,13 @@ def format_persona(profile: Any) -> str:
     return text if len(text) <= _PERSONA_CHARS else text[: _PERSONA_CHARS - 3] + "..."
 
 
+def reply_opening(reply: str) -> str:
+    """The first `_REPLY_SENTENCES` sentences of an assistant reply, at most `_REPLY_CHARS`
+    characters (what the state-aware follow-up reacts to)."""
+    opening = " ".join(_SENTENCE_END.split(reply.strip())[:_REPLY_SENTENCES])
+    return opening if len(opening) <= _REPLY_CHARS else opening[: _REPLY_CHARS - 3] + "..."
+
+
 def _facts(values: Mapping[str, str]) -> str:
     return "\n".join(f"- {name}: {value}" for name, value in values.items()) or "(none)"
 
@@ -278,8 +290,6 @@ class SimulatedUser(dspy.Module):
         self,
         *,
         persona: str,
-        today: str,
-        topic: str,
         shared_facts: Mapping[str, str],
         private_facts: Mapping[str, str],
         last_user: str,
@@ -287,17 +297,14 @@ class SimulatedUser(dspy.Module):
         seed: int,
         temperature: float | None = None,
     ) -> str:
-        """One follow-up; raises AdapterParseError when the output cannot be parsed."""
-        reply = last_assistant
-        if len(reply) > _REPLY_CHARS:
-            reply = reply[: _REPLY_CHARS - 3] + "..."
+        """One follow-up: the reaction, then the question; raises AdapterParseError when the
+        output cannot be parsed."""
         prediction = self.follow_up(
             persona=persona,
-            today=today,
-            topic=topic,
-            shared_facts=_facts(shared_facts),
-            private_facts=_facts(private_facts),
-            last_exchange=f"User: {last_user}\nAssistant: {reply}",
+            your_request=_TIME_HEADER.sub("", last_user).strip(),
+            facts_you_may_mention=_facts(shared_facts),
+            facts_to_keep_private=_facts(private_facts),
+            assistant_reply=reply_opening(last_assistant),
             # Forwarded to the endpoint: sampled follow-ups are reproducible where supported.
             # 1-3 short sentences fit the policies' reply cap, which bounds what a small model's
             # repetition loop costs (under `paper` the endpoint's own max_tokens applies).
@@ -307,7 +314,8 @@ class SimulatedUser(dspy.Module):
                 **({} if temperature is None else {"temperature": temperature}),
             },
         )
-        return str(prediction.message).strip()
+        parts = (str(prediction.reaction).strip(), str(prediction.question).strip())
+        return " ".join(part for part in parts if part)
 
     def paper_next_message(
         self,

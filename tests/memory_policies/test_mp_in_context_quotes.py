@@ -11,13 +11,15 @@ from mp_helpers import CountingEmbedder, agent, agent_context
 from memory_policies import Message, PolicyError, build_policy
 from memory_policies.in_context_quotes import (
     ENTRIES_PER_TYPE,
+    filing_slots,
     repeats,
     type_items,
     user_sentences,
 )
 
-# Lexical test embedder: a sentence goes to the type whose line shares its words.
-TYPES = "1. Diet: meals, food, cooking\n2. Pets (cat, dog, animals at home)"
+# Lexical test embedder: a sentence goes to the type whose line shares its words. Each line
+# describes one fact (no list after the name), so each is one slot.
+TYPES = "1. Diet: meals food cooking\n2. Pets (cat dog animals at home)"
 
 
 def _policy(embedder: CountingEmbedder | None = None):
@@ -38,11 +40,42 @@ def _filed(state) -> list[tuple[str, str]]:
 
 def test_type_names_items_and_sentences():
     assert list(type_items(TYPES)) == ["Diet", "Pets"]
-    assert type_items(TYPES)["Pets"] == "Pets (cat, dog, animals at home)"
+    assert type_items(TYPES)["Pets"] == "Pets (cat dog animals at home)"
     assert list(type_items("- sleep\n* sleep\n3) budget: money\n")) == ["sleep", "budget"]
     assert user_sentences(
         [_said("We adopted a cat. Any tips?"), Message(role="assistant", content="Sure. Do X.")]
     ) == ["We adopted a cat."]
+
+
+def test_a_line_listing_facts_is_one_slot_per_fact():
+    listed = "1. Family: children, pets and partner\n2. Travel (style; how often)\n3. Work"
+    assert filing_slots(listed) == {
+        "Family (children)": "Family: children",
+        "Family (pets and partner)": "Family: pets and partner",
+        "Travel (style)": "Travel: style",
+        "Travel (how often)": "Travel: how often",
+        "Work": "Work",
+    }
+    # One description is one slot, named by the line's name and matched by the whole line.
+    assert filing_slots("- Diet: what I eat") == {"Diet": "Diet: what I eat"}
+    assert filing_slots("1. Health: sleep, and stress") == {
+        "Health (sleep)": "Health: sleep",
+        "Health (stress)": "Health: stress",
+    }
+
+
+def test_each_listed_fact_keeps_its_own_entries():
+    # Under one "Pets" line, the cat's statements would push the dog's out; one slot per fact
+    # keeps both.
+    policy = _policy().with_components({"write.types_to_remember": "1. Pets: cat, dog"})
+    state = policy.initial_state()
+    for said in ("Our dog is old.", "The cat sleeps.", "The cat purrs.", "The cat hunts."):
+        state = policy.observe(state, [_said(said)])
+    assert _filed(state) == [
+        ("Pets (dog)", "Our dog is old."),
+        ("Pets (cat)", "The cat purrs."),
+        ("Pets (cat)", "The cat hunts."),
+    ]
 
 
 def test_greetings_and_thanks_are_not_statements():

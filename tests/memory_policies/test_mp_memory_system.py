@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from scripted_lm import ScriptedLM, scripted_role_lms
+from scripted_lm import ScriptedLM, scripted_role_lms, user_turn
 from simulator.eval_helpers import latest_mention_choice, make_environment, output_fields, sections
 
 import memory_policies.registry as registry
@@ -66,7 +66,7 @@ def memory_aware_agent(call) -> dict[str, Any]:
 
 
 def simulator(call) -> dict[str, Any]:
-    return {"message": "Thanks, that helps."}
+    return user_turn("Thanks, that helps.")
 
 
 def test_bm25_example_is_evaluated_like_any_policy_on_and_off_policy(tmp_path, bm25_module):

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 from optimize.evolve_helpers import SCHEMA, make_item, output_fields, sections
-from scripted_lm import ScriptedLM, scripted_role_lms
+from scripted_lm import ScriptedLM, scripted_role_lms, user_turn
 
 import memory_policies
 from evolve.simulator.environment import Environment
@@ -84,7 +84,7 @@ def reflector(call):
 def world(tmp_path: Path):
     env = Environment.from_original([make_item(f"user-{i}") for i in range(10)])
     lms = scripted_role_lms(
-        simulator=lambda call: {"message": "Thanks, tell me more."},
+        simulator=lambda call: user_turn("Thanks, tell me more."),
         agent=ScriptedLM(agent, model="agent-model"),
         reflector=ScriptedLM(reflector, model="reflector-model"),
     )

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from optimize.evolve_helpers import SCHEMA, make_item, output_fields, reflector_inputs, sections
-from scripted_lm import ScriptedLM, scripted_role_lms
+from scripted_lm import ScriptedLM, scripted_role_lms, user_turn
 
 from evolve.optimize import evolve_policy
 from evolve.simulator.environment import Environment, save_environment
@@ -106,7 +106,7 @@ class World:
     def __init__(self, respond=agent) -> None:
         self.agent = ScriptedLM(respond, model="agent-model")
         self.reflector = ScriptedLM(lambda call: {"new_text": "unused"}, model="other-model")
-        self.simulator = ScriptedLM(lambda call: {"message": "Tell me more."}, model="sim")
+        self.simulator = ScriptedLM(lambda call: user_turn("Tell me more."), model="sim")
         self.lms = scripted_role_lms(
             simulator=self.simulator, agent=self.agent, reflector=self.reflector
         )

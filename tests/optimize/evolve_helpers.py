@@ -17,7 +17,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from scripted_lm import ScriptedLM, scripted_role_lms
+from scripted_lm import ScriptedLM, scripted_role_lms, user_turn
 
 from evolve.simulator.environment import Environment, save_environment
 
@@ -174,7 +174,7 @@ class World:
         self.agent = ScriptedLM(agent or make_agent(), model="agent-model")
         self.reflector = ScriptedLM(reflect, model="reflector-model")
         self.simulator = ScriptedLM(
-            simulator or (lambda call: {"message": "Thanks, tell me more."}),
+            simulator or (lambda call: user_turn("Thanks, tell me more.")),
             model="simulator-model",
         )
         self.lms = scripted_role_lms(

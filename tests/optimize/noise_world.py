@@ -24,7 +24,7 @@ import re
 from typing import Any
 
 from optimize.evolve_helpers import output_fields, sections
-from scripted_lm import ScriptedCall, ScriptedLM, scripted_role_lms
+from scripted_lm import ScriptedCall, ScriptedLM, scripted_role_lms, user_turn
 
 import memory_policies
 from evolve.simulator.environment import Environment
@@ -231,7 +231,7 @@ class NoiseWorld:
         self.environment = environment()
         self.reflector = ScriptedLM(reflector, model="reflector-model")
         self.lms = scripted_role_lms(
-            simulator=lambda call: {"message": "Thanks, tell me more."},
+            simulator=lambda call: user_turn("Thanks, tell me more."),
             agent=ScriptedLM(agent, model="agent-model"),
             reflector=self.reflector,
         )

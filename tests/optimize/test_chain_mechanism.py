@@ -38,7 +38,7 @@ import pytest
 from optimize import noise_world
 from optimize.evolve_helpers import reflector_inputs
 from optimize.noise_world import BASE_TYPES, DOMAIN_OF, HELDOUT, ORACLE_TYPES, TRAIN, VALUES
-from scripted_lm import ScriptedCall, ScriptedLM, scripted_role_lms
+from scripted_lm import ScriptedCall, ScriptedLM, scripted_role_lms, user_turn
 
 import memory_policies
 from evolve.optimize import chain, evolve_policy
@@ -151,7 +151,7 @@ def world_lms(seen_reflections: list[str]):
         return agent(call)
 
     return scripted_role_lms(
-        simulator=lambda call: {"message": "Thanks, tell me more."},
+        simulator=lambda call: user_turn("Thanks, tell me more."),
         agent=ScriptedLM(recording_agent, model="agent-model"),
         reflector=ScriptedLM(lambda call: {"new_text": "unused"}, model="other-model"),
     )

@@ -14,7 +14,7 @@ from collections import Counter
 
 import pytest
 from optimize.evolve_helpers import SCHEMA, make_item, output_fields, sections
-from scripted_lm import ScriptedLM, scripted_role_lms
+from scripted_lm import ScriptedLM, scripted_role_lms, user_turn
 
 import memory_policies
 from evolve.optimize.gepa_adapter import AMemGymAdapter, seed_candidate
@@ -64,7 +64,7 @@ def reflector(call):
 def test_the_parameter_operator_finds_the_peak(tmp_path, proposer, seed):
     env = Environment.from_original([make_item(f"user-{i}") for i in range(4)])
     lms = scripted_role_lms(
-        simulator=lambda call: {"message": "Thanks, tell me more."},
+        simulator=lambda call: user_turn("Thanks, tell me more."),
         agent=ScriptedLM(agent, model="agent-model"),
         reflector=ScriptedLM(reflector, model="reflector-model"),
     )
@@ -103,7 +103,7 @@ def test_the_parameter_operator_finds_the_peak(tmp_path, proposer, seed):
 def _run(tmp_path, run_dir, generations, world_agent, proposer="random"):
     env = Environment.from_original([make_item(f"user-{i}") for i in range(4)])
     lms = scripted_role_lms(
-        simulator=lambda call: {"message": "Thanks, tell me more."},
+        simulator=lambda call: user_turn("Thanks, tell me more."),
         agent=world_agent,
         reflector=ScriptedLM(reflector, model="reflector-model"),
     )
@@ -187,7 +187,7 @@ def test_our_budget_stops_gepa_between_generations(tmp_path):
 
     env = Environment.from_original([make_item(f"user-{i}") for i in range(3)])
     lms = scripted_role_lms(
-        simulator=lambda call: {"message": "Thanks, tell me more."},
+        simulator=lambda call: user_turn("Thanks, tell me more."),
         agent=ScriptedLM(agent, model="agent-model"),
         reflector=ScriptedLM(reflector, model="reflector-model"),
     )
@@ -221,7 +221,7 @@ def test_our_budget_stops_gepa_between_generations(tmp_path):
 def test_the_tuned_operator_runs_a_study_on_its_generations(tmp_path):
     env = Environment.from_original([make_item(f"user-{i}") for i in range(3)])
     lms = scripted_role_lms(
-        simulator=lambda call: {"message": "Thanks, tell me more."},
+        simulator=lambda call: user_turn("Thanks, tell me more."),
         agent=ScriptedLM(agent, model="agent-model"),
         reflector=ScriptedLM(reflector, model="reflector-model"),
     )

@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from scripted_lm import user_turn
+
 from evolve.simulator.environment import Environment
 
 SCHEMA = {
@@ -141,8 +143,8 @@ def agent_responder(call) -> dict[str, Any] | str:
 
 
 def simulator_responder(call) -> dict[str, Any]:
-    topic = sections(call.user).get("topic", "")
-    return {"message": f"Thanks. Any other tips about {topic.split('.')[0][:40].lower()}?"}
+    topic = sections(call.user).get("your_request", "")
+    return user_turn(f"Thanks. Any other tips about {topic.split('.')[0][:40].lower()}?")
 
 
 def is_choice_call(call) -> bool:

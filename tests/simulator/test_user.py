@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from scripted_lm import ScriptedLM, scripted_role_lms
+from scripted_lm import ScriptedLM, scripted_role_lms, user_turn
 from simulator.eval_helpers import (
     agent_responder,
     make_environment,
@@ -21,6 +21,7 @@ from evolve.simulator.user import (
     format_persona,
     opening_message,
     play_session,
+    reply_opening,
     user_view_for,
 )
 from memory_policies import NativePolicy
@@ -32,8 +33,6 @@ def state_aware_view(
 ) -> StateAwareUserView:
     return StateAwareUserView.of(
         persona=persona,
-        today="2024-03-02",
-        topic="I switched to keto. Breakfast ideas?",
         exposed_states=exposed_states or {"diet": "keto"},
         current_state=current_state or {"diet": "keto", "city": "Paris", "pet": "cat"},
     )
@@ -81,7 +80,7 @@ def distinct_follow_ups():
     follow_ups = iter(
         ["Thanks. Any other tips about keto breakfasts?", "Could I prepare them the night before?"]
     )
-    return lambda call: {"message": next(follow_ups)}
+    return lambda call: user_turn(next(follow_ups))
 
 
 def test_follow_ups_alternate_and_the_simulator_sees_profile_and_current_state():
@@ -91,14 +90,33 @@ def test_follow_ups_alternate_and_the_simulator_sees_profile_and_current_state()
     assert transcript.messages[2].content.startswith("Thanks. Any other tips")
     inputs = sections(simulator_lm.calls[0].user)
     assert "Ana, a 34-year-old nurse." in inputs["persona"]
-    assert "diet: keto" in inputs["shared_facts"]
+    assert "diet: keto" in inputs["facts_you_may_mention"]
     # The rest of the current state is given (for consistency) as private, not as shared.
-    assert "city: Paris" in inputs["private_facts"] and "pet: cat" in inputs["private_facts"]
-    assert "diet" not in inputs["private_facts"]
-    assert "Assistant: Noted, thanks." in inputs["last_exchange"]
-    assert "never state or hint" in simulator_lm.calls[0].system
+    private = inputs["facts_to_keep_private"]
+    assert "city: Paris" in private and "pet: cat" in private and "diet" not in private
+    # The user's own request without its time header, and the assistant's reply.
+    assert inputs["your_request"] == "I switched to keto. Breakfast ideas?"
+    assert inputs["assistant_reply"] == "Noted, thanks."
+    assert "never mention or hint" in simulator_lm.calls[0].system
     # The second follow-up reacts to the latest exchange, not the first one.
-    assert transcript.messages[2].content in sections(simulator_lm.calls[1].user)["last_exchange"]
+    assert sections(simulator_lm.calls[1].user)["your_request"] == transcript.messages[2].content
+
+
+def test_the_follow_up_is_the_reaction_then_the_question():
+    simulator = lambda call: {"reaction": "Eggs bore me.", "question": "Anything sweet?"}  # noqa: E731
+    transcript, _, _, _ = play(rounds=2, simulator=simulator)
+    assert transcript.messages[2].content == "Eggs bore me. Anything sweet?"
+
+
+def test_the_follow_up_sees_only_the_opening_of_a_long_reply():
+    # Shown whole, a long reply was copied by the bundled models; its first sentences suffice
+    # to react to.
+    long_reply = "Try eggs. Or chia pudding. Avocado toast is keto too. " + "More ideas. " * 60
+    agent = ScriptedLM(lambda call: {"reply": long_reply}, model="agent")
+    simulator_lm = ScriptedLM(simulator_responder, model="sim")
+    play(rounds=2, lms=scripted_role_lms(simulator=simulator_lm, agent=agent))
+    assert sections(simulator_lm.calls[0].user)["assistant_reply"] == "Try eggs. Or chia pudding."
+    assert reply_opening("x" * 500).endswith("...") and len(reply_opening("x" * 500)) == 300
 
 
 def test_evolve_follow_ups_are_capped_like_replies_and_paper_ones_are_not():
@@ -120,7 +138,7 @@ def test_unparseable_follow_up_ends_the_session_and_is_counted():
 
 
 def test_empty_follow_up_ends_the_session_and_is_counted():
-    transcript, _, _, _ = play(rounds=2, simulator=lambda call: {"message": "  "})
+    transcript, _, _, _ = play(rounds=2, simulator=lambda call: user_turn("  "))
     assert transcript.simulator_parse_failures == 1
     assert transcript.ended_early == "simulator returned an empty message"
 
@@ -157,7 +175,7 @@ def numbered_agent():
 
 
 def paper_play(rounds: int, **overrides):
-    simulator_lm = ScriptedLM(lambda call: {"message": "And what about lunch?"}, model="sim")
+    simulator_lm = ScriptedLM(lambda call: user_turn("And what about lunch?"), model="sim")
     agent_lm = ScriptedLM(numbered_agent(), model="agent")
     lms = scripted_role_lms(simulator=simulator_lm, agent=agent_lm)
     policy = NativePolicy()
@@ -242,7 +260,6 @@ def test_user_view_for_gives_the_blind_view_the_period_end_and_the_state_aware_v
     assert blind.profile_date == str(item.start_time)
     aware = user_view_for("state_aware", item, period, session)
     assert isinstance(aware, StateAwareUserView)
-    assert aware.topic == session.query and aware.today == str(session.session_time)
     assert {**aware.shared_facts, **aware.private_facts} == {
         k: str(v) for k, v in period.state.items()
     }
@@ -256,9 +273,9 @@ def echo_first_then(second: str):
 
     def respond(call):
         if call.settings.get("temperature") == StateAwareUserView.echo_retry_temperature:
-            return {"message": second}
-        reply = sections(call.user)["last_exchange"].split("Assistant: ", 1)[1]
-        return {"message": reply}
+            return user_turn(second)
+        reply = sections(call.user)["assistant_reply"]
+        return user_turn(reply)
 
     return respond
 
@@ -290,7 +307,7 @@ def test_a_fresh_follow_up_is_not_asked_again():
 
 
 def test_the_paper_user_is_asked_once_even_when_it_echoes():
-    simulator_lm = ScriptedLM(lambda call: {"message": "Reply number 1."}, model="sim")
+    simulator_lm = ScriptedLM(lambda call: user_turn("Reply number 1."), model="sim")
     transcript, paper_simulator = paper_play(rounds=2, lms=scripted_role_lms(
         simulator=simulator_lm, agent=ScriptedLM(numbered_agent(), model="agent")
     ))  # fmt: skip

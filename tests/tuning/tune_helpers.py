@@ -26,7 +26,7 @@ from typing import Any
 
 from optimize.evolve_helpers import SCHEMA, _latest_option, output_fields, sections
 from optimize.evolve_helpers import write_environment as write_environment  # re-export
-from scripted_lm import ScriptedLM, scripted_role_lms
+from scripted_lm import ScriptedLM, scripted_role_lms, user_turn
 
 from evolve.tuning import load_study_spec, run_study
 
@@ -80,7 +80,7 @@ class TuneWorld:
     def __init__(self, delay_s: float = 0.0) -> None:
         self.agent = ScriptedLM(make_tuned_agent(delay_s), model="agent-model")
         self.simulator = ScriptedLM(
-            lambda call: {"message": "Thanks, tell me more."}, model="simulator-model"
+            lambda call: user_turn("Thanks, tell me more."), model="simulator-model"
         )
         self.lms = scripted_role_lms(simulator=self.simulator, agent=self.agent)
 
