@@ -8,7 +8,7 @@ user's new statements (questions, greetings and thanks dropped, and sentences th
 assistant's previous reply or what memory already holds) goes, verbatim, into the slot of the
 types list it is most similar to (sentence embeddings, cosine). A line that lists its facts
 after its name is one slot per fact, any other line one slot (`filing_slots`). Each slot keeps
-its `ENTRIES_PER_TYPE` newest entries (one entry per write), dated, so the memory stays up to
+its `ENTRIES_PER_TYPE` newest entry (one entry per write), dated, so the memory stays up to
 date and the reader sees the newest.
 
 The types list (`write.types_to_remember`, one type a line: a name, then after ':' or in
@@ -63,15 +63,24 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 _TYPE_NAME_CHARS = 60
 # The sentences of one write, at most (a longer batch keeps its last ones).
 _MAX_SENTENCES = 12
-# A statement this short that opens with a greeting or thanks ("Hi!", "Thanks a lot!") is not a
-# fact: dropped. A short fact ("I'm vegan now.") is kept.
-MIN_WORDS = 4
-_GREETING = re.compile(r"^\W*(?:hi|hello|hey|thanks|thank you|great|ok|okay|sure)\b", re.I)
+# A sentence this short that opens with a greeting, thanks or a reaction to the assistant's
+# advice ("Thanks for the suggestion.", "That sounds like a good plan.", "I'll definitely try
+# it.") is not a fact about the user: dropped. A short fact ("I'm vegan now.") is kept. The
+# simulated user opens most follow-ups with such a reaction; filed, they pushed facts out.
+COURTESY_WORDS = 8
+_COURTESY = re.compile(
+    r"^\W*(?:hi|hello|hey|thanks|thank you|great|ok|okay|sure|sounds|that sounds|that's a "
+    r"(?:good|great|nice)|good idea|great idea|i appreciate|i'm glad|i am glad|"
+    r"i(?:'ll| will) (?:definitely |also )?(?:try|check|look|consider|give|keep))\b",
+    re.I,
+)
 # A sentence whose words are mostly (this share) in the assistant's previous reply repeats it.
 ECHO_SHARE = 0.6
 _WORD = re.compile(r"[a-z0-9']+")
-# Entries kept per slot, newest last (see the module docstring).
-ENTRIES_PER_TYPE = 2
+# Entries kept per slot: the newest. Shown an older and a newer statement of one fact, the
+# bundled 1.5B often answered from the older ("I cook on Sunday and a couple of weeknights"
+# over "I make every meal from scratch").
+ENTRIES_PER_TYPE = 1
 
 
 def type_items(types_to_remember: str) -> dict[str, str]:
@@ -120,7 +129,7 @@ def filing_slots(types_to_remember: str) -> dict[str, str]:
 
 def user_sentences(messages: list[Message]) -> list[str]:
     """The user's statements in order (time headers, questions and greetings or thanks of fewer
-    than `MIN_WORDS` words removed), the last `_MAX_SENTENCES`. A question asks for help and
+    than `COURTESY_WORDS` words removed), the last `_MAX_SENTENCES`. A question asks for help and
     states nothing to remember."""
     sentences: list[str] = []
     for message in messages:
@@ -130,13 +139,13 @@ def user_sentences(messages: list[Message]) -> list[str]:
         sentences += [
             s.strip()
             for s in _SENTENCE_END.split(text)
-            if s.strip() and not s.strip().endswith("?") and not _is_greeting(s)
+            if s.strip() and not s.strip().endswith("?") and not _is_courtesy(s)
         ]
     return sentences[-_MAX_SENTENCES:]
 
 
-def _is_greeting(sentence: str) -> bool:
-    return len(sentence.split()) < MIN_WORDS and bool(_GREETING.match(sentence))
+def _is_courtesy(sentence: str) -> bool:
+    return len(sentence.split()) < COURTESY_WORDS and bool(_COURTESY.match(sentence))
 
 
 def repeats(sentence: str, reply: str) -> bool:

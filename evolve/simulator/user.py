@@ -75,8 +75,10 @@ class UserFollowUp(dspy.Signature):
     )
     assistant_reply: str = dspy.InputField(desc="the assistant's answer to you")
     reaction: str = dspy.OutputField(
-        desc="your short first-person reaction to the answer, under 15 words, e.g. 'That might "
-        "work, but I rarely have time in the mornings.'"
+        # The example is copied now and then: it must state nothing about the user (an earlier
+        # one, "That might work, but I rarely have time in the mornings.", was filed as a fact).
+        desc="your short first-person reaction to the answer, under 15 words, e.g. 'Sounds "
+        "useful, thanks.'"
     )
     question: str = dspy.OutputField(
         desc="your next question to the assistant, about your own situation, ending with '?'"

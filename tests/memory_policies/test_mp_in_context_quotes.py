@@ -69,20 +69,24 @@ def test_each_listed_fact_keeps_its_own_entries():
     # keeps both.
     policy = _policy().with_components({"write.types_to_remember": "1. Pets: cat, dog"})
     state = policy.initial_state()
-    for said in ("Our dog is old.", "The cat sleeps.", "The cat purrs.", "The cat hunts."):
+    for said in ("Our dog is old.", "The cat sleeps.", "The cat hunts."):
         state = policy.observe(state, [_said(said)])
-    assert _filed(state) == [
-        ("Pets (dog)", "Our dog is old."),
-        ("Pets (cat)", "The cat purrs."),
-        ("Pets (cat)", "The cat hunts."),
-    ]
+    assert _filed(state) == [("Pets (dog)", "Our dog is old."), ("Pets (cat)", "The cat hunts.")]
 
 
-def test_greetings_and_thanks_are_not_statements():
+def test_greetings_thanks_and_reactions_are_not_statements():
     said = _said("Hi! Thanks a lot! We adopted a cat last week. Thank you for the tips!")
-    assert user_sentences([said]) == ["We adopted a cat last week.", "Thank you for the tips!"]
-    # A short fact is a statement.
+    assert user_sentences([said]) == ["We adopted a cat last week."]
+    # The simulated user's reactions to advice (as the bundled 1.5B writes them).
+    reactions = (
+        "I appreciate your advice. That sounds like a good plan. I'll definitely try those "
+        "snacks. I'm glad you found that helpful! Sounds useful, thanks."
+    )
+    assert user_sentences([_said(reactions)]) == []
+    # A short fact is a statement, and so is a long sentence opening like a reaction.
     assert user_sentences([_said("Hello! I'm vegan now.")]) == ["I'm vegan now."]
+    long = "Thanks, but I have been vegan since my doctor told me so last spring."
+    assert user_sentences([_said(long)]) == [long]
 
 
 def test_statements_go_verbatim_under_the_nearest_type_without_an_llm_call():
@@ -96,13 +100,15 @@ def test_statements_go_verbatim_under_the_nearest_type_without_an_llm_call():
     assert lm.calls == []
 
 
-def test_each_type_keeps_its_newest_entries():
+def test_each_slot_keeps_its_newest_entry_and_one_write_is_one_entry():
     policy = _policy()
     state = policy.initial_state()
     for said in ("We adopted a cat.", "The cat sleeps all day.", "A dog joined the cat."):
         state = policy.observe(state, [_said(said)])
-    assert ENTRIES_PER_TYPE == 2
-    assert _filed(state) == [("Pets", "The cat sleeps all day."), ("Pets", "A dog joined the cat.")]
+    assert ENTRIES_PER_TYPE == 1
+    assert _filed(state) == [("Pets", "A dog joined the cat.")]
+    state = policy.observe(state, [_said("The dog barks. The cat hides.")])
+    assert _filed(state) == [("Pets", "The dog barks. The cat hides.")]
 
 
 def test_a_statement_repeating_the_previous_reply_or_memory_is_not_filed():
