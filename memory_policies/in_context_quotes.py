@@ -65,13 +65,17 @@ _TYPE_NAME_CHARS = 60
 _MAX_SENTENCES = 12
 # A sentence this short that opens with a greeting, thanks or a reaction to the assistant's
 # advice ("Thanks for the suggestion.", "That sounds like a good plan.", "I'll definitely try
-# it.") is not a fact about the user: dropped. A short fact ("I'm vegan now.") is kept. The
-# simulated user opens most follow-ups with such a reaction; filed, they pushed facts out.
+# it.") or announces news ("Quick update on my side.") is not a fact about the user: dropped.
+# A short fact ("I'm vegan now.") is kept. The simulated user opens most follow-ups with such a
+# reaction; filed, they pushed facts out of their slot.
 COURTESY_WORDS = 8
 _COURTESY = re.compile(
     r"^\W*(?:hi|hello|hey|thanks|thank you|great|ok|okay|sure|sounds|that sounds|that's a "
     r"(?:good|great|nice)|good idea|great idea|i appreciate|i'm glad|i am glad|"
-    r"i(?:'ll| will) (?:definitely |also )?(?:try|check|look|consider|give|keep))\b",
+    r"i(?:'ll| will) (?:definitely |also )?(?:try|check|look|consider|give|keep)|"
+    # announcements of news to come ("Quick update on my side.")
+    r"(?:a |just a )?(?:quick |small |little |short )?update|(?:a few|some) things have changed)"
+    r"\b",
     re.I,
 )
 # A sentence whose words are mostly (this share) in the assistant's previous reply repeats it.

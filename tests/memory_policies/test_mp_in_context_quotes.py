@@ -80,7 +80,8 @@ def test_greetings_thanks_and_reactions_are_not_statements():
     # The simulated user's reactions to advice (as the bundled 1.5B writes them).
     reactions = (
         "I appreciate your advice. That sounds like a good plan. I'll definitely try those "
-        "snacks. I'm glad you found that helpful! Sounds useful, thanks."
+        "snacks. I'm glad you found that helpful! Sounds useful, thanks. Quick update on my "
+        "side. A few things have changed lately."
     )
     assert user_sentences([_said(reactions)]) == []
     # A short fact is a statement, and so is a long sentence opening like a reaction.
