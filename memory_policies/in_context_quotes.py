@@ -132,9 +132,9 @@ def filing_slots(types_to_remember: str) -> dict[str, str]:
 
 
 def user_sentences(messages: list[Message]) -> list[str]:
-    """The user's statements in order (time headers, questions and greetings or thanks of fewer
-    than `COURTESY_WORDS` words removed), the last `_MAX_SENTENCES`. A question asks for help and
-    states nothing to remember."""
+    """The user's statements in order (time headers, questions, and greetings, thanks, reactions
+    and announcements of fewer than `COURTESY_WORDS` words removed), the last `_MAX_SENTENCES`.
+    A question asks for help and states nothing to remember."""
     sentences: list[str] = []
     for message in messages:
         if message.role != "user":
