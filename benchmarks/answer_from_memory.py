@@ -11,11 +11,17 @@ memory built without any write:
   store;
 - `none`: an empty memory.
 
+With `--lean`, only the ideal memory, answered by a lean prompt instead of the policy's answer
+step: one system message with the memory lines, the question with numbered options as the user
+message, a JSON-schema `{"choice": n}` reply (the shape that reached 0.75 in the issue that
+set the quickstart's target), to tell the answer step's prompt from the model.
+
 Questions are asked one at a time (deterministic at temperature 0), with no recent
 conversation. Compare with the room run's `ideal` condition (the complete types list, written
 by the policy on policy) and its upper bound (the state given).
 
     .venv/bin/python benchmarks/answer_from_memory.py --room runs/room_v4 [--seeds 13 14 15]
+        [--lean]
 """
 
 from __future__ import annotations
@@ -54,14 +60,54 @@ def ideal_entries(item: EnvironmentItem, period_index: int) -> list[MemoryEntry]
     return sorted(latest.values(), key=lambda entry: entry.time or "")
 
 
+LEAN_FORMAT = {
+    "type": "json_schema",
+    "json_schema": {
+        "name": "answer",
+        "schema": {
+            "type": "object",
+            "properties": {"choice": {"type": "integer"}},
+            "required": ["choice"],
+        },
+    },
+}
+
+
+def lean_choice(lm, entries: list[MemoryEntry], question: str, options: list[str]) -> int | None:
+    """The lean prompt's 1-based choice, None when its reply is not the schema's JSON."""
+    memory = "\n".join(f"- [{e.time}] {e.label}: {e.value}" for e in entries)
+    numbered = "\n".join(f"{index}. {option}" for index, option in enumerate(options, start=1))
+    messages = [
+        {
+            "role": "system",
+            "content": "You are a personal assistant. What you remember the user told you "
+            f"(oldest first):\n{memory}",
+        },
+        {
+            "role": "user",
+            "content": f"{question}\n\nOptions:\n{numbered}\n\nAnswer with the number of the "
+            'option that fits me now, as JSON {"choice": n}.',
+        },
+    ]
+    reply = lm(messages=messages, response_format=LEAN_FORMAT, temperature=0)[0]
+    text = reply if isinstance(reply, str) else reply.get("text", "")
+    try:
+        choice = json.loads(text)["choice"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return choice if isinstance(choice, int) else None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--spec", type=Path, default=ROOT / "experiments" / "quickstart.toml")
     parser.add_argument("--room", type=Path, required=True, help="a types_list_room.py --out")
     parser.add_argument("--seeds", type=int, nargs="+", default=[13, 14, 15])
+    parser.add_argument("--lean", action="store_true", help="the lean prompt on ideal memories")
     args = parser.parse_args()
     spec = api.load_spec(args.spec)
-    totals = {"ideal": [0, 0], "none": [0, 0]}
+    conditions = ("ideal-lean",) if args.lean else ("ideal", "none")
+    totals = {name: [0, 0] for name in conditions}
     with open_role_lms(spec.llm) as lms, lms.context("agent"):
         for seed in args.seeds:
             users = args.room / f"seed{seed}" / "ideal" / "users"
@@ -74,16 +120,23 @@ def main() -> None:
             resolved = resolve(seeded)
             policy = resolved.base_policy
             started = time.perf_counter()
-            right = {"ideal": 0, "none": 0}
+            right = dict.fromkeys(conditions, 0)
             asked = 0
             user_dirs = sorted(users.iterdir())
             for item, user_dir in zip(resolved.environment.items, user_dirs, strict=True):
                 for period_dir in sorted(user_dir.glob("period_*")):
                     result = json.loads((period_dir / "result.json").read_text())
                     period_index = result["period_index"]
-                    memories = {"ideal": ideal_entries(item, period_index), "none": []}
+                    ideal = ideal_entries(item, period_index)
+                    memories = {"ideal": ideal, "none": []}
                     for question in result["items"]:
                         asked += 1
+                        if args.lean:
+                            chosen = lean_choice(
+                                lms.lm("agent"), ideal, question["question"], question["options"]
+                            )
+                            right["ideal-lean"] += chosen == question["gold"]
+                            continue
                         for name, entries in memories.items():
                             state = policy.initial_state()
                             state.memory = list(entries)
@@ -92,13 +145,10 @@ def main() -> None:
             for name in right:
                 totals[name][0] += right[name]
                 totals[name][1] += asked
-            print(
-                f"seed {seed}: ideal memory {right['ideal']}/{asked} = "
-                f"{right['ideal'] / asked:.3f}, no memory {right['none']}/{asked} = "
-                f"{right['none'] / asked:.3f} "
-                f"({time.perf_counter() - started:.0f} s)",
-                flush=True,
+            figures = ", ".join(
+                f"{name} {right[name]}/{asked} = {right[name] / asked:.3f}" for name in conditions
             )
+            print(f"seed {seed}: {figures} ({time.perf_counter() - started:.0f} s)", flush=True)
     print(
         "overall: "
         + ", ".join(f"{name} {r}/{n} = {r / max(n, 1):.3f}" for name, (r, n) in totals.items())
