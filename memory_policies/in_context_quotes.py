@@ -8,7 +8,7 @@ user's new statements (questions, greetings and thanks dropped, and sentences th
 assistant's previous reply or what memory already holds) goes, verbatim, into the slot of the
 types list it is most similar to (sentence embeddings, cosine). A line that lists its facts
 after its name is one slot per fact, any other line one slot (`filing_slots`). Each slot keeps
-its `ENTRIES_PER_TYPE` newest entry (one entry per write), dated, so the memory stays up to
+its `ENTRIES_PER_SLOT` newest entry (one entry per write), dated, so the memory stays up to
 date and the reader sees the newest.
 
 The types list (`write.types_to_remember`, one type a line: a name, then after ':' or in
@@ -84,7 +84,7 @@ _WORD = re.compile(r"[a-z0-9']+")
 # Entries kept per slot: the newest. Shown an older and a newer statement of one fact, the
 # bundled 1.5B often answered from the older ("I cook on Sunday and a couple of weeknights"
 # over "I make every meal from scratch").
-ENTRIES_PER_TYPE = 1
+ENTRIES_PER_SLOT = 1
 
 
 def type_items(types_to_remember: str) -> dict[str, str]:
@@ -199,10 +199,10 @@ class InContextQuotesPolicy(UsesEmbedder, InContextPolicy):
             by_type.setdefault(kind, []).append(sentence)
         for kind, said in by_type.items():
             value = " ".join(said)[:MEMORY_TEXT_MAX_CHARS]
-            # List order = write time; a slot's oldest entries beyond ENTRIES_PER_TYPE go.
+            # List order = write time; a slot's oldest entries beyond ENTRIES_PER_SLOT go.
             state.memory.append(MemoryEntry(label=kind, value=value, time=time))
             same = [e for e in state.memory if e.label == kind]
-            for stale in same[:-ENTRIES_PER_TYPE]:
+            for stale in same[:-ENTRIES_PER_SLOT]:
                 state.memory.remove(stale)
 
     def _new_statements(self, state: InContextQuotesState, messages: list[Message]) -> list[str]:

@@ -35,6 +35,7 @@ from evolve.core.seeds import derive_seed
 from evolve.llm.response_cache import held_until_parsed
 from evolve.simulator.conversation_health import echo_of
 from evolve.simulator.records import SessionTranscript, TranscriptMessage
+from memory_policies.base import strip_time_header
 from memory_policies.common import capped_call_config
 
 if TYPE_CHECKING:
@@ -49,7 +50,6 @@ _PERSONA_CHARS = 1500
 _REPLY_SENTENCES = 2
 _REPLY_CHARS = 300
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
-_TIME_HEADER = re.compile(r"^\s*\[Current Time:[^\]]*\]\s*")
 
 
 # Written for small models, and measured on them (benchmarks/follow_up_echoes.py): asked for
@@ -303,13 +303,13 @@ class SimulatedUser(dspy.Module):
         output cannot be parsed."""
         prediction = self.follow_up(
             persona=persona,
-            your_request=_TIME_HEADER.sub("", last_user).strip(),
+            your_request=strip_time_header(last_user),
             facts_you_may_mention=_facts(shared_facts),
             facts_to_keep_private=_facts(private_facts),
             assistant_reply=reply_opening(last_assistant),
             # Forwarded to the endpoint: sampled follow-ups are reproducible where supported.
-            # 1-3 short sentences fit the policies' reply cap, which bounds what a small model's
-            # repetition loop costs (under `paper` the endpoint's own max_tokens applies).
+            # A reaction and a question fit the policies' reply cap, which bounds what a small
+            # model's repetition loop costs (under `paper` the endpoint's own max_tokens applies).
             config={
                 "seed": seed,
                 **capped_call_config(),

@@ -10,7 +10,7 @@ from mp_helpers import CountingEmbedder, agent, agent_context
 
 from memory_policies import Message, PolicyError, build_policy
 from memory_policies.in_context_quotes import (
-    ENTRIES_PER_TYPE,
+    ENTRIES_PER_SLOT,
     filing_slots,
     repeats,
     type_items,
@@ -106,7 +106,7 @@ def test_each_slot_keeps_its_newest_entry_and_one_write_is_one_entry():
     state = policy.initial_state()
     for said in ("We adopted a cat.", "The cat sleeps all day.", "A dog joined the cat."):
         state = policy.observe(state, [_said(said)])
-    assert ENTRIES_PER_TYPE == 1
+    assert ENTRIES_PER_SLOT == 1
     assert _filed(state) == [("Pets", "A dog joined the cat.")]
     state = policy.observe(state, [_said("The dog barks. The cat hides.")])
     assert _filed(state) == [("Pets", "The dog barks. The cat hides.")]
