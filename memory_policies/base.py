@@ -19,6 +19,7 @@ import dspy
 from dspy.utils.exceptions import AdapterParseError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from memory_policies.choice import lean_choice
 from memory_policies.common import capped_call_config
 from memory_policies.errors import PolicyError
 from memory_policies.evolvable import EvolvableModule
@@ -172,14 +173,15 @@ class FieldsDialogue(Dialogue):
         signature = policy.choose_signature.with_instructions(instructions)
         try:
             # Demos (if an optimizer added any) are free-text replies: wrong shape here.
-            prediction = policy.use(
-                signature=signature,
-                demos=[],
-                **extra,
-                conversation=conversation,
-                question=question,
-                options=render_options(options),
-            )
+            with lean_choice():
+                prediction = policy.use(
+                    signature=signature,
+                    demos=[],
+                    **extra,
+                    conversation=conversation,
+                    question=question,
+                    options=render_options(options),
+                )
         except AdapterParseError as exc:
             text = str(exc.lm_response or "")
             return PolicyAnswer(text=text, parse_error=_short_error(exc), retrieved=retrieved)

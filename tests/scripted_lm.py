@@ -7,6 +7,7 @@ DSPy's JSONAdapter parses) or a raw string (sent as is, e.g. to provoke a parse 
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,11 +36,59 @@ class ScriptedCall:
 Responder = Callable[[ScriptedCall], "dict[str, Any] | str"]
 
 
+_LEAN_REQUEST = re.compile(r'\n\nAnswer with [^\n]*, as JSON \{"(\w+)": n\}\.$')
+
+
+def _lean_choice_headings() -> dict[str, str]:
+    """Heading -> input name of every context input a choose signature shows in the lean
+    multiple-choice layout (`memory_policies.choice`)."""
+    from memory_policies.choice import QUESTION_INPUTS
+    from memory_policies.common import MemoryChoose
+    from memory_policies.native import NativeChoose
+
+    return {
+        f"{field.json_schema_extra['desc'].capitalize()}:\n": name
+        for signature in (MemoryChoose, NativeChoose)
+        for name, field in signature.input_fields.items()
+        if name not in QUESTION_INPUTS
+    }
+
+
+def dspy_layout(messages: list[dict[str, str]]) -> tuple[str, str] | None:
+    """A call in the lean multiple-choice layout restated in DSPy's field layout (output fields
+    listed in the system text, inputs under `[[ ## name ## ]]` in the user text), so that every
+    responder reads one layout; None for any other call. The raw messages stay on the call."""
+    user = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
+    request = _LEAN_REQUEST.search(user)
+    if request is None or "\n\nOptions:\n" not in user:
+        return None
+    question, options = user[: request.start()].rsplit("\n\nOptions:\n", 1)
+    system = "\n".join(m["content"] for m in messages if m["role"] == "system")
+    headings = _lean_choice_headings()
+    found = sorted(
+        (system.find("\n\n" + heading), heading)
+        for heading in headings
+        if "\n\n" + heading in system
+    )
+    instructions = system[: found[0][0]] if found else system
+    inputs: dict[str, str] = {}
+    for index, (start, heading) in enumerate(found):
+        end = found[index + 1][0] if index + 1 < len(found) else len(system)
+        inputs[headings[heading]] = system[start + 2 + len(heading) : end]
+    inputs.update(question=question, options=options)
+    output = request.group(1)
+    fields_text = f"Your output fields are:\n1. `{output}` (int)\nAll interactions"
+    fields_text += f"\n\n{instructions}"
+    user_text = "\n\n".join(f"[[ ## {name} ## ]]\n{value}" for name, value in inputs.items())
+    return fields_text, user_text
+
+
 class _ScriptedEngine(DummyEngine):
     def _complete_messages(self, messages):
         owner: ScriptedLM = self.owner
         system = "\n".join(m["content"] for m in messages if m["role"] == "system")
         user = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
+        system, user = dspy_layout(messages) or (system, user)
         settings = dict(getattr(owner.pending, "settings", {}))
         call = ScriptedCall(
             messages=list(messages), system=system, user=user, model=owner.model, settings=settings
@@ -139,8 +188,6 @@ def _generic_responder(call: ScriptedCall) -> dict[str, Any]:
 
 def _requested_output_fields(system: str) -> dict[str, str]:
     """Parse the JSONAdapter's system prompt for output field names and their JSON types."""
-    import re
-
     fields: dict[str, str] = {}
     section = system.split("Your output fields are:", 1)[-1].split("All interactions", 1)[0]
     for match in re.finditer(r"\d+\. `(\w+)` \(([^)]*)\)", section):
