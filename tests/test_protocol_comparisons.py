@@ -201,7 +201,7 @@ def test_each_kind_of_name_switch_is_caught(source):
 @pytest.mark.parametrize(
     "source",
     [
-        'if rules.user_view == "blind": pass',
+        'if rules.user_view == "state_hidden": pass',
         # Same name as a rules module's, other module: not flagged.
         "from reference_code import PAPER\nok = preset == PAPER",
         'message = f"protocol {name!r} is not paper"',

@@ -58,9 +58,9 @@ class ProtocolRules:
     # The simulator maps the name to its probe strategy.
     probe_style: Literal["per_question", "per_variable"]
     # What the simulated user may see: only the profile, dates, the opening message, the last
-    # two messages and the schema ("blind", the reference's), or also the period's state so
+    # two messages and the schema ("state_hidden", the reference's), or also the period's state so
     # follow-ups stay consistent with it ("state_aware"). The simulator maps it to a view.
-    user_view: Literal["blind", "state_aware"]
+    user_view: Literal["state_hidden", "state_aware"]
     # The upper bound's prompt layout: the reference's (state as indented JSON, options as
     # ``<n>: <text>``) or ours (compact). Each layout has its own cache.
     upper_bound_layout: Literal["reference", "compact"]
@@ -105,7 +105,7 @@ PAPER = ProtocolRules(
     probe_scope_reason="the original's diagnosis probes every question whether answered right "
     "or not",
     probe_style="per_question",
-    user_view="blind",
+    user_view="state_hidden",
     upper_bound_layout="reference",
     complete_feedback_allowed=True,
     reflector_is_agent_model=True,

@@ -8,7 +8,7 @@ of rounds is reached. What the follow-up prompt shows is a `UserView`, chosen by
 - ``state_aware`` (protocol ``evolve``, ours; `StateAwareUserView`): the user is told the
   period's current state so that its follow-ups stay consistent with it; it may talk about
   what the session exposes and must keep every other tracked value to itself.
-- ``blind`` (protocol ``paper``, the reference code's information flow; `PaperUserView`): the
+- ``state_hidden`` (protocol ``paper``, the reference code's information flow; `PaperUserView`): the
   user sees only the profile (as of the environment's start), the period's end date, the
   session's opening message, the last two messages and the state schema it must keep to
   itself. It is blind to every state value: the prompt is the same whatever the current or
@@ -219,7 +219,7 @@ class PaperUserView:
         )
 
 
-def _blind_view(item: EnvironmentItem, period: Period, session: Session) -> UserView:
+def _state_hidden_view(item: EnvironmentItem, period: Period, session: Session) -> UserView:
     # The reference user sees the full profile as of the start and the period's END date.
     return PaperUserView(
         profile=item.profile_text(),
@@ -240,7 +240,7 @@ def _state_aware_view(item: EnvironmentItem, period: Period, session: Session) -
 # The user-view factory of each `ProtocolRules.user_view`: the view a protocol's simulated
 # user gets in one session.
 USER_VIEWS: dict[str, Callable[[EnvironmentItem, Period, Session], UserView]] = {
-    "blind": _blind_view,
+    "state_hidden": _state_hidden_view,
     "state_aware": _state_aware_view,
 }
 

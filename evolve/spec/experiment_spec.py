@@ -29,7 +29,7 @@ from evolve.stores.mlflow_limits import description_problem, experiment_name_pro
 from evolve.stores.registered_names import registered_model_name_problem
 from evolve.stores.tracking_uri import DEFAULT_TRACKING_URI, resolve_tracking_uri
 
-Schedule = Literal["population", "per_period"]
+ScheduleName = Literal["population", "per_period"]
 # complete / question_only: the paper's (no ground truth); diagnostic: ours (with the truth);
 # blind: no feedback (the selection-on-noise control); none: no evolution. evolve.optimize.feedback
 FeedbackKind = Literal["complete", "question_only", "diagnostic", "blind", "none"]
@@ -136,7 +136,7 @@ RETIRED_OPTIMIZER_KEYS = {
 class OptimizerSpec(_Strict):
     """How candidates are proposed, evaluated and selected (see `evolve.optimize`)."""
 
-    schedule: Schedule = Field(
+    schedule: ScheduleName = Field(
         default="population",
         description="population: generations of candidates over whole episodes; per_period: "
         "the paper's single chain, one mutation after each period of the train run.",

@@ -8,7 +8,8 @@ studies (one parent run, one child run per trial), on one store.
 - `experiment`: `MLflowTracker`, the runs of an experiment; `content` builds what they say;
 - `prompts`: the Prompt Registry side; `traces`: the evaluation traces of an experiment;
 - `llm_spans`: one span per LLM call inside those traces;
-- `study`: `MLflowStudyTracker`, the runs of a tuning study.
+- `study`: `MLflowStudyTracker`, the runs of a tuning study; `shared_parent`: the study's one
+  parent run, shared by concurrent workers.
 
 Called by the optimizer loop, tuning and the commands only (never by the simulator or a
 policy). Nothing logged comes from an endpoint description: models by name, never a URL or

@@ -14,15 +14,9 @@ What it reads of tuning's records, the tags it writes and the runs' names and su
   `value_tokens`), and the outcome as tag `evolve.trial_state` (complete / pruned /
   failed); pruned and complete runs end FINISHED, failed ones FAILED.
 
-Several workers of one study share the parent run: each looks it up by its tags and creates
-one when there is none. Workers starting together may each create one; the earliest (start
-time, then run id) is the parent. A run's start time is taken before it is stored, so a
-worker can store its run after another worker already checked and kept its own: every worker
-therefore looks again before each trial, after each trial and at the end, and on finding an
-earlier parent moves its trial runs there and deletes its own; a worker whose write finds its
-parent deleted (it looked just before the deletion) looks again and writes there. A worker
-ends after the last run was created (creation happens at start, before any trial), so the
-study ends with one.
+Several workers of one study share the parent run, and workers starting together may each
+create one: `evolve.tracking.shared_parent` decides which run is the parent and moves a
+worker's trial runs there.
 """
 
 from __future__ import annotations
@@ -37,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from evolve.stores.tracking_uri import TrackingLocation
 from evolve.tracking.content import experiment_params
 from evolve.tracking.hooks import TrackingContext
+from evolve.tracking.shared_parent import SharedParentRun
 from evolve.tracking.store import (
     describe_experiment,
     get_or_create_experiment,
@@ -48,7 +43,6 @@ from evolve.tracking.store import (
 )
 from evolve.tracking.study_records import (
     KIND_TRIAL,
-    KIND_TUNING,
     TAG_OBJECTIVES,
     TAG_STORAGE,
     TAG_STUDY,
@@ -64,7 +58,6 @@ from evolve.tracking.study_records import (
 from evolve.tracking.tags import (
     NOTE_TAG,
     PARENT_RUN_TAG,
-    TAG_CONFIG_HASH,
     TAG_EXPERIMENT,
     TAG_KIND,
     TAG_RUN_DIR,
@@ -74,11 +67,6 @@ from evolve.tracking.traces import TraceBook
 if TYPE_CHECKING:
     from evolve.simulator.metrics import MetricSummary
     from evolve.simulator.runner import ProgressSink
-
-
-# Writes to a parent that another worker deleted meanwhile: look again, write again. Each
-# retry follows a deletion, and a worker deletes at most the one parent it created.
-_PARENT_ATTEMPTS = 4
 
 
 @dataclass(frozen=True)
@@ -158,12 +146,15 @@ class MLflowStudyTracker(StudyTracker):
         self.experiment_name = experiment_name
         self.client: Any = None
         self.experiment_id: str | None = None
-        self.parent_run_id: str | None = None
         self.context: StudyContext | None = None
         self._trial_runs: dict[int, str] = {}
-        self._created_parent: str | None = None  # the parent run this worker created, if any
-        self._children: list[str] = []  # every trial run this worker created
+        self._parent: SharedParentRun | None = None  # known from `start` on
         self.traces = TraceBook(self.tracking_uri)
+
+    @property
+    def parent_run_id(self) -> str | None:
+        """The study's parent run this worker writes to (it may change: see `SharedParentRun`)."""
+        return self._parent.run_id if self._parent is not None else None
 
     def evaluation_sink(
         self,
@@ -193,114 +184,34 @@ class MLflowStudyTracker(StudyTracker):
         )
 
     def start(self, context: StudyContext) -> None:
-        from mlflow.entities import Param
-
         self.context = context
         self.client = mlflow_client(self.tracking_uri)
         self.experiment_id = get_or_create_experiment(
             self.client, self.experiment_name, self.tracking_uri
         )
         describe_experiment(self.client, self.experiment_id, context.spec.description)
-        existing = self._parents()
-        if existing:
-            self.parent_run_id = existing[0].info.run_id
-            self._on_parent(lambda run_id: self.client.update_run(run_id, status="RUNNING"))
-        else:
-            run = self.client.create_run(
-                self.experiment_id,
-                run_name=f"tune {context.study_name}",
-                tags=self._parent_tags(context),
-            )
-            own = run.info.run_id
-            # Params before the check: whichever run stays the parent has them.
-            params = [Param(k, v) for k, v in study_params(context).items()]
-            self.client.log_batch(own, params=params)
-            self._created_parent = self.parent_run_id = own
-        self._on_parent(self._tag_parent)
-
-    def _on_parent(self, write: Callable[[str], object] | None = None) -> None:
-        """Adopt the earliest parent run, then `write(parent_run_id)`. Between a lookup and a
-        write the parent can be deleted: the worker that created it found an earlier one (see
-        the module docstring). Then look again and write to that one; a deleted parent is
-        the only error retried."""
-        from mlflow.exceptions import MlflowException
-
-        for attempt in range(_PARENT_ATTEMPTS):
-            try:
-                self._adopt_earliest_parent()
-                if write is not None:
-                    write(str(self.parent_run_id))
-                return
-            except MlflowException:
-                if attempt + 1 == _PARENT_ATTEMPTS or not self._parent_deleted():
-                    raise
-
-    def _parent_deleted(self) -> bool:
-        from mlflow.exceptions import MlflowException
-
-        try:
-            run = self.client.get_run(self.parent_run_id)
-        except MlflowException:
-            return False
-        return run.info.lifecycle_stage == "deleted"
-
-    def _tag_parent(self, run_id: str) -> None:
-        from mlflow.entities import RunTag
-
-        assert self.context is not None
-        self.client.log_batch(
-            run_id,
-            tags=[
-                RunTag(TAG_RUN_DIR, str(self.context.run_dir)),
-                RunTag("evolve.trials_requested", str(self.context.requested_trials)),
-            ],
+        self._parent = SharedParentRun(
+            self.client,
+            self.experiment_id,
+            study_name=context.study_name,
+            config_hash=context.config_hash,
+            worker_tags={
+                TAG_RUN_DIR: str(context.run_dir),
+                "evolve.trials_requested": str(context.requested_trials),
+            },
         )
-
-    def _adopt_earliest_parent(self) -> None:
-        """Make the earliest parent run of the study ours; if this worker created a later one
-        (workers starting together), move its trial runs to the earliest and delete it."""
-        parents = self._parents()
-        if not parents or parents[0].info.run_id == self.parent_run_id:
-            return
-        earliest = parents[0].info.run_id
-        for child in self._children:
-            self.client.set_tag(child, PARENT_RUN_TAG, earliest)
-        if self._created_parent == self.parent_run_id:
-            self.client.delete_run(self._created_parent)
-            self._created_parent = None
-        self.parent_run_id = earliest
-        self._tag_parent(earliest)
-
-    def _parent_tags(self, context: StudyContext) -> dict[str, str]:
-        return {
-            **run_context_tags(),
-            NOTE_TAG: study_description(context),
-            TAG_KIND: KIND_TUNING,
-            TAG_EXPERIMENT: context.name,
-            TAG_STUDY: context.study_name,
-            TAG_CONFIG_HASH: context.config_hash,
-            TAG_STORAGE: context.storage,
-            TAG_OBJECTIVES: ",".join(context.spec.tuning.objectives),
-        }
-
-    def _parents(self) -> list[Any]:
-        assert self.context is not None
-        runs = self.client.search_runs(
-            [self.experiment_id],
-            filter_string=(
-                f"tags.`{TAG_KIND}` = '{KIND_TUNING}' and "
-                f"tags.`{TAG_STUDY}` = '{_quoted(self.context.study_name)}' and "
-                f"tags.`{TAG_CONFIG_HASH}` = '{self.context.config_hash}'"
-            ),
+        self._parent.join_or_create(
+            run_name=f"tune {context.study_name}",
+            description_tags=lambda: study_tags(context),
+            params=lambda: study_params(context),
         )
-        return sorted(runs, key=lambda run: (run.info.start_time, run.info.run_id))
 
     def trial_started(self, number: int, parameters: dict[str, int], seed: int) -> str | None:
         from mlflow.entities import Param
 
-        assert self.context is not None
+        assert self.context is not None and self._parent is not None
         context = self.context
-        self._on_parent()
+        self._parent.adopt_earliest()
         run = self.client.create_run(
             self.experiment_id,
             run_name=f"trial {number}",
@@ -328,7 +239,7 @@ class MLflowStudyTracker(StudyTracker):
         )
         self.client.log_batch(run.info.run_id, params=[Param(k, v) for k, v in params.items()])
         self._trial_runs[number] = run.info.run_id
-        self._children.append(run.info.run_id)
+        self._parent.record_child(run.info.run_id)
         return run.info.run_id
 
     def trial_period(self, number: int, period: int, summary: MetricSummary, value: float) -> None:
@@ -377,14 +288,15 @@ class MLflowStudyTracker(StudyTracker):
         # The runs table shows names without configuring columns: the outcome goes there.
         self.client.update_run(run_id, name=trial_run_name(record))
         self.client.set_terminated(run_id, status)
-        self._on_parent()
+        assert self._parent is not None
+        self._parent.adopt_earliest()
 
     def finish(self, result: TuningResult) -> None:
-        if self.parent_run_id is None:
+        if self._parent is None or self._parent.run_id is None:
             return
         self.traces.write(self.client)
         self._close_failed_children(result)
-        self._on_parent(lambda run_id: self._write_summary(run_id, result))
+        self._parent.write(lambda run_id: self._write_summary(run_id, result))
 
     def _write_summary(self, run_id: str, result: TuningResult) -> None:
         from mlflow.entities import Metric
@@ -453,6 +365,17 @@ def study_description(context: StudyContext) -> str:
     return f"{description}\n\n{summary}" if description else summary
 
 
+def study_tags(context: StudyContext) -> dict[str, str]:
+    """The parent run's tags besides those that identify it (`SharedParentRun.identity_tags`)."""
+    return {
+        **run_context_tags(),
+        NOTE_TAG: study_description(context),
+        TAG_EXPERIMENT: context.name,
+        TAG_STORAGE: context.storage,
+        TAG_OBJECTIVES: ",".join(context.spec.tuning.objectives),
+    }
+
+
 def trial_description(number: int, parameters: dict[str, int], context: StudyContext) -> str:
     settings = ", ".join(f"{k}={v}" for k, v in sorted(parameters.items())) or "defaults"
     text = f"Trial {number} of study {context.study_name}: {settings}."
@@ -493,7 +416,3 @@ def study_tracker_for(
     return MLflowStudyTracker(
         location.uri, spec.mlflow_experiment_name(), location, format_report=format_report
     )
-
-
-def _quoted(text: str) -> str:
-    return text.replace("'", "\\'")

@@ -249,15 +249,15 @@ def test_state_aware_view_shares_the_exposed_facts_and_keeps_the_rest_private():
     assert view.private_facts == {"city": "Oslo"}
 
 
-def test_user_view_for_gives_the_blind_view_the_period_end_and_the_state_aware_view_the_state():
+def test_the_state_hidden_view_gets_the_period_end_and_the_state_aware_view_the_state():
     env = make_environment(users=1)
     item = env.items[0]
     period = item.periods[0]
     session = period.sessions[0]
-    blind = user_view_for("blind", item, period, session)
-    assert isinstance(blind, PaperUserView)
-    assert blind.current_date == str(period.period_end)
-    assert blind.profile_date == str(item.start_time)
+    hidden = user_view_for("state_hidden", item, period, session)
+    assert isinstance(hidden, PaperUserView)
+    assert hidden.current_date == str(period.period_end)
+    assert hidden.profile_date == str(item.start_time)
     aware = user_view_for("state_aware", item, period, session)
     assert isinstance(aware, StateAwareUserView)
     assert {**aware.shared_facts, **aware.private_facts} == {
