@@ -6,7 +6,10 @@ has finished p), each user's reflector step rewrites one mutable component of th
 effect for that user, from that user's period-p feedback only; the user's episode continues
 in period p+1 with the new instructions and the same memory. The runner plays each
 user-period with the policy its chain has in effect (`PerUserChains`, a
-`runner.PolicySchedule`), so no proxy policy stands in for the chains.
+`runner.PolicySchedule`), so no proxy policy stands in for the chains. How one step is
+proposed (the user's feedback, the reflector's attempts, the candidate it becomes) is
+`chain_step`; this module decides which candidate is in effect when, and scores and records
+the chains.
 
 Records: the base is `g00-c0`, shared by every chain; the step of train user number i in
 effect from period p+1 on is `g{p+1}-c{i}` (its `user_id` names the chain). A step is scored on
@@ -24,31 +27,25 @@ Hand-written on purpose: GEPA has no notion of a policy that changes inside an e
 
 from __future__ import annotations
 
-import random
 import shutil
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from evolve.core.files import atomic_write_json
+from evolve.optimize.chain_step import propose_chain_step
 from evolve.optimize.context import EvolutionContext, Schedule
 from evolve.optimize.experiment_dir import ExperimentDir
-from evolve.optimize.feedback import build_feedback
-from evolve.optimize.reflect import Reflector
 from evolve.results.objective import load_period_results, objective_value
 from evolve.results.records import (
     CandidateRecord,
     CandidateStatus,
     GenerationRecord,
-    Mutation,
     candidate_id,
-    fingerprint,
 )
 from evolve.simulator.metrics import MetricSummary, summarize_periods
 from evolve.simulator.records import PeriodResult, UserResult
 from evolve.simulator.run_dir import safe_name
 from evolve.simulator.runner import EvaluationReport, run_evaluation
-from evolve.simulator.user import derive_seed
-from evolve.spec.config import ExperimentSpec
 
 
 class PerUserChains:
@@ -80,37 +77,6 @@ class PerUserChains:
         return periods[max(periods)]
 
 
-def reflect_step(
-    reflector: Reflector,
-    parent_policy: Any,
-    parent: CandidateRecord,
-    component: str,
-    feedback: str,
-    seed: int,
-) -> dict[str, Any]:
-    """One reflector call turned into a policy, or the reason it cannot be one."""
-    from memory_policies.errors import PolicyError
-
-    proposal = reflector.propose(
-        component,
-        parent.components[component],
-        feedback,
-        rollout_id=seed,
-        seed=seed,
-    )
-    if proposal.text is None:
-        return {
-            "invalid": proposal.error,
-            "parse_failed": int(proposal.parse_failed),
-            "seed": seed,
-        }
-    try:
-        policy = parent_policy.with_components({component: proposal.text})
-    except PolicyError as error:
-        return {"invalid": f"the proposed text was refused: {error}", "seed": seed}
-    return {"policy": policy, "seed": seed}
-
-
 def save_final_policies(store: ExperimentDir, items: list[Any], chains: PerUserChains) -> None:
     """Each user's final policy as a bundle (a copy of its candidate's bundle)."""
     root = store.root / "chain" / "final"
@@ -129,7 +95,8 @@ def save_final_policies(store: ExperimentDir, items: list[Any], chains: PerUserC
 
 
 class ChainSchedule(Schedule):
-    """The per-user chains and the reflective proposals they make."""
+    """The per-user chains: which step is in effect when (each step proposed by
+    `propose_chain_step`), and the scores and records of the chains."""
 
     name = "per_period"
 
@@ -167,7 +134,7 @@ class ChainSchedule(Schedule):
                     if results is None:
                         results = load_period_results(run_dir, periods=[period])
                     own = [r for r in results if r.user_id == item.id]
-                    step = self._propose_step(context, period, index, item.id, current, own)
+                    step = propose_chain_step(context, period, index, item.id, current, own)
                 chains.assign(item.id, period + 1, self._successor(context, current, step).id)
 
         sink = context.progress.evaluation_started(base, "train")
@@ -207,96 +174,6 @@ class ChainSchedule(Schedule):
         if step.status == CandidateStatus.DUPLICATE:
             return context.records[step.duplicate_of or current.id]
         return current
-
-    def _propose_step(
-        self,
-        context: EvolutionContext,
-        period: int,
-        index: int,
-        user_id: str,
-        current: CandidateRecord,
-        results: list[PeriodResult],
-    ) -> CandidateRecord:
-        """One user's reflector step after `period`, from that user's period feedback."""
-        optimizer = context.optimizer
-        if optimizer.feedback == "none":
-            # The caller checks `reflective_enabled()`; this keeps "none" meaning "no
-            # reflective proposal" even if a new caller forgets to.
-            raise ValueError(
-                'feedback = "none" makes no reflective proposal, but a chain step was asked '
-                f"for user {user_id!r} after period {period}; check "
-                'OptimizerSpec.reflective_enabled() before proposing, or use feedback = "blind"'
-            )
-        generation = period + 1
-        cid = candidate_id(generation, index)
-        components = optimizer.mutate_components
-        component = components[period % len(components)]
-        usage_before = context.lms.usage.snapshot()
-        current_policy = context.policy(current)
-        parse_failures = 0
-        outcome: dict[str, Any] = {}
-        feedback_text = ""
-        mutation = Mutation(kind="reflective", component=component, feedback=optimizer.feedback)
-        for attempt in range(optimizer.proposal_attempts):
-            seed = derive_seed(context.spec.seed, "candidate", generation, index, attempt)
-            feedback = build_feedback(
-                results,
-                optimizer.feedback,
-                component=component,
-                max_failures=optimizer.max_feedback_failures,
-                max_chars=feedback_char_cap(context.spec),
-                rng=random.Random(seed),
-                periods=[period],
-            )
-            feedback_text = feedback.text
-            mutation = Mutation(
-                kind="reflective",
-                component=component,
-                feedback=optimizer.feedback,
-                feedback_failures=feedback.failures_shown,
-                rollout_id=seed,
-                temperature=context.reflector.temperature,
-                attempts=attempt + 1,
-            )
-            outcome = reflect_step(
-                context.reflector, current_policy, current, component, feedback.text, seed
-            )
-            parse_failures += outcome.pop("parse_failed", 0)
-            if not outcome.get("invalid"):
-                break
-        usage = context.lms.usage.snapshot().minus(usage_before)
-        policy = outcome.get("policy")
-        status = CandidateStatus.INVALID if policy is None else CandidateStatus.PROPOSED
-        key = (
-            fingerprint(policy.kind, policy.components(), policy.parameters())
-            if policy is not None
-            else ""
-        )
-        duplicate_of = context.seen().get(key) if policy is not None else None
-        if duplicate_of is not None:
-            status = CandidateStatus.DUPLICATE
-        record = CandidateRecord(
-            id=cid,
-            generation=generation,
-            parent_ids=(current.id,),
-            mutation=mutation,
-            seed=outcome.get("seed", 0),
-            fingerprint=key,
-            kind=current.kind,
-            components=policy.components() if policy is not None else dict(current.components),
-            parameters=policy.parameters() if policy is not None else dict(current.parameters),
-            status=status,
-            duplicate_of=duplicate_of,
-            invalid_reason=outcome.get("invalid"),
-            reflection_calls=usage.total_requests,
-            reflection_tokens=usage.total_tokens,
-            reflection_parse_failures=parse_failures,
-            user_id=user_id,
-        )
-        context.store.save_feedback(cid, feedback_text)
-        if status == CandidateStatus.PROPOSED:
-            policy.save(context.store.policy_dir(cid), provenance=context.provenance(record))
-        return context.record_proposal(record)
 
     def _score_chain(
         self,
@@ -388,15 +265,3 @@ class ChainSchedule(Schedule):
             return
         context.store.save_generation(record)
         context.tracker.log_generation(record, spent=context.budget.spent())
-
-
-def feedback_char_cap(spec: ExperimentSpec) -> int | None:
-    """The chain's feedback length cap: `max_feedback_chars`, except that under a protocol
-    whose feedback is not capped by default (paper: the reference caps none) only a value the
-    spec sets applies."""
-    optimizer = spec.optimizer
-    if not spec.rules.feedback_capped_by_default and (
-        "max_feedback_chars" not in optimizer.model_fields_set
-    ):
-        return None
-    return optimizer.max_feedback_chars

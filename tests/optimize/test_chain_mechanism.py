@@ -41,7 +41,7 @@ from optimize.noise_world import BASE_TYPES, DOMAIN_OF, HELDOUT, ORACLE_TYPES, T
 from scripted_lm import ScriptedCall, ScriptedLM, scripted_role_lms, user_turn
 
 import memory_policies
-from evolve.optimize import chain, evolve_policy
+from evolve.optimize import chain_step, evolve_policy
 from evolve.optimize.feedback import Feedback
 from evolve.simulator.environment import Environment, save_environment
 from evolve.simulator.runner import EpisodeConfig, run_evaluation
@@ -209,7 +209,7 @@ def without_options(*args, **kwargs) -> Feedback:
     return feedback.model_copy(update={"text": "\n".join(lines)})
 
 
-build_feedback = chain.build_feedback
+build_feedback = chain_step.build_feedback
 
 
 @pytest.fixture(scope="module")
@@ -225,7 +225,7 @@ def closed(tmp_path_factory) -> Iterator[dict[str, list[float]]]:
             runs[kind].append(value)
             shown[kind].extend(seen)
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(chain, "build_feedback", without_options)
+            patch.setattr(chain_step, "build_feedback", without_options)
             value, seen = gap_closed(root, "complete", seed, oracle, label="no-options")
             runs["no_options"].append(value)
             shown["no_options"].extend(seen)
