@@ -5,9 +5,11 @@ studies (one parent run, one child run per trial), on one store.
 - `tags`: the names of the run layout (one contract with `evolve compare`, `evolve export`
   and the MLflow UI);
 - `hooks`: the loop's view of a tracker (`ExperimentTracker`, a no-op; `TrackingContext`);
-- `experiment`: `MLflowTracker`, the runs of an experiment; `content` builds what they say;
+- `experiment`: `MLflowTracker`, the runs of an experiment; `candidate_runs`: its child
+  runs, one per proposal; `content` builds what they say;
 - `prompts`: the Prompt Registry side; `traces`: the evaluation traces of an experiment;
-- `llm_spans`: one span per LLM call inside those traces;
+- `tracing`: `EpisodeTracer`, one trace per user episode; `period_spans`: a period's span
+  tree inside it (a span per step, a span per LLM call);
 - `study`: `MLflowStudyTracker`, the runs of a tuning study; `shared_parent`: the study's one
   parent run, shared by concurrent workers.
 

@@ -1,7 +1,8 @@
 """MLflow tracking of an experiment: one parent run, one child run per proposal.
 
-Why about 450 lines: the tracker's hooks follow one experiment's runs from start to finish
-(proposal, evaluations, generations, resume state); what the runs say is in `content`.
+The tracker's hooks follow one experiment's runs from start to finish (the parent run,
+generations, resume state); the child runs are `candidate_runs`, what the runs say is in
+`content`.
 
 Called by the optimizer loop and the commands only (never by the simulator or a policy).
 
@@ -15,18 +16,7 @@ Called by the optimizer loop and the commands only (never by the simulator or a 
   lineage as text, the `candidates` table (an MLflow table artifact, shown in the run's
   artifacts) and, in its name and description, the best candidate and every candidate's
   accuracy.
-- child run per proposal, evaluated or not (tags: generation, candidate id, parent ids,
-  mutation kind, `evolve.candidate_status` = base / accepted / rejected / invalid /
-  duplicate and `evolve.candidate_reason`; tag `mlflow.parentRunId`), named with its train
-  and held-out accuracy. Its start and end are those of its first evaluation (read from the unit
-  result files: each holds its wall time and is written when the unit ends), not of the
-  logging. Params (policy kind, numeric parameters, models, seeds, mutation), summary
-  metrics with `step` = generation for the train and held-out evaluations, per-period curves
-  with `step` = period (`train_period/memory_score`, ..., with `random_score` and
-  `upper_bound_score` beside them; an undefined score has no point), and artifacts: each
-  component's instruction, the diff against the parent (`.diff` and a side-by-side `.html`),
-  the policy bundle, the per-period tables, the reflector's feedback. A rejected proposal
-  carries its minibatch scores (`minibatch_score`, `minibatch_parent_score`).
+- child run per proposal, evaluated or not: see `evolve.tracking.candidate_runs`.
 - every run: a description and the source, user and git tags the fluent API sets.
 - Prompt Registry: see `evolve.tracking.prompts`. Traces: see `evolve.tracking.traces`.
 
@@ -43,28 +33,17 @@ from typing import TYPE_CHECKING, Any
 from evolve.core.files import atomic_write_json
 from evolve.simulator.run_dir import read_json
 from evolve.stores.tracking_uri import TrackingLocation, masked_uri
+from evolve.tracking.candidate_runs import CandidateRuns
 from evolve.tracking.content import (
-    ACCEPTED,
-    BASE,
     CANDIDATES_TABLE,
-    INVALID,
     best_candidate,
-    candidate_params,
-    candidate_run_name,
-    candidate_tags,
     candidates_markdown,
     candidates_table,
-    evaluation_window,
     experiment_description,
     experiment_params,
     experiment_run_name,
     final_metrics,
     generation_metrics,
-    instruction_diff,
-    instruction_diff_html,
-    per_period_metrics,
-    per_period_table,
-    proposal_status,
 )
 from evolve.tracking.hooks import ExperimentTracker, NullTracker, TrackingContext
 from evolve.tracking.prompts import PromptVersions
@@ -83,7 +62,6 @@ from evolve.tracking.tags import (
     NOTE_TAG,
     STATE_FILE,
     TAG_CANDIDATE,
-    TAG_CANDIDATE_STATUS,
     TAG_CONFIG_HASH,
     TAG_EXPERIMENT,
     TAG_KIND,
@@ -93,12 +71,7 @@ from evolve.tracking.traces import FINGERPRINT_TAG, TraceBook
 
 if TYPE_CHECKING:
     from evolve.llm.usage import Usage
-    from evolve.results.records import (
-        CandidateRecord,
-        EvaluationScores,
-        ExperimentResult,
-        GenerationRecord,
-    )
+    from evolve.results.records import CandidateRecord, ExperimentResult, GenerationRecord
     from evolve.simulator.runner import ProgressSink
     from evolve.spec.config import ExperimentSpec
 
@@ -116,6 +89,7 @@ class MLflowTracker(ExperimentTracker):
         self.context: TrackingContext | None = None
         self.prompts: PromptVersions | None = None
         self.traces = TraceBook(self.tracking_uri)
+        self.candidate_runs: CandidateRuns | None = None
         self._state: dict[str, Any] = {}
         self._state_file: Path | None = None
 
@@ -167,6 +141,15 @@ class MLflowTracker(ExperimentTracker):
         self._state = state
         self.prompts = PromptVersions(
             self.client, context, state["prompt_versions"], self.tracking_uri, experiment_id
+        )
+        self.candidate_runs = CandidateRuns(
+            self.client,
+            context,
+            state,
+            parent_run_id=state["parent_run_id"],
+            prompts=self.prompts,
+            traces=self.traces,
+            save_state=self._save_state,
         )
         if context.spec.tracking.traces == "all":
             self.traces.start_reflections()
@@ -235,21 +218,20 @@ class MLflowTracker(ExperimentTracker):
         assert self.context is not None
         if not traces_wanted(self.context.spec.tracking.traces, split):
             return inner
+        assert self.candidate_runs is not None
         tags = {TAG_EXPERIMENT: self.context.name, "evolve.split": split}
         source_run_id = None
         if record is not None:
             tags[TAG_CANDIDATE] = record.id
             # The candidate's run exists from its first traced evaluation on: the trace
             # links to it (and the run's duration covers the evaluation).
-            source_run_id = self.candidate_run(record)
+            source_run_id = self.candidate_runs.run_id(record)
         elif fingerprint is not None:
             tags[FINGERPRINT_TAG] = fingerprint
             # GEPA's held-out evaluations come after the train one was logged: link those.
-            for candidate_id, entry in self._state["candidates"].items():
-                if entry.get("fingerprint") == fingerprint and entry.get("run_id"):
-                    tags[TAG_CANDIDATE] = candidate_id
-                    source_run_id = entry["run_id"]
-                    break
+            logged = self.candidate_runs.with_fingerprint(fingerprint)
+            if logged is not None:
+                tags[TAG_CANDIDATE], source_run_id = logged
         return self.traces.sink(
             inner,
             experiment_id=self._state["experiment_id"],
@@ -270,31 +252,16 @@ class MLflowTracker(ExperimentTracker):
         evaluation_dir: Path | None = None,
         scores: dict[str, float] | None = None,
     ) -> None:
-        from mlflow.entities import Metric
-
-        status, reason = proposal_status(record, reason)
-        entry = self._candidate_entry(record)
-        entry.update(status=status, reason=reason)
-        assert self.context is not None
-        if self.context.spec.tracking.traces == "all":  # "heldout": held-out evaluations only
-            tags = {TAG_EXPERIMENT: self.context.name, "evolve.split": "reflection"}
-            self.traces.reflection(record.id, experiment_id=self._state["experiment_id"], tags=tags)
-        if status in (ACCEPTED, BASE) or entry.get("closed"):
-            # Its run starts with its evaluation (`log_candidate`): a real start time.
-            self._save_state()
-            return
-        window = evaluation_window(evaluation_dir) if evaluation_dir is not None else None
-        run_id = self.candidate_run(record, start_ms=window[0] if window else None)
-        self.traces.link(record.id, run_id)
-        log_candidate_artifacts(self.client, run_id, record, parent, policy_dir, feedback)
-        if scores:
-            timestamp = now_ms()
-            metrics = [Metric(k, float(v), timestamp, record.generation) for k, v in scores.items()]
-            self.client.log_batch(run_id, metrics=metrics)
-        run_status = "FAILED" if status == INVALID else "FINISHED"
-        self.client.set_terminated(run_id, run_status, end_time=window[1] if window else None)
-        entry["closed"] = True
-        self._save_state()
+        assert self.candidate_runs is not None
+        self.candidate_runs.log_proposal(
+            record,
+            parent=parent,
+            policy_dir=policy_dir,
+            feedback=feedback,
+            reason=reason,
+            evaluation_dir=evaluation_dir,
+            scores=scores,
+        )
 
     def log_candidate(
         self,
@@ -305,88 +272,10 @@ class MLflowTracker(ExperimentTracker):
         policy_dir: Path,
         feedback: str | None,
     ) -> None:
-        from mlflow.entities import Metric
-
-        assert self.context is not None and self.prompts is not None
-        scores: EvaluationScores | None = getattr(record, split)
-        if scores is None:
-            return
-        entry = self._candidate_entry(record)
-        if split in entry["logged"]:
-            return
-        window = evaluation_window(self.context.run_dir / scores.run_dir)
-        run_id = self.candidate_run(record, start_ms=window[0] if window else None)
-        # State written before the "artifacts" flag existed: a logged split had them.
-        if not entry.get("artifacts", bool(entry["logged"])):
-            log_candidate_artifacts(self.client, run_id, record, parent, policy_dir, feedback)
-            self.prompts.register(run_id, record, entry)
-            entry["artifacts"] = True
-            self._save_state()
-        timestamp = now_ms()
-        values = scores.summary.flat_metrics(f"{split}_")
-        values[f"{split}_score"] = scores.score
-        # GEPA's evaluations report no wall time of their own: the units' window is it.
-        wall_time = scores.wall_time_s or ((window[1] - window[0]) / 1000 if window else 0.0)
-        values[f"{split}_wall_time_s"] = wall_time
-        if split == "train":
-            values["reflection_llm_calls"] = record.reflection_calls
-            values["reflection_tokens"] = record.reflection_tokens
-            values["reflection_parse_failures"] = record.reflection_parse_failures
-        metrics = [Metric(k, float(v), timestamp, record.generation) for k, v in values.items()]
-        metrics += per_period_metrics(scores, split, timestamp)
-        self.client.log_batch(run_id, metrics=metrics)
-        if split == "heldout":
-            self._state["heldout_scores"][record.id] = scores.score
-        self.traces.close(record.id)
-        self.traces.adopt(record.id, record.fingerprint, run_id)
-        self.traces.link(record.id, run_id)
-        self.prompts.tag_scores(entry, split, scores.score)
-        self.client.log_text(run_id, per_period_table(scores), f"scores/{split}_per_period.csv")
-        if entry.get("status"):  # the one status tag: base, accepted, rejected, ...
-            self.client.set_tag(run_id, TAG_CANDIDATE_STATUS, entry["status"])
-        if scores.objective_used:  # memory_score or accuracy: what `score` is
-            self.client.set_tag(run_id, f"evolve.{split}_objective_used", scores.objective_used)
-        self.client.update_run(run_id, name=candidate_run_name(record))
-        # Ends with its first evaluation: the base's held-out one, at the experiment's end,
-        # would span every generation (`<split>_wall_time_s` is each evaluation's time).
-        entry["ended_ms"] = entry.get("ended_ms") or (window[1] if window else now_ms())
-        self.client.set_terminated(run_id, "FINISHED", end_time=entry["ended_ms"])
-        entry["logged"].append(split)
-        self._save_state()
-
-    def _candidate_entry(self, record: CandidateRecord) -> dict[str, Any]:
-        return self._state["candidates"].setdefault(record.id, {"run_id": None, "logged": []})
-
-    def candidate_run(self, record: CandidateRecord, start_ms: int | None = None) -> str:
-        """The id of `record`'s run, created (with its params) on first use, starting at
-        `start_ms` (its evaluation's start) when given."""
-        from mlflow.entities import Param
-
-        entry = self._candidate_entry(record)
-        if entry["run_id"] is None or not run_is_active(self.client, entry["run_id"]):
-            run_id = self._create_candidate_run(record, entry, start_ms)
-            entry.update(run_id=run_id, logged=[], artifacts=False)
-            entry["fingerprint"] = record.fingerprint  # GEPA evaluates by fingerprint
-            assert self.context is not None
-            params = candidate_params(record, self.context)
-            self.client.log_batch(run_id, params=[Param(k, v) for k, v in params.items()])
-            self._save_state()
-        return entry["run_id"]
-
-    def _create_candidate_run(
-        self, record: CandidateRecord, entry: dict[str, Any], start_ms: int | None
-    ) -> str:
-        assert self.context is not None
-        status, reason = proposal_status(record)
-        status, reason = entry.get("status", status), entry.get("reason", reason)
-        tags = candidate_tags(record, self.context, self.parent_run_id, status, reason)
-        run = self.client.create_run(
-            self._state["experiment_id"],
-            run_name=candidate_run_name(record, status),
-            start_time=start_ms,
-            tags=tags,
+        assert self.candidate_runs is not None
+        self.candidate_runs.log_evaluation(
+            record, split=split, parent=parent, policy_dir=policy_dir, feedback=feedback
         )
-        return run.info.run_id
 
     def log_generation(self, record: GenerationRecord, *, spent: Usage) -> None:
         from mlflow.entities import Metric
@@ -411,29 +300,6 @@ def tracker_for(spec: ExperimentSpec, *, tracking_uri: str | None = None, enable
         return NullTracker()
     location = tracking_location(tracking_uri, spec)
     return MLflowTracker(location.uri, spec.mlflow_experiment_name(), location)
-
-
-def log_candidate_artifacts(
-    client: Any,
-    run_id: str,
-    record: CandidateRecord,
-    parent: CandidateRecord | None,
-    policy_dir: Path,
-    feedback: str | None,
-) -> None:
-    """Instructions, diffs against the parent, the bundle and the reflector's feedback."""
-    for name, text in sorted(record.components.items()):
-        client.log_text(run_id, text + "\n", f"components/{name}.txt")
-        if parent is not None and parent.components.get(name) != text:
-            old = parent.components.get(name, "")
-            diff = instruction_diff(old, text, name, parent.id, record.id)
-            client.log_text(run_id, diff, f"diffs/{name}.diff")
-            page = instruction_diff_html(old, text, name, parent.id, record.id)
-            client.log_text(run_id, page, f"diffs/{name}.html")
-    if Path(policy_dir).is_dir():
-        client.log_artifacts(run_id, str(policy_dir), "policy")
-    if feedback:
-        client.log_text(run_id, feedback + "\n", "feedback.txt")
 
 
 def resumed_state(state_file: Path, identity: dict[str, str], client: Any) -> dict[str, Any]:

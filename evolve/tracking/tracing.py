@@ -7,23 +7,18 @@ callbacks), which the tracker hands the runner instead of the CLI's sink and whi
 every event to that sink.
 
 A trace: `episode <user>` (root; tags: experiment, candidate, split, user; linked to the
-candidate's run; its output each period's accuracy) > `period <p>` (from the unit's start to
-its end; the gold state in, the accuracy out) > one span per step: `session <s>` (the opening
-query and the messages), `memory checkpoint` (the policy's description of its memory),
-`question <q>` (question and options in; raw answer, choice, gold, diagnosis out) and `probe
-<variable>` / `probe question <q>` (the diagnosis probes). The runner reports a user-period
-once it is done; a step's span runs from its first LLM call to its last (at the period's end
-when it made none).
+candidate's run; its output each period's accuracy) > `period <p>` > one span per step
+(session, memory checkpoint, question, probe), each holding its LLM calls: that span tree is
+`evolve.tracking.period_spans`. The runner reports a user-period once it is done.
 
 Every LLM call is a span `llm <role>` inside the step that made it (the runner labels its
 steps, `evolve.llm.call_events.step`; a policy's predictor labels its own calls, so a write
-is a span `write` inside its session), with its real start and end: the messages sent, the
-completions, latency, whether the response cache answered it, and its tokens under MLflow's
-`mlflow.chat.tokenUsage`, which MLflow sums into the trace's token usage. The runner's
-threads carry the unit being played in a context variable, so a call is filed under its own
-user's period. A reflector's proposal is a trace `reflection <candidate>` of its LLM calls,
-linked to the candidate's run. Other calls outside an episode (the upper bound's) are not
-traced.
+is a span `write` inside its session), with its real start and end; its tokens go under
+MLflow's `mlflow.chat.tokenUsage`, which MLflow sums into the trace's token usage. The
+runner's threads carry the unit being played in a context variable, so a call is filed under
+its own user's period. A reflector's proposal is a trace `reflection <candidate>` of its LLM
+calls, linked to the candidate's run. Other calls outside an episode (the upper bound's) are
+not traced.
 
 What goes into a trace is what the runner stores in the unit's `result.json` and those LLM
 calls' messages and completions, never an LM, an endpoint or a key. Why not MLflow's DSPy
@@ -45,6 +40,12 @@ from typing import TYPE_CHECKING, Any
 
 from evolve.llm import call_events
 from evolve.simulator.runner import ProgressSink
+from evolve.tracking.period_spans import (
+    llm_span,
+    period_accuracy,
+    record_step_spans,
+    start_period_span,
+)
 
 if TYPE_CHECKING:
     from evolve.simulator.metrics import MetricSummary
@@ -119,7 +120,7 @@ def record_calls_trace(
             start_time_ns=min(call.started_ns for call in calls),
         )
         for call in calls:
-            EpisodeTracer._llm_span(root, call)
+            llm_span(root, call)
         root.end(end_time_ns=max(call.ended_ns for call in calls))
         return root.trace_id
     return None
@@ -221,8 +222,6 @@ class EpisodeTracer(ProgressSink):
                 self._end_episode(result.user_id)
 
     def _record_period(self, result: PeriodResult) -> None:
-        import mlflow
-
         with self._lock:
             root = self._episodes.get(result.user_id)
             started = self._unit_started_ns.pop((result.user_id, result.period_index), None)
@@ -230,95 +229,9 @@ class EpisodeTracer(ProgressSink):
         if root is None:
             return
         end = time.time_ns()
-        period = mlflow.start_span_no_context(
-            f"period {result.period_index}",
-            span_type="CHAIN",
-            parent_span=root,
-            inputs={
-                "period_start": result.period_start,
-                "period_end": result.period_end,
-                "state": result.state,
-                "state_updates": result.state_updates,
-            },
-            start_time_ns=started or end,
-        )
-        # Each step's LM calls go inside its span ("question 3" > "use" > "llm agent").
-        by_step: dict[str, list[call_events.LMCall]] = {}
-        for call in calls:
-            by_step.setdefault(call.steps[0] if call.steps else "", []).append(call)
-        for session in result.sessions:
-            name = f"session {session.session_index}"
-            self._step_span(
-                period,
-                name,
-                "AGENT",
-                {"session_time": session.session_time, "query": session.query},
-                {
-                    "messages": [m.model_dump(mode="json") for m in session.messages],
-                    "rounds_completed": session.rounds_completed,
-                    "ended_early": session.ended_early,
-                },
-                by_step.pop(name, []),
-                end,
-            )
-        self._step_span(
-            period,
-            "memory checkpoint",
-            "MEMORY",
-            {"period": result.period_index},
-            {"memory": result.memory_description},
-            [],
-            end,
-        )
-        for item in result.items:
-            name = f"question {item.question_index}"
-            self._step_span(
-                period,
-                name,
-                "TASK",
-                {"question": item.question, "options": item.options},
-                {
-                    "raw_answer": item.raw_answer,
-                    "chosen": item.chosen,
-                    "gold": item.gold,
-                    "correct": item.correct,
-                    "parse_error": item.parse_error,
-                    "retrieved": item.retrieved,
-                    "diagnosis": str(item.diagnosis),
-                },
-                by_step.pop(name, []),
-                end,
-            )
-        for probe in result.probes:
-            name = f"probe {probe.variable}"
-            self._step_span(
-                period,
-                name,
-                "TASK",
-                {"question": probe.question, "options": probe.options},
-                {"value": probe.value, "gold": probe.gold, "correct": probe.correct},
-                by_step.pop(name, []),
-                end,
-            )
-        for question_probe in result.question_probes:
-            name = f"probe question {question_probe.question_index}"
-            self._step_span(
-                period,
-                name,
-                "TASK",
-                {"query": question_probe.query},
-                {
-                    "raw_answer": question_probe.raw_answer,
-                    "recalls": [r.model_dump(mode="json") for r in question_probe.recalls],
-                },
-                by_step.pop(name, []),
-                end,
-            )
-        for leftover in by_step.values():  # calls of no step the result names
-            for call in leftover:
-                self._llm_span(period, call)
-        correct = sum(item.correct for item in result.items)
-        accuracy = correct / len(result.items) if result.items else None
+        period = start_period_span(root, result, started or end)
+        record_step_spans(period, result, calls, end)
+        accuracy = period_accuracy(result)
         with self._lock:
             self._scores.setdefault(result.user_id, {})[result.period_index] = accuracy
         period.end(outputs={"accuracy": accuracy}, end_time_ns=end)
@@ -332,7 +245,7 @@ class EpisodeTracer(ProgressSink):
             with _never_fails("end an episode trace"):
                 self._end_episode(user_id)
 
-    # ----- spans ----------------------------------------------------------------------------
+    # ----- episodes -------------------------------------------------------------------------
 
     def _start_episode(self, user_id: str, now: int) -> Any:
         import mlflow
@@ -362,68 +275,3 @@ class EpisodeTracer(ProgressSink):
                     "accuracy_per_period": {str(p): a for p, a in sorted(scores.items())},
                 }
             )
-
-    @staticmethod
-    def _llm_span(parent: Any, call: call_events.LMCall) -> None:
-        """One LLM call: messages in, completions out, tokens (under MLflow's token-usage
-        attribute, which fills the Traces table's Tokens column) and latency."""
-        import mlflow
-        from mlflow.tracing.constant import SpanAttributeKey, TokenUsageKey
-
-        span = mlflow.start_span_no_context(
-            f"llm {call.role}",
-            span_type="CHAT_MODEL",
-            parent_span=parent,
-            inputs={"messages": call.messages},
-            attributes={
-                "role": call.role,
-                "latency_s": round((call.ended_ns - call.started_ns) / 1e9, 6),
-                "cached": call.cached,
-                SpanAttributeKey.CHAT_USAGE: {
-                    TokenUsageKey.INPUT_TOKENS: call.prompt_tokens,
-                    TokenUsageKey.OUTPUT_TOKENS: call.completion_tokens,
-                    TokenUsageKey.TOTAL_TOKENS: call.prompt_tokens + call.completion_tokens,
-                },
-            },
-            start_time_ns=call.started_ns,
-        )
-        if call.error is not None:
-            span.set_attribute("error", call.error)
-        span.end(outputs={"completions": call.completions}, end_time_ns=call.ended_ns)
-
-    @classmethod
-    def _step_span(
-        cls,
-        parent: Any,
-        name: str,
-        kind: str,
-        inputs: Any,
-        outputs: Any,
-        calls: list[call_events.LMCall],
-        at_ns: int,
-    ) -> None:
-        """A step of the period (session, question, probe) from its first call's start to
-        its last call's end (at `at_ns` when it made none), holding its calls; a call made
-        by a policy's predictor sits in a span named after it ("write", "use")."""
-        import mlflow
-
-        span = mlflow.start_span_no_context(
-            name,
-            span_type=kind,
-            parent_span=parent,
-            inputs=inputs,
-            start_time_ns=min((c.started_ns for c in calls), default=at_ns),
-        )
-        for call in calls:
-            if len(call.steps) < 2:
-                cls._llm_span(span, call)
-                continue
-            predictor = mlflow.start_span_no_context(
-                call.steps[-1],
-                span_type="MEMORY" if call.steps[-1].startswith("write") else "CHAIN",
-                parent_span=span,
-                start_time_ns=call.started_ns,
-            )
-            cls._llm_span(predictor, call)
-            predictor.end(end_time_ns=call.ended_ns)
-        span.end(outputs=outputs, end_time_ns=max((c.ended_ns for c in calls), default=at_ns))
