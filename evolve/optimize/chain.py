@@ -32,9 +32,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from evolve.core.files import atomic_write_json
-from evolve.optimize.chain_step import propose_chain_step
+from evolve.optimize.chain_step import propose_chain_step, refuse_unowned_components
 from evolve.optimize.context import EvolutionContext, Schedule
 from evolve.optimize.experiment_dir import ExperimentDir
+from evolve.optimize.operator_set import build_operators, operators_for_ownership
 from evolve.results.objective import load_period_results, objective_value
 from evolve.results.records import (
     CandidateRecord,
@@ -100,17 +101,23 @@ class ChainSchedule(Schedule):
 
     name = "per_period"
 
+    @classmethod
+    def check_spec(cls, spec: Any) -> None:
+        refuse_unowned_components(operators_for_ownership(spec), spec.optimizer.mutate_components)
+
     def run(self, context: EvolutionContext) -> None:
         base = context.base()
         items = list(context.resolved.train.items)
         periods = max(len(item.periods) for item in items)
         run_dir = context.store.root / "chain" / "train"
+        operators = build_operators(context, context.policy(base))
         chains = PerUserChains(
             {
                 "schedule": "per_user_chains",
                 "base": base.fingerprint,
                 "feedback": context.optimizer.feedback,
                 "mutate_components": list(context.optimizer.mutate_components),
+                "operators": [operator.name for operator in operators],
             },
             lambda cid: context.policy(context.records[cid]),
         )
@@ -134,7 +141,9 @@ class ChainSchedule(Schedule):
                     if results is None:
                         results = load_period_results(run_dir, periods=[period])
                     own = [r for r in results if r.user_id == item.id]
-                    step = propose_chain_step(context, period, index, item.id, current, own)
+                    step = propose_chain_step(
+                        context, operators, period, index, item.id, current, own
+                    )
                 chains.assign(item.id, period + 1, self._successor(context, current, step).id)
 
         sink = context.progress.evaluation_started(base, "train")

@@ -1,9 +1,12 @@
-"""One step of the paper's per-period chain: a train user's reflector proposal after a period.
+"""One step of the paper's per-period chain: a train user's proposal after a period.
 
 After period p, the step of train user number i (`g{p+1}-c{i}`) rewrites one mutable
 component of the policy in effect for that user (the components take turns, one per period)
-from that user's period-p feedback only. The reflector is asked again, with a fresh seed and
-feedback subset, up to `proposal_attempts` times while its reply is not a usable text. The
+from that user's period-p feedback only. The rewrite is made by the first of the spec's
+operators that owns the component (`optimizer.operators`; by default `reflective`, the
+paper's reflector), through the same registry as the population schedule's. The operator is
+asked again, with a fresh seed and feedback subset, up to `proposal_attempts` times while it
+makes no usable text. The
 outcome is stored as a candidate whatever it is (proposed, duplicate of a known policy, or
 invalid with its reason), with the feedback it was shown and the reflector calls it cost;
 which candidate then comes into effect is the schedule's decision (`chain.ChainSchedule`).
@@ -12,11 +15,14 @@ which candidate then comes into effect is the schedule's decision (`chain.ChainS
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from typing import Any
 
+from evolve.core.errors import ConfigError
 from evolve.optimize.context import EvolutionContext
 from evolve.optimize.feedback import build_feedback
-from evolve.optimize.reflect import Reflector
+from evolve.optimize.operator_set import owner_of
+from evolve.optimize.operators import MutationOperator
 from evolve.results.records import (
     CandidateRecord,
     CandidateStatus,
@@ -29,15 +35,31 @@ from evolve.simulator.user import derive_seed
 from evolve.spec.config import ExperimentSpec
 
 
+def refuse_unowned_components(
+    operators: Sequence[MutationOperator], components: Sequence[str]
+) -> None:
+    """Refuse, before any LLM call, a chain in which no operator rewrites some component."""
+    names = [operator.name for operator in operators]
+    orphans = [c for c in components if owner_of(operators, c, generation=1) is None]
+    if orphans:
+        raise ConfigError(
+            f"optimizer: no operator of {names} rewrites {orphans} in the per_period chain; "
+            'add one that does (e.g. "reflective", which rewrites any text component) to '
+            "optimizer.operators, or remove them from mutate_components"
+        )
+
+
 def propose_chain_step(
     context: EvolutionContext,
+    operators: Sequence[MutationOperator],
     period: int,
     index: int,
     user_id: str,
     current: CandidateRecord,
     results: list[PeriodResult],
 ) -> CandidateRecord:
-    """One user's reflector step after `period`, from that user's period feedback."""
+    """One user's step after `period`, from that user's period feedback, by the operator
+    that owns the step's component."""
     optimizer = context.optimizer
     if optimizer.feedback == "none":
         # The caller checks `reflective_enabled()`; this keeps "none" meaning "no
@@ -51,12 +73,15 @@ def propose_chain_step(
     cid = candidate_id(generation, index)
     components = optimizer.mutate_components
     component = components[period % len(components)]
+    operator = owner_of(operators, component, generation)
+    if operator is None:  # `refuse_unowned_components` ran before the first call
+        raise ValueError(f"no operator owns {component!r} in generation {generation}")
     usage_before = context.lms.usage.snapshot()
     current_policy = context.policy(current)
     parse_failures = 0
     outcome: dict[str, Any] = {}
     feedback_text = ""
-    mutation = Mutation(kind="reflective", component=component, feedback=optimizer.feedback)
+    mutation = Mutation(kind=operator.name, component=component, feedback=optimizer.feedback)
     for attempt in range(optimizer.proposal_attempts):
         seed = derive_seed(context.spec.seed, "candidate", generation, index, attempt)
         feedback = build_feedback(
@@ -69,17 +94,16 @@ def propose_chain_step(
             periods=[period],
         )
         feedback_text = feedback.text
+        outcome = operator_step(operator, current_policy, current, component, feedback.text, seed)
         mutation = Mutation(
-            kind="reflective",
+            kind=operator.name,
             component=component,
             feedback=optimizer.feedback,
             feedback_failures=feedback.failures_shown,
             rollout_id=seed,
-            temperature=context.reflector.temperature,
+            temperature=context.reflector.temperature if operator.reflective else None,
             attempts=attempt + 1,
-        )
-        outcome = reflect_step(
-            context.reflector, current_policy, current, component, feedback.text, seed
+            edits=outcome.pop("edits", {}),
         )
         parse_failures += outcome.pop("parse_failed", 0)
         if not outcome.get("invalid"):
@@ -119,35 +143,38 @@ def propose_chain_step(
     return context.record_proposal(record)
 
 
-def reflect_step(
-    reflector: Reflector,
+def operator_step(
+    operator: MutationOperator,
     parent_policy: Any,
     parent: CandidateRecord,
     component: str,
     feedback: str,
     seed: int,
 ) -> dict[str, Any]:
-    """One reflector call turned into a policy, or the reason it cannot be one."""
+    """One operator proposal turned into a policy, or the reason it cannot be one. The
+    period's feedback is the component's one feedback record (what the population schedule's
+    reflective dataset holds per component)."""
     from memory_policies.errors import PolicyError
 
-    proposal = reflector.propose(
-        component,
-        parent.components[component],
-        feedback,
-        rollout_id=seed,
-        seed=seed,
-    )
-    if proposal.text is None:
+    records = {component: [{"Feedback": feedback}]}
+    proposal = operator.propose(dict(parent.components), [component], records, seed=seed)
+    edits = {
+        name: dict(applied)
+        for name, applied in proposal.detail.items()
+        if isinstance(applied, dict) and {"added", "removed"} <= set(applied)
+    }
+    if proposal.invalid is not None or not proposal.components:
         return {
-            "invalid": proposal.error,
+            "invalid": proposal.invalid or f"{operator.name} changed nothing",
             "parse_failed": int(proposal.parse_failed),
             "seed": seed,
+            "edits": edits,
         }
     try:
-        policy = parent_policy.with_components({component: proposal.text})
+        policy = parent_policy.with_components(proposal.components)
     except PolicyError as error:
         return {"invalid": f"the proposed text was refused: {error}", "seed": seed}
-    return {"policy": policy, "seed": seed}
+    return {"policy": policy, "seed": seed, "edits": edits}
 
 
 def feedback_char_cap(spec: ExperimentSpec) -> int | None:

@@ -242,5 +242,10 @@ class Schedule:
         # paper's number); set as soon as it is known, so a budget stop keeps it.
         self.summary: MetricSummary | None = None
 
+    @classmethod
+    def check_spec(cls, spec: Any) -> None:
+        """Refuse, before any LLM call, a spec this schedule could not run (an
+        `ExperimentSpec`; nothing to refuse by default)."""
+
     def run(self, context: EvolutionContext) -> None:
         raise NotImplementedError

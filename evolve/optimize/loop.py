@@ -97,6 +97,7 @@ def evolve_policy(
     # Resolving imported the plugin modules (with the policy), so the registry is complete.
     check_operators(resolved.spec.optimizer, resolved.rules, label=spec_label(resolved.spec))
     refuse_idle_operators(resolved.spec.optimizer)
+    SCHEDULES[resolved.spec.optimizer.schedule].check_spec(resolved.spec)
     run = _ExperimentRun(
         resolved,
         lms,

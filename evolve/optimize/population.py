@@ -11,13 +11,11 @@ calls/tokens/wall time (a GEPA stop callback) and the interrupt event (GEPA know
 
 from __future__ import annotations
 
-from typing import Any
-
 from evolve.optimize.context import EvolutionContext, Schedule
-from evolve.optimize.gepa_adapter import AMemGymAdapter, candidate_policy, seed_candidate
+from evolve.optimize.gepa_adapter import AMemGymAdapter, seed_candidate
 from evolve.optimize.gepa_engine import GepaSettings, budget_stop, run_gepa
 from evolve.optimize.gepa_records import GepaRecordSync
-from evolve.optimize.operators import MutationOperator, build_operator
+from evolve.optimize.operator_set import build_operators
 from evolve.optimize.parameters import ParameterProposer, RandomStepProposer
 from evolve.results.budget import BudgetExhausted
 from evolve.results.records import CandidateRecord, GenerationRecord
@@ -38,47 +36,6 @@ def default_proposer(spec: ExperimentSpec) -> ParameterProposer:
 
         return OptunaParameterProposer(spec.optimizer.parameters, seed=spec.seed)
     return RandomStepProposer()
-
-
-def operator_names(spec: ExperimentSpec) -> list[str]:
-    """Operators in ownership order (the first that owns a component mutates it):
-    `optimizer.operators` when the spec names them, else tuned (its generations only),
-    parameter, reflective."""
-    optimizer = spec.optimizer
-    if optimizer.operators is not None:
-        return list(optimizer.operators)
-    return [
-        *(["tuned"] if optimizer.tune_every is not None else []),
-        *(["parameter"] if optimizer.tunable_parameters() else []),
-        "reflective",
-    ]
-
-
-def build_operators(context: EvolutionContext, base_policy: Any) -> list[MutationOperator]:
-    """The spec's operators, each built from one shared set of keyword arguments (an
-    operator's factory takes what it needs). Operators that call the reflector are left out
-    when `feedback = "none"` (no reflective proposal)."""
-    optimizer = context.optimizer
-    bounds = {name: optimizer.parameters[name] for name in optimizer.tunable_parameters()}
-    available = {
-        "reflector": context.reflector,
-        "proposer_factory": context.proposer_factory,
-        "bounds": bounds,
-        "policy_of": lambda candidate: candidate_policy(base_policy, candidate),
-        "environment": context.resolved.train,
-        "lms": context.lms,
-        "episode": context.resolved.episode,
-        "work_dir": context.store.root / "tuning",
-        "every": optimizer.tune_every,
-        "trials": optimizer.tune_trials,
-        "sampler": optimizer.tune_sampler,
-        "objective": optimizer.objective,
-        "upper_bound": context.upper_bound,
-    }
-    operators = [build_operator(name, **available) for name in operator_names(context.spec)]
-    if not optimizer.reflective_enabled():
-        operators = [operator for operator in operators if not operator.reflective]
-    return operators
 
 
 class PopulationSchedule(Schedule):

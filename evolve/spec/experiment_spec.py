@@ -259,7 +259,6 @@ class OptimizerSpec(_Strict):
                     "tune_every",
                     "tune_trials",
                     "tune_sampler",
-                    "operators",
                 }
                 & self.model_fields_set
             )

@@ -1,5 +1,6 @@
 """The operator door: one file registers an operator, the spec's `optimizer.operators` selects
-it, and the population schedule records what it proposed (the example of docs/extending.md)."""
+it, and either schedule (population on GEPA, the per-period chain) records what it proposed
+(the example of docs/extending.md)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from optimize.evolve_helpers import World, write_spec
+from optimize.chain_world import World as ChainWorld
+from optimize.chain_world import write_world
+from optimize.evolve_helpers import World, reflector_inputs, write_spec
 
 from evolve.core.errors import ConfigError
 from evolve.optimize import CandidateStatus, evolve_policy
@@ -181,3 +184,44 @@ def test_the_built_in_operators_check_what_they_need(tmp_path, body, operators, 
             load_spec(path), world.lms, runs_dir=tmp_path / "runs", upper_bound_cache=tmp_path
         )
     assert world.calls() == {"agent": 0, "reflector": 0, "simulator": 0}
+
+
+def chain_spec(tmp_path: Path, operators: str) -> Path:
+    """The per-user chain world (schedule = "per_period") with `optimizer.operators` set."""
+    spec = write_world(tmp_path)
+    text = spec.read_text(encoding="utf-8")
+    spec.write_text(text.replace("[optimizer]\n", f"[optimizer]\noperators = {operators}\n"))
+    return spec
+
+
+def test_a_registered_operator_makes_the_steps_of_the_per_period_chain(tmp_path, drop_line):
+    world = ChainWorld()
+    result = evolve_policy(
+        load_spec(chain_spec(tmp_path, '["drop_line"]')),
+        world.lms,
+        runs_dir=tmp_path / "runs",
+        upper_bound_cache=tmp_path / "ub",
+    )
+    steps = [record for record in result.candidates if record.generation > 0]
+    assert steps, "the chain made no step"
+    assert {step.user_id for step in steps} == {"user-0", "user-1"}
+    for step in steps:
+        assert step.mutation.kind == "drop_line" and step.mutation.component == LIST
+        parent = result.candidate(step.parent_ids[0]).components[LIST].splitlines()
+        if step.status == CandidateStatus.INVALID:
+            assert len(parent) < 2 and "single line" in (step.invalid_reason or "")
+            continue
+        lines = step.components[LIST].splitlines()
+        assert len(lines) == len(parent) - 1
+        assert any(parent[:index] + parent[index + 1 :] == lines for index in range(len(parent)))
+    # The chain asked the operator, not the reflector (the agent's model under paper).
+    assert world.reflector.calls == []
+    assert not [call for call in world.agent.calls if reflector_inputs(call) is not None]
+
+
+def test_a_chain_whose_component_no_operator_rewrites_is_refused_before_any_llm_call(tmp_path):
+    world = ChainWorld()
+    spec = load_spec(chain_spec(tmp_path, '["parameter"]'))
+    with pytest.raises(ConfigError, match=r"no operator of \['parameter'\] rewrites"):
+        evolve_policy(spec, world.lms, runs_dir=tmp_path / "runs", upper_bound_cache=tmp_path)
+    assert world.agent.calls == [] and world.reflector.calls == []
