@@ -12,10 +12,10 @@ Hand-written because GEPA's default adapters know neither episodes nor our opera
 reflective dataset is our per-component feedback (`evolve.optimize.feedback`), and
 `propose_new_texts` routes each component to the operator that owns it
 (`evolve.optimize.operators`; GEPA's own proposer knows no numeric parameters nor our
-reflector role). The adapter also keeps the lineage GEPA does not (every operator proposal,
-the iteration that discovered each candidate, held-out scores of each new best), persisted
-with GEPA's state so a resumed run neither repeats nor forgets it. Running GEPA over it is
-`evolve.optimize.gepa_engine`.
+reflector role). The adapter also holds the lineage GEPA does not keep (`gepa_lineage`:
+every operator proposal, the iteration that discovered each candidate, held-out scores of
+each new best) and persists it with GEPA's state, so a resumed run neither repeats nor
+forgets it. Running GEPA over it is `evolve.optimize.gepa_engine`.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from gepa.core.adapter import EvaluationBatch
 
 from evolve.core.seeds import derive_rng, derive_seed
 from evolve.optimize.feedback import FEEDBACK_KINDS, build_feedback
+from evolve.optimize.gepa_lineage import GepaLineage
 from evolve.optimize.operators import (
     MutationOperator,
     OperatorProposal,
@@ -61,6 +62,45 @@ def candidate_policy(base_policy: Any, candidate: Mapping[str, str]) -> Any:
     texts, parameters = split_candidate(candidate)
     policy = base_policy.with_components(texts) if texts else base_policy
     return policy.with_parameters(**parameters) if parameters else policy
+
+
+def build_reflective_dataset(
+    users: Sequence[UserResult],
+    scores: Sequence[float],
+    components: Sequence[str],
+    *,
+    kind: str,
+    max_failures: int,
+    max_chars: int,
+    seed: int,
+    iteration: int,
+) -> dict[str, list[dict[str, Any]]]:
+    """GEPA's reflective dataset of a minibatch: per component, one record with the feedback
+    on every user, built in one call so that `max_failures` and `max_chars` bound what the
+    proposal shows (per-user records joined by the operator would show one limit per user).
+    Its failure subset is drawn from (seed, iteration, component): children of one parent
+    see different subsets, and a rerun with the same seed the same ones."""
+    periods = [period for user in users for period in user.periods]
+    dataset: dict[str, list[dict[str, Any]]] = {}
+    for component in components:
+        feedback = build_feedback(
+            periods,
+            kind,
+            component=component,
+            max_failures=max_failures,
+            max_chars=max_chars,
+            rng=derive_rng(seed, "feedback", iteration, component),
+        )
+        dataset[component] = [
+            {
+                "users": [user.user_id for user in users],
+                "scores": list(scores),
+                "Feedback": feedback.text,
+                "failures_shown": feedback.failures_shown,
+                "failures_total": feedback.failures_total,
+            }
+        ]
+    return dataset
 
 
 class AMemGymAdapter:
@@ -105,19 +145,11 @@ class AMemGymAdapter:
         self.parent_idx: int | None = None  # GEPA's parent choice of the current iteration
         # user -> "memory_score" | "accuracy": fixed at the user's first (base) evaluation.
         self.units: dict[str, str] = {}
-        # Every operator proposal in order: the lineage GEPA does not keep.
-        self.proposals: list[dict[str, Any]] = []
-        # Train score of the best candidate so far and held-out scores of each new best:
-        # persisted with GEPA's state so a resumed run neither repeats nor forgets them.
-        self.best_score = float("-inf")
-        self.heldout: list[dict[str, Any]] = []
+        # What GEPA does not keep (proposals, discoveries, iterations, held-out checks).
+        self.lineage = GepaLineage()
         # (candidate, train score) told to ask/tell operators, replayed into fresh operators
         # on resume so an Optuna sampler rebuilds the same history without any LLM call.
         self.observed: list[tuple[dict[str, str], float]] = []
-        # candidate index -> the iteration (generation) that produced it; seed: 0.
-        self.discovered: dict[int, int] = {}
-        # One entry per finished iteration, written by the caller's callbacks (e.g. spend).
-        self.iterations: list[dict[str, Any]] = []
         # ONE limit of LM calls in flight for every evaluation this adapter runs, however
         # many (candidate, user) pairs run at once: a server sized for `concurrency`
         # requests is never sent more.
@@ -128,21 +160,13 @@ class AMemGymAdapter:
     def get_adapter_state(self) -> dict[str, Any]:
         return {
             "units": dict(self.units),
-            "proposals": list(self.proposals),
-            "best_score": self.best_score,
-            "heldout": list(self.heldout),
             "observed": list(self.observed),
-            "discovered": dict(self.discovered),
-            "iterations": list(self.iterations),
+            **self.lineage.state(),
         }
 
     def set_adapter_state(self, state: dict[str, Any]) -> None:
         self.units = dict(state.get("units", {}))
-        self.proposals = list(state.get("proposals", []))
-        self.best_score = float(state.get("best_score", float("-inf")))
-        self.heldout = list(state.get("heldout", []))
-        self.discovered = {int(k): int(v) for k, v in state.get("discovered", {}).items()}
-        self.iterations = list(state.get("iterations", []))
+        self.lineage = GepaLineage.from_state(state)
         self.observed = []
         for candidate, score in state.get("observed", []):
             self.observe(dict(candidate), float(score))
@@ -252,33 +276,18 @@ class AMemGymAdapter:
         eval_batch: EvaluationBatch,
         components_to_update: list[str],
     ) -> dict[str, list[dict[str, Any]]]:
-        """Per component, one record: the feedback on every user of the minibatch, built in
-        one call so that `max_feedback_failures` and `max_feedback_chars` bound what the
-        proposal shows (per-user records joined by the operator would show one limit per
-        user). Its failure subset is drawn from (seed, iteration, component): children of
-        one parent see different subsets, and a rerun with the same seed the same ones."""
-        users: list[UserResult] = list(eval_batch.trajectories or [])
-        periods = [period for user in users for period in user.periods]
-        dataset: dict[str, list[dict[str, Any]]] = {}
-        for component in components_to_update:
-            feedback = build_feedback(
-                periods,
-                self.feedback,
-                component=component,
-                max_failures=self.max_feedback_failures,
-                max_chars=self.max_feedback_chars,
-                rng=derive_rng(self.seed, "feedback", self.iteration, component),
-            )
-            dataset[component] = [
-                {
-                    "users": [user.user_id for user in users],
-                    "scores": list(eval_batch.scores),
-                    "Feedback": feedback.text,
-                    "failures_shown": feedback.failures_shown,
-                    "failures_total": feedback.failures_total,
-                }
-            ]
-        return dataset
+        """The minibatch's feedback per component (`build_reflective_dataset`), its failure
+        subset drawn for this iteration."""
+        return build_reflective_dataset(
+            list(eval_batch.trajectories or []),
+            eval_batch.scores,
+            components_to_update,
+            kind=self.feedback,
+            max_failures=self.max_feedback_failures,
+            max_chars=self.max_feedback_chars,
+            seed=self.seed,
+            iteration=self.iteration,
+        )
 
     def propose_new_texts(
         self,
@@ -315,7 +324,7 @@ class AMemGymAdapter:
                 c: "\n\n".join(str(r.get("Feedback", "")) for r in reflective_dataset.get(c, []))
                 for c in owned
             }
-            self.proposals.append(
+            self.lineage.proposals.append(
                 {
                     "iteration": self.iteration,
                     "parent": self.parent_idx,

@@ -92,16 +92,17 @@ class _Hooks(GEPACallback):
     def on_valset_evaluated(self, event: Any) -> None:
         score, candidate = float(event["average_score"]), dict(event["candidate"])
         index = int(event["candidate_idx"])
-        if index in self.adapter.discovered:
+        lineage = self.adapter.lineage
+        if index in lineage.discovered:
             # gepa re-announces the seed on resume (after restoring our state): it was told
             # and checked already; telling it twice would change what Optuna proposes next.
             return
-        self.adapter.discovered[index] = int(event["iteration"])
+        lineage.discovered[index] = int(event["iteration"])
         # Ask/tell operators (Optuna) learn every candidate's train score (the one GEPA
         # selects by); children rejected on their minibatch are not told.
         self.adapter.observe(candidate, score)
-        if score > self.adapter.best_score:
-            self.adapter.best_score = score
+        if score > lineage.best_score:
+            lineage.best_score = score
             self.on_new_best(int(event["candidate_idx"]), candidate)
 
 
@@ -210,7 +211,7 @@ def run_gepa(
             return
         users = adapter.run_users(candidate, heldout_users, split="heldout")
         scores = [adapter.user_scores(user) for user in users]
-        adapter.heldout.append(
+        adapter.lineage.heldout.append(
             HeldoutScore(
                 candidate_idx=idx,
                 score=sum(s["score"] for s in scores) / len(scores),
@@ -264,8 +265,8 @@ def run_gepa(
         parents=[list(p) for p in result.parents],
         train_scores=list(result.val_aggregate_scores),
         best_idx=result.best_idx,
-        heldout=[HeldoutScore.model_validate(h) for h in adapter.heldout],
-        proposals=adapter.proposals,
+        heldout=[HeldoutScore.model_validate(h) for h in adapter.lineage.heldout],
+        proposals=adapter.lineage.proposals,
         units=adapter.units,
         metric_calls=result.total_metric_calls,
     )

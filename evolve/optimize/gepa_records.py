@@ -3,9 +3,14 @@ per GEPA iteration, stored once and logged to MLflow as iterations finish.
 
 Why hand-written: GEPA keeps no operator, seed or held-out score per candidate, and it
 does not record the proposals that never joined its pool (rejected on their minibatch, or
-invalid). The adapter keeps those (`AMemGymAdapter.proposals`, `.discovered`, `.heldout`);
-this module turns them, with GEPA's pool, into `CandidateRecord`s and `GenerationRecord`s in
-one place, so that lineage, statuses and held-out checks cannot drift between two files.
+invalid). The adapter keeps those (`AMemGymAdapter.lineage`, see `gepa_lineage`); this
+module turns them, with GEPA's pool, into `CandidateRecord`s and `GenerationRecord`s in one
+place, so that lineage, statuses and held-out checks cannot drift between two files.
+
+Two classes: `GepaProposalRecords` makes the record of each candidate as proposed (parents,
+mutation, seed, status, its policy bundle and feedback); `GepaRecordSync`, the GEPA callback,
+notes each iteration's spend and, at its end, completes those records with their
+evaluations and writes the generation records.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ class GepaRecordSync(GEPACallback):
 
     def __init__(self, context: EvolutionContext, adapter: AMemGymAdapter, total: int) -> None:
         self.context, self.adapter, self.total = context, adapter, total
+        self.proposed = GepaProposalRecords(context, adapter)
         self.start: Any = None
         self.final_state: Any = None
         self.rejected: dict[str, Any] | None = None  # this iteration's minibatch verdict
@@ -63,7 +69,7 @@ class GepaRecordSync(GEPACallback):
     def on_iteration_end(self, event: Any) -> None:
         end = self.context.budget.spent()
         start = self.start or end
-        self.adapter.iterations.append(
+        self.adapter.lineage.iterations.append(
             {
                 "iteration": int(event["iteration"]),
                 "accepted": bool(event["proposal_accepted"]),
@@ -82,22 +88,18 @@ class GepaRecordSync(GEPACallback):
 
     # ----- records ----------------------------------------------------------------------------
 
-    def gepa_id(self, index: int) -> str:
-        """Our id of GEPA's pool candidate `index` (the generation that discovered it)."""
-        return candidate_id(self.adapter.discovered.get(index, 0), 0)
-
     def sync(self, state: Any) -> None:
         """Our frozen records from GEPA's state: every pool candidate (train scores, held-out
         scores of each new best) and every finished generation; stored once, logged once."""
-        context, adapter = self.context, self.adapter
+        context, adapter, lineage = self.context, self.adapter, self.adapter.lineage
         train = [item.id for item in context.resolved.train.items]
         heldout_users = [item.id for item in context.resolved.heldout.items]
-        heldout_idx = {entry["candidate_idx"] for entry in adapter.heldout} | self.final_heldout
+        heldout_idx = {entry["candidate_idx"] for entry in lineage.heldout} | self.final_heldout
         # Every evaluation the records below still need, played at once under the one call
         # limit (e.g. the final held-out checks of the base and the best).
         needed: list[tuple[int, str, list[str]]] = []
         for index in range(len(state.program_candidates)):
-            record = context.records.get(self.gepa_id(index))
+            record = context.records.get(lineage.record_id(index))
             if record is None or record.train is None:
                 needed.append((index, "train", train))
             missing_heldout = record is None or record.heldout is None
@@ -114,50 +116,108 @@ class GepaRecordSync(GEPACallback):
         )
         played = {(i, split): [next(results) for _ in users] for i, split, users in needed}
         for index, candidate in enumerate(state.program_candidates):
-            record = context.records.get(self.gepa_id(index))
+            record = context.records.get(lineage.record_id(index))
             if record is None:
-                record = self._pool_candidate(index, candidate, state)
+                record = self.proposed.pool_candidate(index, candidate, state)
             if record.train is None:
                 users = played[(index, "train")]
-                scores = context.scores(users, self._evaluation_dir("train", candidate), 0.0)
+                scores = context.scores(users, evaluation_dir(adapter, "train", candidate), 0.0)
                 record = context.save(
                     record.model_copy(update={"train": scores, "status": CandidateStatus.EVALUATED})
                 )
                 context.evaluation_logged(record, "train")
             if record.heldout is None and index in heldout_idx and heldout_users:
                 users = played[(index, "heldout")]
-                scores = context.scores(users, self._evaluation_dir("heldout", candidate), 0.0)
+                scores = context.scores(users, evaluation_dir(adapter, "heldout", candidate), 0.0)
                 record = context.save(record.model_copy(update={"heldout": scores}))
                 context.evaluation_logged(record, "heldout")
-        pooled = {adapter.discovered.get(i, 0) for i in range(len(state.program_candidates))}
-        for entry in adapter.iterations:
+        pooled = {lineage.generation_of(i) for i in range(len(state.program_candidates))}
+        for entry in lineage.iterations:
             generation = int(entry["iteration"])
             if generation not in pooled and candidate_id(generation, 0) not in context.records:
-                self._outside_pool(generation, state)
+                self.proposed.outside_pool(generation, state)
         front = sorted(
-            {self.gepa_id(i) for ids in state.program_at_pareto_front_valset.values() for i in ids}
+            {
+                lineage.record_id(i)
+                for ids in state.program_at_pareto_front_valset.values()
+                for i in ids
+            }
         )
-        entries = [{"iteration": 0}, *adapter.iterations]
+        entries = [{"iteration": 0}, *lineage.iterations]
         for entry in entries:
             self._store_generation(int(entry["iteration"]), entry, front, state)
 
-    def _evaluation_dir(self, split: str, candidate: Mapping[str, str]) -> Path:
-        return self.adapter.work_dir / split / self.adapter.fingerprint(candidate)[:16]
+    def _store_generation(
+        self, generation: int, entry: Mapping[str, Any], front: Sequence[str], state: Any
+    ) -> None:
+        context, lineage = self.context, self.adapter.lineage
+        known = [
+            context.records[lineage.record_id(i)]
+            for i in range(len(state.program_candidates))
+            if lineage.generation_of(i) <= generation and lineage.record_id(i) in context.records
+        ]
+        new = [r.id for r in known if r.generation == generation]
+        proposed = (
+            [candidate_id(generation, 0)] if candidate_id(generation, 0) in context.records else []
+        )
+        best = best_of(known, "train")
+        scores = [r.train.score for r in known if r.train is not None]
+        if generation == 0:
+            base = context.records[candidate_id(0, 0)]
+            spent = [s for s in (base.train, base.heldout) if s is not None]
+            calls = sum(s.summary.llm_calls for s in spent)
+            tokens = sum(s.summary.tokens for s in spent)
+        else:
+            calls = int(entry["llm_calls_end"] - entry["llm_calls_start"])
+            tokens = int(entry["tokens_end"] - entry["tokens_start"])
+        record = GenerationRecord(
+            generation=generation,
+            candidate_ids=proposed,
+            evaluated_ids=new,
+            population=list(front),
+            best_id=best.id if best is not None else None,
+            best_train_score=best.train.score if best is not None and best.train else None,
+            mean_train_score=sum(scores) / len(scores) if scores else None,
+            best_heldout_score=best.heldout.score if best is not None and best.heldout else None,
+            llm_calls=calls,
+            tokens=tokens,
+            wall_time_s=float(entry.get("wall_time_s", 0.0)),
+        )
+        stored = context.store.load_generation(generation)
+        if stored is not None and (
+            stored.model_copy(update={"population": record.population}) == record
+        ):
+            return
+        context.store.save_generation(record)
+        context.tracker.log_generation(record, spent=context.budget.spent())
 
-    def _pool_candidate(
+
+class GepaProposalRecords:
+    """The record of each candidate a GEPA run proposed, made once, when first seen: its
+    parents, mutation, seed and status from GEPA's pool and the adapter's lineage, stored
+    with its policy bundle and the feedback its reflector saw (scores come later)."""
+
+    def __init__(self, context: EvolutionContext, adapter: AMemGymAdapter) -> None:
+        self.context, self.adapter = context, adapter
+
+    def pool_candidate(
         self, index: int, candidate: Mapping[str, str], state: Any
     ) -> CandidateRecord:
         """The record of a candidate in GEPA's pool (index 0: the base)."""
-        generation = self.adapter.discovered.get(index, 0)
+        lineage = self.adapter.lineage
         parents = [p for p in state.parent_program_for_candidate[index] if p is not None]
         return self._record(
-            generation, candidate, [self.gepa_id(p) for p in parents], CandidateStatus.PROPOSED
+            lineage.generation_of(index),
+            candidate,
+            [lineage.record_id(p) for p in parents],
+            CandidateStatus.PROPOSED,
         )
 
-    def _outside_pool(self, generation: int, state: Any) -> CandidateRecord | None:
+    def outside_pool(self, generation: int, state: Any) -> CandidateRecord | None:
         """A generation whose proposal did not join GEPA's pool: rejected on its minibatch,
         or invalid (no usable text). None: nothing was proposed (e.g. a skipped merge)."""
-        proposals = [p for p in self.adapter.proposals if p["iteration"] == generation]
+        lineage = self.adapter.lineage
+        proposals = lineage.proposals_in(generation)
         if not proposals or proposals[0].get("parent") is None:
             return None
         parent_idx = int(proposals[0]["parent"])
@@ -168,7 +228,11 @@ class GepaRecordSync(GEPACallback):
         status = CandidateStatus.REJECTED if usable else CandidateStatus.INVALID
         reason = None if usable else next((p["invalid"] for p in proposals if p["invalid"]), None)
         return self._record(
-            generation, candidate, [self.gepa_id(parent_idx)], status, invalid_reason=reason
+            generation,
+            candidate,
+            [lineage.record_id(parent_idx)],
+            status,
+            invalid_reason=reason,
         )
 
     def _mutation(
@@ -222,7 +286,7 @@ class GepaRecordSync(GEPACallback):
         context = self.context
         cid = candidate_id(generation, 0)
         policy = self.adapter.policy(candidate)
-        proposals = [p for p in self.adapter.proposals if p["iteration"] == generation]
+        proposals = self.adapter.lineage.proposals_in(generation)
         mutation, seed = self._mutation(generation, policy, parent_ids, proposals)
         record = candidate_record(
             cid,
@@ -253,62 +317,18 @@ class GepaRecordSync(GEPACallback):
         and GEPA's reason (the tracker's run of a candidate never evaluated in full)."""
         if record.status != CandidateStatus.REJECTED:
             return {}
-        entry = next(
-            (e for e in self.adapter.iterations if e["iteration"] == record.generation), {}
-        )
+        entry = self.adapter.lineage.iteration_entry(record.generation)
         verdict = dict(entry.get("rejected") or {})
         return {
             "reason": verdict.pop("reason", None),
             "scores": verdict,
-            "evaluation_dir": self.adapter.work_dir
-            / "train"
-            / self.adapter.fingerprint(candidate)[:16],
+            "evaluation_dir": evaluation_dir(self.adapter, "train", candidate),
         }
 
-    def _store_generation(
-        self, generation: int, entry: Mapping[str, Any], front: Sequence[str], state: Any
-    ) -> None:
-        context = self.context
-        known = [
-            context.records[self.gepa_id(i)]
-            for i in range(len(state.program_candidates))
-            if self.adapter.discovered.get(i, 0) <= generation
-            and self.gepa_id(i) in context.records
-        ]
-        new = [r.id for r in known if r.generation == generation]
-        proposed = (
-            [candidate_id(generation, 0)] if candidate_id(generation, 0) in context.records else []
-        )
-        best = best_of(known, "train")
-        scores = [r.train.score for r in known if r.train is not None]
-        if generation == 0:
-            base = context.records[candidate_id(0, 0)]
-            spent = [s for s in (base.train, base.heldout) if s is not None]
-            calls = sum(s.summary.llm_calls for s in spent)
-            tokens = sum(s.summary.tokens for s in spent)
-        else:
-            calls = int(entry["llm_calls_end"] - entry["llm_calls_start"])
-            tokens = int(entry["tokens_end"] - entry["tokens_start"])
-        record = GenerationRecord(
-            generation=generation,
-            candidate_ids=proposed,
-            evaluated_ids=new,
-            population=list(front),
-            best_id=best.id if best is not None else None,
-            best_train_score=best.train.score if best is not None and best.train else None,
-            mean_train_score=sum(scores) / len(scores) if scores else None,
-            best_heldout_score=best.heldout.score if best is not None and best.heldout else None,
-            llm_calls=calls,
-            tokens=tokens,
-            wall_time_s=float(entry.get("wall_time_s", 0.0)),
-        )
-        stored = context.store.load_generation(generation)
-        if stored is not None and (
-            stored.model_copy(update={"population": record.population}) == record
-        ):
-            return
-        context.store.save_generation(record)
-        context.tracker.log_generation(record, spent=context.budget.spent())
+
+def evaluation_dir(adapter: AMemGymAdapter, split: str, candidate: Mapping[str, str]) -> Path:
+    """The runner directory where the adapter played `candidate` on `split` (all users)."""
+    return adapter.work_dir / split / adapter.fingerprint(candidate)[:16]
 
 
 def rejection_in_words(new: float, old: float, gepa_reason: str) -> str:

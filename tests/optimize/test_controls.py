@@ -109,7 +109,7 @@ def test_limits_bound_what_one_proposal_shows_for_a_minibatch_of_three(evaluatio
         # One header over the whole minibatch: 3 users x 2 periods x 3 questions.
         assert re.match(r"\d+ of 18 answers were correct", text), text
     # The proposal's record shows the same text once.
-    proposal = adapter.proposals[-1]
+    proposal = adapter.lineage.proposals[-1]
     assert proposal["feedback"][COMPONENT] == text
 
 
@@ -119,7 +119,7 @@ def test_blind_proposes_through_the_same_operator_without_any_feedback(evaluatio
     text = shown_to_reflector(adapter, world, 1)
     assert text == BLIND_FEEDBACK
     assert "Quick check" not in text and "cause" not in text and "Period" not in text
-    proposal = adapter.proposals[-1]
+    proposal = adapter.lineage.proposals[-1]
     assert proposal["operator"] == "reflective" and proposal["components"][COMPONENT]
 
 
@@ -143,7 +143,7 @@ def test_none_refuses_reflective_proposals_on_the_engine_api(evaluations, tmp_pa
     batch = adapter.evaluate(MINIBATCH, PARENT, capture_traces=True)
     dataset = adapter.make_reflective_dataset(PARENT, batch, [COMPONENT])
     assert adapter.propose_new_texts(PARENT, dataset, [COMPONENT]) == {}
-    assert world.reflector.calls == [] and adapter.proposals == []
+    assert world.reflector.calls == [] and adapter.lineage.proposals == []
 
 
 def test_an_unknown_feedback_kind_is_refused_before_any_call():
