@@ -1,4 +1,4 @@
-"""No module of `evolve/` or `memory_policies/` over 600 lines, and no class over 300.
+"""No module of `evolve/` or `memory_policies/` over 600 lines, and no class over 250.
 
 A number, not a judgement: no paragraph at a module's top buys an exemption. A module that
 grows past the limit is split by concept (see the README's layout); a class past it has more
@@ -14,7 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("evolve", "memory_policies")
 MODULE_LIMIT = 600
-CLASS_LIMIT = 300
+CLASS_LIMIT = 250
 
 
 def _sources() -> list[Path]:
