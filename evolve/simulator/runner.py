@@ -1,4 +1,4 @@
-"""The episode runner's public names (the modules live in `evolve.simulator.run`).
+"""The episode runner's public names (the modules live in `evolve.simulator.evaluation`).
 
 Kept so that ``from evolve.simulator.runner import run_evaluation, EpisodeConfig, ...`` goes on
 working; new code may import from the room that holds a name.
@@ -6,7 +6,7 @@ working; new code may import from the room that holds a name.
 
 from __future__ import annotations
 
-from evolve.simulator.run.context import (
+from evolve.simulator.evaluation.context import (
     PolicySchedule,
     ProgressSink,
     RunContext,
@@ -14,9 +14,9 @@ from evolve.simulator.run.context import (
     UnitFiles,
     UserRun,
 )
-from evolve.simulator.run.episode import EpisodeConfig, ProbeScope, probe_scope_problem
-from evolve.simulator.run.identity import check_resumable, resolved_config, run_identity
-from evolve.simulator.run.probes import (
+from evolve.simulator.evaluation.episode import EpisodeConfig, ProbeScope, probe_scope_problem
+from evolve.simulator.evaluation.identity import check_resumable, resolved_config, run_identity
+from evolve.simulator.evaluation.probes import (
     PROBE_STRATEGIES,
     QUESTION_HINT,
     last_update_period,
@@ -25,9 +25,9 @@ from evolve.simulator.run.probes import (
     required_variables,
     structured_probe_prompt,
 )
-from evolve.simulator.run.replay import load_recorded_sessions, recorded_sessions_path
-from evolve.simulator.run.scheduler import EvaluationReport, load_report, run_evaluation
-from evolve.simulator.run.unit import run_unit
+from evolve.simulator.evaluation.replay import load_recorded_sessions, recorded_sessions_path
+from evolve.simulator.evaluation.scheduler import EvaluationReport, load_report, run_evaluation
+from evolve.simulator.evaluation.unit import run_unit
 
 __all__ = [
     "PROBE_STRATEGIES",

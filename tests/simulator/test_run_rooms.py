@@ -11,10 +11,10 @@ from scripted_lm import ScriptedLM, scripted_role_lms
 from simulator.eval_helpers import agent_responder, make_environment, simulator_responder
 
 from evolve.llm.usage import Usage
+from evolve.simulator.evaluation.context import RunContext, RunOptions, UserRun
+from evolve.simulator.evaluation.identity import assign_dir_names
+from evolve.simulator.evaluation.unit import finish_unit
 from evolve.simulator.records import PeriodResult, SessionTranscript
-from evolve.simulator.run.context import RunContext, RunOptions, UserRun
-from evolve.simulator.run.identity import assign_dir_names
-from evolve.simulator.run.unit import finish_unit
 from evolve.simulator.runner import EpisodeConfig, run_evaluation
 from memory_policies import NativePolicy
 

@@ -22,8 +22,8 @@ from typing import Protocol as TypingProtocol
 
 from evolve.core.errors import Interrupted
 from evolve.llm.usage import Usage
+from evolve.simulator.evaluation.episode import EpisodeConfig
 from evolve.simulator.records import PeriodResult, SessionTranscript
-from evolve.simulator.run.episode import EpisodeConfig
 from evolve.simulator.user import SimulatedUser
 
 if TYPE_CHECKING:

@@ -18,7 +18,7 @@ from evolve.simulator.run_dir import canonical_json, read_json
 from evolve.simulator.user import opening_message
 
 if TYPE_CHECKING:
-    from evolve.simulator.run.context import RunContext, UserRun
+    from evolve.simulator.evaluation.context import RunContext, UserRun
     from memory_policies.base import MemoryState
 
 

@@ -39,6 +39,14 @@ from evolve.core.errors import EnvironmentDataError
 from evolve.core.protocol import DEFAULT_PROTOCOL, Protocol
 from evolve.core.stopping import endpoint_failure
 from evolve.llm.response_cache import recording_writes
+from evolve.simulator.evaluation.context import RunContext, RunOptions, UnitFiles, UserRun
+from evolve.simulator.evaluation.episode import EpisodeConfig
+from evolve.simulator.evaluation.identity import (
+    assign_dir_names,
+    missing_upper_bound_entries,
+    run_identity,
+)
+from evolve.simulator.evaluation.unit import finish_unit
 from evolve.simulator.metrics import (
     MetricSummary,
     summarize,
@@ -47,14 +55,6 @@ from evolve.simulator.metrics import (
     summarize_periods,
 )
 from evolve.simulator.records import UserResult
-from evolve.simulator.run.context import RunContext, RunOptions, UnitFiles, UserRun
-from evolve.simulator.run.episode import EpisodeConfig
-from evolve.simulator.run.identity import (
-    assign_dir_names,
-    missing_upper_bound_entries,
-    run_identity,
-)
-from evolve.simulator.run.unit import finish_unit
 from evolve.simulator.run_dir import (
     RunLayout,
     atomic_write_json,

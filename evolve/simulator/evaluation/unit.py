@@ -21,10 +21,15 @@ from evolve.core.errors import EnvironmentDataError
 from evolve.llm import call_events
 from evolve.llm.usage import tracked_usage
 from evolve.llm.usage_callback import label_predictor_calls
+from evolve.simulator.evaluation.context import RunContext, UserRun
+from evolve.simulator.evaluation.probes import (
+    PROBE_STRATEGIES,
+    answer_question,
+    item_result,
+    recalls_for,
+)
+from evolve.simulator.evaluation.replay import replay_period
 from evolve.simulator.records import PeriodResult, SessionTranscript
-from evolve.simulator.run.context import RunContext, UserRun
-from evolve.simulator.run.probes import PROBE_STRATEGIES, answer_question, item_result, recalls_for
-from evolve.simulator.run.replay import replay_period
 from evolve.simulator.user import derive_seed, play_session, user_view_for
 
 if TYPE_CHECKING:

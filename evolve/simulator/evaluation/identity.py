@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from evolve.simulator.run.context import PolicySchedule, RunOptions, UserRun
-from evolve.simulator.run.episode import EpisodeConfig
-from evolve.simulator.run.replay import recorded_transcripts_hash
+from evolve.simulator.evaluation.context import PolicySchedule, RunOptions, UserRun
+from evolve.simulator.evaluation.episode import EpisodeConfig
+from evolve.simulator.evaluation.replay import recorded_transcripts_hash
 from evolve.simulator.run_dir import RunLayout, safe_name
 
 if TYPE_CHECKING:

@@ -1,4 +1,4 @@
-"""The episode runner, in rooms (each module says what it holds):
+"""The evaluation package: the episode runner, in rooms (each module says what it holds):
 
 - `episode`: `EpisodeConfig`, how episodes are played;
 - `context`: `RunOptions`, `RunContext`, `UnitFiles`, `ProgressSink`, `PolicySchedule`;

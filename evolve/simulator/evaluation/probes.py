@@ -23,6 +23,7 @@ from evolve.llm import call_events
 from evolve.llm.response_cache import held_until_parsed
 from evolve.llm.usage import Usage, tracked_usage
 from evolve.simulator.baselines import random_score
+from evolve.simulator.evaluation.episode import EpisodeConfig, ProbeScope
 from evolve.simulator.metrics import Recall, check_variables, diagnose
 from evolve.simulator.records import (
     ItemResult,
@@ -30,11 +31,10 @@ from evolve.simulator.records import (
     QuestionProbeResult,
     VariableRecall,
 )
-from evolve.simulator.run.episode import EpisodeConfig, ProbeScope
 
 if TYPE_CHECKING:
     from evolve.simulator.environment import EnvironmentItem
-    from evolve.simulator.run.context import RunContext
+    from evolve.simulator.evaluation.context import RunContext
 
 # Appended to every question, as the original prompt asks for the answer fitting the user's
 # *current* situation (not whichever the conversation mentioned first).
