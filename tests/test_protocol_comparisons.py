@@ -28,6 +28,7 @@ not protocol names, and may be compared.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import importlib
 from pathlib import Path
 
@@ -67,6 +68,13 @@ def _flagged_names(module: object) -> set[str]:
 
 
 FLAGGED = {name: _flagged_names(module) for name, module in RULES_MODULES.items()}
+# Rules fields whose values are names (a probe style, a user view, ...): each names a table
+# entry the code looks up, so a comparison with one is a switch put back in place.
+STRING_FIELDS = {
+    field.name
+    for field in dataclasses.fields(evolve.core.protocol.ProtocolRules)
+    if all(isinstance(getattr(rules, field.name), str) for rules in evolve.core.protocol.ALL_RULES)
+} - {"name", "probe_scope_reason"}  # the name: see NAMES; the reason is a message
 
 
 class _Finder(ast.NodeVisitor):
@@ -110,8 +118,14 @@ class _Finder(ast.NodeVisitor):
         self.problems.append(f"line {node.lineno}: {what}: {ast.unparse(node)[:100]}")
 
     def visit_Compare(self, node: ast.Compare) -> None:
-        if any(self.names_a_protocol(operand) for operand in [node.left, *node.comparators]):
+        operands = [node.left, *node.comparators]
+        if any(self.names_a_protocol(operand) for operand in operands):
             self.flag(node, "comparison with a protocol or variant name")
+        elif any(
+            isinstance(operand, ast.Attribute) and operand.attr in STRING_FIELDS
+            for operand in operands
+        ):
+            self.flag(node, "branch on a rules field's value (look its table up instead)")
         self.generic_visit(node)
 
     def visit_match_case(self, node: ast.match_case) -> None:
@@ -192,6 +206,9 @@ def test_no_code_compares_protocol_or_variant_names():
         'value = table["paper"]',
         'value = {"paper": 1, "evolve": 2}[protocol]',
         'value = table.get("evolve")',
+        'if rules.user_view == "state_hidden": pass',
+        'ok = config.rules.probe_style != "per_variable"',
+        'ok = "reference" == spec.rules.reflector_prompt',
     ],
 )
 def test_each_kind_of_name_switch_is_caught(source):
@@ -201,7 +218,7 @@ def test_each_kind_of_name_switch_is_caught(source):
 @pytest.mark.parametrize(
     "source",
     [
-        'if rules.user_view == "state_hidden": pass',
+        "view = USER_VIEWS[rules.user_view]",
         # Same name as a rules module's, other module: not flagged.
         "from reference_code import PAPER\nok = preset == PAPER",
         'message = f"protocol {name!r} is not paper"',
@@ -215,28 +232,40 @@ def test_field_reads_and_unrelated_names_pass(source):
 
 # ----- a protocol is resolved once: looked up only by the command layer -----------------------
 
-# Where a protocol name may be looked up (`rules_for`) or written as a literal: the rules
-# modules, and the command layer that reads a name from the command line or a stored run.
+# Where a protocol may be looked up by name (`rules_for`): the rules modules, and the command
+# layer that reads a name from the command line or a stored run. A protocol or variant name
+# is written as a literal in the rules modules only.
+RULES_FILES = {ROOT / "evolve" / "core" / "protocol.py", ROOT / "memory_policies" / "variants.py"}
 LOOKUP_ALLOWED = {
-    ROOT / "evolve" / "core" / "protocol.py",
+    *RULES_FILES,
     ROOT / "evolve" / "api.py",
     ROOT / "evolve" / "cli.py",
-    ROOT / "memory_policies" / "variants.py",
     *(ROOT / "evolve" / "commands").rglob("*.py"),
 }
 
 
-def lookups_in(source: str) -> list[str]:
-    """`rules_for(...)` calls and whole "paper" / "evolve" string literals (a protocol or
-    variant named in code) in `source`."""
+def lookups_in(source: str, *, lookups_allowed: bool = False) -> list[str]:
+    """`rules_for(...)` calls (unless `lookups_allowed`) and whole "paper" / "evolve" string
+    literals (a protocol or variant named in code) in `source`; the program's own name
+    (`prog="evolve"`) is not a protocol."""
+    tree = ast.parse(source)
+    program_names = {
+        id(keyword.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        for keyword in node.keywords
+        if keyword.arg == "prog"
+    }
     problems = []
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Call):
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and not lookups_allowed:
             func = node.func
             name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
             if name == "rules_for":
                 problems.append(f"line {node.lineno}: looks rules up: {ast.unparse(node)[:80]}")
-        elif isinstance(node, ast.Constant) and node.value in NAMES:
+        elif (
+            isinstance(node, ast.Constant) and node.value in NAMES and id(node) not in program_names
+        ):
             problems.append(f"line {node.lineno}: names a protocol: {node.value!r}")
     return problems
 
@@ -249,11 +278,22 @@ def test_below_the_command_layer_no_code_looks_a_protocol_up_or_names_one():
     found = {
         str(path.relative_to(ROOT)): problems
         for path in files
-        if path not in LOOKUP_ALLOWED and (problems := lookups_in(path.read_text(encoding="utf-8")))
+        if path not in RULES_FILES
+        and (
+            problems := lookups_in(
+                path.read_text(encoding="utf-8"), lookups_allowed=path in LOOKUP_ALLOWED
+            )
+        )
     }
     assert found == {}, "read the rules object you are handed (e.g. config.rules):\n" + "\n".join(
         f"{path}: {problem}" for path, problems in found.items() for problem in problems
     )
+
+
+def test_the_command_layer_may_look_a_protocol_up_but_not_name_one():
+    assert lookups_in("rules = rules_for(args.protocol)", lookups_allowed=True) == []
+    assert lookups_in('rules = rules_for("paper")', lookups_allowed=True)
+    assert lookups_in('parser = ArgumentParser(prog="evolve")') == []
 
 
 @pytest.mark.parametrize(
