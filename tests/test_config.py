@@ -258,3 +258,6 @@ def test_a_huge_user_count_is_refused_in_one_line_at_once():
     with pytest.raises(ConfigError, match="environment.users = 100000000; at most 10000"):
         resolve(spec_from_dict(base_spec(environment={"preset": "tiny", "users": 100_000_000})))
     assert time.monotonic() - started < 5
+    with pytest.raises(ConfigError, match="at most 10000") as refused:
+        resolve(spec_from_dict(base_spec(environment={"preset": "tiny", "users": 10**1000})))
+    assert len(str(refused.value)) < 400  # a huge value is cut, not echoed whole

@@ -92,3 +92,13 @@ class Interrupted(ToolkitError):
     """The work was stopped on request (Ctrl-C / SIGTERM) before it finished; a rerun resumes."""
 
     exit_code = EXIT_INTERRUPTED
+
+
+def shown_value(value: object, limit: int = 80) -> str:
+    """The value's repr for an error line, cut to `limit` characters: a pasted file or a
+    thousand-digit number must not become the message."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    length = len(value) if isinstance(value, str) else len(text)
+    return f"{text[: limit - 3]}... ({length} characters)"

@@ -16,7 +16,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from evolve.core.errors import ConfigError, ToolkitError
+from evolve.core.errors import ConfigError, ToolkitError, shown_value
 
 
 def read_text_file(
@@ -141,12 +141,6 @@ def atomic_write_json(
 # A name that is its own folder: what `safe_name` leaves unchanged, and no more.
 _FOLDER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 FOLDER_NAME_MAX_CHARS = 120
-
-
-def shown_value(value: object, limit: int = 80) -> str:
-    """`repr(value)` for an error line, cut to `limit` characters (a pasted file stays out)."""
-    text = repr(value)
-    return text if len(text) <= limit else f"{text[: limit - 3]}... ({len(text)} characters)"
 
 
 def folder_name_problem(name: str) -> str | None:

@@ -15,6 +15,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from evolve.core.errors import shown_value
+
 
 class StrictTable(BaseModel):
     """A spec table: unknown keys are errors, values are frozen."""
@@ -145,15 +147,6 @@ def value_problem(where: str, detail: Mapping[str, Any]) -> str:
     received = detail.get("input")
     shown = "" if isinstance(received, dict) else f" (got {shown_value(received)})"
     return f"{where}: {message}{shown}"
-
-
-def shown_value(value: Any, limit: int = 80) -> str:
-    """The value's repr, cut: a 20,000-character description must not become the message."""
-    text = repr(value)
-    if len(text) <= limit:
-        return text
-    length = len(value) if isinstance(value, str) else len(text)
-    return f"{text[: limit - 3]}... ({length} characters)"
 
 
 def is_union_tag(part: Any) -> bool:

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from evolve.core.errors import ConfigError, EnvironmentDataError
+from evolve.core.errors import ConfigError, EnvironmentDataError, shown_value
 from evolve.core.protocol import ProtocolRules
 from evolve.simulator.environment import Environment
 from evolve.simulator.run_dir import config_hash
@@ -159,8 +159,8 @@ def _environment(spec: ExperimentSpec, label: str) -> tuple[Environment, str, tu
             )
         if count > MAX_USERS:
             raise ConfigError(
-                f"{label}: environment.users = {count}; at most {MAX_USERS} are synthesized "
-                "(a larger number is usually a typo); lower it"
+                f"{label}: environment.users = {shown_value(count)}; at most {MAX_USERS} are "
+                "synthesized (a larger number is usually a typo); lower it"
             )
         # Only the users the splits use: the others would cost time and memory for nothing.
         indices = _used_indices(env_spec, count)

@@ -201,8 +201,15 @@ def test_env_help_lists_synthesize_and_hides_generate(run, capsys) -> None:
     assert "synthesize" in listing and "generate" not in listing
 
 
-def test_synthesize_refuses_a_huge_user_count_in_one_line(run, tmp_path: Path) -> None:
+@pytest.mark.parametrize("llm", [False, True])
+@pytest.mark.parametrize("users", ["100000", "9" * 1000])
+def test_synthesize_refuses_a_huge_user_count_in_one_short_line(run, tmp_path, llm, users):
+    # The LLM path too: it is refused before the endpoint (port 9, nothing listens) is asked.
+    flags = ["--llm", "--base-url", "http://127.0.0.1:9/v1", "--model", "m"] if llm else []
     out = tmp_path / "env.json"
-    code, _, stderr = run("synthesize", "--preset", "tiny", "--users", "100000", "--out", str(out))
-    assert code == 2 and stderr.count("\n") == 1 and "at most 10000" in stderr
+    code, _, stderr = run(
+        "synthesize", *flags, "--preset", "tiny", "--users", users, "--out", str(out)
+    )
+    assert code == 2 and stderr.count("\n") == 1 and "10000" in stderr, stderr
+    assert len(stderr) < 400, stderr  # a huge value is cut, not echoed whole
     assert not out.exists()

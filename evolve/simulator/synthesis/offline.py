@@ -31,7 +31,7 @@ from pydantic import (
     model_validator,
 )
 
-from evolve.core.errors import ConfigError
+from evolve.core.errors import ConfigError, shown_value
 from evolve.core.seeds import derive_rng
 from evolve.simulator.environment import (
     CHOICE_EXPERIENCED,
@@ -112,7 +112,9 @@ class OfflineSynthesisConfig(BaseModel):
     period_unit: Literal["months", "days"] = "months"
     rounds_initial: int = Field(default=1, ge=1, description="Episode rounds per period-0 session.")
     rounds_update: int = Field(default=1, ge=1, description="Episode rounds per later session.")
-    num_users: int = Field(default=20, ge=1, description="Users generated when not given.")
+    num_users: int = Field(
+        default=20, ge=1, le=MAX_USERS, description="Users generated when not given."
+    )
     question_kind: Literal["advice", "recall"] = Field(
         default="advice",
         description="advice: AMemGym's questions (advice that depends on the state); recall: "
@@ -239,8 +241,8 @@ def synthesize_environment(
         raise ConfigError(f"num_users must be at least 1, got {count}")
     if count > MAX_USERS:
         raise ConfigError(
-            f"{count} users requested; at most {MAX_USERS} are synthesized at once (a larger "
-            "number is usually a typo); ask for fewer users"
+            f"{shown_value(count)} users requested; at most {MAX_USERS} are synthesized at once "
+            "(a larger number is usually a typo); ask for fewer users"
         )
     return synthesize_users(config, seed, range(count), catalog=catalog)
 
