@@ -74,24 +74,32 @@ def trial_run_name(record: TrialRecord) -> str:
     runs table's name column shows without configuring it."""
     parts = [f"trial {record.number}"]
     if record.values and math.isfinite(record.values[0]):
-        unit = {"memory_score": "memory", "accuracy": "acc"}.get(
-            record.objective_used or "", "value"
-        )
-        parts.append(f"{unit} {format_score(record.values[0], 2)}")
+        parts.append(f"{_unit(record)} {format_score(record.values[0], 2)}")
     if record.state != "complete":
         parts.append(record.state)
     return " ".join(parts)
 
 
+def _unit(record: TrialRecord) -> str:
+    """The name a trial's value is shown under: the objective it used (`acc` where the
+    objective is accuracy or the memory score was undefined)."""
+    return {"memory_score": "memory", "accuracy": "acc"}.get(record.objective_used or "", "value")
+
+
 def study_run_name(study_name: str, result: TuningResult) -> str:
-    """`tune quick best 0.42 #3`: the parent run's name carries the chosen trial's value and
-    number (the Pareto front's size for two objectives), as candidate runs carry theirs."""
+    """`tune quick best memory 0.42 #3`: the parent run's name carries the chosen trial's
+    value, named as its trial run names it, and number (the Pareto front's size for two
+    objectives), as candidate runs carry theirs."""
     if not result.best:
         return f"tune {study_name}"
     if result.multi_objective:
         return f"tune {study_name} pareto {len(result.best)}"
     best = result.trial(result.best[0])
-    value = f"{best.values[0]:.2f} " if best.values and math.isfinite(best.values[0]) else ""
+    value = (
+        f"{_unit(best)} {format_score(best.values[0], 2)} "
+        if best.values and math.isfinite(best.values[0])
+        else ""
+    )
     return f"tune {study_name} best {value}#{best.number}"
 
 

@@ -264,8 +264,8 @@ def test_trials_are_tracked_in_mlflow_under_the_study_parent_run(tmp_path):
     assert parent.data.tags["evolve.best.short_term_len"] == "0"
     assert parent.data.metrics["best_value"] == 1.0
     assert parent.data.metrics["heldout_score"] == 1.0
-    # Its name carries the result: the chosen trial's value and number.
-    assert parent.info.run_name == f"tune {result.study_name} best 1.00 #{result.best[0]}"
+    # Its name carries the result: the chosen trial's value, named, and number.
+    assert parent.info.run_name == f"tune {result.study_name} best memory 1.00 #{result.best[0]}"
     assert parent.data.params["tuning.sampler"] == "grid"
     # Described and sourced as the fluent API would: the UI shows who ran what.
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
