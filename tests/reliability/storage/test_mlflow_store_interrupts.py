@@ -62,11 +62,30 @@ def assert_no_or_complete_store(db_path: Path) -> None:
 
 
 def creation_seconds(tmp_path: Path) -> float:
-    """How long building a store takes here (offsets are spread over it)."""
-    (tmp_path / "timing").mkdir()
-    started = time.monotonic()
-    ensure_complete_store(tmp_path / "timing" / "mlflow.db")
-    return max(time.monotonic() - started, 0.2)
+    """How long a store's creation takes here, as an interrupt meets it: from the moment its
+    (temporary) file appears to the moment the complete store stands at its path, measured
+    on a process that opens a store uninterrupted. Offsets are spread over this window (the
+    process's start, imports included, is not part of it)."""
+    directory = tmp_path / "timing"
+    directory.mkdir()
+    db_path = directory / "mlruns" / "mlflow.db"
+    process = open_store_process(directory, f"sqlite:///{db_path}")
+    deadline = time.monotonic() + 120
+    while not store_appeared(db_path):
+        assert process.poll() is None and time.monotonic() < deadline, "no store was created"
+        time.sleep(0.001)
+    appeared = time.monotonic()
+    while not db_path.exists() and process.poll() is None:
+        time.sleep(0.001)
+    created = time.monotonic()
+    process.communicate(timeout=60)
+    assert process.returncode == 0 and is_complete(read_state(db_path))
+    return max(created - appeared, 0.05)
+
+
+def spread(span: float, count: int) -> list[float]:
+    """`count` offsets from 0 to `span`, both ends included."""
+    return [span * step / (count - 1) for step in range(count)]
 
 
 def open_store_process(directory: Path, uri: str, *extra: str) -> subprocess.Popen:
@@ -84,14 +103,16 @@ def test_a_store_interrupted_at_any_moment_of_its_creation_is_absent_or_complete
     from evolve.tracking import get_or_create_experiment, mlflow_client
 
     span = creation_seconds(tmp_path)
-    offsets = [span * step / 9 for step in range(10)]  # 10 offsets from 0 to the whole span
-    for index, offset in enumerate(offsets):
+    # 10 offsets over the whole window for each signal.
+    for index, (offset, signum) in enumerate(
+        (offset, signum) for signum in SIGNALS for offset in spread(span, 10)
+    ):
         directory = tmp_path / f"fresh-{index}"
         directory.mkdir()
         db_path = directory / "mlruns" / "mlflow.db"
         uri = f"sqlite:///{db_path}"
         process = open_store_process(directory, uri)
-        interrupt_when_created(process, db_path, offset, SIGNALS[index % 2])
+        interrupt_when_created(process, db_path, offset, signum)
         assert_no_or_complete_store(db_path)
         client = mlflow_client(uri)  # the rerun
         get_or_create_experiment(client, "after-interrupt", uri)
@@ -136,7 +157,7 @@ def test_an_older_store_upgraded_under_interrupts_keeps_its_runs(tmp_path):
     template = tmp_path / "template.db"
     run_id = older_store_with_a_run(template, OLD_REVISION)
     span = creation_seconds(tmp_path)
-    for index, offset in enumerate([span * step / 3 for step in range(4)]):
+    for index, offset in enumerate(spread(span, 4)):
         directory = tmp_path / f"old-{index}"
         (directory / "mlruns").mkdir(parents=True)
         db_path = directory / "mlruns" / "mlflow.db"
@@ -219,9 +240,14 @@ def interrupt_command_then_rerun(home: Path, args: list[str], offset: float, sig
     return store_runs(db_path)
 
 
+# Each command is interrupted at 10 offsets over the creation window, kill -9 and SIGINT in
+# turn (5 each, spread over the whole window).
+COMMAND_OFFSETS = 10
+
+
 def test_the_first_evolve_run_interrupted_while_creating_the_store_reruns(tmp_path):
     span = creation_seconds(tmp_path)
-    for index, offset in enumerate((0.0, span / 2, span)):
+    for index, offset in enumerate(spread(span, COMMAND_OFFSETS)):
         home = tmp_path / f"run-{index}"
         spec = write_tiny_spec(home, generations=0, tracking=True)
         args = ["run", str(spec), "--no-progress", "--runs-dir", "runs"]
@@ -231,7 +257,7 @@ def test_the_first_evolve_run_interrupted_while_creating_the_store_reruns(tmp_pa
 
 def test_the_first_evolve_tune_interrupted_while_creating_the_store_reruns(tmp_path):
     span = creation_seconds(tmp_path)
-    for index, offset in enumerate((span / 4, span * 3 / 4)):
+    for index, offset in enumerate(spread(span, COMMAND_OFFSETS)):
         home = tmp_path / f"tune-{index}"
         write_small_environment(home / "env.json")
         spec = home / "tune.toml"
