@@ -201,6 +201,21 @@ def test_paper_in_context_write_shows_seven_types_memory_json_and_messages_json(
     assert answer.choice == 2
 
 
+def test_paper_in_context_write_takes_an_evolved_types_text_with_braces() -> None:
+    # A kept paper deviation (types_braces): the reference puts the evolved text into a
+    # str.format template, so a brace crashes its next write; ours sends the text as it is.
+    types = "1. Budget {monthly, in EUR}\n2. Pets }{ and their names"
+    lm = paper_lm(writes=[{"budget": "900"}])
+    policy = build_policy("in_context:variant=paper").with_components(
+        {"write.types_to_remember": types}
+    )
+    state = run(policy, lm, ["[Current Time: 2025-03-01 09:00]\nturn 1", "turn 2", "turn 3"])
+    (write,) = [call for call in lm.calls if is_write(call)]
+    assert "Budget {monthly, in EUR}" in write.messages[0]["content"]
+    assert "Pets }{ and their names" in write.messages[0]["content"]
+    assert [(e.label, e.value) for e in state.memory] == [("budget", "900")]
+
+
 def test_paper_in_context_write_parse_failure_is_counted_and_memory_kept() -> None:
     lm = ScriptedLM(lambda call: "not json" if is_write(call) else LONG_REPLY)
     policy = build_policy("in_context:variant=paper")

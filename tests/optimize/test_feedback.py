@@ -170,3 +170,16 @@ def test_restricting_to_one_period(results):
     assert "Period 0" in feedback.text
     assert "Period 1" not in feedback.text and "Period 2" not in feedback.text
     assert feedback.items_total == 4
+
+
+def test_complete_feedback_shows_an_unparseable_answer_as_no_option_not_a_random_letter(results):
+    # A kept paper deviation (unparseable_answer_letter): the reference shows the letter of
+    # the random option it drew for an unparseable answer; ours says that none was usable.
+    (result,) = one_user_period(results)
+    first, *rest = result.items
+    unparsed = first.model_copy(update={"chosen": None, "parse_failed": True})
+    scored = [result.model_copy(update={"items": [unparsed, *rest]})]
+    lines = [line.strip() for line in make(scored, kind="complete", periods=[1]).text.splitlines()]
+    chose = [line for line in lines if line.startswith("The assistant chose:")]
+    assert chose[0] == "The assistant chose: no valid option (unparseable answer)"
+    assert len(chose) == len(result.items)
