@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import copy
 import re
+import threading
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 import dspy
@@ -136,15 +138,27 @@ class OpenAIChatLM(dspy.BaseLM):
         key[response_cache.NAMESPACE_FIELD] = response_cache.namespace(self.cache_fingerprint)
         if settings.get("rollout_id") is not None:
             key["rollout_id"] = settings["rollout_id"]
-        if use_cache:
+        if not use_cache:
+            return self._create(body)
+        while True:
             cached = response_cache.lookup(key)
             if cached is not None:
-                hit = copy.deepcopy(cached)
-                hit["usage"] = {}  # a cached response costs nothing
-                return hit
-        response = self._create(body)
-        if use_cache:
-            response_cache.store(key, response)  # held until the adapter parsed it
+                return _free_copy(cached)
+            flight, leading = _join_flight(key)
+            if leading:
+                break
+            # The same request is in flight on another thread: its answer is this one's, as
+            # the cache would give it a moment later; a failed flight is asked again here.
+            answer = flight.result()
+            if answer is not None:
+                return _free_copy(answer)
+        try:
+            response = self._create(body)
+        except BaseException:
+            _land(key, flight, None)
+            raise
+        response_cache.store(key, response)  # held until the adapter parsed it
+        _land(key, flight, response)
         return response
 
     async def aforward(self, prompt: str | None = None, messages: Any = None, **kwargs: Any) -> Any:
@@ -198,3 +212,37 @@ def _as_lm_error(error: openai.APIError, model: str) -> LMError:
     if status is not None and status >= 500:
         return LMServerError(message, **details)
     return LMProviderError(message, **details)
+
+
+# Identical requests in flight at once (two policies' episodes reaching the same prompt in
+# parallel) are asked once. Without this both reach the server, may get different answers
+# (batched decoding is timing-dependent), and the cache keeps only one of them: a rerun from
+# the warm cache then replays another conversation than the run it resumes. Keyed like the
+# cache itself (the model's fingerprint, the request, the rollout id).
+_flights: dict[str, Future] = {}
+_flights_lock = threading.Lock()
+
+
+def _join_flight(key: dict[str, Any]) -> tuple[Future, bool]:
+    """The flight of this request, and whether this thread leads it (asks the server)."""
+    name = dspy.cache.cache_key(key)
+    with _flights_lock:
+        flight = _flights.get(name)
+        if flight is not None:
+            return flight, False
+        flight = _flights[name] = Future()
+        return flight, True
+
+
+def _land(key: dict[str, Any], flight: Future, response: dict[str, Any] | None) -> None:
+    """End the flight: its followers get `response` (None: the request failed)."""
+    with _flights_lock:
+        _flights.pop(dspy.cache.cache_key(key), None)
+    flight.set_result(response)
+
+
+def _free_copy(response: dict[str, Any]) -> dict[str, Any]:
+    """A response served without a request: a copy that reports no usage (it cost nothing)."""
+    copied = copy.deepcopy(response)
+    copied["usage"] = {}
+    return copied

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import dspy
 import pytest
@@ -10,6 +11,7 @@ from dspy.clients.cache import Cache
 from dspy.utils.exceptions import LMServerError
 from stub_server import StubServer
 
+from evolve.core.errors import Interrupted
 from evolve.llm import EndpointConfig, RoleLMs, build_lm
 from evolve.llm.adapter import StructuredJSONAdapter
 from evolve.llm.openai_client import OpenAIChatLM, uses_max_completion_tokens
@@ -103,3 +105,33 @@ def test_litellm_stays_available(stub, fresh_cache):
     lms = RoleLMs.from_lms(simulator=lm, agent=lm, reflector=lm)
     assert isinstance(_ask(lms), int)
     assert stub.stats()["chat_requests"] == 1
+
+
+def _ask_in_threads(lms: RoleLMs, count: int) -> list[int]:
+    with ThreadPoolExecutor(count) as pool:
+        return list(pool.map(lambda _: _ask(lms), range(count)))
+
+
+def test_identical_requests_in_flight_at_once_are_asked_once(fresh_cache):
+    # Two episodes reaching the same prompt in parallel: one request, one answer for both
+    # (two requests could get two answers, and the cache would keep only one of them).
+    with StubServer(latency=0.5) as slow:
+        lms = _lms(slow)
+        assert len(set(_ask_in_threads(lms, 3))) == 1
+        assert slow.stats()["chat_requests"] == 1
+        usage = lms.usage.snapshot().roles["agent"]
+        assert usage.calls == 3 and usage.cache_hits == 2  # the followers cost nothing
+        _ask(lms, "Which is a vegetable?")  # another request still reaches the server
+        assert slow.stats()["chat_requests"] == 2
+
+
+def test_who_waited_on_a_failed_request_stops_with_it(fresh_cache):
+    # A request that fails for good stops every worker: who waited on it sends nothing.
+    with StubServer(latency=0.5) as slow:
+        slow.set_fault("http500", count=1)
+        lms = _lms(slow, retries=0)
+        with ThreadPoolExecutor(2) as pool:
+            futures = [pool.submit(_ask, lms) for _ in range(2)]
+            errors = [future.exception() for future in futures]
+        assert all(isinstance(error, LMServerError | Interrupted) for error in errors), errors
+        assert slow.stats()["chat_requests"] == 1
