@@ -518,3 +518,38 @@ def test_the_fixture_is_what_its_rebuild_wrote():
     builder = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(builder)
     assert builder.checksums(FIXTURE) == builder.read_checksums(FIXTURE)
+
+
+def test_the_rebuild_check_names_every_file_that_differs(tmp_path, monkeypatch):
+    """`reference_fixture.py --check` rebuilds into a scratch directory and names each file
+    whose digest differs from SHA256SUMS: changed, lost or added. The rebuild is replaced by
+    a copy of a doctored fixture (a real one needs the reference run)."""
+    spec = importlib.util.spec_from_file_location(
+        "reference_fixture_check", FIXTURE.parents[2] / "benchmarks" / "reference_fixture.py"
+    )
+    builder = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(builder)
+    recorded = tmp_path / "fixture"
+    (recorded / "agent" / "u0").mkdir(parents=True)
+    for name in ("environment.json", "random_metrics.json", "agent/u0/result.json"):
+        (recorded / name).write_text(f'{{"file": "{name}"}}', encoding="utf-8")
+    builder.write_checksums(recorded)
+
+    def rebuild_as(change):
+        def build(_run, target):
+            shutil.copytree(recorded, target)
+            change(target)
+
+        monkeypatch.setattr(builder, "build", build)
+        return builder.check(tmp_path / "run", recorded)
+
+    assert rebuild_as(lambda target: None) == []
+    assert rebuild_as(
+        lambda target: (target / "agent" / "u0" / "result.json").write_text("{}", "utf-8")
+    ) == ["agent/u0/result.json"]
+    assert rebuild_as(lambda target: (target / "random_metrics.json").unlink()) == [
+        "random_metrics.json"
+    ]
+    assert rebuild_as(lambda target: (target / "extra.json").write_text("{}", "utf-8")) == [
+        "extra.json"
+    ]
