@@ -2,11 +2,10 @@
 `evolve` and `memory_policies`.
 
 The graph is built from the source with `ast`, so it sees every import a module can make:
-module-level and function-level imports count; imports under `if TYPE_CHECKING:` count between
-packages (a lower layer naming a higher one's types depends on it) but not between modules
-(they never run). A function-level import is how a cycle hides (it only breaks the import-time
-error), so it counts like any other: a cycle is broken by moving the shared piece down into a
-lower module.
+module-level and function-level imports count, and so do imports under `if TYPE_CHECKING:`
+(a module naming another's types depends on it, even if the import never runs). A
+function-level import is how a cycle hides (it only breaks the import-time error), so it
+counts like any other: a cycle is broken by moving the shared piece down into a lower module.
 
 Two graphs:
 
@@ -122,7 +121,7 @@ def _module_edges(tree: ast.AST, module: str, is_package: bool, known: set[str])
     """The modules of `known` that `module` imports (see the module docstring)."""
     edges: set[str] = set()
     imported_from: dict[str, set[str]] = {}
-    for target, origin in _import_targets(tree, module, is_package):
+    for target, origin in _import_targets(tree, module, is_package, type_checking=True):
         imported_from.setdefault(origin, set()).add(target)
     for origin, targets in imported_from.items():
         names = targets - {origin}

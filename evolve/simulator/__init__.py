@@ -39,7 +39,7 @@ _EXPORTS: dict[str, str] = {
     "UserResult": "records",
     "MetricSummary": "metrics",
     "summarize_periods": "metrics",
-    "UpperBoundTable": "baselines",
+    "UpperBoundTable": "upper_bound_table",
     "compute_upper_bound": "baselines",
     "RunLayout": "run_dir",
 }
@@ -73,7 +73,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from evolve.simulator.baselines import UpperBoundTable, compute_upper_bound
+    from evolve.simulator.baselines import compute_upper_bound
     from evolve.simulator.environment import (
         Environment,
         EnvironmentItem,
@@ -98,6 +98,7 @@ if TYPE_CHECKING:
         synthesize_environment,
         synthesize_environment_llm,
     )
+    from evolve.simulator.upper_bound_table import UpperBoundTable
     from evolve.simulator.user import SimulatedUser
 
 

@@ -41,7 +41,6 @@ from typing import TYPE_CHECKING, Any
 
 import dspy
 from dspy.utils.exceptions import AdapterParseError
-from pydantic import BaseModel, Field
 
 from evolve.core.errors import ToolkitError
 from evolve.core.files import atomic_write_json, safe_name
@@ -52,12 +51,16 @@ from evolve.llm.response_cache import held_until_parsed
 # importable from here, where the upper bound's counterpart lives.
 from evolve.simulator.metrics import random_score as random_score
 from evolve.simulator.run_dir import read_json
+from evolve.simulator.upper_bound_table import (
+    UPPER_BOUND_FORMAT_VERSION,
+    UpperBoundEntry,
+    UpperBoundTable,
+)
 
 if TYPE_CHECKING:
     from evolve.llm import RoleLMs
     from evolve.simulator.environment import Environment
 
-UPPER_BOUND_FORMAT_VERSION = 2
 # Bump when the upper-bound question changes (signature, instructions, state or option
 # formatting, how a choice is scored): earlier answers then no longer count.
 # (Named "prompt" version: "protocol" means the information flow, paper or evolve.)
@@ -83,56 +86,6 @@ class PaperAnswerWithKnownState(dspy.Signature):
     current_state: str = dspy.InputField(desc="the user's current preferences and situation")
     options: str = dspy.InputField(desc="the answer options, '<number>: <text>'")
     choice: int = dspy.OutputField(desc="the number of the most suitable option")
-
-
-class UpperBoundEntry(BaseModel):
-    item_id: str
-    question_index: int
-    variant_index: int = Field(description="0-based answer option whose state was given.")
-    chosen: int | None = Field(description="1-based; None when unparseable.")
-    correct: bool
-    parse_failed: bool
-    parse_error: str | None = None
-
-
-class UpperBoundTable(BaseModel):
-    """Upper-bound answers per (user, question, variant) for one environment and agent model."""
-
-    format_version: int = UPPER_BOUND_FORMAT_VERSION
-    environment_hash: str
-    protocol: Protocol = Field(
-        default=DEFAULT_PROTOCOL, description="Which prompt layout asked the questions."
-    )
-    agent_model: str
-    agent_identity: dict[str, Any] = Field(
-        default_factory=dict,
-        description="What the agent's answers depend on (endpoint address, dialect, "
-        "temperature, max_tokens), without credentials.",
-    )
-    cache_key: str = Field(default="", description="Hash of everything the cache is keyed by.")
-    entries: dict[str, UpperBoundEntry] = Field(default_factory=dict)
-
-    @staticmethod
-    def key(item_id: str, question_index: int, variant_index: int) -> str:
-        return f"{item_id}/{question_index}/{variant_index}"
-
-    def entry(
-        self, item_id: str, question_index: int, variant_index: int
-    ) -> UpperBoundEntry | None:
-        return self.entries.get(self.key(item_id, question_index, variant_index))
-
-    def correct(self, item_id: str, question_index: int, variant_index: int) -> bool | None:
-        """None when the variant is not in the table (an incomplete or foreign table)."""
-        found = self.entry(item_id, question_index, variant_index)
-        return found.correct if found else None
-
-    def parse_failed(self, item_id: str, question_index: int, variant_index: int) -> bool:
-        found = self.entry(item_id, question_index, variant_index)
-        return bool(found and found.parse_failed)
-
-    @property
-    def parse_failures(self) -> int:
-        return sum(entry.parse_failed for entry in self.entries.values())
 
 
 def agent_identity(lms: RoleLMs) -> dict[str, Any]:

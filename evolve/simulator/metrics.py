@@ -67,7 +67,7 @@ from evolve.simulator.records import (
 )
 
 if TYPE_CHECKING:
-    from evolve.simulator.baselines import UpperBoundTable
+    from evolve.simulator.upper_bound_table import UpperBoundTable
 
 PARSE_FAILURE_KINDS = ("answer", "probe", "simulator", "policy", "upper_bound")
 # The upper bound must beat random by this many questions AND this many binomial standard

@@ -43,7 +43,7 @@ from evolve.simulator.records import (
 )
 
 if TYPE_CHECKING:
-    from evolve.simulator.baselines import UpperBoundTable
+    from evolve.simulator.upper_bound_table import UpperBoundTable
 
 RUN_FORMAT = "amemgym-evolve.run"
 RUN_FORMAT_VERSION = 1

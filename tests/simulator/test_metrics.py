@@ -6,7 +6,7 @@ import pytest
 from simulator.result_helpers import item, period
 
 from evolve.llm.usage import Usage
-from evolve.simulator.baselines import UpperBoundEntry, UpperBoundTable, random_score
+from evolve.simulator.baselines import random_score
 from evolve.simulator.metrics import check_variables, diagnose, summarize, summarize_by_period
 from evolve.simulator.records import (
     Diagnosis,
@@ -15,6 +15,7 @@ from evolve.simulator.records import (
     UserResult,
     VariableCheck,
 )
+from evolve.simulator.upper_bound_table import UpperBoundEntry, UpperBoundTable
 
 
 def check(var: str, now: bool, then: bool, last_write: int = 0) -> VariableCheck:

@@ -413,7 +413,7 @@ def test_wilcoxon_reports_each_periods_own_score(tmp_path):
     )
     result, _ = tune(tmp_path, spec_path)
     store = TuningDir(tmp_path / "runs" / "tune")
-    from evolve.simulator.baselines import UpperBoundTable
+    from evolve.simulator.upper_bound_table import UpperBoundTable
 
     table = UpperBoundTable.model_validate_json(
         (store.root / result.trials[0].run_dir / "upper_bound.json").read_text()

@@ -28,9 +28,9 @@ from evolve.simulator.user import SimulatedUser
 
 if TYPE_CHECKING:
     from evolve.llm import RoleLMs
-    from evolve.simulator.baselines import UpperBoundTable
     from evolve.simulator.environment import EnvironmentItem
     from evolve.simulator.metrics import MetricSummary
+    from evolve.simulator.upper_bound_table import UpperBoundTable
     from memory_policies.base import MemoryPolicy
 
 

@@ -18,8 +18,8 @@ from evolve.simulator.run_dir import RunLayout, safe_name
 
 if TYPE_CHECKING:
     from evolve.llm import RoleLMs
-    from evolve.simulator.baselines import UpperBoundTable
     from evolve.simulator.environment import Environment, EnvironmentItem
+    from evolve.simulator.upper_bound_table import UpperBoundTable
     from memory_policies.base import MemoryPolicy
 
 
