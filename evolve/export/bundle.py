@@ -1,8 +1,7 @@
 """Export the best evolved policy as a bundle and register it in the MLflow model registry.
 
-Why about 500 lines: finding the target, where it registers and the registration are one
-sequence whose checks (name, store) must all run before the bundle is written; splitting the
-registry part out is the next step when this module grows.
+Finding the target, where it registers and the registration are one sequence whose checks
+(name, store) all run before the bundle is written.
 
 The best candidate is the one with the best held-out score (train score when nothing was
 evaluated on held-out users). The bundle is written with `policy.save` (instructions,
