@@ -144,7 +144,7 @@ class OpenAIChatLM(dspy.BaseLM):
             cached = response_cache.lookup(key)
             if cached is not None:
                 return _free_copy(cached)
-            flight, leading = _join_flight(key)
+            flight, leading = _join_flight(name := dspy.cache.cache_key(key))
             if leading:
                 break
             # The same request is in flight on another thread: its answer is this one's, as
@@ -155,10 +155,10 @@ class OpenAIChatLM(dspy.BaseLM):
         try:
             response = self._create(body)
         except BaseException:
-            _land(key, flight, None)
+            _land(name, flight, None)
             raise
         response_cache.store(key, response)  # held until the adapter parsed it
-        _land(key, flight, response)
+        _land(name, flight, response)
         return response
 
     async def aforward(self, prompt: str | None = None, messages: Any = None, **kwargs: Any) -> Any:
@@ -223,9 +223,9 @@ _flights: dict[str, Future] = {}
 _flights_lock = threading.Lock()
 
 
-def _join_flight(key: dict[str, Any]) -> tuple[Future, bool]:
-    """The flight of this request, and whether this thread leads it (asks the server)."""
-    name = dspy.cache.cache_key(key)
+def _join_flight(name: str) -> tuple[Future, bool]:
+    """The flight of the request whose cache key is `name`, and whether this thread leads
+    it (asks the server)."""
     with _flights_lock:
         flight = _flights.get(name)
         if flight is not None:
@@ -234,10 +234,10 @@ def _join_flight(key: dict[str, Any]) -> tuple[Future, bool]:
         return flight, True
 
 
-def _land(key: dict[str, Any], flight: Future, response: dict[str, Any] | None) -> None:
-    """End the flight: its followers get `response` (None: the request failed)."""
+def _land(name: str, flight: Future, response: dict[str, Any] | None) -> None:
+    """End the flight `name`: its followers get `response` (None: the request failed)."""
     with _flights_lock:
-        _flights.pop(dspy.cache.cache_key(key), None)
+        _flights.pop(name, None)
     flight.set_result(response)
 
 

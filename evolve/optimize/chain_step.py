@@ -6,10 +6,10 @@ from that user's period-p feedback only. The rewrite is made by the first of the
 operators that owns the component (`optimizer.operators`; by default `reflective`, the
 paper's reflector), through the same registry as the population schedule's. The operator is
 asked again, with a fresh seed and feedback subset, up to `proposal_attempts` times while it
-makes no usable text. The
-outcome is stored as a candidate whatever it is (proposed, duplicate of a known policy, or
-invalid with its reason), with the feedback it was shown and the reflector calls it cost;
-which candidate then comes into effect is the schedule's decision (`chain.ChainSchedule`).
+makes no usable text. The outcome is stored as a candidate whatever it is (proposed,
+duplicate of a known policy, or invalid with its reason), with the feedback it was shown and
+the reflector calls it cost; which candidate then comes into effect is the schedule's
+decision (`chain.ChainSchedule`).
 """
 
 from __future__ import annotations
