@@ -15,7 +15,7 @@ difference in what the two implementations did, not in arithmetic.
     .venv/bin/python benchmarks/cross_check.py --reference /path/to/amemgym \\
         --reference-python /path/to/venv/bin/python [--base-url URL --model NAME | --stub] \\
         [--users 2] [--preset tiny] [--seed 0] [--agents native,awi,awe,rag] \\
-        [--evolution question_only] [--embeddings-base-url URL] [--out DIR] [--table-only]
+        [--evolution question_only complete] [--embeddings-base-url URL] [--out DIR] [--table-only]
 
 Without --base-url the embedded llama.cpp server with the bundled model is started (and stopped
 at the end); --stub starts `stub_openai_server.py --scripted` instead, which answers every role
@@ -35,7 +35,7 @@ and an OpenAI-compatible `/v1/embeddings` endpoint (--embeddings-base-url; defau
 endpoint, which the scripted stub serves). Our `external` and `raw_rag` policies embed through
 the same endpoint and model (`MEMORY_POLICIES_EMBEDDER=openai:<--embedding-model>`), so both
 sides retrieve alike. --evolution runs the reference's per-user evolution chain of AWI with
-that feedback (reference side only; `evolve run experiments/paper_table3_*.toml` is ours).
+each feedback given (reference side only; `evolve run experiments/paper_table3_*.toml` is ours).
 
 The reference runs with its v1.base settings (rounds 1 then 2, agent temperature 0, simulator
 temperature 0.2) except `max_tokens` (--max-tokens), which keeps small models affordable. Its
@@ -52,7 +52,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -121,8 +121,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--evolution",
+        nargs="+",
         choices=sorted(EVOLUTION_FEEDBACK),
-        help="also run the reference's per-user AWI evolution chain with this feedback",
+        default=[],
+        help="also run the reference's per-user AWI evolution chain with each feedback given",
     )
     parser.add_argument(
         "--max-tokens", type=int, default=256, help="completion limit of both implementations"
@@ -158,14 +160,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 @contextlib.contextmanager
-def endpoint(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
-    """(base_url, model) of the endpoint both implementations use."""
+def endpoint(args: argparse.Namespace, env_file: Path) -> Iterator[tuple[str, str]]:
+    """(base_url, model) of the endpoint both implementations use (the scripted stub reads
+    `env_file` so that its upper bound answers as a model told the state would)."""
     if args.base_url:
         yield args.base_url, args.model or "local"
         return
     if args.stub:
         log = args.out / "requests.jsonl"
-        with StubServer(latency=0.01, scripted=True, log=log) as stub:
+        with StubServer(latency=0.01, scripted=True, log=log, environment=env_file) as stub:
             yield stub.base_url, args.model or "stub"
         return
     # The paper's native agent sends the whole history: 4k tokens per slot were too few.
@@ -182,10 +185,11 @@ def reference_configs(
     max_tokens: int,
     embedding_model: str = "text-embedding-3-small",
     embeddings_base_url: str | None = None,
-    evolution: str | None = None,
+    evolution: Sequence[str] = (),
 ) -> dict[str, Path]:
     """Its env config (v1.base settings), one agent config per compared agent (AWE as its
-    configs/agent/awe-2-4-30.json) and, with `evolution`, its AWI evolution config."""
+    configs/agent/awe-2-4-30.json) and one AWI evolution config per feedback in `evolution`
+    (key `evolution <feedback>`)."""
     config_dir.mkdir(parents=True, exist_ok=True)
 
     def llm(temperature: float, source: str) -> dict[str, Any]:
@@ -238,21 +242,21 @@ def reference_configs(
             }
         paths[name] = config_dir / f"{name}.json"
         paths[name].write_text(json.dumps(agent, indent=2))
-    if evolution is not None:
+    for feedback in evolution:
         evolve_config = {
             "type": "awi-evolve",
-            "name": f"evolution-{evolution}",
+            "name": f"evolution-{feedback}",
             "llm_config": llm(0.0, "agent:interaction") | {"base_url": None, "api_key": None},
             "agent_config": {"update_bsz": 2, "local_length": 4},
             "evolution_config": {
-                "cadence": "no_evolution" if evolution == "none" else "period",
-                "feedback_types": EVOLUTION_FEEDBACK[evolution],
+                "cadence": "no_evolution" if feedback == "none" else "period",
+                "feedback_types": EVOLUTION_FEEDBACK[feedback],
                 "targets": ["memory_update_prompt"],
                 "init_prompt_type": "info_type",
             },
         }
-        paths["evolution"] = config_dir / "evolution.json"
-        paths["evolution"].write_text(json.dumps(evolve_config, indent=2))
+        paths[f"evolution {feedback}"] = config_dir / f"evolution-{feedback}.json"
+        paths[f"evolution {feedback}"].write_text(json.dumps(evolve_config, indent=2))
     return paths
 
 
@@ -295,11 +299,11 @@ def run_reference(
             ],
         )
     )
-    if args.evolution is not None:
+    for feedback in args.evolution:
         steps.append(
             (
-                f"evolution {args.evolution}",
-                ["amemgym.eval.evolution", "--agent_config", str(configs["evolution"]),
+                f"evolution {feedback}",
+                ["amemgym.eval.evolution", "--agent_config", str(configs[f"evolution {feedback}"]),
                  "--env_config", str(configs["env"]), "--env_data", str(env_file),
                  "--output_dir", str(out / "evolution")],
             )
@@ -626,7 +630,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.table_only:
         model, failures, our_code = args.model or "local", {}, 0
     else:
-        with endpoint(args) as (base_url, model):
+        with endpoint(args, env_file) as (base_url, model):
             print(f"endpoint {base_url} model {model}; {len(env.items)} users", file=sys.stderr)
             failures, our_code = run_both_sides(args, base_url, model, env_file, agents, specs)
     rows: list[tuple[str, MetricSummary | None, str]] = []

@@ -106,10 +106,11 @@ def build(run: Path, target: Path) -> None:
             target / "upperbound" / upper_bound.name / name,
             without_timings(load(upper_bound / name)),
         )
-    (chain,) = (reference / "evolution").iterdir()
-    for user in users:
-        copy_user(chain / user, target / chain.name / user, diagnosis=False)
-        dump(target / chain.name / user / "evolution_history.json", evolution_history(chain / user))
+    for chain in sorted((reference / "evolution").iterdir()):  # one per feedback kind
+        for user in users:
+            copy_user(chain / user, target / chain.name / user, diagnosis=False)
+            history = evolution_history(chain / user)
+            dump(target / chain.name / user / "evolution_history.json", history)
     entries = [e for e in load_request_log(run / "requests.jsonl") if e["tag"].startswith("ref")]
     reduced = reduce_log(entries, environment)
     lines = ",\n".join(json.dumps(entry, ensure_ascii=False) for entry in reduced)

@@ -130,6 +130,12 @@ def _environment_strings(environment: Sequence[Mapping[str, Any]]) -> dict[str, 
         for index, item in enumerate(environment)
         for period_index, period in enumerate(item.get("periods", []))
     }
+    # The user whose question each query is (queries more than one user asks are left out).
+    askers: dict[str, set[str]] = {}
+    for index, item in enumerate(environment):
+        for qa in item.get("qas", []):
+            askers.setdefault(qa["query"], set()).add(str(item.get("id", index)))
+    question_users = {query: min(users) for query, users in askers.items() if len(users) == 1}
     schemas: dict[str, set[str]] = {}
     for item in environment:
         for name, values in item.get("state_schema", {}).items():
@@ -142,6 +148,7 @@ def _environment_strings(environment: Sequence[Mapping[str, Any]]) -> dict[str, 
         "schemas": schemas,
         "sessions": sessions,
         "period_ends": period_ends,
+        "question_users": question_users,
     }
 
 
@@ -251,12 +258,47 @@ def reduce_request(entry: Mapping[str, Any], strings: Mapping[str, Any]) -> dict
     return reduced
 
 
+# Roles whose requests often quote no session opening but happen inside one user's period,
+# in the order the period runs: AWI writes and mem0's extraction and update.
+INHERITING_ROLES = frozenset({"awi", "awe"})
+
+
+def reflector_user(entry: Mapping[str, Any], strings: Mapping[str, Any]) -> str | None:
+    """The user whose chain a reflector request belongs to: the one user whose questions its
+    feedback quotes, or None."""
+    full = "\n".join(_text(m) for m in entry.get("messages") or [])
+    users = {user for query, user in strings["question_users"].items() if query in full}
+    return next(iter(users)) if len(users) == 1 else None
+
+
 def reduce_log(
     entries: Iterable[Mapping[str, Any]], environment: Sequence[Mapping[str, Any]]
 ) -> list[dict[str, Any]]:
-    """Every request of a log reduced (order kept)."""
+    """Every request of a log reduced (order kept).
+
+    Requests that quote no session opening are placed too, so that calls are compared per
+    user-period: a memory operation (`INHERITING_ROLES`) belongs to the user-period of the
+    latest request before it in the same run (tag) that quotes one (a user's period runs as
+    one piece in both codebases); the n-th reflector request (from 0) quoting one user's
+    questions in a run belongs to `<user>/p<n>`, the period its chain reflects on (ours
+    reflects on every user's period before the next period starts)."""
     strings = _environment_strings(environment)
-    return [reduce_request(entry, strings) for entry in entries]
+    reduced = []
+    latest: dict[str, str] = {}  # tag -> the latest user-period seen
+    reflections: dict[tuple[str, str], int] = {}  # (tag, user) -> reflector requests so far
+    for entry in entries:
+        row = reduce_request(entry, strings)
+        tag = str(entry.get("tag", ""))
+        if row.get("user_period", "-") != "-":
+            latest[tag] = row["user_period"]
+        elif row["role"] == "reflector" and (user := reflector_user(entry, strings)):
+            step = reflections.get((tag, user), 0)
+            reflections[tag, user] = step + 1
+            row["user_period"] = f"{user}/p{step}"
+        elif row.get("user_period") == "-" and row["role"] in INHERITING_ROLES and tag in latest:
+            row["user_period"] = latest[tag]
+        reduced.append(row)
+    return reduced
 
 
 def _distribution(values: Iterable[Any]) -> list[list[Any]]:

@@ -31,12 +31,16 @@ Fault and accounting tests drive it through two extra routes:
 
 `--scripted` answers every request as its role expects, for this toolkit and for the reference
 AMemGym code alike (see `guess_role`): plain text for chat replies and simulated-user follow-
-ups, a fenced `{"answer": n}` for multiple-choice prompts (every fourth one unparseable, so the
-reference's random fallback runs; every fifth upper-bound answer wrong), the asked-for
-variables for diagnosis probes (real keys with cycling values, so some are right and some
-wrong, and every fifth probe with placeholder keys), JSON memory writes (marked `MEMO-<n>`),
+ups, a fenced `{"answer": n}` for multiple-choice prompts (about one in four unparseable, so the
+reference's random fallback runs; with `--environment FILE`, the upper bound answers the option
+the shown state makes right, about one in five wrong as another option, 0, -1, `true` or no
+JSON), the asked-for variables for diagnosis probes (real keys with values picked by content,
+so some are right and some wrong, and about one in five with placeholder keys), JSON memory
+writes (marked `MEMO-<n>`),
 mem0-style fact lists (one fact marked `FACT-<n>`) and memory events (five ADDs marked
-`MEMO-<n>`), reflector proposals, and deterministic vectors on `POST /v1/embeddings`.
+`MEMO-<n>`), reflector proposals, and deterministic vectors on `POST /v1/embeddings`. Each
+answer is a function of the request's content, never of the order requests arrive in (see
+`Script`), so both codebases get the same answers for the same question.
 `--log FILE` appends one JSON line per chat or embeddings request (role guess, messages,
 temperature, max_tokens, response_format, model; for embeddings the input texts) with the
 current tag, which `POST /log/tag` `{"tag": "native"}` sets (the run a request belongs to).
@@ -268,26 +272,105 @@ def guess_role(request: dict[str, Any]) -> str:
 
 # Memories one scripted mem0-style update adds (see Script.chat).
 ADDS_PER_UPDATE = 5
+# Marks (`MEMO-<n>`, `(reply <n>)`, ...) are content keys below this bound.
+MARK_RANGE = 10**9
+# Mixed into every content key. The fixture's 3 users ask 6 questions; this salt is one for
+# which they reach every branch (an unparseable answer, a wrong upper-bound answer of each
+# form, write and read failures; `tests/simulator/test_reference_fixture.py` checks it).
+SCRIPT_SALT = "stub-122"
+
+
+def content_key(*parts: str) -> int:
+    """A stable number from request content (the same content gives the same number in any
+    process and either codebase; Python's `hash` is salted per process)."""
+    digest = hashlib.sha256("\x1f".join((SCRIPT_SALT, *parts)).encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big")
+
+
+_OPTION_TEXT = re.compile(r"^\s*(\d+): (.*\S)\s*$", re.M)
+
+
+def options_in(text: str) -> list[str]:
+    """The texts of a multiple-choice prompt's numbered options (`1: ...` lines), in order."""
+    return [option for _, option in _OPTION_TEXT.findall(text)]
+
+
+_SESSION_TIME = re.compile(r"\[Current Time: ([^\]]+)\]")
+_FIELD_HEADER = re.compile(r"^\[\[ ## \w+ ## \]\]\s*\n", re.M)
+
+
+def question_in(text: str) -> str:
+    """A multiple-choice prompt's question: its first paragraph (both codebases open with it;
+    DSPy's field headers such as `[[ ## question ## ]]` are not part of it)."""
+    return _FIELD_HEADER.sub("", text).strip().split("\n\n", 1)[0].strip()
+
+
+def state_in(text: str) -> dict[str, str]:
+    """The first JSON object in `text` whose values are all strings (a state shown to the
+    upper bound), or {}."""
+    decoder = json.JSONDecoder()
+    for match in re.finditer(r"\{", text):
+        try:
+            value, _ = decoder.raw_decode(text, match.start())
+        except ValueError:
+            continue
+        if isinstance(value, dict) and value and all(isinstance(v, str) for v in value.values()):
+            return value
+    return {}
+
+
+class OptionStates:
+    """Which option each state makes right, per question, from an environment file (the
+    original `data.json` list): the scripted upper bound then answers as a model told the
+    state would, mostly right."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.questions: dict[tuple[str, ...], tuple[list[str], list[tuple[str, ...]]]] = {}
+        if path is None:
+            return
+        for item in json.loads(path.read_text(encoding="utf-8")):
+            for qa in item.get("qas", []):
+                options = tuple(choice["answer"] for choice in qa["answer_choices"])
+                states = [tuple(choice["state"]) for choice in qa["answer_choices"]]
+                self.questions[options] = (list(qa["required_info"]), states)
+
+    def right_option(self, options: list[str], state: dict[str, str]) -> int | None:
+        """The 1-based option the state makes right, or None when unknown."""
+        known = self.questions.get(tuple(options))
+        if known is None:
+            return None
+        required, states = known
+        wanted = tuple(state.get(name) for name in required)
+        return states.index(wanted) + 1 if wanted in states else None
 
 
 def _fenced(value: Any) -> str:
     return f"```json\n{json.dumps(value, ensure_ascii=False)}\n```"
 
 
-class Script:
-    """Per-role scripted answers and the request log (thread-safe; counters per role)."""
+# How a scripted upper bound gets an answer wrong, by content key: another option, the
+# numbers 0 and -1 (the reference indexes its option list with them: the last options), JSON
+# `true` (the reference reads option 1) and no JSON at all (its random fallback).
+WRONG_UPPER_BOUND_FORMS = ("next", 0, -1, True, "unparseable")
+UNPARSEABLE = "I cannot tell which option fits best."
 
-    def __init__(self, log_path: Path | None = None) -> None:
+
+class Script:
+    """Scripted answers and the request log (thread-safe).
+
+    Every answer is a function of the request's content (`content_key`), never of a counter
+    or of the order requests arrive in: the same request gets the same answer in either
+    codebase, so a multiple-choice question, an upper-bound question with the same state and a
+    probe of the same variables are answered alike by the reference and by this toolkit, and
+    their per-item scores can be compared. A question's answer depends on its question and
+    options (the upper bound's also on the state shown), a probe's on its variables, and
+    every other role's on all the messages (its marks tell two requests apart)."""
+
+    def __init__(self, log_path: Path | None = None, environment: Path | None = None) -> None:
         self.lock = threading.Lock()
         self.log_path = log_path
         self.tag = ""
-        self.counts: dict[str, int] = {}
-
-    def _next(self, role: str) -> int:
-        with self.lock:
-            count = self.counts.get(role, 0)
-            self.counts[role] = count + 1
-            return count
+        self.option_states = OptionStates(environment)
 
     def record(self, entry: dict[str, Any]) -> None:
         if self.log_path is None:
@@ -300,47 +383,42 @@ class Script:
     def chat(self, request: dict[str, Any]) -> tuple[str, str]:
         """(role guess, answer content) for one chat request."""
         role = guess_role(request)
-        n = self._next(role)
         messages = request.get("messages") or []
-        last = _text(messages[-1]) if messages else ""
+        texts = [_text(message) for message in messages]
+        last = texts[-1] if texts else ""
         properties = _schema_properties(request)
+        mark = content_key(role, *texts) % MARK_RANGE
         if role == "user":
-            text = f"Thanks, that helps. What else should I keep in mind? (follow-up {n})"
+            text = f"Thanks, that helps. What else should I keep in mind? (follow-up {mark})"
             return role, json.dumps({"message": text}) if properties else text
         if role == "reply":
-            return role, f"Here is one suggestion that could work for you (reply {n})."
+            return role, f"Here is one suggestion that could work for you (reply {mark})."
         if role in ("answer", "upper_bound"):
-            options = max(1, len(_OPTION_LINE.findall(last)))
-            choice = 1 + n % options
-            if role == "upper_bound" and n % 5 == 4:
-                # The reference asks for each option's state in turn, so `n % options` would
-                # always be right: every fifth upper-bound answer takes the next option.
-                choice = 1 + (n + 1) % options
-            if properties:
-                return role, json.dumps({"choice": choice})
-            if role == "answer" and n % 4 == 3:
-                return role, "I cannot tell which option fits best."
-            return role, _fenced({"answer": choice})
+            return role, self._choose(role, last, properties)
         if role == "probe":
             schema = probe_schema(last) or {}
-            if n % 5 == 4:
+            # The latest session time shown tells the periods apart (a probe answered alike in
+            # every period could never show a read failure).
+            times = sorted(_SESSION_TIME.findall("\n".join(texts)))
+            key = content_key(role, json.dumps(schema, sort_keys=True), *times[-1:])
+            if key % 5 == 4:
                 return role, _fenced(PLACEHOLDER_PROBE)
             values = {
-                name: choices[(n + j) % len(choices)] if choices else ""
+                name: choices[((key >> 8) + j) % len(choices)] if choices else ""
                 for j, (name, choices) in enumerate(schema.items())
             }
             return role, _fenced(values)
         if role == "write":
-            return role, json.dumps({f"note_{n}": f"MEMO-{n}: the user shared a preference"})
+            return role, json.dumps({f"note_{mark}": f"MEMO-{mark}: the user shared a preference"})
         if role == "extract":
             # A fact is marked FACT-, a stored memory MEMO-: a request quoting both is counted
             # right (facts to decide on, memories related to them).
-            return role, json.dumps({"facts": [f"FACT-{n}: the user shared a preference"]})
+            return role, json.dumps({"facts": [f"FACT-{mark}: the user shared a preference"]})
         if role == "update":
             # Several memories per update, so a user's store outgrows the paper's top_k (30)
             # and the retrieval cut shows in what the agent is shown.
             texts = [
-                f"MEMO-{ADDS_PER_UPDATE * n + k}: the user shared a preference"
+                f"MEMO-{ADDS_PER_UPDATE * mark + k}: the user shared a preference"
                 for k in range(ADDS_PER_UPDATE)
             ]
             if '"events"' in last or "events" in properties:  # this toolkit's event list
@@ -349,23 +427,49 @@ class Script:
             memory = [{"id": str(k), "text": text, "event": "ADD"} for k, text in enumerate(texts)]
             return role, json.dumps({"memory": memory})
         if role == "reflector":
-            section = (
-                "1. Current situation: what the user says is true for them now, with the date.\n"
-                f"2. Changes: a value the user revises replaces the old one (revision {n})."
-            )
-            if properties:
-                key = next(iter(properties & {"new_text", "new_types", "new_prompt"}))
-                return role, json.dumps({key: section})
-            changes = [f"track current values and their changes (revision {n})"]
-            if '"new_prompt"' in "\n".join(_text(m) for m in messages):
-                prompt = (
-                    f"{section}\nMemories: {{current_memories}}\nConversation: {{conversation}}"
-                )
-                return role, _fenced({"new_prompt": prompt, "changes": changes})
-            if '"new_text"' in "\n".join(_text(m) for m in messages):
-                return role, _fenced({"new_text": section, "changes": changes})
-            return role, _fenced({"new_types": section, "changes": changes})
+            return role, self._proposal(messages, properties, mark)
         return role, json.dumps(outputs_for(request))
+
+    def _choose(self, role: str, last: str, properties: set[str]) -> str:
+        """A multiple-choice answer: the agent's by the question and options alone (every
+        fourth key unparseable); the upper bound's the option the state makes right when the
+        environment is known, every fifth key wrong in one of `WRONG_UPPER_BOUND_FORMS`."""
+        options = options_in(last)
+        count = max(1, len(options))
+        parts = [role, question_in(last), *options]
+        if role == "upper_bound":
+            parts += [f"{k}={v}" for k, v in sorted(state_in(last).items())]
+        key = content_key(*parts)
+        choice: Any = 1 + key % count
+        right = self.option_states.right_option(options, state_in(last))
+        if role == "upper_bound" and right is not None:
+            choice = right
+            if (key >> 16) % 5 == 4:
+                form = WRONG_UPPER_BOUND_FORMS[(key >> 24) % len(WRONG_UPPER_BOUND_FORMS)]
+                choice = 1 + right % count if form == "next" or properties else form
+        if properties:
+            return json.dumps({"choice": choice})
+        if choice == "unparseable" or (role == "answer" and (key >> 16) % 4 == 3):
+            return UNPARSEABLE
+        return _fenced({"answer": choice})
+
+    @staticmethod
+    def _proposal(messages: list[dict[str, Any]], properties: set[str], mark: int) -> str:
+        section = (
+            "1. Current situation: what the user says is true for them now, with the date.\n"
+            f"2. Changes: a value the user revises replaces the old one (revision {mark})."
+        )
+        if properties:
+            key = next(iter(properties & {"new_text", "new_types", "new_prompt"}))
+            return json.dumps({key: section})
+        changes = [f"track current values and their changes (revision {mark})"]
+        shown = "\n".join(_text(m) for m in messages)
+        if '"new_prompt"' in shown:
+            prompt = f"{section}\nMemories: {{current_memories}}\nConversation: {{conversation}}"
+            return _fenced({"new_prompt": prompt, "changes": changes})
+        if '"new_text"' in shown:
+            return _fenced({"new_text": section, "changes": changes})
+        return _fenced({"new_types": section, "changes": changes})
 
     def embed(self, request: dict[str, Any]) -> list[list[float]]:
         texts = request.get("input", [])
@@ -564,9 +668,10 @@ def serve(
     fault: str = "none",
     scripted: bool = False,
     log_path: Path | None = None,
+    environment: Path | None = None,
 ) -> None:
     state = ServerState(fault)
-    script = Script(log_path) if scripted or log_path is not None else None
+    script = Script(log_path, environment) if scripted or log_path is not None else None
     server = _Server(("127.0.0.1", port), make_handler(latency, state, script))
     server.daemon_threads = True
     print(f"stub server on http://127.0.0.1:{server.server_address[1]}/v1", flush=True)
@@ -597,6 +702,7 @@ class StubServer:
         fault: str = "none",
         scripted: bool = False,
         log: Path | None = None,
+        environment: Path | None = None,
         stderr: Path | None = None,
         preexec_fn: Callable[[], Any] | None = None,
     ) -> None:
@@ -604,6 +710,7 @@ class StubServer:
         self.fault = fault
         self.scripted = scripted
         self.log = log
+        self.environment = environment
         # Where the server's stderr goes (e.g. broken-pipe tracebacks when a killed client's
         # call is answered); None: this process's. `preexec_fn` runs in the child first.
         self.stderr = stderr
@@ -625,6 +732,8 @@ class StubServer:
             command.append("--scripted")
         if self.log is not None:
             command += ["--log", str(self.log)]
+        if self.environment is not None:
+            command += ["--environment", str(self.environment)]
         if self.stderr is None:
             self.process = subprocess.Popen(
                 command, stdout=subprocess.PIPE, text=True, preexec_fn=self.preexec_fn
@@ -689,5 +798,11 @@ if __name__ == "__main__":
         "--scripted", action="store_true", help="role-aware answers for both implementations"
     )
     parser.add_argument("--log", type=Path, help="append every request as a JSON line (scripted)")
+    parser.add_argument(
+        "--environment",
+        type=Path,
+        help="an environment file (original data.json list): the scripted upper bound answers "
+        "the option the shown state makes right",
+    )
     args = parser.parse_args()
-    serve(args.port, args.latency, args.fault, args.scripted, args.log)
+    serve(args.port, args.latency, args.fault, args.scripted, args.log, args.environment)

@@ -7,6 +7,7 @@ test_reference_fixture.py, test_reference_requests.py); these pin the branches i
 from __future__ import annotations
 
 import json
+import re
 import urllib.request
 
 from stub_server import StubServer, stub_openai_server
@@ -23,38 +24,90 @@ def chat(*messages: tuple[str, str], **extra) -> dict:
     return {"messages": [{"role": r, "content": c} for r, c in messages], **extra}
 
 
-def test_every_fourth_answer_is_unparseable_so_the_reference_falls_back_to_random():
-    script = Script()
-    question = paper_question_prompt("Where should I go?", ["beach", "city", "hills"])
-    request = chat(("user", "hello"), ("assistant", "hi"), ("user", question))
-    assert guess_role(request) == "answer"
-    answers = []
-    for _ in range(8):
-        role, content = script.chat(request)
-        try:
-            answers.append(load_reference_json(content)["answer"])
-        except ValueError:
-            answers.append(None)
-    assert answers == [1, 2, 3, None, 2, 3, 1, None]
-    # With the state given and JSON mode it is the upper bound, never unparseable.
-    upper = chat(("user", question), response_format={"type": "json_object"})
-    assert guess_role(upper) == "upper_bound"
-    assert all("answer" in load_reference_json(script.chat(upper)[1]) for _ in range(8))
+def _answer(content: str) -> int | None:
+    try:
+        return load_reference_json(content)["answer"]
+    except ValueError:
+        return None
 
 
-def test_probes_fill_the_real_variables_with_cycling_values_and_sometimes_placeholders():
-    script = Script()
-    probe = f"What is true for me now?\n{json.dumps(SCHEMA, indent=2)}\nReply in JSON."
-    request = chat(("system", "memories: none"), ("user", "hi"), ("user", probe))
-    assert guess_role(request) == "probe"
-    replies = [load_reference_json(script.chat(request)[1]) for _ in range(5)]
-    assert replies[:4] == [
-        {"travel_style": "budget", "housing_type": "flat"},
-        {"travel_style": "luxury", "housing_type": "boat"},
-        {"travel_style": "budget", "housing_type": "house"},
-        {"travel_style": "luxury", "housing_type": "flat"},
+def test_answers_are_a_function_of_the_question_not_of_the_order_requests_arrive_in():
+    questions = [
+        paper_question_prompt(f"Where should I go on trip {k}?", ["beach", "city", "hills"])
+        for k in range(40)
     ]
-    assert not set(replies[4]) & set(SCHEMA)  # placeholder keys: every variable missing
+    requests = [chat(("user", "hello"), ("assistant", "hi"), ("user", q)) for q in questions]
+    assert {guess_role(r) for r in requests} == {"answer"}
+    first = [_answer(Script().chat(r)[1]) for r in requests]
+    # Another server, the requests in reverse order, each asked twice: the same answers.
+    script = Script()
+    again = [_answer(script.chat(r)[1]) for r in reversed(requests)][::-1]
+    assert again == first == [_answer(script.chat(r)[1]) for r in requests]
+    # The conversation before the question does not change the answer; every option is
+    # picked, and about one in four answers is unparseable (the reference's random fallback).
+    elsewhere = chat(("user", "other history"), ("user", questions[0]))
+    assert _answer(Script().chat(elsewhere)[1]) == first[0]
+    assert {1, 2, 3} <= set(first)
+    assert 5 <= first.count(None) <= 16
+
+
+def test_the_upper_bound_answers_the_option_the_shown_state_makes_right(tmp_path):
+    qas = [
+        {
+            "query": f"Which plan suits me, case {k}?",
+            "required_info": ["travel_style"],
+            "answer_choices": [
+                {"answer": f"budget plan {k}", "state": ["budget"]},
+                {"answer": f"luxury plan {k}", "state": ["luxury"]},
+                {"answer": f"mixed plan {k}", "state": ["mixed"]},
+            ],
+        }
+        for k in range(60)
+    ]
+    environment = tmp_path / "environment.json"
+    environment.write_text(json.dumps([{"id": "u0", "qas": qas}]))
+    script = Script(environment=environment)
+    answers, rights = [], []
+    for qa in qas:
+        options = [choice["answer"] for choice in qa["answer_choices"]]
+        for right, choice in enumerate(qa["answer_choices"], start=1):
+            state = json.dumps({"travel_style": choice["state"][0]}, indent=2)
+            prompt = paper_question_prompt(qa["query"], options).replace(
+                "\n\n", f"\n\nGiven my state:\n{state}\n\n", 1
+            )
+            upper = chat(("user", prompt), response_format={"type": "json_object"})
+            assert guess_role(upper) == "upper_bound"
+            content = script.chat(upper)[1]
+            assert content == Script(environment=environment).chat(upper)[1]
+            answers.append(_answer(content) if "answer" in content else None)
+            rights.append(right)
+    right_share = sum(a == r for a, r in zip(answers, rights, strict=True)) / len(rights)
+    assert 0.7 <= right_share <= 0.9
+    wrong = {a for a, r in zip(answers, rights, strict=True) if a != r}
+    # Every wrong form the reference must survive: another option, 0, -1, true, no JSON.
+    assert {0, -1, True, None} <= wrong and wrong - {0, -1, True, None}
+    # Without the environment the stub cannot know the right option: it picks by content.
+    assert Script().chat(upper)[1] != "" and guess_role(upper) == "upper_bound"
+
+
+def test_probes_fill_the_real_variables_by_content_and_sometimes_placeholders():
+    script = Script()
+    replies = []
+    for k in range(30):
+        schema = {f"{name}_{k}": choices for name, choices in SCHEMA.items()}
+        probe = f"What is true for me now?\n{json.dumps(schema, indent=2)}\nReply in JSON."
+        request = chat(("system", f"memories: {k}"), ("user", "hi"), ("user", probe))
+        assert guess_role(request) == "probe"
+        reply = load_reference_json(script.chat(request)[1])
+        # The memories shown do not matter, the variables asked do.
+        other = chat(("system", "memories: none"), ("user", "hey"), ("user", probe))
+        assert load_reference_json(Script().chat(other)[1]) == reply
+        replies.append((schema, reply))
+    filled = [reply for schema, reply in replies if set(reply) == set(schema)]
+    placeholders = [reply for schema, reply in replies if not set(reply) & set(schema)]
+    assert len(filled) + len(placeholders) == 30 and 2 <= len(placeholders) <= 12
+    picked = {value for reply in filled for value in reply.values()}
+    assert {"budget", "luxury", "house", "flat", "boat"} <= picked
     # The same schema alone in one plain message is the reference's simulated user.
     assert guess_role(chat(("user", probe))) == "user"
 
@@ -98,7 +151,7 @@ def test_the_log_records_each_request_with_its_tag_and_embeddings_are_served(tmp
             chat(("user", "Any tips?"), model="m", temperature=0.2, max_tokens=64),
         )
         vectors = post("/embeddings", {"model": "e", "input": ["a cat", "a cat", "a dog"]})
-    assert "(reply 0)" in reply["choices"][0]["message"]["content"]
+    assert re.search(r"\(reply \d+\)", reply["choices"][0]["message"]["content"])
     first, second, third = (row["embedding"] for row in vectors["data"])
     assert len(first) == 1536 and first == second and first != third
     entries = [json.loads(line) for line in log.read_text().splitlines()]

@@ -5,7 +5,8 @@ from one run against the scripted stub (`benchmarks/stub_openai_server.py --scri
 reduced to information items and call parameters (`benchmarks/request_reduction.py`; no prompt
 text). Here our paper mode runs against the same stub on the same environment: `evolve eval
 --protocol paper` for native, AWI (`in_context`), AWE (`external`) and RAG (`raw_rag`) with
-the upper bound, and the shipped question-only Table-3 spec's per-user evolution chain. Every
+the upper bound, and the shipped Table-3 specs' per-user evolution chains (question-only and
+complete feedback; `simulator/paper_run.py`). Every
 role's reduced requests must equal the reference's (calls, items per request, parameters, and
 the distributions of turns, memories and facts shown), or the difference must be stated,
 value for value, by a kept row of `evolve/spec/paper_deviations.toml`; and every difference a kept
@@ -17,26 +18,15 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
-import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
-from stub_server import StubServer
+from simulator.paper_run import FIXTURE, REPO, PaperRun
 
-from evolve.api import run_experiment
-from evolve.cli import main
-from evolve.spec.config import ExperimentSpec, spec_from_dict
 from evolve.spec.paper_deviations import read_deviations
 
-REPO = Path(__file__).resolve().parents[2]
-FIXTURE = REPO / "tests" / "fixtures" / "reference_output"
 DEVIATIONS = REPO / "evolve" / "spec" / "paper_deviations.toml"
-PAPER_CHAIN_SPEC = REPO / "experiments" / "paper_table3_question_only.toml"
-# Our policy spec per reference agent (the paper variant is the default under --protocol paper).
-POLICIES = {"native": "native", "awi": "in_context", "awe": "external", "rag": "raw_rag"}
-# The model the reference's AWE/RAG embed with; ours embeds through the same stub with it.
-EMBEDDING_MODEL = "text-embedding-3-small"
 
 
 def _load_reduction():
@@ -58,56 +48,11 @@ def load(path: Path) -> Any:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def chain_spec(base_url: str, directory: Path) -> ExperimentSpec:
-    """The shipped question-only Table-3 spec on the fixture's users, against the stub."""
-    data = tomllib.loads(PAPER_CHAIN_SPEC.read_text(encoding="utf-8"))
-    data["environment"] = {"file": str(FIXTURE / "environment.json"), "train_users": 3}
-    data["environment"]["heldout_users"] = 0
-    data["tracking"] = {"enabled": False}
-    data["concurrency"] = 1
-    for endpoint in data["llm"].values():
-        endpoint["base_url"] = base_url
-        endpoint["cache"] = False  # every request must reach the stub's log
-    data["llm"]["default"]["model"] = "agent"  # the evals' agent: their upper bound is reused
-    return spec_from_dict(data, source=PAPER_CHAIN_SPEC)
-
-
 @pytest.fixture(scope="module")
-def our_requests(tmp_path_factory) -> list[dict[str, Any]]:
-    """Our paper mode's requests against the scripted stub, reduced."""
-    directory = tmp_path_factory.mktemp("paper-requests")
-    log = directory / "requests.jsonl"
-    patch = pytest.MonkeyPatch()
-    with StubServer(latency=0.0, scripted=True, log=log) as stub:
-        patch.setenv("OPENAI_API_KEY", "stub-key")
-        patch.setenv("OPENAI_BASE_URL", stub.base_url)  # our embedder's endpoint
-        patch.setenv("MEMORY_POLICIES_EMBEDDER", f"openai:{EMBEDDING_MODEL}")
-        # One upper bound for every run, as the reference computes it once: the chain reads
-        # the evals' cache instead of asking again.
-        patch.setenv("EVOLVE_CACHE_DIR", str(directory / "cache"))
-        try:
-            for agent, spec in POLICIES.items():
-                stub.tag(f"ours {agent}")
-                argv = ["eval", "--env", str(FIXTURE / "environment.json"), "--policy", spec]
-                argv += ["--protocol", "paper", "--base-url", stub.base_url, "--model", "agent"]
-                argv += ["--out", str(directory / "eval"), "--concurrency", "1", "--no-progress"]
-                argv += [
-                    "--no-llm-cache",
-                    "--upper-bound-cache",
-                    str(directory / "cache" / "upper_bound"),
-                ]
-                assert main(argv) == 0, f"evolve eval --policy {spec} failed"
-            stub.tag("ours evolution question_only")
-            result = run_experiment(
-                chain_spec(stub.base_url, directory),
-                runs_dir=directory / "runs",
-                tracking=False,
-            )
-            assert result.complete
-        finally:
-            patch.undo()
+def our_requests(paper_run: PaperRun) -> list[dict[str, Any]]:
+    """Our paper mode's requests against the scripted stub (`simulator/paper_run.py`), reduced."""
     environment = load(FIXTURE / "environment.json")
-    return reduction.reduce_log(reduction.load_request_log(log), environment)
+    return reduction.reduce_log(reduction.load_request_log(paper_run.log), environment)
 
 
 def test_every_role_sees_what_the_reference_shows_or_a_kept_deviation_says_why(our_requests):
