@@ -22,15 +22,19 @@ embeddings request is reduced to its `embedding_model`.
 Each request gets a key (role, policy, call): the role in the deviation table's vocabulary
 (`user`, `native`, `awi`, `awe`, `rag`, `upper_bound`, `probe`, `reflector`, `embedder`), the
 policy whose run sent it, and the stub's guess of the call (reply, answer, write, ...). Each
-request also gets its user-period (that of the latest session opening it quotes, '-' if none)
-and counts: `turns` (earlier conversation turns it quotes), `memories` (distinct `MEMO-`
-marks), `facts` (distinct `FACT-` marks) and `own_period_end` (1 when it shows its own
-period's end date, the simulated user's "today"). A group is summarised by its number of calls,
-its calls per user-period (`calls_per_user_period`), the union of its items, how many
-requests carry each item set (`items_per_request`, not unioned), the set of each parameter's
-values and the distribution of each count over its requests; `compare` lists every
-difference between two summaries, each with the kept row of the deviation table that states
-exactly it (same role, policy, item and value on each side) or none.
+request also gets its user-period (that of the latest session opening it quotes; a reflector
+request that quotes none, the user whose questions it quotes and its rank among them; an AWI or
+mem0 memory operation, the latest user-period before it in its run; else '-') and counts:
+`turns` (earlier conversation turns it quotes), `memories` (distinct `MEMO-` marks), `facts`
+(distinct `FACT-` marks) and `own_period_end` (1 when it shows its own period's end date, the
+simulated user's "today"). A group is summarised by its number of calls, its calls per user-
+period (`calls_per_user_period`), the union of its items, how many requests carry each item set
+(`items_per_request`, not unioned), the set of each parameter's values, the distribution of
+each count over its requests, and the same item sets and counts per user-period
+(`<name>_by_user_period`, compared where the group's distribution and calls per user-period
+agree); `compare` lists every difference between two summaries, each with the kept row of the
+deviation table that states exactly it (same role, policy, item and value on each side) or
+none.
 
 Reducing a log needs the standard library only (plus the environment's JSON), so the
 reference's log can be reduced anywhere; the test suite reduces ours the same way
@@ -78,6 +82,8 @@ MEMORY_MARKS = re.compile(r"MEMO-\d+")
 FACT_MARKS = re.compile(r"FACT-\d+")  # what it writes into every fact it extracts
 # Per-request counts, compared as distributions per role and call (not unioned).
 QUANTITIES = ("turns", "memories", "facts", "own_period_end")
+# A measure's distribution over [user-period, value] pairs is named with this suffix.
+BY_USER_PERIOD = "_by_user_period"
 CONVERSATION_MARKS = re.compile(r"\((reply|follow-up) \d+\)")
 OPENING_MARKS = re.compile(r"\[Current Time: [^\]]+\]")
 
@@ -311,8 +317,10 @@ def _distribution(values: Iterable[Any]) -> list[list[Any]]:
 
 def summarize(reduced: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     """Per 'role/policy/call': the count, the union of items and how many requests carry each
-    item set (`items_per_request`), each parameter's set of values, and the distribution of
-    each quantity over the requests (`turns`, `memories`, `facts`)."""
+    item set (`items_per_request`), each parameter's set of values, the distribution of each
+    quantity over the requests (`turns`, `memories`, `facts`), the calls per user-period, and
+    the item sets and quantities per user-period (`<name>_by_user_period`: how many requests
+    of each user-period carry each value)."""
     groups: dict[str, dict[str, Any]] = {}
     per_request: dict[str, dict[str, list[Any]]] = {}
     for entry in reduced:
@@ -327,7 +335,16 @@ def summarize(reduced: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]
                 if name in entry:
                     lists.setdefault(name, []).append(entry[name])
             if "user_period" in entry:
-                lists.setdefault("calls_per_user_period", []).append(entry["user_period"])
+                where = entry["user_period"]
+                lists.setdefault("calls_per_user_period", []).append(where)
+                # The same measures per user-period (compared where the role's agree).
+                request_items = ",".join(sorted(entry["items"]))
+                lists.setdefault(f"items_per_request{BY_USER_PERIOD}", []).append(
+                    (where, request_items)
+                )
+                for name in QUANTITIES:
+                    if name in entry:
+                        lists.setdefault(f"{name}{BY_USER_PERIOD}", []).append((where, entry[name]))
         for name in (*PARAMETERS, "embedding_model"):
             if name in entry:
                 values = {json.dumps(v) for v in group.get(name, [])} | {json.dumps(entry[name])}
@@ -402,8 +419,17 @@ def compare(
                 add(key, name, mine.get(name), reference.get(name))
         if mine["count"] != reference["count"]:
             add(key, "calls", mine["count"], reference["count"])
-        # Per-request measures, where the reference's reduced log has them.
+        # Per-request measures, where the reference's reduced log has them; where a role's
+        # distribution and its calls per user-period agree, the same measure per user-period
+        # must agree too (the same counts in other periods).
+        same_periods = mine.get("calls_per_user_period") == reference.get("calls_per_user_period")
         for name in ("calls_per_user_period", "items_per_request", *QUANTITIES):
-            if name in reference and mine.get(name) != reference[name]:
+            if name not in reference:
+                continue
+            if mine.get(name) != reference[name]:
                 add(key, name, mine.get(name), reference[name])
+                continue
+            refined = f"{name}{BY_USER_PERIOD}"
+            if same_periods and refined in reference and mine.get(refined) != reference[refined]:
+                add(key, refined, mine.get(refined), reference[refined])
     return differences

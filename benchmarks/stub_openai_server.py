@@ -295,6 +295,7 @@ def options_in(text: str) -> list[str]:
     return [option for _, option in _OPTION_TEXT.findall(text)]
 
 
+_FACT_MARK = re.compile(r"FACT-\d+")
 _SESSION_TIME = re.compile(r"\[Current Time: ([^\]]+)\]")
 _FIELD_HEADER = re.compile(r"^\[\[ ## \w+ ## \]\]\s*\n", re.M)
 
@@ -387,7 +388,7 @@ class Script:
         texts = [_text(message) for message in messages]
         last = texts[-1] if texts else ""
         properties = _schema_properties(request)
-        mark = content_key(role, *texts) % MARK_RANGE
+        mark = content_key(role, *self._marked_content(role, texts)) % MARK_RANGE
         if role == "user":
             text = f"Thanks, that helps. What else should I keep in mind? (follow-up {mark})"
             return role, json.dumps({"message": text}) if properties else text
@@ -429,6 +430,18 @@ class Script:
         if role == "reflector":
             return role, self._proposal(messages, properties, mark)
         return role, json.dumps(outputs_for(request))
+
+    @staticmethod
+    def _marked_content(role: str, texts: list[str]) -> list[str]:
+        """What a role's mark is a function of: the whole request, except where a store's
+        retrieval order (ties between near-identical memories) would change it from run to
+        run: a reply depends on the current turn only, a memory update on the facts it
+        decides on."""
+        if role == "reply":
+            return texts[-1:]
+        if role == "update":
+            return sorted(set(_FACT_MARK.findall("\n".join(texts))))
+        return texts
 
     def _choose(self, role: str, last: str, properties: set[str]) -> str:
         """A multiple-choice answer: the agent's by the question and options alone (every

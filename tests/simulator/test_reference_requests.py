@@ -295,3 +295,21 @@ def test_every_row_of_the_deviation_table_uses_the_vocabulary():
         assert set(row.roles) <= roles, row.id
         assert set(row.items) <= items, row.id
         assert set(row.policies) <= {*reduction.POLICIES, "awi-evolve"}, row.id
+
+
+def test_a_request_moved_to_another_period_is_a_difference_where_the_role_agrees():
+    def entry(where: str, turns: int) -> dict[str, Any]:
+        return {**_entry(["last_messages"], turns), "user_period": where}
+
+    theirs = reduction.summarize([entry("u0/p0", 2), entry("u0/p1", 4)])
+    # The same turns over the role, and the same calls per period, but swapped.
+    ours = reduction.summarize([entry("u0/p0", 4), entry("u0/p1", 2)])
+    (found,) = reduction.compare(ours, theirs, [])
+    assert found.item == "turns_by_user_period"
+    assert (found.ours, found.theirs) == (
+        [[("u0/p0", 4), 1], [("u0/p1", 2), 1]],
+        [[("u0/p0", 2), 1], [("u0/p1", 4), 1]],
+    )
+    # Where the role's distribution differs, that difference is reported, once.
+    longer = reduction.summarize([entry("u0/p0", 2), entry("u0/p1", 6)])
+    assert [d.item for d in reduction.compare(longer, theirs, [])] == ["turns"]
