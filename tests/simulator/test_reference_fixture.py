@@ -344,6 +344,43 @@ def test_the_papers_number_equals_the_references_where_no_answer_failed_to_parse
             assert ours == pytest.approx(theirs, abs=1e-12), (agent, user, period)
 
 
+def test_the_papers_number_differs_from_the_references_only_by_its_random_draws(formula_only):
+    """Where answers failed to parse, the reference scores its random draw (0 or 1) and ours
+    the draw's expected value, 1 / #options (kept row paper_number_expected_value): per
+    user-period, the reference's term minus ours is exactly the draws' surplus over their
+    expected values, over the questions, divided by the period's upper bound minus random."""
+    spec = importlib.util.spec_from_file_location(
+        "cross_check", FIXTURE.parents[2] / "benchmarks" / "cross_check.py"
+    )
+    cross_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cross_check)
+    (model_dir,) = (FIXTURE / "upperbound").iterdir()
+    random_matrix = load(FIXTURE / "random_metrics.json")["accuracy"]
+    ub_matrix = load(model_dir / "utilization_metrics.json")["accuracy"]
+    compared = 0
+    for agent in AGENTS:
+        users, _ = cross_check.reference_results(FIXTURE, ENV, agent, model_dir.name)
+        for index, user in enumerate(USERS):
+            results = load(FIXTURE / agent / user / "overall_results.json")
+            accuracy = load(FIXTURE / agent / user / "overall_metrics.json")["accuracy"]
+            for period, row in enumerate(results):
+                draws = [
+                    accuracy[period][q] - random_matrix[index][period][q]
+                    for q, entry in enumerate(row)
+                    if entry["json_error"]
+                ]
+                if not draws:
+                    continue
+                single = UserResult(user_id=user, periods=[users[user].periods[period]])
+                ours = summarize([single]).memory_score_original
+                s_random = mean(random_matrix[index][period])
+                span = mean(ub_matrix[index][period]) - s_random
+                theirs = (mean(accuracy[period]) - s_random) / span
+                assert theirs - ours == pytest.approx(sum(draws) / len(row) / span, abs=1e-12)
+                compared += 1
+    assert compared  # the fixture has user-periods with random draws
+
+
 def test_the_question_only_evolution_chain_shows_questions_and_memories_only():
     for user in USERS:
         item = item_of(user)
