@@ -17,7 +17,8 @@ compared by what they carry, found by looking for the environment's own data in 
 | `system_message` | a non-empty system message |
 
 and by the call parameters `temperature`, `max_tokens` and `response_format` (its type). An
-embeddings request is reduced to its `embedding_model`.
+embeddings request is reduced to its `embedding_model` and `headed_inputs`, how many of its
+texts carry a session time header (a search query sent as the message was, or stripped).
 
 Each request gets a key (role, policy, call): the role in the deviation table's vocabulary
 (`user`, `native`, `awi`, `awe`, `rag`, `upper_bound`, `probe`, `reflector`, `embedder`), the
@@ -79,9 +80,11 @@ ROLE_OF_CALL = {
 }
 MEMORY_MARK = "MEMO-"  # what the scripted stub writes into every memory it makes up
 MEMORY_MARKS = re.compile(r"MEMO-\d+")
+# Memories one scripted mem0 update adds (the stub's ADDS_PER_UPDATE): marked 5n..5n+4.
+ADDS_PER_UPDATE = 5
 FACT_MARKS = re.compile(r"FACT-\d+")  # what it writes into every fact it extracts
 # Per-request counts, compared as distributions per role and call (not unioned).
-QUANTITIES = ("turns", "memories", "facts", "own_period_end")
+QUANTITIES = ("turns", "memories", "facts", "own_period_end", "start_date", "memory_order")
 # A measure's distribution over [user-period, value] pairs is named with this suffix.
 BY_USER_PERIOD = "_by_user_period"
 CONVERSATION_MARKS = re.compile(r"\((reply|follow-up) \d+\)")
@@ -155,6 +158,10 @@ def _environment_strings(environment: Sequence[Mapping[str, Any]]) -> dict[str, 
         "sessions": sessions,
         "period_ends": period_ends,
         "question_users": question_users,
+        "start_dates": {
+            str(item.get("id", index)): str(item.get("start_time", ""))[:10]
+            for index, item in enumerate(environment)
+        },
     }
 
 
@@ -224,6 +231,15 @@ def request_user_period(entry: Mapping[str, Any], strings: Mapping[str, Any]) ->
     return strings["sessions"][max(times)] if times else "-"
 
 
+def shows_start_date(entry: Mapping[str, Any], strings: Mapping[str, Any], where: str) -> int:
+    """1 when the request shows its user's start date (the profile's date) as a bare date."""
+    start = strings["start_dates"].get(where.split("/")[0], "")
+    if not start:
+        return 0
+    full = "\n".join(_text(m) for m in entry.get("messages") or [])
+    return int(re.search(rf"{re.escape(start)}(?![ T]\d\d:)", full) is not None)
+
+
 def shows_own_period_end(entry: Mapping[str, Any], strings: Mapping[str, Any], where: str) -> int:
     """1 when the request shows the end date of its own user-period as a bare date (the
     simulated user's 'today'), else 0: `dates` alone cannot tell it from another date."""
@@ -253,15 +269,26 @@ def reduce_request(entry: Mapping[str, Any], strings: Mapping[str, Any]) -> dict
     reduced: dict[str, Any] = {"role": role, "policy": policy, "call": call}
     if call == "embedding":
         reduced["embedding_model"] = entry.get("model")
+        inputs = entry.get("input") or []
+        inputs = [inputs] if isinstance(inputs, str) else inputs
+        # A search query sent as the message was (its time header kept) or stripped.
+        reduced["headed_inputs"] = sum(bool(OPENING_MARKS.search(str(text))) for text in inputs)
         return reduced
     reduced["items"] = request_items(entry, strings)
     reduced.update(request_quantities(entry))
     reduced["user_period"] = request_user_period(entry, strings)
     reduced["own_period_end"] = shows_own_period_end(entry, strings, reduced["user_period"])
+    reduced["start_date"] = shows_start_date(entry, strings, reduced["user_period"])
     reduced["temperature"] = entry.get("temperature")
     reduced["max_tokens"] = entry.get("max_tokens")
     reduced["response_format"] = _response_format(entry.get("response_format"))
     return reduced
+
+
+# Policies whose memory order is not compared: the reference sorts mem0's hits by their
+# creation time in whole seconds, so hits made in one second (one update's memories, or with
+# the fast stub several updates') keep the search's order, which varies between runs.
+UNORDERED_STORES = frozenset({"awe", "rag"})
 
 
 # Roles whose requests often quote no session opening but happen inside one user's period,
@@ -275,6 +302,22 @@ def reflector_user(entry: Mapping[str, Any], strings: Mapping[str, Any]) -> str 
     full = "\n".join(_text(m) for m in entry.get("messages") or [])
     users = {user for query, user in strings["question_users"].items() if query in full}
     return next(iter(users)) if len(users) == 1 else None
+
+
+def memory_order(entry: Mapping[str, Any], first_seen: dict[int, int], position: int) -> int:
+    """1 when the stored memories a request shows (its `MEMO-` marks, in the order shown)
+    appear oldest first, else 0. A memory's age is that of its batch (the memories one write
+    made), the position of the first request of the run that showed the batch; `first_seen`
+    is updated with the batches shown here for the first time."""
+    full = "\n".join(_text(m) for m in entry.get("messages") or [])
+    # The memories one scripted mem0 update adds are made at one time: a batch, whose members
+    # may be shown in any order (`MEMO-<ADDS_PER_UPDATE * n + k>`, k < ADDS_PER_UPDATE).
+    batches = [int(mark[5:]) // ADDS_PER_UPDATE for mark in MEMORY_MARKS.findall(full)]
+    shown = list(dict.fromkeys(batches))
+    for batch in shown:
+        first_seen.setdefault(batch, position)
+    ages = [first_seen[batch] for batch in shown]
+    return int(ages == sorted(ages))
 
 
 def reduce_log(
@@ -292,9 +335,12 @@ def reduce_log(
     reduced = []
     latest: dict[str, str] = {}  # tag -> the latest user-period seen
     reflections: dict[tuple[str, str], int] = {}  # (tag, user) -> reflector requests so far
-    for entry in entries:
+    first_seen: dict[str, dict[int, int]] = {}  # tag -> memory batch -> first request showing it
+    for position, entry in enumerate(entries):
         row = reduce_request(entry, strings)
         tag = str(entry.get("tag", ""))
+        if "items" in row and row["policy"] not in UNORDERED_STORES:
+            row["memory_order"] = memory_order(entry, first_seen.setdefault(tag, {}), position)
         if row.get("user_period", "-") != "-":
             latest[tag] = row["user_period"]
         elif row["role"] == "reflector" and (user := reflector_user(entry, strings)):
@@ -345,6 +391,10 @@ def summarize(reduced: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]
                 for name in QUANTITIES:
                     if name in entry:
                         lists.setdefault(f"{name}{BY_USER_PERIOD}", []).append((where, entry[name]))
+        if "headed_inputs" in entry:
+            per_request.setdefault(key, {}).setdefault("headed_inputs", []).append(
+                entry["headed_inputs"]
+            )
         for name in (*PARAMETERS, "embedding_model"):
             if name in entry:
                 values = {json.dumps(v) for v in group.get(name, [])} | {json.dumps(entry[name])}
@@ -423,7 +473,7 @@ def compare(
         # distribution and its calls per user-period agree, the same measure per user-period
         # must agree too (the same counts in other periods).
         same_periods = mine.get("calls_per_user_period") == reference.get("calls_per_user_period")
-        for name in ("calls_per_user_period", "items_per_request", *QUANTITIES):
+        for name in ("calls_per_user_period", "items_per_request", *QUANTITIES, "headed_inputs"):
             if name not in reference:
                 continue
             if mine.get(name) != reference[name]:

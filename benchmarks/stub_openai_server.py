@@ -272,6 +272,12 @@ def guess_role(request: dict[str, Any]) -> str:
 
 # Memories one scripted mem0-style update adds (see Script.chat).
 ADDS_PER_UPDATE = 5
+# What a scripted memory says after its mark: long enough that a chain's feedback, which
+# quotes the memory per question, passes 1,600 characters (a length cap then shows).
+MEMORY_TEXT = (
+    "the user shared a preference about their routine, their plans and their home, and asked "
+    "the assistant to keep it in mind"
+)
 # Marks (`MEMO-<n>`, `(reply <n>)`, ...) are content keys below this bound.
 MARK_RANGE = 10**9
 # Mixed into every content key. The fixture's 3 users ask 6 questions; this salt is one for
@@ -293,6 +299,12 @@ _OPTION_TEXT = re.compile(r"^\s*(\d+): (.*\S)\s*$", re.M)
 def options_in(text: str) -> list[str]:
     """The texts of a multiple-choice prompt's numbered options (`1: ...` lines), in order."""
     return [option for _, option in _OPTION_TEXT.findall(text)]
+
+
+def option_numbers_in(text: str) -> list[int]:
+    """The numbers printed before a multiple-choice prompt's options, in order: the stub
+    answers with the number printed next to the option it picks, as a model would."""
+    return [int(number) for number, _ in _OPTION_TEXT.findall(text)]
 
 
 _FACT_MARK = re.compile(r"FACT-\d+")
@@ -410,7 +422,7 @@ class Script:
             }
             return role, _fenced(values)
         if role == "write":
-            return role, json.dumps({f"note_{mark}": f"MEMO-{mark}: the user shared a preference"})
+            return role, json.dumps({f"note_{mark}": f"MEMO-{mark}: {MEMORY_TEXT}"})
         if role == "extract":
             # A fact is marked FACT-, a stored memory MEMO-: a request quoting both is counted
             # right (facts to decide on, memories related to them).
@@ -419,8 +431,7 @@ class Script:
             # Several memories per update, so a user's store outgrows the paper's top_k (30)
             # and the retrieval cut shows in what the agent is shown.
             texts = [
-                f"MEMO-{ADDS_PER_UPDATE * mark + k}: the user shared a preference"
-                for k in range(ADDS_PER_UPDATE)
+                f"MEMO-{ADDS_PER_UPDATE * mark + k}: {MEMORY_TEXT}" for k in range(ADDS_PER_UPDATE)
             ]
             if '"events"' in last or "events" in properties:  # this toolkit's event list
                 events = [{"event": "ADD", "id": 0, "text": text} for text in texts]
@@ -448,18 +459,22 @@ class Script:
         fourth key unparseable); the upper bound's the option the state makes right when the
         environment is known, every fifth key wrong in one of `WRONG_UPPER_BOUND_FORMS`."""
         options = options_in(last)
-        count = max(1, len(options))
+        numbers = option_numbers_in(last) or [1]
+        count = len(numbers)
         parts = [role, question_in(last), *options]
         if role == "upper_bound":
             parts += [f"{k}={v}" for k, v in sorted(state_in(last).items())]
         key = content_key(*parts)
-        choice: Any = 1 + key % count
+        picked = key % count  # 0-based: which option, answered by its printed number
         right = self.option_states.right_option(options, state_in(last))
+        form: Any = None
         if role == "upper_bound" and right is not None:
-            choice = right
+            picked = right - 1
             if (key >> 16) % 5 == 4:
                 form = WRONG_UPPER_BOUND_FORMS[(key >> 24) % len(WRONG_UPPER_BOUND_FORMS)]
-                choice = 1 + right % count if form == "next" or properties else form
+                if form == "next" or properties:
+                    picked, form = (picked + 1) % count, None
+        choice: Any = numbers[picked] if form is None else form
         if properties:
             return json.dumps({"choice": choice})
         if choice == "unparseable" or (role == "answer" and (key >> 16) % 4 == 3):

@@ -161,3 +161,12 @@ def test_the_log_records_each_request_with_its_tag_and_embeddings_are_served(tmp
     ]
     assert entries[0]["temperature"] == 0.2 and entries[0]["max_tokens"] == 64
     assert entries[0]["messages"] == [{"role": "user", "content": "Any tips?"}]
+
+
+def test_an_answer_is_the_number_printed_next_to_the_option_picked():
+    prompt = paper_question_prompt("Where should I go?", ["beach", "city", "hills"])
+    shifted = prompt.replace("1: beach", "0: beach").replace("2: city", "1: city")
+    shifted = shifted.replace("3: hills", "2: hills")
+    as_printed = _answer(Script().chat(chat(("user", prompt)))[1])
+    # The same options numbered from 0: the same option picked, answered by its new number.
+    assert _answer(Script().chat(chat(("user", shifted)))[1]) == as_printed - 1

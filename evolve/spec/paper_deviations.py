@@ -64,6 +64,9 @@ ITEMS = (
     "memories",  # stored memories a request shows
     "facts",  # freshly extracted facts a request shows
     "own_period_end",  # whether a request shows its own period's end date
+    "start_date",  # whether a request shows its user's start date
+    "memory_order",  # whether the memories a request shows are oldest first
+    "headed_inputs",  # texts of an embeddings request that carry a session time header
 )
 # The items the request comparison measures: a kept row covering one of them states the
 # value expected on each side (`expect`), and only that exact difference is accepted.
@@ -88,6 +91,9 @@ COMPARED_ITEMS = (
     "memories",
     "facts",
     "own_period_end",
+    "start_date",
+    "memory_order",
+    "headed_inputs",
 )
 DEVIATIONS_FILE = "paper_deviations.toml"
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -132,6 +133,41 @@ def test_every_probe_and_the_original_diagnosis_equal_the_references(paper_run, 
         for name in failures:
             failures[name] += sum(map(sum, expected[name]))
     assert all(failures.values()), failures  # both failure kinds occur in the comparison
+
+
+@pytest.mark.parametrize("agent", sorted(POLICIES))
+def test_the_runs_summary_equals_the_figures_of_the_references_items(paper_run, agent):
+    """Our eval's headline numbers, recomputed from the reference's per-item files under the
+    kept rows (an unparseable answer is wrong in `accuracy` and earns its expected random
+    score in `accuracy_with_random_fallback`; the upper bound as `expected_upper_bound`)."""
+    summary = load(paper_run.evals / POLICIES[agent] / "report.json")["summary"]
+    random_matrix = load(FIXTURE / "random_metrics.json")["accuracy"]
+    upper_results, _ = reference_upper_bound()
+    right, with_fallback, random, upper = [], [], [], []
+    failures = 0
+    for index, user in enumerate(USERS):
+        reference = load(FIXTURE / agent / user / "overall_results.json")
+        accuracy = load(FIXTURE / agent / user / "overall_metrics.json")["accuracy"]
+        for p, row in enumerate(reference):
+            for q, entry in enumerate(row):
+                chance = random_matrix[index][p][q]
+                failures += entry["json_error"]
+                right.append(0.0 if entry["json_error"] else accuracy[p][q])
+                with_fallback.append(chance if entry["json_error"] else accuracy[p][q])
+                random.append(chance)
+                entry = upper_results[index][q][gold_variant(index, p, q)]
+                upper.append(float(expected_upper_bound(entry)))
+    mean = statistics.fmean
+    assert summary["n_items"] == len(right)
+    assert summary["accuracy"] == pytest.approx(mean(right))
+    assert summary["accuracy_with_random_fallback"] == pytest.approx(mean(with_fallback))
+    assert summary["random_score"] == pytest.approx(mean(random))
+    assert summary["upper_bound_score"] == pytest.approx(mean(upper))
+    assert summary["parse_failures"]["answer"] == failures > 0
+    # The pooled memory score, where the margin rule lets it be defined.
+    assert summary["memory_score"] is not None, "the fixture must define the pooled score"
+    expected = (mean(right) - mean(random)) / (mean(upper) - mean(random))
+    assert summary["memory_score"] == pytest.approx(expected)
 
 
 def test_every_upper_bound_answer_equals_the_references(paper_run):

@@ -95,7 +95,7 @@ def test_the_reduced_reference_log_holds_no_prompt_text():
     text = (FIXTURE / "reference_requests.json").read_text(encoding="utf-8")
     entries = load(FIXTURE / "reference_requests.json")
     allowed = {"role", "policy", "call", "items", "embedding_model", *reduction.PARAMETERS}
-    allowed |= {*reduction.QUANTITIES, "user_period"}
+    allowed |= {*reduction.QUANTITIES, "user_period", "headed_inputs"}
     assert all(set(entry) <= allowed for entry in entries)
     assert all(set(entry.get("items", [])) <= set(reduction.ITEMS) for entry in entries)
     assert "content" not in text and "Current Time" not in text
@@ -289,7 +289,7 @@ def test_every_row_of_the_deviation_table_uses_the_vocabulary():
     roles |= {"embedder"}
     items = set(reduction.ITEMS) | set(reduction.PARAMETERS)
     items |= {"feedback", "model", "embedding_model", "parsing", "calls", "wording"}
-    items |= {"calls_per_user_period", "items_per_request", *reduction.QUANTITIES}
+    items |= {"calls_per_user_period", "items_per_request", *reduction.QUANTITIES, "headed_inputs"}
     rows = read_deviations(DEVIATIONS)  # valid rows, unique ids
     for row in rows:
         assert set(row.roles) <= roles, row.id
@@ -313,3 +313,20 @@ def test_a_request_moved_to_another_period_is_a_difference_where_the_role_agrees
     # Where the role's distribution differs, that difference is reported, once.
     longer = reduction.summarize([entry("u0/p0", 2), entry("u0/p1", 6)])
     assert [d.item for d in reduction.compare(longer, theirs, [])] == ["turns"]
+
+
+def test_a_request_shows_its_users_start_date_and_its_memories_oldest_first_or_not():
+    environment = [{"id": "u0", "start_time": "2024-01-01", "periods": []}]
+    strings = reduction._environment_strings(environment)
+    profile = {"messages": [{"role": "user", "content": "since 2024-01-01 I live in Oslo"}]}
+    assert reduction.shows_start_date(profile, strings, "u0/p0") == 1
+    assert reduction.shows_start_date({"messages": []}, strings, "u0/p0") == 0
+
+    def shown(*marks: str) -> dict[str, Any]:
+        return {"role": "reply", "messages": [{"role": "user", "content": " ".join(marks)}]}
+
+    first_seen: dict[int, int] = {}
+    # MEMO-10 and MEMO-11 are one batch (one mem0 update adds MEMO-5n..5n+4): in any order.
+    assert reduction.memory_order(shown("MEMO-11", "MEMO-10"), first_seen, 0) == 1
+    assert reduction.memory_order(shown("MEMO-10", "MEMO-20"), first_seen, 1) == 1
+    assert reduction.memory_order(shown("MEMO-20", "MEMO-12"), first_seen, 2) == 0  # newest first
