@@ -45,8 +45,9 @@ class PaperRun:
     chain_names: dict[str, str]  # feedback -> the chain run's name
 
 
-def chain_spec(spec_path: Path, base_url: str) -> ExperimentSpec:
-    """A shipped Table-3 spec on the fixture's users, against the stub."""
+def chain_spec(spec_path: Path, base_url: str, uncapped: bool = False) -> ExperimentSpec:
+    """A shipped Table-3 spec on the fixture's users, against the stub; `uncapped`: without
+    the spec's `max_feedback_chars`."""
     data = tomllib.loads(spec_path.read_text(encoding="utf-8"))
     data["environment"] = {"file": str(ENVIRONMENT), "train_users": 3, "heldout_users": 0}
     data["tracking"] = {"enabled": False}
@@ -55,6 +56,10 @@ def chain_spec(spec_path: Path, base_url: str) -> ExperimentSpec:
         endpoint["base_url"] = base_url
         endpoint["cache"] = False  # every request must reach the stub's log
     data["llm"]["default"]["model"] = "agent"  # the evals' agent: their upper bound is reused
+    if uncapped:
+        # The paper's own rule (no cap; the shipped specs set a guard far above any fixture
+        # feedback): a cap would drop memories the reference's reflector saw.
+        data["optimizer"].pop("max_feedback_chars", None)
     return spec_from_dict(data, source=spec_path)
 
 
@@ -85,7 +90,8 @@ def paper_run(tmp_path_factory) -> PaperRun:
                 assert main(argv) == 0, f"evolve eval --policy {spec} failed"
             for feedback, spec_path in CHAINS.items():
                 stub.tag(f"ours evolution {feedback}")
-                spec = chain_spec(spec_path, stub.base_url)
+                # The complete chain (the longer feedback) runs on the paper's default length.
+                spec = chain_spec(spec_path, stub.base_url, uncapped=feedback == "complete")
                 result = run_experiment(spec, runs_dir=directory / "runs", tracking=False)
                 assert result.complete, feedback
                 names[feedback] = spec.name

@@ -7,7 +7,13 @@ from simulator.result_helpers import item, period
 
 from evolve.llm.usage import Usage
 from evolve.simulator.baselines import random_score
-from evolve.simulator.metrics import check_variables, diagnose, summarize, summarize_by_period
+from evolve.simulator.metrics import (
+    check_variables,
+    diagnose,
+    original_failures,
+    summarize,
+    summarize_by_period,
+)
 from evolve.simulator.records import (
     Diagnosis,
     ProbeResult,
@@ -231,3 +237,25 @@ def test_empty_results_have_undefined_scores():
 def test_random_score_counts_options_matching_gold():
     assert random_score([["a"], ["b"], ["c"]], ["b"]) == pytest.approx(1 / 3)
     assert random_score([["a", "x"], ["b", "x"]], ["c", "x"]) == 0.0
+
+
+def test_the_original_diagnosis_reads_the_probe_of_the_last_update_not_the_last_mention():
+    """The reference's write position is the last period whose updates set the variable; a
+    later period that only mentions it does not move it. Recalled right when it was last
+    updated (period 0) and wrong when last mentioned (period 1): a read failure now."""
+    check = VariableCheck(
+        variable="diet",
+        gold="vegan",
+        probed="omnivore",
+        correct_now=False,
+        last_write_period=1,
+        correct_at_last_write=False,
+        last_update_period=0,
+        correct_at_last_update=True,
+    )
+    assert original_failures([check]) == (0, 1)
+    assert original_failures([check.model_copy(update={"correct_at_last_update": False})]) == (
+        1,
+        0,
+    )
+    assert original_failures([check.model_copy(update={"correct_now": True})]) == (0, 0)

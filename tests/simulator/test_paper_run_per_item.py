@@ -164,6 +164,16 @@ def test_the_runs_summary_equals_the_figures_of_the_references_items(paper_run, 
     assert summary["random_score"] == pytest.approx(mean(random))
     assert summary["upper_bound_score"] == pytest.approx(mean(upper))
     assert summary["parse_failures"]["answer"] == failures > 0
+    # The original diagnosis, per item, as the reference's matrices count it.
+    counts = {"write_failure": 0, "read_failure": 0, "memory_success": 0}
+    for user in USERS:
+        matrices = load(FIXTURE / agent / user / "diagnosis_metrics.json")
+        for name in counts:
+            counts[name] += sum(map(sum, matrices[name]))
+    n = len(right)
+    assert summary["original_write_failures"] == pytest.approx(counts["write_failure"] / n)
+    assert summary["original_read_failures"] == pytest.approx(counts["read_failure"] / n)
+    assert summary["memory_success"] == pytest.approx(counts["memory_success"] / n)
     # The pooled memory score, where the margin rule lets it be defined.
     assert summary["memory_score"] is not None, "the fixture must define the pooled score"
     expected = (mean(right) - mean(random)) / (mean(upper) - mean(random))
