@@ -37,8 +37,8 @@ the shown state makes right, about one in five wrong as another option, 0, -1, `
 JSON), the asked-for variables for diagnosis probes (real keys with values picked by content,
 so some are right and some wrong, and about one in five with placeholder keys), JSON memory
 writes (marked `MEMO-<n>`),
-mem0-style fact lists (one fact marked `FACT-<n>`) and memory events (five ADDs marked
-`MEMO-<n>`), reflector proposals, and deterministic vectors on `POST /v1/embeddings`. Each
+mem0-style fact lists (one fact marked `FACT-<n>`) and memory events (five memories marked
+`MEMO-<n>`: ADDs, the first an UPDATE of a stored memory when five are shown), reflector proposals, and deterministic vectors on `POST /v1/embeddings`. Each
 answer is a function of the request's content, never of the order requests arrive in (see
 `Script`), so both codebases get the same answers for the same question.
 `--log FILE` appends one JSON line per chat or embeddings request (role guess, messages,
@@ -308,6 +308,12 @@ def option_numbers_in(text: str) -> list[int]:
 
 
 _FACT_MARK = re.compile(r"FACT-\d+")
+# Stored memories an update request shows with their ids: this toolkit's `[id] text` lines
+# and mem0's Python-repr list (`{'id': '0', 'text': '...'}`).
+_LISTED_MEMORY = re.compile(r"^\[(\d+)\] (MEMO-\d+[^\n]*)$", re.M)
+_REPR_MEMORY = re.compile(
+    r"""['"]id['"]\s*:\s*['"](\w+)['"]\s*,\s*['"]text['"]\s*:\s*['"](MEMO-[^'"]*)"""
+)
 _SESSION_TIME = re.compile(r"\[Current Time: ([^\]]+)\]")
 _FIELD_HEADER = re.compile(r"^\[\[ ## \w+ ## \]\]\s*\n", re.M)
 
@@ -433,10 +439,25 @@ class Script:
             texts = [
                 f"MEMO-{ADDS_PER_UPDATE * mark + k}: {MEMORY_TEXT}" for k in range(ADDS_PER_UPDATE)
             ]
-            if '"events"' in last or "events" in properties:  # this toolkit's event list
+            # An update shown a full batch of stored memories rewrites the first one (UPDATE)
+            # instead of adding a fifth memory: the store then grows by 4, not 5, and an
+            # UPDATE that kept the old memory would show in the counts.
+            ours = '"events"' in last or "events" in properties  # this toolkit's event list
+            stored = (_LISTED_MEMORY if ours else _REPR_MEMORY).findall(last)
+            updated = stored[0] if len(stored) >= ADDS_PER_UPDATE else None
+            if ours:
                 events = [{"event": "ADD", "id": 0, "text": text} for text in texts]
+                if updated is not None:
+                    events[0] = {"event": "UPDATE", "id": int(updated[0]), "text": texts[0]}
                 return role, json.dumps({"events": events})
             memory = [{"id": str(k), "text": text, "event": "ADD"} for k, text in enumerate(texts)]
+            if updated is not None:
+                memory[0] = {
+                    "id": updated[0],
+                    "text": texts[0],
+                    "event": "UPDATE",
+                    "old_memory": updated[1],
+                }
             return role, json.dumps({"memory": memory})
         if role == "reflector":
             return role, self._proposal(messages, properties, mark)

@@ -170,3 +170,28 @@ def test_an_answer_is_the_number_printed_next_to_the_option_picked():
     as_printed = _answer(Script().chat(chat(("user", prompt)))[1])
     # The same options numbered from 0: the same option picked, answered by its new number.
     assert _answer(Script().chat(chat(("user", shifted)))[1]) == as_printed - 1
+
+
+def test_an_update_shown_five_stored_memories_rewrites_the_first_instead_of_adding_a_fifth():
+    stored = "\n".join(f"[{k}] MEMO-{10 + k}: a stored memory" for k in range(1, 6))
+    ours = chat(
+        ("user", f'Decide ADD, UPDATE, DELETE or NONE; "events" list.\n{stored}\nFACT-3: new'),
+        response_format={"type": "json_object"},
+    )
+    events = json.loads(Script().chat(ours)[1])["events"]
+    assert [e["event"] for e in events] == ["UPDATE", "ADD", "ADD", "ADD", "ADD"]
+    assert events[0]["id"] == 1 and "MEMO-" in events[0]["text"]
+    # mem0's prompt lists the stored memories as a Python repr; fewer than five: only ADDs.
+    listed = str([{"id": str(k), "text": f"MEMO-{10 + k}: a stored memory"} for k in range(5)])
+    reference = chat(
+        ("user", f"Decide ADD, UPDATE, DELETE or NONE per event.\n{listed}\nFACT-3: new"),
+        response_format={"type": "json_object"},
+    )
+    memory = json.loads(Script().chat(reference)[1])["memory"]
+    assert memory[0]["event"] == "UPDATE" and memory[0]["id"] == "0"
+    assert memory[0]["old_memory"].startswith("MEMO-10")
+    fewer = chat(
+        ("user", f"Decide ADD, UPDATE, DELETE or NONE per event.\n{listed[:60]}\nFACT-3: new"),
+        response_format={"type": "json_object"},
+    )
+    assert {m["event"] for m in json.loads(Script().chat(fewer)[1])["memory"]} == {"ADD"}
