@@ -31,16 +31,17 @@ Fault and accounting tests drive it through two extra routes:
 
 `--scripted` answers every request as its role expects, for this toolkit and for the reference
 AMemGym code alike (see `guess_role`): plain text for chat replies and simulated-user follow-
-ups, a fenced `{"answer": n}` for multiple-choice prompts (about one in four unparseable, so the
-reference's random fallback runs; with `--environment FILE`, the upper bound answers the option
-the shown state makes right, about one in five wrong as another option, 0, -1, `true` or no
-JSON), the asked-for variables for diagnosis probes (real keys with values picked by content,
-so some are right and some wrong, and about one in five with placeholder keys), JSON memory
-writes (marked `MEMO-<n>`),
-mem0-style fact lists (one fact marked `FACT-<n>`) and memory events (five memories marked
-`MEMO-<n>`: ADDs, the first an UPDATE of a stored memory when five are shown), reflector proposals, and deterministic vectors on `POST /v1/embeddings`. Each
-answer is a function of the request's content, never of the order requests arrive in (see
+ups, a fenced `{"answer": n}` for multiple-choice prompts (about one in four unparseable, so
+the reference's random fallback runs; with `--environment FILE`, the upper bound answers the
+option the shown state makes right, about one in five wrong as another option, 0, -1, `true` or
+no JSON), the asked-for variables for diagnosis probes (real keys with values picked by
+content, so some are right and some wrong, and about one in five with placeholder keys), JSON
+memory writes (marked `MEMO-<n>`), mem0-style fact lists (one fact marked `FACT-<n>`) and
+memory events (five memories marked `MEMO-<n>`: ADDs, the first an UPDATE of a stored memory
+when five are shown), reflector proposals, and deterministic vectors on `POST /v1/embeddings`.
+Each answer is a function of the request's content, never of the order requests arrive in (see
 `Script`), so both codebases get the same answers for the same question.
+
 `--log FILE` appends one JSON line per chat or embeddings request (role guess, messages,
 temperature, max_tokens, response_format, model; for embeddings the input texts) with the
 current tag, which `POST /log/tag` `{"tag": "native"}` sets (the run a request belongs to).
