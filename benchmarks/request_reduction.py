@@ -27,11 +27,13 @@ request also gets its user-period (that of the latest session opening it quotes;
 request that quotes none, the user whose questions it quotes and its rank among them; an AWI or
 mem0 memory operation, the latest user-period before it in its run; else '-') and counts:
 `turns` (earlier conversation turns it quotes), `memories` (distinct `MEMO-` marks), `facts`
-(distinct `FACT-` marks) and `own_period_end` (1 when it shows its own period's end date, the
-simulated user's "today"). A group is summarised by its number of calls, its calls per user-
-period (`calls_per_user_period`), the union of its items, how many requests carry each item set
-(`items_per_request`, not unioned), the set of each parameter's values, the distribution of
-each count over its requests, and the same item sets and counts per user-period
+(distinct `FACT-` marks), `turn_labels` (stored turns shown with the reference RAG's speaker
+labels), `own_period_end` and `start_date` (1 when it shows its own period's end date, the
+simulated user's "today", or its user's start date) and `memory_order` (1 when the memories it
+shows are oldest first; not for AWE and RAG). A group is summarised by its number of calls, its
+calls per user- period (`calls_per_user_period`), the union of its items, how many requests
+carry each item set (`items_per_request`, not unioned), the set of each parameter's values, the
+distribution of each count over its requests, and the same item sets and counts per user-period
 (`<name>_by_user_period`, compared where the group's distribution and calls per user-period
 agree); `compare` lists every difference between two summaries, each with the kept row of the
 deviation table that states exactly it (same role, policy, item and value on each side) or
@@ -84,7 +86,17 @@ MEMORY_MARKS = re.compile(r"MEMO-\d+")
 ADDS_PER_UPDATE = 5
 FACT_MARKS = re.compile(r"FACT-\d+")  # what it writes into every fact it extracts
 # Per-request counts, compared as distributions per role and call (not unioned).
-QUANTITIES = ("turns", "memories", "facts", "own_period_end", "start_date", "memory_order")
+QUANTITIES = (
+    "turns",
+    "memories",
+    "facts",
+    "own_period_end",
+    "start_date",
+    "memory_order",
+    "turn_labels",
+)
+# How the reference's RAG stores a conversation turn: the speaker's label before its text.
+TURN_LABELS = re.compile(r"\b(?:USER INPUT|ASSISTANT RESPONSE): ")
 # A measure's distribution over [user-period, value] pairs is named with this suffix.
 BY_USER_PERIOD = "_by_user_period"
 CONVERSATION_MARKS = re.compile(r"\((reply|follow-up) \d+\)")
@@ -206,7 +218,8 @@ def request_items(entry: Mapping[str, Any], strings: Mapping[str, Any]) -> list[
 def request_quantities(entry: Mapping[str, Any]) -> dict[str, int]:
     """How much of each countable thing a logged chat request shows: earlier conversation
     turns (the stub's reply / follow-up marks and session openings before the current turn),
-    stored memories (distinct MEMO- marks) and extracted facts (distinct FACT- marks)."""
+    stored memories (distinct MEMO- marks), extracted facts (distinct FACT- marks) and
+    stored turns' speaker labels (`TURN_LABELS`)."""
     texts = [_text(m) for m in entry.get("messages") or []]
     full = "\n".join(texts)
     earlier = "\n".join(texts[:-1]) if entry.get("role") in CHAT_TURN_CALLS else full
@@ -216,6 +229,7 @@ def request_quantities(entry: Mapping[str, Any]) -> dict[str, int]:
         "turns": len(turns),
         "memories": len(set(MEMORY_MARKS.findall(full))),
         "facts": len(set(FACT_MARKS.findall(full))),
+        "turn_labels": len(TURN_LABELS.findall(full)),
     }
 
 

@@ -67,6 +67,7 @@ ITEMS = (
     "start_date",  # whether a request shows its user's start date
     "memory_order",  # whether the memories a request shows are oldest first
     "headed_inputs",  # texts of an embeddings request that carry a session time header
+    "turn_labels",  # stored conversation turns shown with their speaker's label
 )
 # The items the request comparison measures: a kept row covering one of them states the
 # value expected on each side (`expect`), and only that exact difference is accepted.
@@ -94,6 +95,7 @@ COMPARED_ITEMS = (
     "start_date",
     "memory_order",
     "headed_inputs",
+    "turn_labels",
 )
 DEVIATIONS_FILE = "paper_deviations.toml"
 

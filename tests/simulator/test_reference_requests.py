@@ -281,7 +281,12 @@ def test_the_stub_marks_facts_apart_from_stored_memories():
             {"role": "user", "content": "Old: MEMO-3 MEMO-4 MEMO-3. New facts: FACT-7, FACT-8"}
         ],
     }
-    assert reduction.request_quantities(entry) == {"turns": 0, "memories": 2, "facts": 2}
+    assert reduction.request_quantities(entry) == {
+        "turns": 0,
+        "memories": 2,
+        "facts": 2,
+        "turn_labels": 0,
+    }
 
 
 def test_every_row_of_the_deviation_table_uses_the_vocabulary():
