@@ -7,7 +7,8 @@ answers only about half of those right: with 20-40 entries in the prompt, the ri
 among misfiled and outdated ones. Here every recorded period's end state (`checkpoint.json`:
 memory and recent messages) is loaded as it was, and each question is answered again by the
 policy's own answer step, with the memory cut to the `k` entries most similar (MiniLM cosine)
-to the question and its options (`--top-k`, several values compare). No conversation is
+to the question and its options (`--top-k`, several values compare), or with every entry's
+slot label replaced by a neutral one (`--unlabelled`). No conversation is
 simulated: the memories are the recorded ones, so only the reading changes.
 
     .venv/bin/python benchmarks/read_replay.py \\
@@ -54,11 +55,18 @@ def main() -> None:
     parser.add_argument("--spec", type=Path, default=ROOT / "experiments" / "quickstart.toml")
     parser.add_argument("--room", type=Path, required=True, help="a types_list_room.py --out")
     parser.add_argument("--seeds", type=int, nargs="+", default=[13, 14, 15])
-    parser.add_argument("--top-k", type=int, nargs="+", default=[3, 5])
+    parser.add_argument("--top-k", type=int, nargs="*", default=[3, 5])
+    parser.add_argument(
+        "--unlabelled",
+        action="store_true",
+        help="also every entry with its slot label replaced by 'said' (a misfiled sentence's "
+        "label names another fact)",
+    )
     parser.add_argument("--conditions", nargs="+", default=["base", "ideal"])
     args = parser.parse_args()
     spec = api.load_spec(args.spec)
     variants = ["recorded", *(f"top{k}" for k in args.top_k)]
+    variants += ["unlabelled"] if args.unlabelled else []
     totals = {(c, v): [0, 0] for c in args.conditions for v in variants}
     with open_role_lms(spec.llm) as lms, lms.context("agent"):
         for seed in args.seeds:
@@ -81,12 +89,19 @@ def main() -> None:
                         totals[condition, "recorded"][0] += item["correct"]
                         totals[condition, "recorded"][1] += 1
                         query = "\n".join([item["question"], *item["options"]])
-                        for k in args.top_k:
+                        for variant in variants[1:]:
                             state = policy.state_type.model_validate(saved)
-                            state.memory = nearest(policy, state.memory, query, k)
+                            if variant == "unlabelled":
+                                state.memory = [
+                                    e.model_copy(update={"label": "said"}) for e in state.memory
+                                ]
+                            else:
+                                state.memory = nearest(
+                                    policy, state.memory, query, int(variant[3:])
+                                )
                             answer = policy.answer(state, item["question"], item["options"])
-                            totals[condition, f"top{k}"][0] += answer.choice == item["gold"]
-                            totals[condition, f"top{k}"][1] += 1
+                            totals[condition, variant][0] += answer.choice == item["gold"]
+                            totals[condition, variant][1] += 1
                 took = time.perf_counter() - started
                 line = ", ".join(
                     f"{v} {totals[condition, v][0]}/{totals[condition, v][1]}" for v in variants
