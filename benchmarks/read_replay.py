@@ -7,8 +7,10 @@ answers only about half of those right: with 20-40 entries in the prompt, the ri
 among misfiled and outdated ones. Here every recorded period's end state (`checkpoint.json`:
 memory and recent messages) is loaded as it was, and each question is answered again by the
 policy's own answer step, with the memory cut to the `k` entries most similar (MiniLM cosine)
-to the question and its options (`--top-k`, several values compare), or with every entry's
-slot label replaced by a neutral one (`--unlabelled`). No conversation is
+to the question and its options (`--top-k`, several values compare), with every entry's
+slot label replaced by a neutral one (`--unlabelled`), or with every entry restated in a few
+words by the model, alone or beside the quote (`--restated`: what a write storing the value
+beside the quote would give). No conversation is
 simulated: the memories are the recorded ones, so only the reading changes.
 
     .venv/bin/python benchmarks/read_replay.py \\
@@ -50,12 +52,35 @@ def nearest(policy, entries: list[MemoryEntry], query: str, k: int) -> list[Memo
     return [e for index, e in enumerate(entries) if index in keep]
 
 
+def restated(lm, cache: dict[tuple[str, str], str], entry: MemoryEntry) -> str:
+    """The entry's sentence restated in a few words as a fact about the user (cached)."""
+    key = (entry.label, entry.value)
+    if key not in cache:
+        messages = [
+            {
+                "role": "user",
+                "content": f'A user said: "{entry.value}"\nIn at most eight words, state '
+                f"what this tells about the user's {entry.label}. Reply with the words only.",
+            }
+        ]
+        reply = lm(messages=messages, temperature=0, max_tokens=24)[0]
+        text = reply if isinstance(reply, str) else reply.get("text", "")
+        cache[key] = " ".join(str(text).split()).strip(' ."') or entry.value
+    return cache[key]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--spec", type=Path, default=ROOT / "experiments" / "quickstart.toml")
     parser.add_argument("--room", type=Path, required=True, help="a types_list_room.py --out")
     parser.add_argument("--seeds", type=int, nargs="+", default=[13, 14, 15])
     parser.add_argument("--top-k", type=int, nargs="*", default=[3, 5])
+    parser.add_argument(
+        "--restated",
+        action="store_true",
+        help="also every entry restated in a few words by the model (one call per distinct "
+        "entry; the write that would store it): the restatement alone, and beside the quote",
+    )
     parser.add_argument(
         "--unlabelled",
         action="store_true",
@@ -67,6 +92,8 @@ def main() -> None:
     spec = api.load_spec(args.spec)
     variants = ["recorded", *(f"top{k}" for k in args.top_k)]
     variants += ["unlabelled"] if args.unlabelled else []
+    variants += ["restated", "restated+quote"] if args.restated else []
+    restatements: dict[tuple[str, str], str] = {}
     totals = {(c, v): [0, 0] for c in args.conditions for v in variants}
     with open_role_lms(spec.llm) as lms, lms.context("agent"):
         for seed in args.seeds:
@@ -94,6 +121,17 @@ def main() -> None:
                             if variant == "unlabelled":
                                 state.memory = [
                                     e.model_copy(update={"label": "said"}) for e in state.memory
+                                ]
+                            elif variant.startswith("restated"):
+                                lm = lms.lm("agent")
+                                state.memory = [
+                                    e.model_copy(
+                                        update={
+                                            "value": restated(lm, restatements, e)
+                                            + (f' ("{e.value}")' if "quote" in variant else "")
+                                        }
+                                    )
+                                    for e in state.memory
                                 ]
                             else:
                                 state.memory = nearest(
