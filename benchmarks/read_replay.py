@@ -146,6 +146,10 @@ def main() -> None:
                 )
                 print(f"seed {seed} {condition}: cumulative {line} ({took:.0f} s)", flush=True)
     print()
+    if restatements:
+        # An empty restatement falls back to the quote: counted, not hidden.
+        kept = sum(text == value for (_, value), text in restatements.items())
+        print(f"restated {len(restatements)} distinct entries; {kept} empty replies kept the quote")
     for variant in variants:
         shares = {c: totals[c, variant][0] / max(totals[c, variant][1], 1) for c in args.conditions}
         gap = (

@@ -60,7 +60,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -216,15 +216,20 @@ def _schema_properties(request: dict[str, Any]) -> set[str]:
     return set(schema.get("properties", {}))
 
 
-def probe_schema(text: str) -> dict[str, list[str]] | None:
-    """The first JSON object in `text` whose values are all lists of strings (a schema of
-    variables and their possible values), or None."""
+def json_objects(text: str) -> Iterator[Any]:
+    """Every JSON value that starts at a `{` in `text`, in order (the rest is skipped)."""
     decoder = json.JSONDecoder()
     for match in re.finditer(r"\{", text):
         try:
-            value, _ = decoder.raw_decode(text, match.start())
+            yield decoder.raw_decode(text, match.start())[0]
         except ValueError:
             continue
+
+
+def probe_schema(text: str) -> dict[str, list[str]] | None:
+    """The first JSON object in `text` whose values are all lists of strings (a schema of
+    variables and their possible values), or None."""
+    for value in json_objects(text):
         if (
             isinstance(value, dict)
             and value
@@ -328,12 +333,7 @@ def question_in(text: str) -> str:
 def state_in(text: str) -> dict[str, str]:
     """The first JSON object in `text` whose values are all strings (a state shown to the
     upper bound), or {}."""
-    decoder = json.JSONDecoder()
-    for match in re.finditer(r"\{", text):
-        try:
-            value, _ = decoder.raw_decode(text, match.start())
-        except ValueError:
-            continue
+    for value in json_objects(text):
         if isinstance(value, dict) and value and all(isinstance(v, str) for v in value.values()):
             return value
     return {}

@@ -73,6 +73,16 @@ def option_state(item: EnvironmentItem, question: int, number: int) -> list[str]
     return [str(v) for v in item.qas[question].answer_choices[number - 1].state]
 
 
+def load_cross_check():
+    """`benchmarks/cross_check.py` as a module (benchmarks/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(
+        "cross_check", FIXTURE.parents[2] / "benchmarks" / "cross_check.py"
+    )
+    cross_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cross_check)
+    return cross_check
+
+
 def reference_answer(raw: str) -> int | None:
     """The option number as the reference reads it (`parse_json(raw)["answer"]`), or None."""
     try:
@@ -262,11 +272,7 @@ def formula_only(monkeypatch):
 
 @pytest.mark.parametrize("agent", AGENTS)
 def test_cross_check_scores_the_reference_layout_with_our_metric_code(agent, formula_only):
-    spec = importlib.util.spec_from_file_location(
-        "cross_check", FIXTURE.parents[2] / "benchmarks" / "cross_check.py"
-    )
-    cross_check = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cross_check)
+    cross_check = load_cross_check()
     (model_dir,) = (FIXTURE / "upperbound").iterdir()
     users, notes = cross_check.reference_results(FIXTURE, ENV, agent, model_dir.name)
     assert list(users) == USERS and notes == {}
@@ -317,11 +323,7 @@ def test_the_papers_number_equals_the_references_where_no_answer_failed_to_parse
     """Every user-period without an unparseable answer contributes the same term to our
     paper's number as to the reference's: shown on the fixture's records with the draws'
     scores replaced by their expected value on the reference's side."""
-    spec = importlib.util.spec_from_file_location(
-        "cross_check", FIXTURE.parents[2] / "benchmarks" / "cross_check.py"
-    )
-    cross_check = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cross_check)
+    cross_check = load_cross_check()
     (model_dir,) = (FIXTURE / "upperbound").iterdir()
     for agent in AGENTS:
         users, _ = cross_check.reference_results(FIXTURE, ENV, agent, model_dir.name)
@@ -349,11 +351,7 @@ def test_the_papers_number_differs_from_the_references_only_by_its_random_draws(
     the draw's expected value, 1 / #options (kept row paper_number_expected_value): per
     user-period, the reference's term minus ours is exactly the draws' surplus over their
     expected values, over the questions, divided by the period's upper bound minus random."""
-    spec = importlib.util.spec_from_file_location(
-        "cross_check", FIXTURE.parents[2] / "benchmarks" / "cross_check.py"
-    )
-    cross_check = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cross_check)
+    cross_check = load_cross_check()
     (model_dir,) = (FIXTURE / "upperbound").iterdir()
     random_matrix = load(FIXTURE / "random_metrics.json")["accuracy"]
     ub_matrix = load(model_dir / "utilization_metrics.json")["accuracy"]
@@ -443,11 +441,7 @@ def test_evolve_eval_off_policy_loads_and_scores_the_reference_interactions(
 def test_cross_check_leaves_out_a_user_the_reference_did_not_finish(tmp_path):
     """A run the reference stopped mid-way leaves null entries for the periods it never
     reached: that user is left out with the period named, never parsed as zeros."""
-    spec = importlib.util.spec_from_file_location(
-        "cross_check", FIXTURE.parents[2] / "benchmarks" / "cross_check.py"
-    )
-    cross_check = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cross_check)
+    cross_check = load_cross_check()
     partial = tmp_path / "native"
     shutil.copytree(FIXTURE / "native", partial)
     results_file = partial / USERS[1] / "overall_results.json"
@@ -460,11 +454,7 @@ def test_cross_check_leaves_out_a_user_the_reference_did_not_finish(tmp_path):
 
 
 def test_cross_check_calls_a_gap_noise_only_inside_two_standard_errors():
-    spec = importlib.util.spec_from_file_location(
-        "cross_check", FIXTURE.parents[2] / "benchmarks" / "cross_check.py"
-    )
-    cross_check = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cross_check)
+    cross_check = load_cross_check()
     half = MetricSummary(accuracy=0.5, n_items=18)
     # 2 * sqrt(2 * 0.25 / 18) = 0.333: a gap of 0.278 is noise, one of 0.5 is not.
     near = MetricSummary(accuracy=0.5 + 5 / 18, n_items=18)
@@ -486,11 +476,7 @@ def test_cross_check_table_only_prints_the_outputs_on_disk_without_an_endpoint(
 ):
     """--table-only reads what earlier invocations left in --out (agents run one at a time)
     and starts nothing: no endpoint, no reference step, no `evolve eval`."""
-    spec = importlib.util.spec_from_file_location(
-        "cross_check", FIXTURE.parents[2] / "benchmarks" / "cross_check.py"
-    )
-    cross_check = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cross_check)
+    cross_check = load_cross_check()
 
     def no_calls(*_args, **_kwargs):
         raise AssertionError("--table-only must not start an endpoint or run a side")
@@ -516,11 +502,7 @@ def test_cross_check_table_only_prints_the_outputs_on_disk_without_an_endpoint(
 def test_cross_check_compares_only_the_user_periods_both_sides_finished(tmp_path):
     """The reference stopped in user 1's period 1 and our run lacks user 2's period 2: the
     like-for-like line scores exactly the other user-periods, on both sides."""
-    spec = importlib.util.spec_from_file_location(
-        "cross_check", FIXTURE.parents[2] / "benchmarks" / "cross_check.py"
-    )
-    cross_check = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cross_check)
+    cross_check = load_cross_check()
     shutil.copytree(FIXTURE / "native", tmp_path / "reference" / "native")
     results_file = tmp_path / "reference" / "native" / USERS[1] / "overall_results.json"
     results = load(results_file)

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from simulator.paper_run import FIXTURE, REPO, PaperRun
 
-from evolve.spec.paper_deviations import read_deviations
+from evolve.spec.paper_deviations import COMPARED_ITEMS, read_deviations
 
 DEVIATIONS = REPO / "evolve" / "spec" / "paper_deviations.toml"
 
@@ -295,6 +295,8 @@ def test_every_row_of_the_deviation_table_uses_the_vocabulary():
     items = set(reduction.ITEMS) | set(reduction.PARAMETERS)
     items |= {"feedback", "model", "embedding_model", "parsing", "calls", "wording"}
     items |= {"calls_per_user_period", "items_per_request", *reduction.QUANTITIES, "headed_inputs"}
+    # Every measure the comparison reports is one a kept row must state value for value.
+    assert items - {"feedback", "model", "parsing", "wording"} <= set(COMPARED_ITEMS)
     rows = read_deviations(DEVIATIONS)  # valid rows, unique ids
     for row in rows:
         assert set(row.roles) <= roles, row.id
