@@ -87,10 +87,19 @@ def main() -> None:
         help="also every entry with its slot label replaced by 'said' (a misfiled sentence's "
         "label names another fact)",
     )
+    parser.add_argument(
+        "--read-top-k",
+        type=int,
+        nargs="*",
+        default=[],
+        help="also answered by the policy itself with its parameter top_k set to each value "
+        "(its own read: the entries whose sentences are nearest the question)",
+    )
     parser.add_argument("--conditions", nargs="+", default=["base", "ideal"])
     args = parser.parse_args()
     spec = api.load_spec(args.spec)
     variants = ["recorded", *(f"top{k}" for k in args.top_k)]
+    variants += [f"read{k}" for k in args.read_top_k]
     variants += ["unlabelled"] if args.unlabelled else []
     variants += ["restated", "restated+quote"] if args.restated else []
     restatements: dict[tuple[str, str], str] = {}
@@ -118,7 +127,10 @@ def main() -> None:
                         query = "\n".join([item["question"], *item["options"]])
                         for variant in variants[1:]:
                             state = policy.state_type.model_validate(saved)
-                            if variant == "unlabelled":
+                            answering = policy
+                            if variant.startswith("read"):
+                                answering = policy.with_parameters(top_k=int(variant[4:]))
+                            elif variant == "unlabelled":
                                 state.memory = [
                                     e.model_copy(update={"label": "said"}) for e in state.memory
                                 ]
@@ -137,7 +149,7 @@ def main() -> None:
                                 state.memory = nearest(
                                     policy, state.memory, query, int(variant[3:])
                                 )
-                            answer = policy.answer(state, item["question"], item["options"])
+                            answer = answering.answer(state, item["question"], item["options"])
                             totals[condition, variant][0] += answer.choice == item["gold"]
                             totals[condition, variant][1] += 1
                 took = time.perf_counter() - started

@@ -161,7 +161,10 @@ class FieldsDialogue(Dialogue):
         )
 
     def answer(self, policy, state, question, options):
-        extra, retrieved = policy._use_inputs(state, question)
+        # The question and its options are the read's query, as under the paper's flow: the
+        # options name the values a memory must tell apart.
+        query = f"{question}\n{render_options(options)}" if options else question
+        extra, retrieved = policy._use_inputs(state, query)
         conversation = render_conversation(state.short_term)
         if not options:
             try:

@@ -26,8 +26,14 @@ Role-confused follow-ups of a small simulated user ("I understand you're having 
 falling asleep. Creating a bedtime routine ...") repeat the assistant's reply; filed as facts,
 they pushed real facts out of their type.
 
-Reading and use are `in_context`'s (every entry in the prompt). Under `variant = "paper"` this
-kind does not exist (the reference has no such policy).
+The read shows the `top_k` entries whose sentences are most similar to the query (the question,
+or the user's message being replied to), in memory order; `use` is `in_context`'s. Why not every
+entry: with the complete types list the recorded memories hold 13 to 40 entries, misfiled and
+outdated ones among them, and the bundled 1.5B shown all of them answered 0.507 of the
+questions, against 0.667 shown the single nearest sentence (the nearest is the sentence that
+revealed the current value for 103 of the 125 questions whose sentence memory holds;
+`benchmarks/read_replay.py`). A narrow types list keeps few entries, so `top_k` changes little
+there. Under `variant = "paper"` this kind does not exist (the reference has no such policy).
 """
 
 from __future__ import annotations
@@ -45,7 +51,7 @@ from memory_policies.common import (
     MemoryReply,
     latest_time,
 )
-from memory_policies.embed import UsesEmbedder, embed_texts
+from memory_policies.embed import UsesEmbedder, embed_texts, top_k_indices
 from memory_policies.in_context import (
     InContextPolicy,
     InContextRead,
@@ -171,9 +177,16 @@ class InContextQuotesState(InContextState):
 
 class InContextQuotesPolicy(UsesEmbedder, InContextPolicy):
     """`in_context` whose write files the user's sentences into the nearest slot of the types
-    list (see the module docstring)."""
+    list, and whose read shows the `top_k` entries nearest the query (see the module
+    docstring)."""
 
     kind: ClassVar[str] = "in_context_quotes"
+    parameter_names: ClassVar[tuple[str, ...]] = ("update_every", "short_term_len", "top_k")
+    default_parameters: ClassVar[dict[str, int]] = {
+        "update_every": 2,
+        "short_term_len": 4,
+        "top_k": 1,
+    }
     state_type: ClassVar[type[MemoryState]] = InContextQuotesState
     # The reference has no such policy (its nearest is in_context:variant=paper).
     variants: ClassVar[tuple[Variant, ...]] = (EVOLVE.name,)
@@ -204,6 +217,20 @@ class InContextQuotesPolicy(UsesEmbedder, InContextPolicy):
             same = [e for e in state.memory if e.label == kind]
             for stale in same[:-ENTRIES_PER_SLOT]:
                 state.memory.remove(stale)
+
+    def _use_inputs(self, state: MemoryState, query: str) -> tuple[dict[str, str], list[str]]:
+        assert isinstance(state, InContextQuotesState)
+        shown = self._nearest_entries(state.memory, _TIME_HEADER.sub("", query.strip()))
+        return {"memory": self.read(entries=shown).memory}, [f"{e.label}: {e.value}" for e in shown]
+
+    def _nearest_entries(self, entries: list[MemoryEntry], query: str) -> list[MemoryEntry]:
+        """The `top_k` entries whose sentences are most similar to `query`, in memory order.
+        The sentences alone are compared: a misfiled entry's label names another fact."""
+        if len(entries) <= self.top_k or not query:
+            return list(entries)
+        vectors = embed_texts(self.embedder, [query, *(e.value for e in entries)])
+        kept = set(top_k_indices(vectors[0], vectors[1:], self.top_k))
+        return [entry for index, entry in enumerate(entries) if index in kept]
 
     def _new_statements(self, state: InContextQuotesState, messages: list[Message]) -> list[str]:
         """The user's statements in `messages` that are new: not repeating the assistant's

@@ -382,7 +382,6 @@ def resolve_tuning(
             raise ConfigError(
                 f"{label}: tuning.parameters.{name}: not a parameter of a '{policy.kind}' policy; "
                 f"valid: {list(rules) or 'none'}"
-                + (" (top_k exists for embedding-store policies only)" if name == "top_k" else "")
             )
         ends = (space.low, space.high) if isinstance(space, IntRange) else (min(space), max(space))
         for value in ends:

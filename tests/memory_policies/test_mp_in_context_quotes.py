@@ -136,6 +136,23 @@ def test_the_previous_reply_survives_a_checkpoint():
     assert _filed(policy.observe(restored, [_said("Eat fish.")])) == []
 
 
+def test_the_read_shows_the_top_k_entries_nearest_the_query_in_memory_order():
+    lm = agent()
+    policy = _policy()
+    state = policy.initial_state()
+    for said in ("We adopted a cat.", "I cook all my meals."):
+        state = policy.observe(state, [_said(said)])
+    assert policy.top_k == 1
+    with agent_context(lm):
+        answer = policy.answer(state, "Which animals: a cat or a dog?", ["cat", "dog"])
+        wide = policy.with_parameters(top_k=2).answer(state, "Which animals?", ["cat", "dog"])
+    assert answer.retrieved == ["Pets: We adopted a cat."]
+    assert "We adopted a cat." in lm.calls[0].text
+    assert "I cook all my meals." not in lm.calls[0].text
+    # Shown every entry when top_k reaches their number, oldest write first.
+    assert wide.retrieved == ["Pets: We adopted a cat.", "Diet: I cook all my meals."]
+
+
 def test_the_types_list_and_use_are_the_components():
     policy = _policy()
     assert set(policy.components()) == {"write.types_to_remember", "use"}

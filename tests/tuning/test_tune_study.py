@@ -129,7 +129,11 @@ def test_a_parameter_is_checked_against_the_policys_own_table(tmp_path):
 
 def test_resolve_checks_parameters_against_the_policy_and_warns_about_pruning(tmp_path):
     spec = load_study_spec(write_tune_spec(tmp_path, "[tuning.parameters]\ntop_k = [10, 30]"))
-    with pytest.raises(ConfigError, match="top_k exists for embedding-store policies only"):
+    with pytest.raises(
+        ConfigError,
+        match=r"top_k: not a parameter of a 'in_context' policy; valid: \['update_every', "
+        r"'short_term_len'\]$",
+    ):
         resolve_tuning(spec)
     multi = load_study_spec(
         write_tune_spec(
