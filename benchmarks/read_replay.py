@@ -7,7 +7,9 @@ answers only about half of those right: with 20-40 entries in the prompt, the ri
 among misfiled and outdated ones. Here every recorded period's end state (`checkpoint.json`:
 memory and recent messages) is loaded as it was, and each question is answered again by the
 policy's own answer step, with the memory cut to the `k` entries most similar (MiniLM cosine)
-to the question and its options (`--top-k`, several values compare), with every entry's
+to the question and its options (`--top-k`, several values compare), by the policy's own read
+with its `top_k` set (`--read-top-k`, with and without the recent messages: `--without-recent`),
+with every entry's
 slot label replaced by a neutral one (`--unlabelled`), or with every entry restated in a few
 words by the model, alone or beside the quote (`--restated`: what a write storing the value
 beside the quote would give). No conversation is
@@ -95,11 +97,18 @@ def main() -> None:
         help="also answered by the policy itself with its parameter top_k set to each value "
         "(its own read: the entries whose sentences are nearest the question)",
     )
+    parser.add_argument(
+        "--without-recent",
+        action="store_true",
+        help="also each --read-top-k variant without the recent messages in the prompt (what "
+        "short_term_len 0 shows, except that the last exchange is not in memory)",
+    )
     parser.add_argument("--conditions", nargs="+", default=["base", "ideal"])
     args = parser.parse_args()
     spec = api.load_spec(args.spec)
     variants = ["recorded", *(f"top{k}" for k in args.top_k)]
     variants += [f"read{k}" for k in args.read_top_k]
+    variants += [f"read{k}-alone" for k in args.read_top_k] if args.without_recent else []
     variants += ["unlabelled"] if args.unlabelled else []
     variants += ["restated", "restated+quote"] if args.restated else []
     restatements: dict[tuple[str, str], str] = {}
@@ -129,7 +138,10 @@ def main() -> None:
                             state = policy.state_type.model_validate(saved)
                             answering = policy
                             if variant.startswith("read"):
-                                answering = policy.with_parameters(top_k=int(variant[4:]))
+                                k = variant.removeprefix("read").removesuffix("-alone")
+                                answering = policy.with_parameters(top_k=int(k))
+                                if variant.endswith("-alone"):
+                                    state.short_term, state.short_term_times = [], []
                             elif variant == "unlabelled":
                                 state.memory = [
                                     e.model_copy(update={"label": "said"}) for e in state.memory

@@ -153,6 +153,18 @@ def test_the_read_shows_the_top_k_entries_nearest_the_query_in_memory_order():
     assert wide.retrieved == ["Pets: We adopted a cat.", "Diet: I cook all my meals."]
 
 
+def test_the_options_are_part_of_the_reads_query():
+    lm = agent()
+    policy = _policy()
+    state = policy.initial_state()
+    for said in ("We adopted a cat.", "I cook all my meals."):
+        state = policy.observe(state, [_said(said)])
+    with agent_context(lm):
+        # The question alone names neither entry; its options name the cook's.
+        answer = policy.answer(state, "Which fits me now?", ["cook all my meals", "eat out"])
+    assert answer.retrieved == ["Diet: I cook all my meals."]
+
+
 def test_the_types_list_and_use_are_the_components():
     policy = _policy()
     assert set(policy.components()) == {"write.types_to_remember", "use"}
