@@ -1,8 +1,9 @@
 """The quickstart's recorded periods, replayed: no memory score the toolkit logs or prints
 exceeds what its accuracy allows.
 
-`benchmarks/records/quickstart_seeds` holds four recorded quickstart runs (seeds 13 and 14,
-each shipped and blind). Each evaluation a run made is stored period by period:
+`benchmarks/records/quickstart_seeds-read-every-entry` holds four recorded quickstart runs
+(seeds 13 and 14, each shipped and blind, from when the quickstart's read showed every entry).
+Each evaluation a run made is stored period by period:
 `evaluations/<train|heldout>/<fingerprint>/<user>/users/<user>/period_NN/result.json` holds
 every question's answer and random score, and the runner directory's `upper_bound.json`
 whether the agent answered it right when told the state. This module loads every one of
@@ -69,7 +70,8 @@ from evolve.simulator.run_dir import RunLayout, read_json
 from evolve.simulator.upper_bound_table import UpperBoundTable
 from evolve.tracking.content import per_period_metrics, per_period_table, split_scores
 
-RECORDS = Path(__file__).resolve().parents[3] / "benchmarks" / "records" / "quickstart_seeds"
+RECORDS = Path(__file__).resolve().parents[3] / "benchmarks" / "records"
+RECORDS /= "quickstart_seeds-read-every-entry"
 RUNS = ("quickstart-s13", "quickstart-s13-blind", "quickstart-s14", "quickstart-s14-blind")
 SPLITS = ("train", "heldout")
 PERIOD_FILES = "evaluations/*/*/*/users/*/period_*/result.json"
