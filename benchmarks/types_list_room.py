@@ -75,6 +75,41 @@ def origin(user: UserResult, period_index: int, item: ItemResult) -> str:
     }.get(item.diagnosis, str(item.diagnosis))
 
 
+def current_sentence(user: UserResult, period_index: int, variable: str, catalog) -> str | None:
+    """The catalog sentence that revealed `variable`'s current value last, up to the period
+    (the opening query of the latest session that exposed it), or None."""
+    value = user.periods[period_index].state.get(variable)
+    spec = catalog.variables.get(variable)
+    if spec is None or value is None:
+        return None
+    for period in reversed(user.periods[: period_index + 1]):
+        for session in reversed(period.sessions):
+            if session.exposed_states.get(variable) == value:
+                said = [p for p in spec.values.get(value, []) if p in session.query]
+                if said:
+                    return said[0]
+    return None
+
+
+def shown_note(report, catalog) -> str:
+    """How many questions the read showed the current value's sentence for, and how many of
+    them (and of the others) were answered right."""
+    counts: Counter = Counter()
+    for user in report.users:
+        for period in user.periods:
+            for item in period.items:
+                said = [
+                    current_sentence(user, period.period_index, v, catalog)
+                    for v in item.required_info
+                ]
+                shown = all(s and any(s in text for text in item.retrieved) for s in said)
+                counts["shown" if shown else "not shown", item.correct] += 1
+    return ", not for ".join(
+        f"{counts[key, True] + counts[key, False]} (right {counts[key, True]})"
+        for key in ("shown", "not shown")
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--spec", type=Path, default=ROOT / "experiments" / "quickstart.toml")
@@ -95,6 +130,7 @@ def main() -> None:
         spec = spec.model_copy(update={"llm": spec.llm.model_copy(update={"embedded": embedded})})
     seeds = args.seeds or [spec.environment.seed + offset for offset in range(3)]
     ideal = ideal_types_list()
+    catalog = load_catalog()
     print(f"ideal types list:\n{ideal}\n", flush=True)
     accuracy: dict[str, list[float]] = {"base": [], "ideal": []}
     for seed in seeds:
@@ -123,12 +159,14 @@ def main() -> None:
             )
             s = report.summary
             accuracy[name].append(s.accuracy or 0.0)
+            shown = shown_note(report, catalog)
             print(
                 f"seed {seed} {name:<5} accuracy {s.accuracy:.3f} on {s.n_items} questions "
                 f"(upper bound {s.upper_bound_score:.3f}, random {s.random_score:.3f}); wrong: "
                 + ", ".join(
                     f"{key} {origins[key]}" for key in ("unrevealed", "write", "read", "use")
                 )
+                + f"; the current value's sentence read for {shown}"
                 + f"; {s.conversation.describe()}; {s.llm_calls} calls, {report.wall_time_s:.0f} s",
                 flush=True,
             )
