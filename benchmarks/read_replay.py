@@ -9,11 +9,10 @@ memory and recent messages) is loaded as it was, and each question is answered a
 policy's own answer step, with the memory cut to the `k` entries most similar (MiniLM cosine)
 to the question and its options (`--top-k`, several values compare), by the policy's own read
 with its `top_k` set (`--read-top-k`, with and without the recent messages: `--without-recent`),
-with every entry's
-slot label replaced by a neutral one (`--unlabelled`), or with every entry restated in a few
-words by the model, alone or beside the quote (`--restated`: what a write storing the value
-beside the quote would give). No conversation is
-simulated: the memories are the recorded ones, so only the reading changes.
+with every entry's slot label replaced by a neutral one (`--unlabelled`), or with every entry
+restated in a few words by the model, alone or beside the quote (`--restated`: what a write
+storing the value beside the quote would give). No conversation is simulated: the memories
+are the recorded ones, so only the reading changes.
 
     .venv/bin/python benchmarks/read_replay.py \\
         --room benchmarks/records/types_list_room/lean-answer [--seeds 13 14 15] [--top-k 3 5]

@@ -12,6 +12,7 @@ import importlib.util
 import os
 import re
 import threading
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -122,22 +123,38 @@ class LocalMiniLMEmbedder:
 
     name = "all-MiniLM-L6-v2"
 
+    # Texts whose vectors are kept: a read of `in_context_quotes` embeds every memory entry
+    # again (about 100 ms for 40 entries on 2 cores, each reply and answer), a write every
+    # slot of the types list. 1.5 KB a text.
+    MEMO_TEXTS = 20_000
+
     def __init__(self, batch_size: int = 32) -> None:
         self.batch_size = batch_size
         self._encode_lock = threading.Lock()
+        self._memo: OrderedDict[str, np.ndarray] = OrderedDict()
+        self.encoded = 0  # texts the model encoded (not served from the memo)
 
     def embed(self, texts: list[str]) -> np.ndarray:
-        model = _load_minilm()
         # One encode at a time: on 2 cores parallel encodes only contend for the same threads.
         with self._encode_lock:
-            vectors = model.encode(
-                list(texts),
-                batch_size=self.batch_size,
-                convert_to_numpy=True,
-                normalize_embeddings=True,
-                show_progress_bar=False,
-            )
-        return np.asarray(vectors, dtype=np.float32)
+            missing = list(dict.fromkeys(t for t in texts if t not in self._memo))
+            if missing:
+                vectors = _load_minilm().encode(
+                    missing,
+                    batch_size=self.batch_size,
+                    convert_to_numpy=True,
+                    normalize_embeddings=True,
+                    show_progress_bar=False,
+                )
+                self.encoded += len(missing)
+                for text, vector in zip(missing, vectors, strict=True):
+                    self._memo[text] = np.asarray(vector, dtype=np.float32)
+            for text in texts:
+                self._memo.move_to_end(text)
+            rows = [self._memo[text] for text in texts]
+            while len(self._memo) > self.MEMO_TEXTS:
+                self._memo.popitem(last=False)
+        return np.stack(rows) if rows else np.zeros((0, 384), dtype=np.float32)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> LocalMiniLMEmbedder:
         return self  # a handle on a shared process-wide model: copying would only waste memory

@@ -26,13 +26,14 @@ Role-confused follow-ups of a small simulated user ("I understand you're having 
 falling asleep. Creating a bedtime routine ...") repeat the assistant's reply; filed as facts,
 they pushed real facts out of their type.
 
-The read shows the `top_k` entries whose sentences are most similar to the query (the question,
-or the user's message being replied to), in memory order; `use` is `in_context`'s. Why not every
-entry: with the complete types list the recorded memories hold 13 to 40 entries, misfiled and
-outdated ones among them, and the bundled 1.5B shown all of them answered 0.507 of the
-questions, against 0.667 shown the single nearest sentence (the nearest is the sentence that
-revealed the current value for 103 of the 125 questions whose sentence memory holds;
-`benchmarks/read_replay.py`). A narrow types list keeps few entries, so `top_k` changes little
+The read shows the `top_k` entries whose sentences are most similar to the query (the question
+with its options, or the user's message being replied to), in memory order; `use` is
+`in_context`'s. Why not every entry: with the complete types list the recorded memories hold 13
+to 40 entries, misfiled and outdated ones among them, and the bundled 1.5B shown all of them
+answered 0.507 of the questions, against 0.576 shown the single nearest entry
+(`benchmarks/read_replay.py --read-top-k 1`, query the question alone); ranked with the options,
+the nearest is the sentence that revealed the current value for 103 of the 125 questions whose
+sentence memory holds. A narrow types list keeps few entries, so `top_k` changes little
 there. Under `variant = "paper"` this kind does not exist (the reference has no such policy).
 """
 

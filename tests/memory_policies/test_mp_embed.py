@@ -108,3 +108,20 @@ def test_local_minilm_embeds_semantically(monkeypatch) -> None:
     )
     assert vectors.shape == (3, 384)
     assert vectors[0] @ vectors[1] > vectors[0] @ vectors[2] + 0.2
+
+
+@needs_minilm
+def test_local_minilm_encodes_each_text_once_and_keeps_a_bounded_memo(monkeypatch) -> None:
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    embedder = LocalMiniLMEmbedder()
+    monkeypatch.setattr(embedder, "MEMO_TEXTS", 3)
+    first = embedder.embed(["a cat", "a dog", "a cat"])
+    assert embedder.encoded == 2
+    again = embedder.embed(["a dog", "a cat"])
+    assert embedder.encoded == 2  # both from the memo, the same vectors
+    assert (again == first[[1, 0]]).all()
+    embedder.embed(["tax", "rent"])  # the memo keeps the 3 most recently used texts
+    embedder.embed(["a cat"])
+    assert embedder.encoded == 4
+    embedder.embed(["a dog"])  # the least recently used, dropped
+    assert embedder.encoded == 5
