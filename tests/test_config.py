@@ -36,14 +36,13 @@ def test_quickstart_is_small_and_embedded():
     assert spec.environment.preset == "recall" and spec.policy.kind == "in_context_quotes"
     assert spec.optimizer.generations >= 3 and spec.optimizer.reflection_minibatch_size == 1
     assert spec.optimizer.operators == ["list_edit"]
-    # The held-out user carries at least 24 questions (8 questions x 3 periods).
-    heldout = resolved.heldout.items[0]
-    assert len(heldout.qas) * len(heldout.periods) >= 24
+    # The held-out users carry at least 48 questions (8 questions x 3 periods each).
+    assert sum(len(item.qas) * len(item.periods) for item in resolved.heldout.items) >= 48
     # The base's types list omits most of the world's domains.
     types = spec.policy.components["write.types_to_remember"]
     assert len(types.splitlines()) <= 2
     assert spec.llm.needs_embedded_server()
-    assert len(resolved.train.items) == 1 and len(resolved.heldout.items) == 1
+    assert len(resolved.train.items) == 1 and len(resolved.heldout.items) == 2
     assert spec.tracking_uri() == DEFAULT_TRACKING_URI
 
 

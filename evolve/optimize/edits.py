@@ -54,7 +54,7 @@ class ListEdit(BaseModel):
     add: list[AddedItem] = Field(
         default_factory=list,
         max_length=MAX_ADDED_ITEMS,
-        description="new short type names to add, e.g. 'pets', 'work schedule'",
+        description="new short type names to add",
     )
     remove: list[int] = Field(
         default_factory=list,

@@ -7,6 +7,7 @@ list components (`write.types_to_remember`), the reflective operator the rest.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -26,10 +27,14 @@ from evolve.optimize.edits import (
 from evolve.optimize.operators import MutationOperator, OperatorProposal, register_operator
 from evolve.optimize.reflect import Reflector, proposal_feedback
 
+# No example names: the 1.5B added the instruction's examples ('pets', 'sleep') whether or not
+# a failure was about them, and the blind control's reflector, which sees no failures, named
+# them too (they are recall-world domains).
 LIST_EDIT_INSTRUCTIONS = (
     "A personal assistant failed questions about its user because its memory never stored "
     "some kinds of information. Name those kinds of information as short general type names "
-    "(e.g. 'pets', 'sleep') that are not in the current list."
+    "that are not in the current list: one for each failed question whose cause says it was "
+    "not in memory."
 )
 
 
@@ -40,16 +45,42 @@ class ProposeListAdditions(dspy.Signature):
 
 
 def failure_lines(feedback: str) -> str:
-    """The feedback's question and cause lines: what a small model can act on. Asked with the
-    whole diagnostic (answers, the user's words, the memory held), the 0.5B copied list items
-    and memory lines (4 of 4 tries); with these lines only it named the missing types in 4
-    of 4. Feedback without such lines (other kinds) is shown whole."""
-    lines = [
-        line.strip()
-        for line in feedback.splitlines()
-        if "cause:" in line or "question" in line.casefold()
-    ]
+    """What a list edit can act on: each failed question, and which facts were not in memory
+    (the diagnostic's cause line without its values). Feedback without question or cause
+    lines (other kinds) is shown whole.
+
+    Why so little: asked with the whole diagnostic (answers, the user's words, the memory
+    held), the 0.5B copied list items and memory lines (4 of 4 tries); with the question and
+    cause lines it named the missing types in 4 of 4. Shown the cause's values too, the 1.5B
+    added values as types ('index funds', 'school-age children', 'books a month' on the
+    quickstart's seeds 13-15): a value files only the sentences that repeat it, and another
+    user's values are other words."""
+    lines: list[str] = []
+    for line in feedback.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("cause:"):
+            lines.append(f"   {_cause_without_values(stripped)}")
+        elif "question" in stripped.casefold():
+            lines.append(stripped)
     return "\n".join(lines) if lines else feedback
+
+
+# A diagnostic cause (evolve.optimize.feedback): "cause: write - pets is a cat, changed from
+# no pets this period; memory recalled nothing; sleep_quality is ..." or "cause: use - ...".
+_CAUSE = re.compile(r"^cause:\s*(?P<diagnosis>\w+)\s*-\s*(?P<causes>.*)$")
+_RECALLED = re.compile(r";\s*memory recalled [^;]*(?:;\s*|$)")
+
+
+def _cause_without_values(line: str) -> str:
+    match = _CAUSE.match(line)
+    if match is None:
+        return line
+    diagnosis = match.group("diagnosis")
+    if diagnosis == "use":
+        return "cause: use - the facts were in memory, the answer was wrong"
+    facts = [part.split(" is ", 1)[0].strip() for part in _RECALLED.split(match["causes"])]
+    facts = [fact for fact in facts if fact]
+    return f"cause: {diagnosis} - not in memory: {', '.join(facts) or 'the facts asked for'}"
 
 
 class ListEditOperator(MutationOperator):

@@ -44,7 +44,7 @@ def test_quickstart_runs_end_to_end_on_scripted_lms(tmp_path, monkeypatch, injec
     assert "lineage of" in out and "best policy (" in out
     # The end says in words what changed and whether the best beats the base, on how much.
     assert "what changed: " in out
-    assert "held-out (1 user, 24 questions): " in out
+    assert "held-out (2 users, 48 questions): " in out
     assert "accuracy references: chance 0.333" in out
     for generation in range(4):
         assert f"\n  {generation} " in out

@@ -15,7 +15,7 @@ from evolve.optimize.edits import (
     says_less,
 )
 from evolve.optimize.gepa_engine import TieKeepsContent
-from evolve.optimize.list_edit import ListEditOperator
+from evolve.optimize.list_edit import ListEditOperator, failure_lines
 from evolve.optimize.reflect import Reflector
 from memory_policies.in_context import DEFAULT_TYPES_TO_REMEMBER
 from tests.scripted_lm import scripted_role_lms
@@ -138,9 +138,40 @@ def test_list_edit_operator_applies_the_reflectors_edit():
     assert proposal.invalid is None
     assert list_items(proposal.components[LIST]) == ["Diet", "Work", "budget", "pets"]
     assert proposal.detail[LIST]["added"] == ["budget", "pets"]
-    # The reflector sees the failures' question and cause lines, not the quoted answers.
-    assert "budget_situation is tight budget" in seen[0]
+    # The reflector sees the failures' questions and which facts were not in memory: not the
+    # quoted answers, nor the facts' values (the 1.5B added values as types).
+    assert "What's the best way to track my spending?" in seen[0]
+    assert "not in memory: budget_situation" in seen[0]
     assert "A relaxed monthly review" not in seen[0]
+    assert "tight budget" not in seen[0]
+
+
+def test_failure_lines_name_the_missing_facts_without_their_values():
+    feedback = (
+        "0 of 3 answers were correct.\nFailures:\n"
+        '1. Period 1, question: "What pets do I have right now?"\n'
+        '   answered "no pets"; correct "a cat"\n'
+        "   cause: write - pets is a cat, changed from no pets this period; memory recalled "
+        "nothing; children is teenagers; memory recalled no children\n"
+        '   the user had said: "We adopted a tabby."\n'
+        "   memory held: diet: vegan\n"
+        '2. Period 2, question: "How am I sleeping these days?"\n'
+        "   cause: read - sleep_quality is insomnia; memory recalled sleeps well\n"
+        '3. Period 2, question: "What is my diet?"\n'
+        "   cause: use - memory recalled every needed fact (diet=vegan), answer wrong"
+    )
+    lines = failure_lines(feedback).splitlines()
+    assert lines == [
+        '1. Period 1, question: "What pets do I have right now?"',
+        "   cause: write - not in memory: pets, children",
+        '2. Period 2, question: "How am I sleeping these days?"',
+        "   cause: read - not in memory: sleep_quality",
+        '3. Period 2, question: "What is my diet?"',
+        "   cause: use - the facts were in memory, the answer was wrong",
+    ]
+    # Feedback of other kinds: its question lines, else the whole text.
+    assert failure_lines("Period 0:\nQuestion 1: Any tips?\nMemory: x") == "Question 1: Any tips?"
+    assert failure_lines("No feedback is available.") == "No feedback is available."
 
 
 def test_list_edit_operator_refuses_an_edit_that_changes_nothing_or_damages():
