@@ -169,8 +169,12 @@ def test_the_types_list_and_use_are_the_components():
     policy = _policy()
     assert set(policy.components()) == {"write.types_to_remember", "use"}
     narrowed = policy.with_components({"write.types_to_remember": "1. Pets: cat"})
-    state = narrowed.observe(narrowed.initial_state(), [_said("I cook all my meals.")])
-    assert _filed(state) == [("Pets", "I cook all my meals.")]  # the only listed type
+    state = narrowed.observe(
+        narrowed.initial_state(), [_said("I cook all my meals. We adopted a cat.")]
+    )
+    # The types list is what is remembered: a statement like none of its types is not filed
+    # (not even under the only listed type).
+    assert _filed(state) == [("Pets", "We adopted a cat.")]
     with pytest.raises(PolicyError):
         policy.with_components({"write": "Remember everything."})
 
