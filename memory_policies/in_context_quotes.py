@@ -126,7 +126,7 @@ def filing_slots(types_to_remember: str) -> dict[str, str]:
     """Label -> text to match, one slot per fact a types list names. A line that lists its facts
     after its name ("Travel: travel style, travel frequency" or "Travel (style; frequency)") is
     one slot per fact, labelled "Travel (travel style)" and matched as "Travel: travel style";
-    any other line is one slot, its name, matched as the whole line.
+    any other line is one slot, its name, matched as the whole line (`_as_words`).
 
     Why per fact: a type that covers several facts would keep only its newest statements, so
     older facts of the same type were pushed out; and a statement filed under the fact it tells
@@ -142,11 +142,19 @@ def filing_slots(types_to_remember: str) -> dict[str, str]:
         ]
         facts = [fact for fact in facts if fact]
         if len(facts) < 2:
-            slots.setdefault(name, line)
+            slots.setdefault(name, _as_words(line))
             continue
         for fact in facts:
-            slots.setdefault(f"{name} ({fact[:_TYPE_NAME_CHARS]})", f"{name}: {fact}")
+            slots.setdefault(f"{name} ({fact[:_TYPE_NAME_CHARS]})", _as_words(f"{name}: {fact}"))
     return slots
+
+
+def _as_words(text: str) -> str:
+    """A type matched as words: an identifier's underscores are spaces. A reflector shown the
+    world's variable names writes `sleep_quality`; replayed on the quickstart seeds' held-out
+    users, the train user's eight fact names as identifiers let the read show 0.40 of the
+    current sentences, as words 0.46."""
+    return text.replace("_", " ")
 
 
 def user_sentences(messages: list[Message]) -> list[str]:

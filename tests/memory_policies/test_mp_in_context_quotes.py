@@ -58,6 +58,12 @@ def test_a_line_listing_facts_is_one_slot_per_fact():
     }
     # One description is one slot, named by the line's name and matched by the whole line.
     assert filing_slots("- Diet: what I eat") == {"Diet": "Diet: what I eat"}
+    # Matched as words: an identifier's underscores are spaces; the label keeps its name.
+    assert filing_slots("1. sleep_quality\n2. Home: work_space, moving_plans") == {
+        "sleep_quality": "sleep quality",
+        "Home (work_space)": "Home: work space",
+        "Home (moving_plans)": "Home: moving plans",
+    }
     assert filing_slots("1. Health: sleep, and stress") == {
         "Health (sleep)": "Health: sleep",
         "Health (stress)": "Health: stress",
