@@ -21,9 +21,7 @@ paraphrase in the opening message of the latest session that exposed the variabl
 A variable whose latest exposure is not its current value (changed and not said since) is
 `unrevealed` and left out. Variants of the write are parameters of a subclass (the policy module
 is not touched); variant `A` is the shipped class itself and is checked against the recorded
-checkpoints (memory and buffer equal at every period end; the default records predate the
-shipped filing floor, `MIN_FILING_SIMILARITY`, so there the write without it, `no floor`,
-reproduces them, and the variants B-E are relative to it). Each types list is replayed on its
+checkpoints (memory and buffer equal at every period end). Each types list is replayed on its
 own run's transcripts (`base` list on base transcripts, complete list on ideal ones); the cross
 replay (each list on the other run's transcripts) is printed as a check. Also printed: the share
 of all the catalog's revealing sentences that clear each similarity floor, and the recorded
@@ -58,7 +56,6 @@ from memory_policies.in_context_quotes import (  # noqa: E402
     _MAX_SENTENCES,
     _SENTENCE_END,
     _TIME_HEADER,
-    MIN_FILING_SIMILARITY,
     InContextQuotesPolicy,
     InContextQuotesState,
     filing_slots,
@@ -106,10 +103,7 @@ class Write:
     """A variant of the quotes write."""
 
     name: str
-    # B: a sentence whose best slot cosine is below is not filed. The variants B-E are
-    # relative to the write before the floor shipped (MIN_FILING_SIMILARITY), when the default
-    # records were made: None files every sentence.
-    floor: float | None = None
+    floor: float | None = None  # B: a sentence whose best slot cosine is below is not filed
     per_slot: int = 1  # C: entries kept per slot
     lines: bool = False  # D: one slot per whole line (no per-fact split)
     unit: str = "sentence"  # E: "message" files a message's kept sentences as one text
@@ -124,7 +118,7 @@ class ReplayPolicy(InContextQuotesPolicy):
     """The quotes write with `Write`'s knobs; with the defaults it is the shipped `_write`
     (checked by `main`)."""
 
-    write_variant: Write = Write("default", floor=MIN_FILING_SIMILARITY)
+    write_variant: Write = Write("default")
 
     def _write(self, state, messages, times) -> None:  # type: ignore[override]
         assert isinstance(state, InContextQuotesState)
@@ -389,10 +383,9 @@ def main() -> None:
         f"complete list: {len(filing_slots(lists['ideal']))} fact slots"
     )
 
-    # A, the shipped class, reproduces checkpoints recorded with the shipped write; the
-    # subclass with default knobs must reproduce A. The default records predate the filing
-    # floor: the write without it reproduces them.
-    for w in (VARIANTS[0], Write("default", floor=MIN_FILING_SIMILARITY), Write("no floor")):
+    # A, the shipped class, must reproduce the recorded checkpoints; the subclass with default
+    # knobs must reproduce A.
+    for w in (VARIANTS[0], Write("default")):
         bad = sum(
             replay_run(catalog, run / c, run / c, w, lists[c], embedder, check=True)[2]
             for run in runs.values()

@@ -6,16 +6,23 @@ own looping replies into memory, filed facts under wrong labels and lost most of
 recall world its memory did no better than none). Here the write makes no LLM call: each of the
 user's new statements (questions, greetings and thanks dropped, and sentences that repeat the
 assistant's previous reply or what memory already holds) goes, verbatim, into the slot of the
-types list it is most similar to (sentence embeddings, cosine), unless it is like none of them
-(`MIN_FILING_SIMILARITY`). A line that lists its facts
+types list it is most similar to (sentence embeddings, cosine). A line that lists its facts
 after its name is one slot per fact, any other line one slot (`filing_slots`). Each slot keeps
 its `ENTRIES_PER_SLOT` newest entry (one entry per write), dated, so the memory stays up to
 date and the reader sees the newest.
 
 The types list (`write.types_to_remember`, one type a line: a name, then after ':' or in
-parentheses what it covers) is therefore the memory's schema and its size: a narrow list keeps
-only the statements like its few types, whose newest entries push out the older ones; each
-listed type or fact is room for its own statements, which is what an evolved types list adds. What a
+parentheses what it covers) is therefore the memory's schema and its size: a narrow list files
+everything under its few slots, whose newest entries push out the older facts; each listed
+type or fact is room for its own statements, which is what an evolved types list adds.
+
+Why every statement is filed, even one like none of the types: with a floor (cosine 0.2 with
+the nearest slot, else not kept) a narrow list kept fewer facts and a list of generic names
+was worth less, so in a replay of recorded conversations the complete list gained on the base
+and on generic lists; but on-policy the evolved lists, which name the train user's facts, lost
+more of the held-out users' indirect statements ("School runs every morning and homework checks
+every evening." is like no "children" slot): held-out best minus base +0.042 and +0.021 on the
+quickstart's seeds 13 and 14, and the blind control beat it on seed 13 (0.562 vs 0.438). What a
 line says after its name steers the sorting, so a reflector's descriptions matter too.
 
 Measured on the recall catalog's 260 revealing sentences against the complete types list (one
@@ -93,16 +100,6 @@ _WORD = re.compile(r"[a-z0-9']+")
 # bundled 1.5B often answered from the older ("I cook on Sunday and a couple of weeknights"
 # over "I make every meal from scratch").
 ENTRIES_PER_SLOT = 1
-# A statement whose cosine with every slot of the types list is below this is like none of the
-# types to remember: not filed. Without it a narrow list filed every fact under its few slots,
-# and any added item, whatever it named, was room for one more (the blind control's "food,
-# habits, work, career" gained as much as the diagnostic's named facts). With it, replayed on
-# the recorded conversations of the quickstart's seeds 13-15, the held-out users' current
-# sentences the read shows: base list 0.24 -> 0.08, the complete list 0.71 -> 0.71, the train
-# user's 8 fact names 0.49 -> 0.40, generic blind lists 0.35-0.44 -> 0.21-0.26. The complete
-# list clears it for 0.92 of the recall catalog's 260 revealing sentences, the base's two
-# lines for 0.25 (`benchmarks/filing_replay.py`).
-MIN_FILING_SIMILARITY = 0.2
 
 
 def type_items(types_to_remember: str) -> dict[str, str]:
@@ -126,7 +123,7 @@ def filing_slots(types_to_remember: str) -> dict[str, str]:
     """Label -> text to match, one slot per fact a types list names. A line that lists its facts
     after its name ("Travel: travel style, travel frequency" or "Travel (style; frequency)") is
     one slot per fact, labelled "Travel (travel style)" and matched as "Travel: travel style";
-    any other line is one slot, its name, matched as the whole line (`_as_words`).
+    any other line is one slot, its name, matched as the whole line.
 
     Why per fact: a type that covers several facts would keep only its newest statements, so
     older facts of the same type were pushed out; and a statement filed under the fact it tells
@@ -142,19 +139,11 @@ def filing_slots(types_to_remember: str) -> dict[str, str]:
         ]
         facts = [fact for fact in facts if fact]
         if len(facts) < 2:
-            slots.setdefault(name, _as_words(line))
+            slots.setdefault(name, line)
             continue
         for fact in facts:
-            slots.setdefault(f"{name} ({fact[:_TYPE_NAME_CHARS]})", _as_words(f"{name}: {fact}"))
+            slots.setdefault(f"{name} ({fact[:_TYPE_NAME_CHARS]})", f"{name}: {fact}")
     return slots
-
-
-def _as_words(text: str) -> str:
-    """A type matched as words: an identifier's underscores are spaces. A reflector shown the
-    world's variable names writes `sleep_quality`; replayed on the quickstart seeds' held-out
-    users, the train user's eight fact names as identifiers let the read show 0.40 of the
-    current sentences, as words 0.46."""
-    return text.replace("_", " ")
 
 
 def user_sentences(messages: list[Message]) -> list[str]:
@@ -225,12 +214,11 @@ class InContextQuotesPolicy(UsesEmbedder, InContextPolicy):
         labels = list(slots)
         vectors = embed_texts(self.embedder, [*slots.values(), *sentences])
         similarity = vectors[len(slots) :] @ vectors[: len(slots)].T
-        nearest = np.argmax(similarity, axis=1)
+        kinds = [labels[index] for index in np.argmax(similarity, axis=1)]
         time = latest_time(times) or state.current_time
         by_type: dict[str, list[str]] = {}
-        for sentence, index, row in zip(sentences, nearest, similarity, strict=True):
-            if row[index] >= MIN_FILING_SIMILARITY:
-                by_type.setdefault(labels[index], []).append(sentence)
+        for sentence, kind in zip(sentences, kinds, strict=True):
+            by_type.setdefault(kind, []).append(sentence)
         for kind, said in by_type.items():
             value = " ".join(said)[:MEMORY_TEXT_MAX_CHARS]
             # List order = write time; a slot's oldest entries beyond ENTRIES_PER_SLOT go.

@@ -16,19 +16,21 @@ HEADER = (
     "0 of 2 answers were correct. Wrong: 2 write (the memory never held the right value), "
     "0 read (it was stored once, then lost), 0 use (memory right, answer wrong)."
 )
+# Neither failed fact is named in the list-edit instruction: with the instruction's former
+# examples ('pets', 'sleep') as the failed facts, the 0.5B passed by copying the examples.
 FEEDBACK = (
     HEADER
     + """
 Failures:
-1. Period 1, question: "What pets do I have right now?"
-   answered "no pets"; correct "a cat"
-   cause: write - pets is a cat, changed from no pets this period; memory recalled nothing
-   the user had said: "We adopted a little tabby from the shelter and she already owns the sofa."
+1. Period 1, question: "How tight is my budget these days?"
+   answered "comfortable"; correct "tight"
+   cause: write - budget_situation is tight, changed from comfortable; memory recalled nothing
+   the user had said: "Every coffee counts this month, so I skip the café."
    memory held: diet: vegetarian | job: nurse
-2. Period 1, question: "How am I sleeping these days?"
-   answered "sleeps well"; correct "insomnia"
-   cause: write - sleep_quality is insomnia; memory recalled nothing
-   the user had said: "I've been lying awake until 3 a.m. most nights this month."
+2. Period 1, question: "How do I get around on trips?"
+   answered "planes"; correct "trains"
+   cause: write - travel_mode is trains; memory recalled nothing
+   the user had said: "I book overnight sleeper carriages across the continent instead of planes."
    memory held: diet: vegetarian | job: nurse"""
 )
 
@@ -48,7 +50,11 @@ def test_the_bundled_model_adds_a_missing_type(role_lms_embedded):
             continue
         assert proposal_problem(COMPONENT, text, FEEDBACK) is None, text
         assert list_items(text)[:2] == list_items(TYPES)  # nothing dropped
-        added = " ".join(proposal.detail[COMPONENT]["added"]).casefold()
-        if "pet" in added or "sleep" in added:
+        added = [item.casefold() for item in proposal.detail[COMPONENT]["added"]]
+        # A type named for a failed fact, not a copied cause line ("write - not in memory: ...").
+        if any(
+            ("budget" in item or "travel" in item) and "memory" not in item and "write" not in item
+            for item in added
+        ):
             return
     pytest.fail(f"no try added a missing type: {[p.model_dump() for p in outcomes]}")
