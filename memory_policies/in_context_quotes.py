@@ -22,7 +22,8 @@ was worth less, so in a replay of recorded conversations the complete list gaine
 and on generic lists; but on-policy the evolved lists, which name the train user's facts, lost
 more of the held-out users' indirect statements ("School runs every morning and homework checks
 every evening." is like no "children" slot): held-out best minus base +0.042 and +0.021 on the
-quickstart's seeds 13 and 14, and the blind control beat it on seed 13 (0.562 vs 0.438). What a
+quickstart's seeds 13 and 14, and the blind control beat it on seed 13 (0.562 vs 0.438;
+`benchmarks/records/quickstart_seeds-filing-floor/`). What a
 line says after its name steers the sorting, so a reflector's descriptions matter too.
 
 Measured on the recall catalog's 260 revealing sentences against the complete types list (one

@@ -12,6 +12,7 @@ import pytest
 from optimize.evolve_helpers import World, write_environment
 
 from evolve.optimize.feedback import BLIND_FEEDBACK, build_feedback, load_period_results
+from evolve.optimize.list_edit import failure_lines
 from evolve.simulator.environment import load_environment
 from evolve.simulator.records import Diagnosis
 from evolve.simulator.runner import EpisodeConfig, run_evaluation
@@ -53,6 +54,26 @@ def test_diagnostic_feedback_names_answers_diagnosis_and_memory(results):
     assert "diet is keto, changed from omnivore this period; memory recalled" in text or (
         "diet is omnivore; memory recalled" in text
     )
+
+
+def test_list_edits_see_each_cause_by_the_failed_facts_names_without_their_values(results):
+    # failure_lines reads this module's layout: a change of the cause line must show here.
+    feedback = make(results, max_failures=12, max_chars=20000)
+    causes = [
+        line.strip() for line in failure_lines(feedback.text).splitlines() if "cause:" in line
+    ]
+    assert len(causes) == feedback.text.count("cause:") == feedback.failures_shown
+    variables = {c.variable for r in results for item in r.items for c in item.variables}
+    values = {c.gold for r in results for item in r.items for c in item.variables}
+    named = [line.split("not in memory: ", 1)[1] for line in causes if "not in memory: " in line]
+    assert named, causes
+    for names in named:
+        assert set(names.split(", ")) <= variables and not set(names.split(", ")) & values
+    others = [line for line in causes if "not in memory: " not in line]
+    assert all(
+        line == "cause: use - the facts were in memory, the answer was wrong" for line in others
+    )
+    assert not any(value in line for value in values for line in causes)
 
 
 def test_write_components_see_write_failures_first_use_sees_utilization_first(results):
