@@ -42,7 +42,7 @@ def test_quickstart_is_small_and_embedded():
     types = spec.policy.components["write.types_to_remember"]
     assert len(types.splitlines()) <= 2
     assert spec.llm.needs_embedded_server()
-    assert len(resolved.train.items) == 1 and len(resolved.heldout.items) == 2
+    assert len(resolved.train.items) == 2 and len(resolved.heldout.items) == 2
     assert spec.tracking_uri() == DEFAULT_TRACKING_URI
 
 

@@ -32,7 +32,9 @@ LIST_COMPONENTS = frozenset({"write.types_to_remember"})
 MAX_LIST_ITEMS = 20
 MAX_ITEM_CHARS = 120
 # Edit bounds in the reflector's JSON schema (llama.cpp's grammar enforces them).
-MAX_ADDED_ITEMS = 4
+# As many as the failures a proposal is shown (the quickstart shows 8): capped at 4, the 1.5B's
+# first edit named 4 of the train user's 8 missing facts and later ones invented others.
+MAX_ADDED_ITEMS = 8
 MAX_ADDED_ITEM_CHARS = 60
 MAX_REMOVED_ITEMS = 2
 # A proposal whose characters come mostly from the feedback's quotes is a copy, not an edit.

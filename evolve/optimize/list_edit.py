@@ -41,7 +41,7 @@ LIST_EDIT_INSTRUCTIONS = (
 class ProposeListAdditions(dspy.Signature):
     failures: str = dspy.InputField(desc="failed questions and their causes")
     current_list: str = dspy.InputField(desc="types the memory stores now")
-    add: list[AddedItem] = dspy.OutputField(desc="short type names, at most 4")
+    add: list[AddedItem] = dspy.OutputField(desc=f"short type names, at most {MAX_ADDED_ITEMS}")
 
 
 def failure_lines(feedback: str) -> str:

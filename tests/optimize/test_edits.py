@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from evolve.optimize.edits import (
+    MAX_ADDED_ITEMS,
     ListEdit,
     apply_list_edit,
     copied_fraction,
@@ -85,7 +86,7 @@ def test_apply_list_edit_adds_new_items_and_removes_by_number():
 
 def test_the_edit_schema_bounds_count_and_length():
     with pytest.raises(ValueError):
-        ListEdit(add=["a", "b", "c", "d", "e"])
+        ListEdit(add=[f"type {n}" for n in range(MAX_ADDED_ITEMS + 1)])
     with pytest.raises(ValueError):
         ListEdit(add=["x" * 61])
     with pytest.raises(ValueError):
