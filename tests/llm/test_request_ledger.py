@@ -135,7 +135,10 @@ def test_no_request_starts_after_a_signal_at_concurrency_8(tmp_path):
     journal.close()
     assert interrupt.STOP.is_set()
     assert stats["last_chat_arrival"] < signalled_at, "a request reached the server after it"
-    assert stats["chat_requests"] == workers
+    # At least the first round; more when a loaded machine's half-latency sleep outlasted it
+    # (all of them before the signal, as asserted above).
+    assert stats["chat_requests"] >= workers
     assert len(outcomes) == workers and all(isinstance(o, Interrupted) for o in outcomes)
     # The requests in flight at the signal finished and are on the books; none is unknown.
-    assert journal.total().requests == workers and journal.total().unknown_outcome == 0
+    total = journal.total()
+    assert total.requests == stats["chat_requests"] and total.unknown_outcome == 0

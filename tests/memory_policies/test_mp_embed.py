@@ -106,8 +106,9 @@ def test_local_minilm_embeds_semantically(monkeypatch) -> None:
         LocalMiniLMEmbedder(),
         ["I adopted a puppy last week", "My new dog is very playful", "Quarterly tax filing"],
     )
-    assert vectors.shape == (3, 384)
+    assert vectors.shape == (3, LocalMiniLMEmbedder.DIMENSIONS)
     assert vectors[0] @ vectors[1] > vectors[0] @ vectors[2] + 0.2
+    assert LocalMiniLMEmbedder().embed([]).shape == (0, LocalMiniLMEmbedder.DIMENSIONS)
 
 
 @needs_minilm
