@@ -47,6 +47,7 @@ from evolve.simulator.environment import (
 from evolve.simulator.synthesis.catalogs import Catalog, CatalogQuestion, load_catalog
 from evolve.simulator.synthesis.recall import (
     balanced_order,
+    recall_domains,
     recall_question,
     sample_recall_variables,
 )
@@ -120,6 +121,11 @@ class OfflineSynthesisConfig(BaseModel):
         description="advice: AMemGym's questions (advice that depends on the state); recall: "
         "direct questions about one variable's current value (a small-model world).",
     )
+    domains: tuple[str, ...] | None = Field(
+        default=None,
+        description="recall only: the catalog domains the users' variables are drawn from "
+        "(default: every domain with recall questions).",
+    )
 
     @model_validator(mode="after")
     def _check_consistency(self) -> OfflineSynthesisConfig:
@@ -128,6 +134,8 @@ class OfflineSynthesisConfig(BaseModel):
                 "recall questions ask about one variable each: set states_per_question = 1, "
                 f"got {self.states_per_question}"
             )
+        if self.domains is not None and self.question_kind != "recall":
+            raise ValueError("domains only apply to recall questions (question_kind = recall)")
         if self.choices_per_state[0] < 2:
             raise ValueError("choices_per_state must be at least 2 (a variable needs a choice)")
         if self.changes_per_period[0] < 1:
@@ -149,6 +157,53 @@ class OfflineSynthesisConfig(BaseModel):
                 f"{shortest}-day period; lengthen the period or allow fewer changes"
             )
         return self
+
+
+# The recall worlds' domains (catalog files of the same names); pinned, so that a catalog file
+# added later changes no existing world's draws.
+EVERYDAY_DOMAINS = (
+    "diet",
+    "family",
+    "finances",
+    "fitness",
+    "health",
+    "hobbies",
+    "housing",
+    "learning",
+    "travel",
+    "work",
+)
+CRAFT_DOMAINS = (
+    "bookbinding",
+    "calligraphy",
+    "candle_making",
+    "jewellery_making",
+    "knitting",
+    "leatherwork",
+    "pottery",
+    "stained_glass",
+    "weaving",
+    "woodturning",
+)
+
+
+def _recall_world(name: str, domains: tuple[str, ...]) -> OfflineSynthesisConfig:
+    return OfflineSynthesisConfig(
+        name=name,
+        num_periods=2,
+        num_questions=8,
+        states_per_question=1,
+        choices_per_state=3,
+        changes_per_period=(3, 4),
+        max_changes_per_state=2,
+        min_state_variants=3,
+        period_length=1,
+        rounds_initial=1,
+        rounds_update=1,
+        num_users=4,
+        question_kind="recall",
+        domains=domains,
+    )
 
 
 PRESETS: dict[str, OfflineSynthesisConfig] = {
@@ -196,22 +251,14 @@ PRESETS: dict[str, OfflineSynthesisConfig] = {
     ),
     # Not AMemGym's questions: direct questions about one variable's current value, so that a
     # 0.5B model's memory is measurable (it answers them well when told the state, at chance
-    # otherwise). 8 variables from 8 domains; about half of them change in each period.
-    "recall": OfflineSynthesisConfig(
-        name="recall",
-        num_periods=2,
-        num_questions=8,
-        states_per_question=1,
-        choices_per_state=3,
-        changes_per_period=(3, 4),
-        max_changes_per_state=2,
-        min_state_variants=3,
-        period_length=1,
-        rounds_initial=1,
-        rounds_update=1,
-        num_users=4,
-        question_kind="recall",
-    ),
+    # otherwise). 8 variables from 8 of the 10 everyday domains (4 variables each); about half
+    # of them change in each period.
+    "recall": _recall_world("recall", EVERYDAY_DOMAINS),
+    # The same world over 10 craft hobbies, one variable each (catalog/crafts.json): a user has
+    # 8 of them, so users share most of their facts, and a general types list ("Hobbies",
+    # "Crafts") puts them all under one type. What a memory must keep apart here is not what a
+    # model guesses for "a user" with no feedback.
+    "recall_crafts": _recall_world("recall_crafts", CRAFT_DOMAINS),
 }
 
 
@@ -329,11 +376,20 @@ def synthesize_user(
 
 def _check_catalog_fits(config: OfflineSynthesisConfig, catalog: Catalog) -> None:
     if config.question_kind == "recall":
-        recallable = sum(1 for variable in catalog.variables.values() if variable.recall)
+        by_domain = recall_domains(catalog)
+        unknown = sorted(set(config.domains or ()) - set(by_domain))
+        if unknown:
+            raise ConfigError(
+                f"{config.name!r} draws from domains {unknown}, which have no variable with a "
+                f"recall question in the catalog; its domains with recall questions: "
+                f"{', '.join(sorted(by_domain))}"
+            )
+        domains = by_domain if config.domains is None else config.domains
+        recallable = sum(len(by_domain[domain]) for domain in domains)
         if recallable < config.num_questions:
             raise ConfigError(
                 f"{config.name!r} needs {config.num_questions} variables with a recall "
-                f"question, the catalog has {recallable}; lower num_questions or add 'recall' "
+                f"question, its domains have {recallable}; lower num_questions or add 'recall' "
                 "to more catalog variables"
             )
         return
@@ -363,7 +419,7 @@ def _sample_recall(
     rng: random.Random, config: OfflineSynthesisConfig, catalog: Catalog
 ) -> tuple[list[tuple[CatalogQuestion, list[str]]], dict[str, list[str]]]:
     """One recall question per variable, the variables drawn across domains."""
-    variables = sample_recall_variables(rng, catalog, config.num_questions)
+    variables = sample_recall_variables(rng, catalog, config.num_questions, config.domains)
     questions = [(recall_question(catalog, var), [var]) for var in variables]
     return questions, _sample_schema(rng, config, catalog, questions)
 

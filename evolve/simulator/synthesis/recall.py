@@ -44,12 +44,23 @@ def recall_question(catalog: Catalog, variable: str) -> CatalogQuestion:
     )
 
 
-def sample_recall_variables(rng: random.Random, catalog: Catalog, count: int) -> list[str]:
-    """`count` variables with a recall question, one per domain in turn (domains shuffled)."""
+def recall_domains(catalog: Catalog) -> dict[str, list[str]]:
+    """Domain -> the names of its variables that have a recall question."""
     by_domain: dict[str, list[str]] = {}
     for name, spec in catalog.variables.items():
         if spec.recall:
             by_domain.setdefault(spec.domain, []).append(name)
+    return by_domain
+
+
+def sample_recall_variables(
+    rng: random.Random, catalog: Catalog, count: int, domains: Sequence[str] | None = None
+) -> list[str]:
+    """`count` variables with a recall question, one per domain in turn (domains shuffled),
+    from `domains` only when given."""
+    by_domain = recall_domains(catalog)
+    if domains is not None:
+        by_domain = {domain: by_domain.get(domain, []) for domain in domains}
     available = sum(len(names) for names in by_domain.values())
     if available < count:
         raise ValueError(
