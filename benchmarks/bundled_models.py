@@ -34,7 +34,8 @@ from evolve.llm.roles import open_role_lms
 from evolve.simulator.baselines import compute_upper_bound, random_score
 from evolve.simulator.environment import Environment
 from evolve.simulator.no_memory import compute_no_memory
-from evolve.simulator.synthesis.offline import get_preset, synthesize_environment
+from evolve.simulator.synthesis.offline import synthesize_environment
+from evolve.simulator.synthesis.presets import get_preset
 
 
 def random_baseline(env: Environment) -> float:

@@ -68,7 +68,8 @@ from evolve.simulator.original_format import (
     period_results_from_original,
 )
 from evolve.simulator.records import PeriodResult, UserResult
-from evolve.simulator.synthesis.offline import PRESETS, get_preset, synthesize_environment
+from evolve.simulator.synthesis.offline import synthesize_environment
+from evolve.simulator.synthesis.presets import PRESETS, get_preset
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent

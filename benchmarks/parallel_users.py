@@ -42,7 +42,8 @@ from eval_throughput import role_lms, stub_server_class  # noqa: E402
 
 from evolve.core.paths import use_toolkit_caches  # noqa: E402
 from evolve.simulator.runner import EpisodeConfig, run_evaluation  # noqa: E402
-from evolve.simulator.synthesis.offline import PRESETS, synthesize_environment  # noqa: E402
+from evolve.simulator.synthesis.offline import synthesize_environment  # noqa: E402
+from evolve.simulator.synthesis.presets import PRESETS
 from memory_policies import build_policy  # noqa: E402
 
 PARALLELISM_TARGET = 0.8  # x K

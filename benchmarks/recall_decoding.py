@@ -28,7 +28,8 @@ from answer_from_memory import ideal_entries, lean_choice  # noqa: E402
 import evolve.simulator.synthesis.catalogs as catalogs  # noqa: E402
 from evolve.llm.config import EmbeddedModelConfig, LLMConfig  # noqa: E402
 from evolve.llm.roles import open_role_lms  # noqa: E402
-from evolve.simulator.synthesis.offline import get_preset, synthesize_environment  # noqa: E402
+from evolve.simulator.synthesis.offline import synthesize_environment  # noqa: E402
+from evolve.simulator.synthesis.presets import get_preset
 
 
 def main() -> None:

@@ -72,7 +72,8 @@ def test_evaluate_policies_runs_what_evolve_eval_runs(tmp_path):
     from evolve.commands.eval import run_dir_names
     from evolve.llm import EndpointConfig, LLMConfig
     from evolve.simulator.runner import EpisodeConfig
-    from evolve.simulator.synthesis.offline import get_preset, synthesize_environment
+    from evolve.simulator.synthesis.offline import synthesize_environment
+    from evolve.simulator.synthesis.presets import get_preset
 
     environment = synthesize_environment(get_preset("tiny"), seed=0)
     with StubServer() as stub:

@@ -236,7 +236,8 @@ def test_experiment_names_with_control_characters_are_refused():
 
 
 def test_a_spec_synthesizes_only_the_users_its_splits_use():
-    from evolve.simulator.synthesis.offline import get_preset, synthesize_environment
+    from evolve.simulator.synthesis.offline import synthesize_environment
+    from evolve.simulator.synthesis.presets import get_preset
 
     full = synthesize_environment(get_preset("tiny"), 0, 40).items
     counted = resolve(spec_from_dict(base_spec(environment={"preset": "tiny", "users": 40})))

@@ -16,7 +16,7 @@ from simulator.eval_helpers import agent_responder, make_environment
 import evolve.commands.eval as eval_command
 from evolve.cli import main
 from evolve.simulator.environment import save_environment
-from evolve.simulator.synthesis.offline import get_preset
+from evolve.simulator.synthesis.presets import get_preset
 from evolve.spec.config import load_spec, resolve
 
 

@@ -23,7 +23,8 @@ from evolve.simulator.environment import (
     save_environment,
 )
 from evolve.simulator.synthesis.catalogs import load_catalog
-from evolve.simulator.synthesis.offline import PRESETS, get_preset, synthesize_environment
+from evolve.simulator.synthesis.offline import synthesize_environment
+from evolve.simulator.synthesis.presets import PRESETS, get_preset
 
 _ANSWER_CHARS = 110
 

@@ -46,7 +46,8 @@ from evolve.simulator.runner import (
     probe_scope_problem,
     run_evaluation,
 )
-from evolve.simulator.synthesis.offline import PRESETS, get_preset, synthesize_environment
+from evolve.simulator.synthesis.offline import synthesize_environment
+from evolve.simulator.synthesis.presets import PRESETS, get_preset
 from memory_policies import MemoryPolicy, build_policy
 
 DEFAULT_OUT = Path("runs") / "eval"

@@ -138,7 +138,8 @@ def _environment(spec: ExperimentSpec, label: str) -> tuple[Environment, str, tu
     env_spec = spec.environment
     rounds = spec.rules.data_file_rounds
     if env_spec.preset is not None:
-        from evolve.simulator.synthesis.offline import MAX_USERS, get_preset, synthesize_users
+        from evolve.simulator.synthesis.offline import synthesize_users
+        from evolve.simulator.synthesis.presets import MAX_USERS, get_preset
 
         try:
             preset = get_preset(env_spec.preset)

@@ -20,7 +20,8 @@ from evolve.llm import EndpointConfig, RoleLMs, build_lm
 from evolve.llm.openai_client import OpenAIChatLM
 from evolve.llm.response_cache import NAMESPACE_FIELD, held_until_parsed
 from evolve.simulator.baselines import compute_upper_bound
-from evolve.simulator.synthesis.offline import get_preset, synthesize_environment
+from evolve.simulator.synthesis.offline import synthesize_environment
+from evolve.simulator.synthesis.presets import get_preset
 from evolve.simulator.user import play_session
 from memory_policies.base import MemoryState
 

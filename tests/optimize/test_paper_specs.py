@@ -15,7 +15,8 @@ from optimize.evolve_helpers import write_spec
 from evolve.core.errors import ConfigError, EnvironmentDataError
 from evolve.core.protocol import PAPER
 from evolve.simulator.environment import save_environment
-from evolve.simulator.synthesis.offline import get_preset, synthesize_environment
+from evolve.simulator.synthesis.offline import synthesize_environment
+from evolve.simulator.synthesis.presets import get_preset
 from evolve.spec.config import load_spec, resolve, spec_from_dict
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"

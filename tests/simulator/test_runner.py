@@ -423,7 +423,8 @@ def test_original_layout_export_has_the_expected_shapes(tmp_path):
 
 @pytest.mark.integration
 def test_tiny_environment_end_to_end_with_the_embedded_model(tmp_path, episode_lms_embedded):
-    from evolve.simulator.synthesis.offline import PRESETS, synthesize_environment
+    from evolve.simulator.synthesis.offline import synthesize_environment
+    from evolve.simulator.synthesis.presets import PRESETS
 
     preset = PRESETS["tiny"]
     env = synthesize_environment(preset, seed=0, num_users=1)

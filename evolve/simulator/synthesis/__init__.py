@@ -17,13 +17,7 @@ from evolve.simulator.synthesis.config import (
     load_synthesis_config,
     synthesis_config_from_dict,
 )
-from evolve.simulator.synthesis.offline import (
-    PRESETS,
-    OfflineSynthesisConfig,
-    get_preset,
-    synthesize_environment,
-    synthesize_user,
-)
+from evolve.simulator.synthesis.offline import synthesize_environment, synthesize_user
 from evolve.simulator.synthesis.personas import (
     PersonaRecord,
     catalog_personas,
@@ -37,6 +31,7 @@ from evolve.simulator.synthesis.pipeline import (
     UserPipeline,
     synthesize_environment_llm,
 )
+from evolve.simulator.synthesis.presets import PRESETS, OfflineSynthesisConfig, get_preset
 from evolve.simulator.synthesis.report import Stage, SynthesisReport, UserOutcome
 
 __all__ = [

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from evolve.core.errors import ConfigError
 from evolve.core.files import read_toml_file
 from evolve.core.spec_base import format_validation_error
-from evolve.simulator.synthesis.offline import PRESETS, OfflineSynthesisConfig
+from evolve.simulator.synthesis.presets import PRESETS, OfflineSynthesisConfig
 
 # Bumped whenever prompts or stage semantics change, so work dirs of older runs are not reused.
 PIPELINE_VERSION = "1"

@@ -24,7 +24,8 @@ from evolve.simulator.baselines import random_score
 from evolve.simulator.environment import save_environment
 from evolve.simulator.metrics import memory_margin, summarize, summarize_by_period
 from evolve.simulator.records import Diagnosis, ItemResult, PeriodResult, UserResult
-from evolve.simulator.synthesis.offline import get_preset, synthesize_environment
+from evolve.simulator.synthesis.offline import synthesize_environment
+from evolve.simulator.synthesis.presets import get_preset
 
 
 def item(qi: int, correct: bool, ub: bool, n_options: int = 3) -> ItemResult:

@@ -17,7 +17,8 @@ from stub_server import StubServer
 from evolve.cli import main
 from evolve.llm.disk_cache import check_response_cache
 from evolve.simulator.environment import save_environment
-from evolve.simulator.synthesis.offline import get_preset, synthesize_environment
+from evolve.simulator.synthesis.offline import synthesize_environment
+from evolve.simulator.synthesis.presets import get_preset
 
 
 def _forget_cache() -> None:

@@ -19,7 +19,8 @@ from evolve.cli import main
 from evolve.llm import EndpointConfig, RoleLMs, build_lm
 from evolve.simulator.baselines import UpperBoundCacheError, compute_upper_bound
 from evolve.simulator.environment import Environment, save_environment
-from evolve.simulator.synthesis.offline import get_preset, synthesize_environment
+from evolve.simulator.synthesis.offline import synthesize_environment
+from evolve.simulator.synthesis.presets import get_preset
 
 NOT_JSON = "I would rather not answer in JSON today."
 

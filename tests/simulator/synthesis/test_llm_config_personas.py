@@ -16,8 +16,9 @@ from evolve.simulator.synthesis import (
     load_synthesis_config,
     synthesis_config_from_dict,
 )
-from evolve.simulator.synthesis.offline import PRESETS, synthesize_user
+from evolve.simulator.synthesis.offline import synthesize_user
 from evolve.simulator.synthesis.personas import nemotron_record
+from evolve.simulator.synthesis.presets import PRESETS
 
 REPO = Path(__file__).parents[3]
 

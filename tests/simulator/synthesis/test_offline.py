@@ -22,13 +22,8 @@ from evolve.simulator.environment import (
     dumps_environment,
 )
 from evolve.simulator.synthesis.catalogs import Catalog, load_catalog
-from evolve.simulator.synthesis.offline import (
-    PRESETS,
-    OfflineSynthesisConfig,
-    get_preset,
-    synthesize_environment,
-    synthesize_user,
-)
+from evolve.simulator.synthesis.offline import synthesize_environment, synthesize_user
+from evolve.simulator.synthesis.presets import PRESETS, OfflineSynthesisConfig, get_preset
 
 
 @pytest.fixture(scope="module")

@@ -9,12 +9,12 @@ import pytest
 
 from evolve.core.errors import ConfigError
 from evolve.simulator.synthesis.catalogs import Catalog, load_catalog
-from evolve.simulator.synthesis.offline import (
+from evolve.simulator.synthesis.offline import synthesize_environment
+from evolve.simulator.synthesis.presets import (
     CRAFT_DOMAINS,
     EVERYDAY_DOMAINS,
     OfflineSynthesisConfig,
     get_preset,
-    synthesize_environment,
 )
 
 
