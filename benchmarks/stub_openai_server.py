@@ -817,9 +817,13 @@ class StubServer:
                 time.sleep(0.05)
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
+        if self.process is None:
+            return
+        if self.process.poll() is None:
             self.process.kill()
             self.process.wait(timeout=10)
+        if self.process.stdout is not None:
+            self.process.stdout.close()  # else it stays open until a collection finds it
 
     def _request(self, path: str, payload: dict[str, Any] | None = None) -> dict[str, Any]:
         data = None if payload is None else json.dumps(payload).encode("utf-8")

@@ -4,9 +4,8 @@ rename."""
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
+from strict_warnings import no_warnings
 
 from evolve.core.errors import ConfigError
 from evolve.simulator.run_dir import config_hash
@@ -25,8 +24,7 @@ def _spec(**policy: object):
 
 
 def test_the_new_key_is_silent_and_the_old_one_is_an_error_naming_it():
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
+    with no_warnings():
         new = _spec(variant="paper")
     assert new.policy.variant == "paper"
     with pytest.raises(ConfigError, match=r"policy: the key 'preset' is now called 'variant'"):

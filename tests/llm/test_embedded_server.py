@@ -8,10 +8,10 @@ import os
 import shutil
 import subprocess
 import time
-import warnings
 from pathlib import Path
 
 import pytest
+from strict_warnings import no_warnings
 
 from evolve.commands.llm_flags import add_llm_arguments, llm_config_from_args
 from evolve.core.errors import ServerStartError
@@ -75,8 +75,7 @@ def test_context_is_slots_times_context_per_slot():
 def test_slot_and_model_size_flags():
     parser = argparse.ArgumentParser()
     add_llm_arguments(parser)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # the new flag is silent
+    with no_warnings():  # the new flag is silent
         config = llm_config_from_args(parser.parse_args(["--slots", "2", "--model-size", "1.5b"]))
     assert config.embedded.slots == 2 and config.embedded.model_size == "1.5b"
     config = llm_config_from_args(parser.parse_args(["--slots", "2", "--ctx-per-slot", "12288"]))

@@ -5,7 +5,8 @@ silently."""
 from __future__ import annotations
 
 import json
-import warnings
+
+from strict_warnings import no_warnings
 
 from evolve.llm.usage import Usage, UsageSummary, add_usage
 from evolve.optimize.experiment_dir import ExperimentDir
@@ -46,8 +47,7 @@ def _period_json(usage: dict) -> dict:
 
 
 def test_stored_records_of_the_old_types_load_silently(tmp_path):
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
+    with no_warnings():
         # An episode unit (`result.json` / `users/<u>/period_NN/`) before: llm_calls.
         period = PeriodResult.model_validate(
             _period_json({"llm_calls": 3, "prompt_tokens": 10, "completion_tokens": 5})
@@ -101,8 +101,7 @@ def test_a_ledger_written_now_keeps_the_names_older_readers_know(tmp_path):
     store.save_spend(spend)
     stored = json.loads(store.ledger_file.read_text())
     assert (stored["llm_calls"], stored["tokens"], stored["wall_time_s"]) == (4, 33, 2.0)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
+    with no_warnings():
         assert store.load_spend() == spend  # both spellings in one file: the new ones win
 
 

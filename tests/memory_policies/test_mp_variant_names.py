@@ -4,10 +4,10 @@ new one, and what was stored under the old name (bundles, run hashes) loads unch
 from __future__ import annotations
 
 import json
-import warnings
 
 import dspy
 import pytest
+from strict_warnings import no_warnings
 
 from memory_policies import (
     DEFAULT_VARIANT,
@@ -26,8 +26,7 @@ from memory_policies.variants import VariantRules, variant_rules
 @pytest.fixture
 def silent():
     """Fail on any warning: reading stored data says nothing."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
+    with no_warnings():
         yield
 
 

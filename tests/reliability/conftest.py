@@ -5,7 +5,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from reliability.process_helpers import close_started_processes
 from stub_server import StubServer
+
+
+@pytest.fixture(autouse=True)
+def _close_processes_after_each_test() -> Iterator[None]:
+    yield
+    close_started_processes()
 
 
 @pytest.fixture

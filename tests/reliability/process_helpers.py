@@ -20,6 +20,28 @@ from evolve.simulator.environment import Environment, save_environment
 
 REPO = Path(__file__).resolve().parents[2]
 
+# Every process a test starts here, closed after the test (`close_started_processes`, an
+# autouse fixture in conftest.py): a test that stops reading a killed child's pipes would
+# otherwise leave them open until some later test's garbage collection, warning there.
+_STARTED: list[subprocess.Popen] = []
+
+
+def started(process: subprocess.Popen) -> subprocess.Popen:
+    """`process`, to be killed if still running and its pipes closed after the test."""
+    _STARTED.append(process)
+    return process
+
+
+def close_started_processes() -> None:
+    while _STARTED:
+        process = _STARTED.pop()
+        if process.poll() is None:
+            process.kill()
+        for stream in (process.stdin, process.stdout, process.stderr):
+            if stream is not None:
+                stream.close()
+        process.wait(timeout=30)
+
 
 def write_small_environment(path: Path, users: int = 2) -> Path:
     """Users with 2 periods (3 sessions) and 1 question: about a dozen LLM calls per user."""
@@ -123,7 +145,7 @@ def llm_flags(stub: StubServer) -> list[str]:
 def start_cli(home: Path, *args: str) -> subprocess.Popen[str]:
     """`evolve ARGS` started in `home` (its current directory and cache location)."""
     home.mkdir(parents=True, exist_ok=True)
-    return subprocess.Popen(
+    process = subprocess.Popen(
         [sys.executable, "-m", "evolve.cli", *args],
         cwd=home,
         env=cli_env(home),
@@ -131,6 +153,7 @@ def start_cli(home: Path, *args: str) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
     )
+    return started(process)
 
 
 def run_cli(home: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -186,7 +209,7 @@ def tune_process(spec: Path, tmp_path: Path, stub: StubServer, *extra: str) -> s
     command += ["--no-tracking", "--no-llm-cache", "--base-url", stub.base_url, "--model", "stub"]
     command += ["--runs-dir", str(tmp_path / "runs"), "--upper-bound-cache", str(tmp_path / "ub")]
     env = {**os.environ, "EVOLVE_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(REPO)}
-    return subprocess.Popen(
+    process = subprocess.Popen(
         [*command, *extra],
         cwd=tmp_path,
         env=env,
@@ -194,6 +217,7 @@ def tune_process(spec: Path, tmp_path: Path, stub: StubServer, *extra: str) -> s
         stderr=subprocess.PIPE,
         text=True,
     )
+    return started(process)
 
 
 def load_tune_study(tmp_path: Path) -> optuna.Study:

@@ -18,6 +18,8 @@ import sys
 import time
 from pathlib import Path
 
+from reliability.process_helpers import started
+
 from evolve.optimize.experiment_dir import ExperimentDir
 
 REPO = Path(__file__).resolve().parents[3]
@@ -67,9 +69,10 @@ def _start(spec: Path, tmp_path: Path) -> subprocess.Popen[bytes]:
     env.pop("DSPY_CACHEDIR", None)
     argv = [sys.executable, "-m", "evolve.cli", "run", str(spec), "--no-tracking"]
     argv += ["--no-progress", "--runs-dir", str(tmp_path / "runs")]
-    return subprocess.Popen(
+    process = subprocess.Popen(
         argv, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
+    return started(process)
 
 
 def _ledger_calls(tmp_path: Path) -> int:

@@ -23,6 +23,7 @@ from reliability.process_helpers import (
     TUNE_SPEC,
     llm_flags,
     start_cli,
+    started,
     write_small_environment,
     write_tiny_spec,
 )
@@ -89,7 +90,7 @@ def spread(span: float, count: int) -> list[float]:
 
 
 def open_store_process(directory: Path, uri: str, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen(
+    process = subprocess.Popen(
         [sys.executable, "-c", OPEN_STORE, uri, *extra],
         cwd=directory,
         env={**os.environ, "PYTHONPATH": str(REPO)},
@@ -97,6 +98,7 @@ def open_store_process(directory: Path, uri: str, *extra: str) -> subprocess.Pop
         stderr=subprocess.PIPE,
         text=True,
     )
+    return started(process)
 
 
 def test_a_store_interrupted_at_any_moment_of_its_creation_is_absent_or_complete(tmp_path):

@@ -17,6 +17,7 @@ from reliability.process_helpers import (
     run_cli,
     run_in_process,
     start_cli,
+    started,
     write_small_environment,
     write_tiny_spec,
 )
@@ -54,17 +55,19 @@ def test_a_lock_left_by_a_dead_process_is_taken_over(tmp_path):
         assert lock_holder(run_dir).pid == os.getpid()
 
     # A live holder killed with SIGKILL: the kernel drops its lock, the next process takes it.
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import sys, time; from evolve.core.locking import RunLock; "
-            f"RunLock({str(run_dir)!r}, 'run').acquire(); print('locked', flush=True); "
-            "time.sleep(60)",
-        ],
-        env=cli_env(tmp_path),
-        stdout=subprocess.PIPE,
-        text=True,
+    holder = started(
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "import sys, time; from evolve.core.locking import RunLock; "
+                f"RunLock({str(run_dir)!r}, 'run').acquire(); print('locked', flush=True); "
+                "time.sleep(60)",
+            ],
+            env=cli_env(tmp_path),
+            stdout=subprocess.PIPE,
+            text=True,
+        )
     )
     try:
         assert holder.stdout.readline().strip() == "locked"
