@@ -134,8 +134,12 @@ class ListEditOperator(MutationOperator):
                     seed=seed,
                 )
             # Additions only: offered removals, the 0.5B removed items it then re-added.
-            edit = ListEdit(add=list(prediction.add or [])[:MAX_ADDED_ITEMS])
+            offered = list(prediction.add or [])
+            edit = ListEdit(add=offered[:MAX_ADDED_ITEMS])
             text, applied = apply_list_edit(parent[component], edit)
+            if len(offered) > MAX_ADDED_ITEMS:
+                # An endpoint without grammar-constrained decoding may name more: recorded.
+                applied["beyond_limit"] = offered[MAX_ADDED_ITEMS:]
             if not applied["added"] and not applied["removed"]:
                 return OperatorProposal(
                     operator=self.name,

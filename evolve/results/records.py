@@ -49,7 +49,10 @@ class Mutation(_Frozen):
     attempts: int = Field(default=1, description="Proposals tried (duplicates are retried).")
     edits: dict[str, dict[str, list[str]]] = Field(
         default_factory=dict,
-        description="Structured edits applied per component: {'added': [...], 'removed': [...]}.",
+        description=(
+            "Structured edits applied per component: {'added': [...], 'removed': [...]}, and "
+            "'beyond_limit': items offered past the per-edit limit, not applied."
+        ),
     )
 
     def describe(self) -> str:

@@ -147,6 +147,18 @@ def test_list_edit_operator_applies_the_reflectors_edit():
     assert "tight budget" not in seen[0]
 
 
+def test_items_offered_past_the_limit_are_recorded_not_applied():
+    offered = [f"type {n}" for n in range(MAX_ADDED_ITEMS + 2)]
+    operator, _ = _operator(lambda call: {"add": offered})
+    proposal = operator.propose({LIST: "1. Diet"}, [LIST], {}, seed=1)
+    assert list_items(proposal.components[LIST]) == ["Diet", *offered[:MAX_ADDED_ITEMS]]
+    assert proposal.detail[LIST]["beyond_limit"] == offered[MAX_ADDED_ITEMS:]
+    within = _operator(lambda call: {"add": offered[:2]})[0].propose(
+        {LIST: "1. Diet"}, [LIST], {}, seed=1
+    )
+    assert "beyond_limit" not in within.detail[LIST]
+
+
 def test_failure_lines_name_the_missing_facts_without_their_values():
     feedback = (
         "0 of 3 answers were correct.\nFailures:\n"
