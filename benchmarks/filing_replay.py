@@ -38,8 +38,10 @@ import re
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -205,6 +207,19 @@ def build(
     return policy
 
 
+def replayed_periods(catalog, policy, user_dir: Path) -> Iterator[tuple[Path, Any, list[dict]]]:
+    """A recorded user's periods fed to `policy` in order: after each, the period's directory,
+    the policy's state, and the revealing events of the sessions so far (`revealing_events`)."""
+    period_dirs = sorted(user_dir.glob("period_*"))
+    events = revealing_events(catalog, period_dirs)
+    state = policy.initial_state()
+    for index, period_dir in enumerate(period_dirs):
+        transcript = json.loads((period_dir / "transcript.json").read_text())
+        for session in transcript["sessions"]:
+            state = policy.observe(state, [Message(**m) for m in session["messages"]])
+        yield period_dir, state, [e for period in events[: index + 1] for e in period]
+
+
 def revealing_events(catalog, period_dirs: list[Path]) -> list[list[dict]]:
     """Per period, its sessions' revealing sentences: dicts of variable, value, sentence, time."""
     events = []
@@ -297,13 +312,7 @@ def replay_run(
     policy = build(w, types, parameters, embedder)
     tally, slot_log, mismatches = Tally(), Counter(), 0
     for user_dir in sorted((transcripts_dir / "users").iterdir()):
-        period_dirs = sorted(user_dir.glob("period_*"))
-        events = revealing_events(catalog, period_dirs)
-        state = policy.initial_state()
-        for index, period_dir in enumerate(period_dirs):
-            transcript = json.loads((period_dir / "transcript.json").read_text())
-            for session in transcript["sessions"]:
-                state = policy.observe(state, [Message(**m) for m in session["messages"]])
+        for period_dir, state, so_far in replayed_periods(catalog, policy, user_dir):
             if check:
                 recorded = json.loads((period_dir / "checkpoint.json").read_text())
                 mine = state.model_dump(mode="json")
@@ -312,7 +321,6 @@ def replay_run(
                     or recorded["short_term"] != mine["short_term"]
                 )
             result = json.loads((period_dir / "result.json").read_text())
-            so_far = [e for period in events[: index + 1] for e in period]
             statuses = score_period(catalog, state, result, so_far, tally, slot_log)
             if answers is not None:
                 for item in result["items"]:

@@ -28,10 +28,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from filing_replay import CachedEmbedder, holds, revealing_events  # noqa: E402
+from filing_replay import CachedEmbedder, holds, replayed_periods  # noqa: E402
 
 from evolve.simulator.synthesis.catalogs import load_catalog  # noqa: E402
-from memory_policies.base import Message, render_options  # noqa: E402
+from memory_policies.base import render_options  # noqa: E402
 from memory_policies.in_context_quotes import TYPES_COMPONENT, InContextQuotesPolicy  # noqa: E402
 
 
@@ -73,15 +73,8 @@ def replay(catalog, embedder, types: str, user_runs: list[Path], tally: Counter)
             {TYPES_COMPONENT: types}
         )
         for user_dir in sorted((user_run / "users").iterdir()):
-            period_dirs = sorted(user_dir.glob("period_*"))
-            events = revealing_events(catalog, period_dirs)
-            state = policy.initial_state()
-            for index, period_dir in enumerate(period_dirs):
-                transcript = json.loads((period_dir / "transcript.json").read_text())
-                for session in transcript["sessions"]:
-                    state = policy.observe(state, [Message(**m) for m in session["messages"]])
+            for period_dir, state, so_far in replayed_periods(catalog, policy, user_dir):
                 result = json.loads((period_dir / "result.json").read_text())
-                so_far = [event for period in events[: index + 1] for event in period]
                 for item in result["items"]:
                     variable = item["required_info"][0]
                     said = [e for e in so_far if e["variable"] == variable]

@@ -27,23 +27,26 @@ from __future__ import annotations
 import argparse
 import statistics
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 
 from evolve import api
 from evolve.simulator.records import Diagnosis, ItemResult, UserResult
 from evolve.simulator.synthesis.catalogs import load_catalog
+from evolve.simulator.synthesis.presets import EVERYDAY_DOMAINS
 from evolve.spec.config import resolve
 
 ROOT = Path(__file__).resolve().parents[1]
 TYPES = "write.types_to_remember"
 
 
-def ideal_types_list() -> str:
-    """Every domain of the recall catalog, with the facts it holds: a complete schema."""
+def ideal_types_list(domains: Sequence[str] = EVERYDAY_DOMAINS) -> str:
+    """Every domain of a recall world (by default the quickstart's), with the facts it holds:
+    a complete schema."""
     catalog = load_catalog()
     labels: dict[str, list[str]] = {}
     for spec in catalog.variables.values():
-        if spec.recall:
+        if spec.recall and spec.domain in domains:
             labels.setdefault(spec.domain, []).append(spec.label)
     return "\n".join(
         f"{index}. {domain.capitalize()}: {', '.join(sorted(set(names)))}"
