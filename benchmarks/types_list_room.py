@@ -6,8 +6,8 @@ quickstart.toml`, its LLM setup: the bundled 1.5B) and evaluates on-policy, on e
 the world (train and held-out):
 
 - `base`: the quickstart's base policy (its narrow types list);
-- `ideal`: the same policy whose types list names every domain of the recall catalog (what a
-  perfect evolution of `write.types_to_remember` could reach).
+- `ideal`: the same policy whose types list names every domain of the spec's recall world, with
+  its facts (what a perfect evolution of `write.types_to_remember` could reach).
 
 Per condition it prints accuracy, the upper bound and random, conversation health, and each
 wrong answer's origin:
@@ -33,7 +33,7 @@ from pathlib import Path
 from evolve import api
 from evolve.simulator.records import Diagnosis, ItemResult, UserResult
 from evolve.simulator.synthesis.catalogs import load_catalog
-from evolve.simulator.synthesis.presets import EVERYDAY_DOMAINS
+from evolve.simulator.synthesis.presets import EVERYDAY_DOMAINS, get_preset
 from evolve.spec.config import resolve
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,7 +49,7 @@ def ideal_types_list(domains: Sequence[str] = EVERYDAY_DOMAINS) -> str:
         if spec.recall and spec.domain in domains:
             labels.setdefault(spec.domain, []).append(spec.label)
     return "\n".join(
-        f"{index}. {domain.capitalize()}: {', '.join(sorted(set(names)))}"
+        f"{index}. {domain.replace('_', ' ').capitalize()}: {', '.join(sorted(set(names)))}"
         for index, (domain, names) in enumerate(sorted(labels.items()), start=1)
     )
 
@@ -132,7 +132,7 @@ def main() -> None:
         embedded = spec.llm.embedded.model_copy(update={"threads": args.threads})
         spec = spec.model_copy(update={"llm": spec.llm.model_copy(update={"embedded": embedded})})
     seeds = args.seeds or [spec.environment.seed + offset for offset in range(3)]
-    ideal = ideal_types_list()
+    ideal = ideal_types_list(get_preset(spec.environment.preset).domains or EVERYDAY_DOMAINS)
     catalog = load_catalog()
     print(f"ideal types list:\n{ideal}\n", flush=True)
     accuracy: dict[str, list[float]] = {"base": [], "ideal": []}
