@@ -33,7 +33,7 @@ def test_shipped_specs_load_and_resolve(name):
 def test_quickstart_is_small_and_embedded():
     spec = load_spec(EXPERIMENTS / "quickstart.toml")
     resolved = resolve(spec)
-    assert spec.environment.preset == "recall" and spec.policy.kind == "in_context_quotes"
+    assert spec.environment.preset == "recall_crafts" and spec.policy.kind == "in_context_quotes"
     assert spec.optimizer.generations >= 3 and spec.optimizer.reflection_minibatch_size == 1
     assert spec.optimizer.operators == ["list_edit"]
     # The held-out users carry at least 48 questions (8 questions x 3 periods each).
