@@ -16,7 +16,7 @@ from evolve.optimize.edits import (
     says_less,
 )
 from evolve.optimize.gepa_engine import TieKeepsContent
-from evolve.optimize.list_edit import ListEditOperator, failure_lines
+from evolve.optimize.list_edit import ListEditOperator, addable_failure_lines, failure_lines
 from evolve.optimize.reflect import Reflector
 from memory_policies.in_context import DEFAULT_TYPES_TO_REMEMBER
 from tests.scripted_lm import scripted_role_lms
@@ -185,6 +185,41 @@ def test_failure_lines_name_the_missing_facts_without_their_values():
     # Feedback of other kinds: its question lines, else the whole text.
     assert failure_lines("Period 0:\nQuestion 1: Any tips?\nMemory: x") == "Question 1: Any tips?"
     assert failure_lines("No feedback is available.") == "No feedback is available."
+
+
+ADDABLE_FEEDBACK = (
+    "1 of 4 answers were correct.\nFailures:\n"
+    '1. Period 1, question: "What is on my knitting needles?"\n'
+    "   cause: write - knitting_project is socks; memory recalled a sweater\n"
+    '2. Period 2, question: "What kind of loom am I weaving on?"\n'
+    "   cause: write - weaving_loom is a rigid heddle loom; memory recalled nothing\n"
+    '3. Period 2, question: "Which calligraphy style am I practising?"\n'
+    "   cause: use - memory recalled every needed fact (calligraphy_style=italic), answer wrong\n"
+)
+
+
+def test_only_failures_an_added_type_can_fix_reach_the_reflector():
+    listed = "1. Diet\n2. Knitting project\n3. calligraphy_style"
+    lines = addable_failure_lines(ADDABLE_FEEDBACK, listed).splitlines()
+    # Knitting is listed (its statement was misfiled), calligraphy a use failure: both left out.
+    assert lines == [
+        '2. Period 2, question: "What kind of loom am I weaving on?"',
+        "   cause: write - not in memory: weaving_loom",
+    ]
+    # With nothing listed, every write failure stays.
+    assert "knitting_project" in addable_failure_lines(ADDABLE_FEEDBACK, "1. Diet")
+
+
+def test_list_edit_operator_asks_nothing_when_no_added_type_can_fix_a_failure():
+    calls = []
+    operator, _ = _operator(lambda call: calls.append(call) or {"add": ["x"]})
+    listed = "1. knitting_project\n2. weaving_loom"
+    records = {LIST: [{"Feedback": ADDABLE_FEEDBACK}]}
+    proposal = operator.propose({LIST: listed}, [LIST], records, seed=1)
+    assert proposal.components == {} and "no failure an added type can fix" in proposal.invalid
+    assert calls == []
+    operator.propose({LIST: "1. Diet"}, [LIST], records, seed=1)
+    assert "weaving_loom" in calls[0].user and "knitting_project" in calls[0].user
 
 
 def test_list_edit_operator_refuses_an_edit_that_changes_nothing_or_damages():
