@@ -463,3 +463,49 @@ def test_tiny_environment_end_to_end_with_the_embedded_model(tmp_path, episode_l
     again = run_evaluation(env, NativePolicy(), lms, tmp_path / "run", config, upper_bound=table)
     assert lms.usage.snapshot().total_calls == before
     assert again.summary == report.summary
+
+
+def test_resume_of_a_finished_run_leaves_its_report_as_written(tmp_path):
+    evaluate(tmp_path)
+    layout = RunLayout(tmp_path / "run")
+    written = layout.report_file.read_text(encoding="utf-8")
+    assert json.loads(written)["usage"]["roles"]["agent"]["calls"] > 0
+    second, harness = evaluate(tmp_path)
+    assert harness.calls == 0 and second.complete
+    assert layout.report_file.read_text(encoding="utf-8") == written  # its usage kept
+
+
+def test_a_finished_run_whose_report_says_incomplete_writes_it_again(tmp_path):
+    evaluate(tmp_path)
+    layout = RunLayout(tmp_path / "run")
+    stored = json.loads(layout.report_file.read_text(encoding="utf-8"))
+    layout.report_file.write_text(json.dumps({**stored, "complete": False}), encoding="utf-8")
+    evaluate(tmp_path)
+    assert json.loads(layout.report_file.read_text(encoding="utf-8"))["complete"] is True
+
+
+def test_a_resumed_unfinished_run_writes_its_report_again(tmp_path):
+    evaluate(tmp_path)
+    layout = RunLayout(tmp_path / "run")
+    written = layout.report_file.read_text(encoding="utf-8")
+    layout.result_file("user-1", 2).unlink()  # interrupted before its last questions
+    _, harness = evaluate(tmp_path)
+    assert harness.calls > 0
+    assert layout.report_file.read_text(encoding="utf-8") != written
+
+
+def test_a_finished_run_given_a_new_upper_bound_writes_its_report_again(tmp_path):
+    env = make_environment(users=2)
+    table = compute_upper_bound(env, Harness(agent=upper_bound_agent).lms, tmp_path / "cache")
+    evaluate(tmp_path, env=env, upper_bound=table)
+    layout = RunLayout(tmp_path / "run")
+    stored = json.loads(layout.upper_bound_file.read_text(encoding="utf-8"))
+    changed = {**stored, "entries": dict(list(stored["entries"].items())[1:])}
+    layout.upper_bound_file.write_text(json.dumps(changed), encoding="utf-8")
+    report = json.loads(layout.report_file.read_text(encoding="utf-8"))
+    report["summary"]["upper_bound_score"] = None  # what a stale report would keep
+    layout.report_file.write_text(json.dumps(report), encoding="utf-8")
+    evaluate(tmp_path, env=env, upper_bound=table)
+    rewritten = json.loads(layout.report_file.read_text(encoding="utf-8"))
+    assert rewritten["summary"]["upper_bound_score"] is not None
+    assert json.loads(layout.upper_bound_file.read_text(encoding="utf-8")) == stored

@@ -167,6 +167,7 @@ def _run_evaluation(
     if not layout.environment_file.exists():
         atomic_write_json(layout.environment_file, [item.to_original() for item in items])
     upper_bound = options.upper_bound
+    upper_bound_changed = False
     if upper_bound is not None:
         missing = missing_upper_bound_entries(upper_bound, items)
         if missing:
@@ -176,7 +177,12 @@ def _run_evaluation(
                 f"of this environment, e.g. {missing[0]}; compute it with "
                 "compute_upper_bound(env, lms, cache_dir) for the environment evaluated"
             )
-        atomic_write_json(layout.upper_bound_file, upper_bound.model_dump(mode="json"))
+        table = upper_bound.model_dump(mode="json")
+        # Rewritten only when it changed: a resumed run's copy is the same table, maybe in
+        # another order.
+        if not layout.upper_bound_file.exists() or read_json(layout.upper_bound_file) != table:
+            upper_bound_changed = True
+            atomic_write_json(layout.upper_bound_file, table)
 
     run = RunContext(policy, lms, layout, config, options)
     finished = _load_finished(layout, users)
@@ -191,6 +197,14 @@ def _run_evaluation(
         )
     period_count = max((len(user.item.periods) for user in users), default=0)
     run.progress.run_started(users=len(users), periods=period_count, finished_units=finished)
+    # A run finished by an earlier invocation keeps the report that invocation wrote: its
+    # usage is what the evaluation cost, where this one's (nothing) would replace it. A new
+    # upper bound changes its scores: then it is written again.
+    keep_written_report = (
+        finished == sum(len(u.item.periods) for u in users)
+        and not upper_bound_changed
+        and _written_report_is_complete(layout)
+    )
 
     def report(complete: bool) -> EvaluationReport:
         user_results = [UserResult(user_id=u.item.id, periods=list(u.results)) for u in users]
@@ -212,6 +226,8 @@ def _run_evaluation(
             complete=complete,
             max_tokens={role: lms.identity(role).get("max_tokens") for role in EPISODE_ROLES},
         )
+        if keep_written_report:  # also at barriers: the file says complete, and it is
+            return result
         atomic_write_json(layout.report_file, result.without_records())
         export_original_layout(
             layout, user_results, {u.item.id: u.dir_name for u in users}, upper_bound
@@ -240,6 +256,15 @@ def _run_evaluation(
             # After a failure, calls in flight are not waited for (they may hang).
             run.question_pool.shutdown(wait=not failed, cancel_futures=True)
     return latest if latest is not None and latest.complete else report(complete=True)
+
+
+def _written_report_is_complete(layout: RunLayout) -> bool:
+    if not layout.report_file.exists():
+        return False
+    try:
+        return read_json(layout.report_file).get("complete") is True
+    except (OSError, ValueError):
+        return False  # unreadable: written again
 
 
 def _load_finished(files: UnitFiles, users: Sequence[UserRun]) -> int:
