@@ -150,7 +150,7 @@ class ListEditOperator(MutationOperator):
             if feedback and not failures.strip():
                 return OperatorProposal(
                     operator=self.name,
-                    invalid="no failure an added type can fix (every failed fact is listed)",
+                    invalid="no failure an added type can fix (only use failures, or listed facts)",
                     seed=seed,
                 )
             config = {
