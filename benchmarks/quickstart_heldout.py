@@ -1,20 +1,23 @@
-"""The quickstart's base and best on more held-out users: its held-out figures with a narrower
-error bar.
+"""The quickstart's base, best and blind control on more held-out users: its held-out figures
+with a narrower error bar.
 
 The quickstart holds out two users a seed (48 questions). A figure over so few users moves
 with which values they happen to hold: with no memory the 1.5B still picks one favourite
 value per question, and it is right whenever a user holds that value, which a seed's handful
 of users may do more or less often than the uniform draw of the world's values does on
-average (a third). The base and the best are fixed policies once a run has finished (the best
-was evolved on the train users only), so scoring them on more users of the same world measures
-the same quantities more precisely.
+average (a third). The base and the bests are fixed policies once a run has finished (each
+best was evolved on the train users only), so scoring them on more users of the same world
+measures the same quantities more precisely.
 
 For each seed's finished run under --runs-dir (`benchmarks/quickstart_seeds.py`), this builds
 the same world with `--extra-users` more users (users are reproducible one by one, so the
-first four are the run's), evaluates the run's base and its final best on-policy on the new
-users with the run's episode settings and LLM setup, and prints per seed, and as the mean over
-seeds: accuracy and memory score on the run's held-out pair (recorded), on the new users, and
-on both pooled. The pooled memory score is the toolkit's ratio over all pooled questions
+first four are the run's), evaluates the run's base, its final best and the blind control's
+final best (the `-blind` run beside it) on-policy on the new users with the run's episode
+settings and LLM setup, and prints per seed, and as the mean over seeds: accuracy and memory
+score on the run's held-out pair (recorded), on the new users, and on both pooled. Then what
+the base answered from the model's prior: its accuracy where its read did not show the current
+value, and how often the values the model picks there are the answer, for these users and
+over the world's draw. The pooled memory score is the toolkit's ratio over all pooled questions
 (undefined, "-", when the upper bound is not clearly above random).
 
 Runs resume (under --out); a finished one only prints.
@@ -52,6 +55,8 @@ RECORDS = ROOT / "benchmarks" / "records"
 sys.path.insert(0, str(ROOT / "benchmarks"))  # a sibling script, also when loaded by path
 from types_list_room import current_sentence  # noqa: E402
 
+# The policies scored: the run's base, its best, and the blind control's best.
+POLICIES = ("base", "best", "blind")
 # Environment seeds over which the world's draw of a fact's value is tallied (offline, no LLM).
 DRAW_SEEDS = range(300)
 
@@ -118,6 +123,16 @@ def users_not_scored(resolved: ResolvedExperiment, scored: Iterable[str]) -> Env
     return Environment(items=[item for item in resolved.heldout.items if item.id not in known])
 
 
+def finished_run(run_dir: Path, seed: int, runs_dir: Path) -> ExperimentResult:
+    result_file = run_dir / "result.json"
+    if not result_file.is_file():
+        raise SystemExit(
+            f"no finished run at {run_dir}: run benchmarks/quickstart_seeds.py --seeds {seed} "
+            f"--runs-dir {runs_dir} first"
+        )
+    return ExperimentResult.model_validate_json(result_file.read_text())
+
+
 def base_and_best(result: ExperimentResult) -> tuple[CandidateRecord, CandidateRecord]:
     if result.best_id is None:
         raise SystemExit(f"{result.name}: the run has no best candidate; finish it first")
@@ -169,12 +184,14 @@ def favourite_share(users: Iterable[UserResult], favourites: dict[str, str]) -> 
     return hits, total
 
 
-def drawn_share(spec: ExperimentSpec, favourites: dict[str, str], users: int) -> float:
-    """How often the world's draw makes a favourite value the answer, over `DRAW_SEEDS` and the
+def drawn_share(
+    spec: ExperimentSpec, favourites: dict[str, str], users: int, seeds: range = DRAW_SEEDS
+) -> float:
+    """How often the world's draw makes a favourite value the answer, over `seeds` and the
     first `users` users of each (a uniform draw gives a third)."""
     config = get_preset(spec.environment.preset)
     hits = total = 0
-    for seed in DRAW_SEEDS:
+    for seed in seeds:
         for item in synthesize_users(config, seed, range(users)).items:
             for period in item.periods:
                 for qa in item.qas:
@@ -208,21 +225,16 @@ def main() -> None:
     base_users: dict[str, list[UserResult]] = {"pair": [], "new": []}
     for seed in seeds:
         run_dir = args.runs_dir / f"{spec.name}-s{seed}"
-        result_file = run_dir / "result.json"
-        if not result_file.is_file():
-            raise SystemExit(
-                f"no finished run at {run_dir}: run benchmarks/quickstart_seeds.py --seeds {seed} "
-                f"--runs-dir {args.runs_dir} first"
-            )
-        result = ExperimentResult.model_validate_json(result_file.read_text())
-        base, best = base_and_best(result)
+        base, best = base_and_best(finished_run(run_dir, seed, args.runs_dir))
+        _, blind = base_and_best(finished_run(Path(f"{run_dir}-blind"), seed, args.runs_dir))
+        records = {"base": base, "best": best, "blind": blind}
         resolved = resolve(seeded(spec, seed, args.extra_users))
         new_users = users_not_scored(resolved, base.heldout.users)
         policies = {
             name: resolved.base_policy.with_components(record.components).with_parameters(
                 **record.parameters
             )
-            for name, record in (("base", base), ("best", best))
+            for name, record in records.items()
         }
         reports = api.evaluate_policies(
             new_users,
@@ -234,7 +246,7 @@ def main() -> None:
         base_users["pair"] += recorded_heldout(run_dir, base)
         base_users["new"] += reports["base"].users
         row: dict[str, object] = {"seed": seed, "best_id": best.id}
-        for name, record in (("base", base), ("best", best)):
+        for name, record in records.items():
             pair = Scores.of(record.heldout.summary)
             new = Scores.of(reports[name].summary)
             row[name] = {
@@ -246,13 +258,17 @@ def main() -> None:
                 for part, scores in (("pair", pair), ("new", new), ("pooled", pair + new))
             } | {"conversation": reports[name].summary.conversation.describe()}
         rows.append(row)
-        print(f"seed {seed}: base and {best.id} on {len(new_users.items)} more users", flush=True)
+        print(
+            f"seed {seed}: base, {best.id} and the blind control's {blind.id} on "
+            f"{len(new_users.items)} more users",
+            flush=True,
+        )
     atomic_write_text(args.out / "summary.json", json.dumps(rows, indent=2) + "\n")
 
     print("\nheld-out accuracy / memory score: the run's pair, the new users, both pooled")
     print("seed  policy   pair (n)          new (n)           pooled (n)")
     for row in rows:
-        for name in ("base", "best"):
+        for name in POLICIES:
             parts = row[name]
             print(
                 f"{row['seed']:>4}  {name:<6}"
@@ -263,7 +279,7 @@ def main() -> None:
                 )
             )
             print(f"              {parts['conversation']}")
-    for name in ("base", "best"):
+    for name in POLICIES:
         means = []
         for part in ("pair", "new", "pooled"):
             scores = [row[name][part]["memory_score"] for row in rows]

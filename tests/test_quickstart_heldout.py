@@ -56,3 +56,17 @@ def test_a_pooled_upper_bound_near_random_has_no_memory_score(heldout_script):
         questions=24, correct=10, upper_bound_correct=9, random_correct=8
     )
     assert near_random.memory_score is None
+
+
+@pytest.mark.parametrize("position", [0, -1], ids=["first value", "last value"])
+def test_the_worlds_draw_favours_no_value(heldout_script, position):
+    """The base's no-memory hits above a third come from the users a seed draws, not from
+    the world: any one value per fact is the answer to about a third of the questions."""
+    spec = api.load_spec(ROOT / "experiments" / "quickstart.toml")
+    facts = {}
+    for item in resolve(spec).train.items + resolve(spec).heldout.items:
+        facts.update(item.state_schema)
+    assert len(facts) == 10  # every craft fact of the world
+    favourites = {fact: values[position] for fact, values in facts.items()}
+    share = heldout_script.drawn_share(spec, favourites, users=4, seeds=range(60))
+    assert share == pytest.approx(1 / 3, abs=0.03)
