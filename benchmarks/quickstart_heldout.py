@@ -34,7 +34,7 @@ import json
 import statistics
 import sys
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,6 +45,7 @@ from evolve.simulator.environment import Environment
 from evolve.simulator.metrics import MetricSummary, memory_ratio
 from evolve.simulator.records import UserResult
 from evolve.simulator.run_dir import RunLayout
+from evolve.simulator.runner import EvaluationReport
 from evolve.simulator.synthesis.catalogs import Catalog, load_catalog
 from evolve.simulator.synthesis.offline import synthesize_users
 from evolve.simulator.synthesis.presets import get_preset
@@ -53,7 +54,7 @@ from evolve.spec.config import ExperimentSpec, ResolvedExperiment, resolve
 ROOT = Path(__file__).resolve().parents[1]
 RECORDS = ROOT / "benchmarks" / "records"
 sys.path.insert(0, str(ROOT / "benchmarks"))  # a sibling script, also when loaded by path
-from types_list_room import current_sentence  # noqa: E402
+from types_list_room import read_showed_current  # noqa: E402
 
 # The policies scored: the run's base, its best, and the blind control's best.
 POLICIES = ("base", "best", "blind")
@@ -163,25 +164,38 @@ def unshown_answers(users: Iterable[UserResult], catalog: Catalog) -> list[tuple
     for user in users:
         for period in user.periods:
             for item in period.items:
-                (fact,) = item.required_info  # a recall world asks about one fact a question
-                said = current_sentence(user, period.period_index, fact, catalog)
-                if said and any(said in text for text in item.retrieved):
+                if read_showed_current(user, period.period_index, item, catalog):
                     continue
+                (fact,) = item.required_info  # a recall world asks about one fact a question
                 chosen = item.chosen_state[0] if item.chosen_state else ""
                 answers.append((fact, chosen, item.correct))
     return answers
 
 
+def favourite_hits(
+    answers: Iterable[tuple[Mapping[str, str], str]], favourites: Mapping[str, str]
+) -> tuple[int, int]:
+    """Of these (state, fact asked) questions, how many have the favourite value as the
+    answer, and how many there are."""
+    hits = total = 0
+    for state, fact in answers:
+        total += 1
+        hits += state[fact] == favourites.get(fact)
+    return hits, total
+
+
 def favourite_share(users: Iterable[UserResult], favourites: dict[str, str]) -> tuple[int, int]:
     """Of these users' questions, how many have the model's favourite value as the answer."""
-    hits = total = 0
-    for user in users:
-        for period in user.periods:
-            for item in period.items:
-                (fact,) = item.required_info
-                total += 1
-                hits += period.state[fact] == favourites.get(fact)
-    return hits, total
+    return favourite_hits(
+        (
+            (period.state, fact)
+            for user in users
+            for period in user.periods
+            for item in period.items
+            for fact in item.required_info
+        ),
+        favourites,
+    )
 
 
 def drawn_share(
@@ -190,15 +204,31 @@ def drawn_share(
     """How often the world's draw makes a favourite value the answer, over `seeds` and the
     first `users` users of each (a uniform draw gives a third)."""
     config = get_preset(spec.environment.preset)
-    hits = total = 0
-    for seed in seeds:
-        for item in synthesize_users(config, seed, range(users)).items:
-            for period in item.periods:
-                for qa in item.qas:
-                    (fact,) = qa.required_info
-                    total += 1
-                    hits += period.state[fact] == favourites.get(fact)
+    hits, total = favourite_hits(
+        (
+            (period.state, fact)
+            for seed in seeds
+            for item in synthesize_users(config, seed, range(users)).items
+            for period in item.periods
+            for qa in item.qas
+            for fact in qa.required_info
+        ),
+        favourites,
+    )
     return hits / total
+
+
+def health(report: EvaluationReport) -> str:
+    """The new users' conversation health, parse failures and completeness, beside their
+    scores."""
+    summary = report.summary
+    failures = ", ".join(f"{role} {count}" for role, count in summary.parse_failures.items())
+    line = f"{summary.conversation.describe()}; parse failures: {failures}"
+    if summary.unreliable:
+        line += f"; NOT MEANINGFUL: {summary.unreliable}"
+    if not report.complete:
+        line += "; INCOMPLETE: a user failed (rerun to resume)"
+    return line
 
 
 def _score(value: float | None) -> str:
@@ -256,7 +286,7 @@ def main() -> None:
                     "memory_score": scores.memory_score,
                 }
                 for part, scores in (("pair", pair), ("new", new), ("pooled", pair + new))
-            } | {"conversation": reports[name].summary.conversation.describe()}
+            } | {"conversation": health(reports[name])}
         rows.append(row)
         print(
             f"seed {seed}: base, {best.id} and the blind control's {blind.id} on "

@@ -94,6 +94,13 @@ def current_sentence(user: UserResult, period_index: int, variable: str, catalog
     return None
 
 
+def read_showed_current(user: UserResult, period_index: int, item: ItemResult, catalog) -> bool:
+    """Whether the read, for this question, showed the sentence that revealed each required
+    fact's current value."""
+    said = [current_sentence(user, period_index, v, catalog) for v in item.required_info]
+    return all(s and any(s in text for text in item.retrieved) for s in said)
+
+
 def shown_note(report, catalog) -> str:
     """How many questions the read showed the current value's sentence for, and how many of
     them (and of the others) were answered right."""
@@ -101,11 +108,7 @@ def shown_note(report, catalog) -> str:
     for user in report.users:
         for period in user.periods:
             for item in period.items:
-                said = [
-                    current_sentence(user, period.period_index, v, catalog)
-                    for v in item.required_info
-                ]
-                shown = all(s and any(s in text for text in item.retrieved) for s in said)
+                shown = read_showed_current(user, period.period_index, item, catalog)
                 counts["shown" if shown else "not shown", item.correct] += 1
     return ", not for ".join(
         f"{counts[key, True] + counts[key, False]} (right {counts[key, True]})"
