@@ -43,6 +43,7 @@ from evolve.simulator.records import PeriodResult, UserResult
 from evolve.simulator.runner import run_evaluation
 from evolve.spec.config import ExperimentSpec, OptimizerSpec, ResolvedExperiment
 from evolve.tracking import ExperimentTracker
+from evolve.stats import estimate, outcomes_from_periods
 
 
 @dataclass
@@ -227,6 +228,9 @@ class EvolutionContext:
             run_dir=str(run_dir.relative_to(self.store.root)),
             periods=list(periods) if periods is not None else None,
             wall_time_s=wall_time_s,
+            estimate=estimate(outcomes_from_periods(all_periods, upper_bound=self.upper_bound))
+            if summary.n_items
+            else None,
         )
 
 

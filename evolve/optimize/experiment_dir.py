@@ -179,12 +179,12 @@ class ExperimentDir:
                 stored = read_json(self.result_file)
             except (OSError, json.JSONDecodeError):
                 stored = {}
-        from evolve.results.records import best_of
+        from evolve.results.records import select_best
 
         candidates = self.load_candidates()
-        best = best_of(candidates, "heldout") or best_of(candidates, "train")
+        best = select_best(candidates)
         spend = self.load_spend()
-        return ExperimentResult(
+        result = ExperimentResult(
             name=stored.get("name", self.root.name),
             config_hash=self.config_hash(),
             schedule=stored.get("schedule", "population"),
@@ -200,6 +200,11 @@ class ExperimentDir:
             reflection_parse_failures=sum(r.reflection_parse_failures for r in candidates),
             max_tokens=stored.get("max_tokens", {}),
             protocol=stored.get("protocol", DEFAULT_PROTOCOL),
+        )
+        from evolve.results.comparison import heldout_comparison
+
+        return result.model_copy(
+            update={"heldout_comparison": heldout_comparison(self.root, result)}
         )
 
 

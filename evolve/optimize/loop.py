@@ -59,7 +59,8 @@ from evolve.optimize.progress import LoopProgress
 from evolve.optimize.reflect import REFLECTOR_PROMPTS, Reflector
 from evolve.optimize.report import format_lineage, format_table
 from evolve.results.budget import Budget, BudgetExhausted
-from evolve.results.records import CandidateRecord, ExperimentResult, best_of
+from evolve.results.comparison import heldout_comparison
+from evolve.results.records import CandidateRecord, ExperimentResult, select_best
 from evolve.simulator.environment import Environment
 from evolve.spec.config import ExperimentSpec, ResolvedExperiment, resolve, spec_label
 from evolve.tracking import ExperimentTracker, NullTracker, TrackingContext
@@ -256,9 +257,9 @@ class _ExperimentRun:
         budget: Budget,
     ) -> ExperimentResult:
         ordered = sorted(records.values(), key=lambda r: (r.generation, r.id))
-        best = best_of(ordered, "heldout") or best_of(ordered, "train")
+        best = select_best(ordered)
         spend = budget.spent()
-        return ExperimentResult(
+        result = ExperimentResult(
             name=self.spec.name,
             config_hash=digest,
             schedule=self.spec.optimizer.schedule,
@@ -278,4 +279,7 @@ class _ExperimentRun:
                 "reflector": self.lms.identity(self.reflector.role).get("max_tokens"),
             },
             protocol=self.spec.protocol,
+        )
+        return result.model_copy(
+            update={"heldout_comparison": heldout_comparison(self.store.root, result)}
         )

@@ -15,6 +15,7 @@ from evolve.results.records import CandidateRecord, ExperimentResult
 from evolve.simulator.conversation_health import ConversationHealth
 from evolve.simulator.metric_registry import metrics_in
 from evolve.simulator.metrics import MetricSummary
+from evolve.stats import PairedComparison, Verdict, minimum_detectable, users_to_detect
 
 _score = format_score
 
@@ -214,8 +215,9 @@ def _describe(record: CandidateRecord) -> str:
 
 
 def format_outcome(result: ExperimentResult) -> str:
-    """In words: what the best policy changed from the base, and whether it beats the base on
-    the held-out users, with how many scored questions that rests on."""
+    """In words: what the best policy changed from the base, and the held-out verdict: a
+    paired test of the best against the base on the same questions, read from its interval
+    (beats / within noise / worse), with the counts and users it rests on."""
     if result.best_id is None:
         return "no evaluated candidate yet"
     best = result.candidate(result.best_id)
@@ -231,50 +233,90 @@ def format_outcome(result: ExperimentResult) -> str:
         return "\n".join(lines)
     questions = best.heldout.summary.n_items
     users = len(best.heldout.users)
-    objective = best.heldout.objective_used or best.heldout.objective
-    base_accuracy, best_accuracy = base.heldout.summary.accuracy, best.heldout.summary.accuracy
-    if best.id == base.id:
-        verdict = "no candidate beat the base on the train users, so the base is kept"
-    elif best.heldout.score > base.heldout.score:
-        verdict = f"the best ({best.id}) beats the base on the held-out users"
-    else:
-        verdict = f"the best ({best.id}) does NOT beat the base on the held-out users"
-    if objective == "accuracy":
-        compared = f"accuracy {_score(best.heldout.score)} vs {_score(base.heldout.score)}"
-        if best.heldout.objective == "memory_score":
-            compared += " (memory score undefined: upper bound not clearly above random)"
-    else:
-        compared = (
-            f"{objective} {_score(best.heldout.score)} vs {_score(base.heldout.score)}, "
-            f"accuracy {_score(best_accuracy)} vs {_score(base_accuracy)}"
-        )
-    lines.append(
-        f"held-out ({users} user{'s' if users != 1 else ''}, {questions} questions): {verdict}: "
-        f"{compared}"
+    scope = f"held-out ({users} user{'s' if users != 1 else ''}, {questions} questions)"
+    scores = (
+        f"accuracy {_score(best.heldout.summary.accuracy)} vs "
+        f"{_score(base.heldout.summary.accuracy)}"
     )
+    if best.id == base.id:
+        lines.append(
+            f"{scope}: no candidate beat the base where the best is chosen, so the base is "
+            f"kept ({scores.split(' vs ')[0]})"
+        )
+        return "\n".join(lines)
+    comparison = result.heldout_comparison
+    if comparison is None:
+        lines.append(
+            f"{scope}: no verdict (the per-question records of the base and the best are not "
+            f"both there to pair): {scores}"
+        )
+        return "\n".join(lines)
+    lines.append(
+        f"{scope}: the best ({best.id}) {_verdict_words(comparison.verdict)} the base: "
+        f"{scores}, {comparison.evidence()}"
+    )
+    memory = comparison.memory_score_difference
+    if memory.value is not None:
+        lines.append(f"  memory score difference {memory.format(signed=True)}")
+    resolution = resolution_note(comparison)
+    if resolution:
+        lines.append(f"  {resolution}")
     return "\n".join(lines)
 
 
+def _verdict_words(verdict: Verdict) -> str:
+    return {
+        Verdict.BEATS: "beats",
+        Verdict.WITHIN_NOISE: "is within noise of",
+        Verdict.WORSE: "is worse than",
+    }[verdict]
+
+
+def resolution_note(comparison: PairedComparison) -> str | None:
+    """What the held-out set can resolve, when the verdict is within noise: the smallest gain
+    it detects with 80% power, and how many users would resolve the observed one."""
+    if comparison.verdict is not Verdict.WITHIN_NOISE:
+        return None
+    error = comparison.difference.standard_error
+    observed = comparison.difference.value
+    if not error or observed is None:
+        return None
+    users = comparison.basis.users
+    text = (
+        f"these {users} users resolve (80% power) a gain of {minimum_detectable(error):+.3f} "
+        "or more"
+    )
+    if observed > 0:
+        needed = users_to_detect(error, users, observed)
+        text += f"; about {needed} would resolve the observed {observed:+.3f}"
+    return text
+
+
 def heldout_warning(result: ExperimentResult) -> str | None:
-    """One line when the best does not beat the base on the held-out users (None when it
-    does, or when either was not scored there): an export must not crown it silently."""
+    """One line when the held-out test does not show that the best beats the base (None when
+    it does, or when either was not scored there): an export must not crown it silently."""
     if result.best_id is None:
         return None
     best = result.candidate(result.best_id)
     base = result.lineage(best.id)[-1]
     if best.heldout is None or base.heldout is None:
         return None
-    unit = best.heldout.objective_used or best.heldout.objective
     if best.id == base.id:
         return (
-            f"warning: the exported policy is the base ({base.id}): no candidate beat it on "
-            f"the train users (held-out {unit} {_score(base.heldout.score)})"
+            f"warning: the exported policy is the base ({base.id}): no candidate beat it where "
+            f"the best is chosen (held-out accuracy {_score(base.heldout.summary.accuracy)})"
         )
-    if best.heldout.score > base.heldout.score:
+    comparison = result.heldout_comparison
+    if comparison is None:
+        return (
+            f"warning: the best ({best.id}) has no held-out verdict: the per-question records "
+            "of the best and the base are not both there to pair"
+        )
+    if comparison.verdict is Verdict.BEATS:
         return None
     return (
-        f"warning: the best ({best.id}) does not beat the base ({base.id}) on the held-out "
-        f"users: {unit} {_score(best.heldout.score)} vs {_score(base.heldout.score)}"
+        f"warning: the best ({best.id}) {_verdict_words(comparison.verdict)} the base "
+        f"({base.id}) on the held-out users: {comparison.evidence()}"
     )
 
 

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from evolve.core.protocol import DEFAULT_PROTOCOL
 from evolve.simulator.metrics import MetricSummary
 from evolve.simulator.run_dir import canonical_json
+from evolve.stats import PairedComparison, ScoreEstimate
 
 # tuned: the best parameters of a short Optuna study on the parent (optimizer.tune_every).
 # merge: GEPA's merge of two lineages (optimizer.use_merge).
@@ -92,6 +93,10 @@ class EvaluationScores(_Frozen):
         default=None, description="Periods scored (per_period schedule); None: all."
     )
     wall_time_s: float = 0.0
+    estimate: ScoreEstimate | None = Field(
+        default=None,
+        description="Accuracy and memory score with their intervals (None: older records).",
+    )
 
 
 class CandidateRecord(_Frozen):
@@ -116,7 +121,13 @@ class CandidateRecord(_Frozen):
         default=0, description="Reflector outputs that could not be parsed (retried or invalid)."
     )
     train: EvaluationScores | None = None
-    heldout: EvaluationScores | None = None
+    validation: EvaluationScores | None = Field(
+        default=None,
+        description="On the validation users (GEPA's valset): what chooses the best policy.",
+    )
+    heldout: EvaluationScores | None = Field(
+        default=None, description="On the held-out (test) users: reported, never chosen on."
+    )
 
     @property
     def train_score(self) -> float | None:
@@ -149,7 +160,11 @@ class ExperimentResult(_Frozen):
     schedule: str
     candidates: list[CandidateRecord]
     generations: list[GenerationRecord]
-    best_id: str | None = Field(default=None, description="Best held-out score (train if none).")
+    best_id: str | None = Field(
+        default=None,
+        description="Best validation score (train where no validation users): the held-out "
+        "users never choose it.",
+    )
     stopped: str | None = Field(default=None, description="Why the loop stopped early, if it did.")
     complete: bool = True
     chain_summary: MetricSummary | None = Field(
@@ -168,6 +183,12 @@ class ExperimentResult(_Frozen):
         default=DEFAULT_PROTOCOL,  # records written before protocols were recorded
         description="The information flow that produced the results (paper or evolve); it "
         "chooses which memory score is the per-period chain's headline.",
+    )
+
+    heldout_comparison: PairedComparison | None = Field(
+        default=None,
+        description="The best minus the base on the held-out users: paired, clustered by "
+        "user, with its interval, McNemar's counts and the verdict (None: not both scored).",
     )
 
     def candidate(self, candidate_id: str) -> CandidateRecord:
@@ -229,8 +250,16 @@ def candidate_record(
     )
 
 
+def select_best(candidates: Sequence[CandidateRecord]) -> CandidateRecord | None:
+    """The policy an experiment reports and exports: the best on the validation users, or on
+    the train users where none were held for validation. Never chosen on the held-out (test)
+    users: they only report, so their score of the chosen policy stays unbiased."""
+    return best_of(candidates, "validation") or best_of(candidates, "train")
+
+
 def best_of(candidates: Sequence[CandidateRecord], split: str = "train") -> CandidateRecord | None:
-    """Highest score on `split` ("train" or "heldout"); ties: train score, then older id."""
+    """Highest score on `split` ("train", "validation" or "heldout"); ties: train score, then
+    older id."""
 
     def key(record: CandidateRecord) -> tuple:
         scores = getattr(record, split)

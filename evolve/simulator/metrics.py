@@ -268,7 +268,7 @@ def diagnose(correct: bool, variables: Sequence[VariableCheck]) -> Diagnosis:
     return Diagnosis.READ
 
 
-def _upper_bound_correct(
+def upper_bound_correct(
     item: ItemResult, user_id: str, upper_bound: UpperBoundTable | None
 ) -> bool | None:
     if upper_bound is not None:
@@ -368,7 +368,7 @@ def summarize_periods(
             elif original_counts is not None:
                 original_counts.append(failures)
             parse_failures["answer"] += item.parse_failed
-            ub = _upper_bound_correct(item, period.user_id, upper_bound)
+            ub = upper_bound_correct(item, period.user_id, upper_bound)
             if ub is None:
                 upper_bound_known = False
             else:
