@@ -15,6 +15,7 @@ from evolve.stats.estimates import (
     compare,
     estimate,
     mcnemar_p,
+    paired_difference,
     sign_flip_p,
 )
 from evolve.stats.outcomes import (
@@ -57,6 +58,7 @@ __all__ = [
     "outcomes_from_periods",
     "outcomes_from_users",
     "paired",
+    "paired_difference",
     "power_to_beat",
     "random_effects",
     "scaled_standard_error",

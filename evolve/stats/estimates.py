@@ -29,7 +29,7 @@ METHOD = "two-stage bootstrap (users, then questions within users; per stratum),
 # A sign-flip test needs enough users for its smallest p to fall below 0.05 (2 / 2**6).
 MIN_USERS_FOR_SIGN_FLIP = 6
 # Past this many users the exact sign-flip enumerates too much: a seeded Monte Carlo instead.
-EXACT_SIGN_FLIP_USERS = 16
+EXACT_SIGN_FLIP_USERS = 12
 # The share of resamples whose memory score may be undefined before its interval is.
 UNDEFINED_SHARE_LIMIT = 0.025
 
@@ -180,7 +180,11 @@ def estimate(
         [outcomes.correct, outcomes.random_score, np.nan_to_num(outcomes.upper_bound)]
     )
     drawn = two_stage_resamples(
-        columns, cluster, cluster_stratum, primary=0, resamples=resamples,
+        columns,
+        cluster,
+        cluster_stratum,
+        primary=0,
+        resamples=resamples,
         rng=np.random.default_rng(seed),
     )
     accuracy = float(outcomes.correct.mean())
@@ -193,7 +197,10 @@ def estimate(
             "the memory score",
         ),
         basis=Basis(
-            users=users, questions=outcomes.questions, strata=strata, seed=seed,
+            users=users,
+            questions=outcomes.questions,
+            strata=strata,
+            seed=seed,
             resamples=resamples,
         ),
     )
@@ -208,30 +215,15 @@ def compare(
 ) -> PairedComparison:
     """X - Y on the same questions (an error if they were scored on different ones)."""
     x, y = paired(x, y)
-    if x.questions == 0:
-        raise ValueError("no scored question to compare on")
-    cluster, cluster_stratum, users, strata = _indices(x)
+    accuracy_difference, memory_difference = paired_difference(x, y, seed=seed, resamples=resamples)
+    cluster, _, users, strata = _indices(x)
     difference = x.correct - y.correct
-    upper = np.nan_to_num(x.upper_bound)
-    columns = np.column_stack([difference, x.correct, y.correct, x.random_score, upper])
-    drawn = two_stage_resamples(
-        columns, cluster, cluster_stratum, primary=0, resamples=resamples,
-        rng=np.random.default_rng(seed),
-    )
-    margin = memory_margin(x.random_score.tolist())
-    memory_x = _memory_resamples(drawn, 1, 3, 4, margin)
-    memory_y = _memory_resamples(drawn, 2, 3, 4, margin)
-    point_x, point_y = _memory_point(x, x.correct), _memory_point(x, y.correct)
-    memory_point = None if point_x is None or point_y is None else point_x - point_y
-    accuracy_difference = _from_resamples(float(difference.mean()), drawn.means(0), "accuracy")
     x_only = int(((x.correct == 1) & (y.correct == 0)).sum())
     y_only = int(((x.correct == 0) & (y.correct == 1)).sum())
     per_user = np.bincount(cluster, weights=difference) / np.bincount(cluster)
     return PairedComparison(
         difference=accuracy_difference,
-        memory_score_difference=_from_resamples(
-            memory_point, memory_x - memory_y, "the memory score difference"
-        ),
+        memory_score_difference=memory_difference,
         verdict=verdict_of(accuracy_difference.interval),
         x_only_correct=x_only,
         y_only_correct=y_only,
@@ -246,12 +238,52 @@ def compare(
     )
 
 
+def paired_difference(
+    x: QuestionOutcomes,
+    y: QuestionOutcomes,
+    *,
+    seed: int = DEFAULT_SEED,
+    resamples: int = DEFAULT_RESAMPLES,
+) -> tuple[Estimate, Estimate]:
+    """X - Y in accuracy and in memory score, each with its interval: both policies' answers
+    to a question, and the upper bound's, are drawn together (paired, and the memory score's
+    denominator resampled with its questions)."""
+    x, y = paired(x, y)
+    if x.questions == 0:
+        raise ValueError("no scored question to compare on")
+    cluster, cluster_stratum, _, _ = _indices(x)
+    difference = x.correct - y.correct
+    upper = np.nan_to_num(x.upper_bound)
+    columns = np.column_stack([difference, x.correct, y.correct, x.random_score, upper])
+    drawn = two_stage_resamples(
+        columns,
+        cluster,
+        cluster_stratum,
+        primary=0,
+        resamples=resamples,
+        rng=np.random.default_rng(seed),
+    )
+    margin = memory_margin(x.random_score.tolist())
+    memory_x = _memory_resamples(drawn, 1, 3, 4, margin)
+    memory_y = _memory_resamples(drawn, 2, 3, 4, margin)
+    point_x, point_y = _memory_point(x, x.correct), _memory_point(x, y.correct)
+    memory_point = None if point_x is None or point_y is None else point_x - point_y
+    return (
+        _from_resamples(float(difference.mean()), drawn.means(0), "accuracy"),
+        _from_resamples(memory_point, memory_x - memory_y, "the memory score difference"),
+    )
+
+
 def mcnemar_p(x_only: int, y_only: int) -> float:
     """Exact McNemar: a two-sided binomial test of the discordant pairs against 1/2."""
     discordant = x_only + y_only
     if discordant == 0:
         return 1.0
     return float(scipy_stats.binomtest(x_only, discordant, 0.5).pvalue)
+
+
+def _mean_along(values: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.mean(values, axis=axis)
 
 
 def sign_flip_p(per_user: np.ndarray, *, seed: int = DEFAULT_SEED) -> float | None:
@@ -266,8 +298,9 @@ def sign_flip_p(per_user: np.ndarray, *, seed: int = DEFAULT_SEED) -> float | No
     exact = len(per_user) <= EXACT_SIGN_FLIP_USERS
     result = scipy_stats.permutation_test(
         (per_user,),
-        np.mean,
+        _mean_along,
         permutation_type="samples",
+        vectorized=True,
         n_resamples=math.inf if exact else 9999,
         alternative="two-sided",
         rng=np.random.default_rng(seed),

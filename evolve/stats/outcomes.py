@@ -88,7 +88,8 @@ def outcomes_from_users(
 ) -> QuestionOutcomes:
     """Every scored question of `users` (an evaluation's per-item records)."""
     return outcomes_from_periods(
-        (period for user in users for period in user.periods), stratum=stratum,
+        (period for user in users for period in user.periods),
+        stratum=stratum,
         upper_bound=upper_bound,
     )
 

@@ -54,8 +54,12 @@ def random_effects(estimates: Sequence[float], standard_errors: Sequence[float])
     q = float((weights * (values - fixed) ** 2).sum())
     if units == 1:
         return PooledEstimate(
-            units=1, estimates=values.tolist(), value=float(values[0]), tau_squared=0.0,
-            q_statistic=0.0, heterogeneity_p=None,
+            units=1,
+            estimates=values.tolist(),
+            value=float(values[0]),
+            tau_squared=0.0,
+            q_statistic=0.0,
+            heterogeneity_p=None,
         )
     degrees = units - 1
     scale = weights.sum() - (weights**2).sum() / weights.sum()

@@ -42,7 +42,9 @@ def users_needed(standard_error: float, users_now: int, half_width: float) -> in
     return max(1, math.ceil(users_now * (_Z * standard_error / half_width) ** 2))
 
 
-def users_to_detect(standard_error: float, users_now: int, effect: float, power: float = 0.8) -> int:
+def users_to_detect(
+    standard_error: float, users_now: int, effect: float, power: float = 0.8
+) -> int:
     """Users for a true gain `effect` to be called "beats" with probability `power`."""
     if effect <= 0:
         raise ValueError(f"effect must be positive, got {effect}")

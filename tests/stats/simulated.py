@@ -35,10 +35,22 @@ def true_difference(gain: float, seed: int = 12345) -> float:
     return float((evolved - base).mean())
 
 
+def true_memory_score(upper_bound_accuracy: float = 0.75, seed: int = 12345) -> float:
+    """The base policy's memory score over the population: (E[acc] - r) / (E[ub] - r)."""
+    _, base = probabilities(np.random.default_rng(seed), 200_000, 1, 0.0)
+    return (float(base.mean()) - RANDOM_SCORE) / (upper_bound_accuracy - RANDOM_SCORE)
+
+
 def dataset(
-    rng: np.random.Generator, strata: int, users: int, questions: int, gain: float
+    rng: np.random.Generator,
+    strata: int,
+    users: int,
+    questions: int,
+    gain: float,
+    upper_bound_accuracy: float = 1.0,
 ) -> tuple[QuestionOutcomes, QuestionOutcomes]:
-    """Two policies' outcomes on the same questions: `strata` seeds x `users` x `questions`."""
+    """Two policies' outcomes on the same questions: `strata` seeds x `users` x `questions`;
+    the upper bound answers each question right with `upper_bound_accuracy`."""
     evolved, base = probabilities(rng, strata * users, questions, gain)
     evolved_correct = (rng.random(evolved.shape) < evolved).astype(float).ravel()
     base_correct = (rng.random(base.shape) < base).astype(float).ravel()
@@ -46,7 +58,7 @@ def dataset(
         (str(u // users), f"u{u}", 0, q) for u in range(strata * users) for q in range(questions)
     )
     random = np.full(len(keys), RANDOM_SCORE)
-    upper = np.ones(len(keys))
+    upper = (rng.random(len(keys)) < upper_bound_accuracy).astype(float)
     return (
         QuestionOutcomes(keys, evolved_correct, random, upper),
         QuestionOutcomes(keys, base_correct, random, upper),
