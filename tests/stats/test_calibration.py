@@ -10,7 +10,14 @@ import numpy as np
 import pytest
 from stats.simulated import dataset, true_difference, true_memory_score
 
-from evolve.stats import Verdict, estimate, paired_difference, power_to_beat, verdict_of
+from evolve.stats import (
+    QuestionOutcomes,
+    Verdict,
+    estimate,
+    paired_difference,
+    power_to_beat,
+    verdict_of,
+)
 
 DATASETS = 500
 RESAMPLES = 1000
@@ -50,7 +57,7 @@ def test_difference_intervals_cover_the_truth_and_power_matches_detection(
     assert abs(found["power"] - found["beats"]) <= 0.05, found
 
 
-def test_memory_score_interval_resamples_the_upper_bound() -> None:
+def test_memory_score_interval_covers_the_truth() -> None:
     """The memory score divides by the upper bound's accuracy, itself measured on the same
     questions: its interval covers the truth only if the upper bound is resampled with them."""
     rng = np.random.default_rng(3)
@@ -59,6 +66,29 @@ def test_memory_score_interval_resamples_the_upper_bound() -> None:
     for index in range(DATASETS):
         _, outcomes = dataset(rng, 4, 6, QUESTIONS_PER_USER, 0.0, upper_bound_accuracy=0.75)
         interval = estimate(outcomes, seed=index, resamples=RESAMPLES).memory_score.interval
+        assert interval is not None
+        covered += interval.contains(truth)
+    assert 0.93 <= covered / DATASETS <= 0.97, covered / DATASETS
+
+
+def test_memory_score_interval_covers_the_truth_when_only_the_upper_bound_varies() -> None:
+    """A policy right on every question: all the memory score's noise is the upper bound's
+    (measured on the same questions), so the interval is as good as its resampling of it."""
+    rng = np.random.default_rng(4)
+    upper_bound_accuracy = 0.8
+    truth = (1 - 1 / 3) / (upper_bound_accuracy - 1 / 3)
+    covered = 0
+    for index in range(DATASETS):
+        _, outcomes = dataset(
+            rng, 1, 6, QUESTIONS_PER_USER, 0.0, upper_bound_accuracy=upper_bound_accuracy
+        )
+        always_right = QuestionOutcomes(
+            outcomes.keys,
+            np.ones(outcomes.questions),
+            outcomes.random_score,
+            outcomes.upper_bound,
+        )
+        interval = estimate(always_right, seed=index, resamples=RESAMPLES).memory_score.interval
         assert interval is not None
         covered += interval.contains(truth)
     assert 0.93 <= covered / DATASETS <= 0.97, covered / DATASETS
