@@ -1,9 +1,11 @@
-"""Export: the best policy by held-out score as a bundle that reloads identically, registered
-in the MLflow model registry with the alias `champion`, from an experiment or a run id."""
+"""Export: the experiment's best policy as a bundle that reloads identically, registered in
+the MLflow model registry with the alias `champion`, from an experiment or a run id, carrying
+the held-out verdict against its base (a paired test, never two point scores)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import dspy
 import pytest
@@ -13,11 +15,16 @@ import memory_policies
 from evolve.core.errors import ConfigError
 from evolve.export.bundle import CHAMPION_ALIAS, export_policy
 from evolve.optimize import ExperimentDir, evolve_policy
+from evolve.results.comparison import base_and_best
+from evolve.results.records import best_of
 from evolve.spec.config import load_spec
+from evolve.stats import PairedComparison, Verdict, compare, load_outcomes
 from evolve.tracking import MLflowTracker, mlflow_client
 from evolve.tracking.store import use_tracking_uri
 
 REPO = Path(__file__).resolve().parents[1]
+SEEDS = REPO / "benchmarks" / "records" / "quickstart_seeds-addable-failures"
+WITHIN_NOISE, BEATS = SEEDS / "quickstart-s13", SEEDS / "quickstart-s14"
 
 
 @pytest.fixture(scope="module")
@@ -52,12 +59,29 @@ def test_bundle_reloads_to_the_best_candidates_instructions_and_parameters(exper
     assert provenance["parents"] == list(best.parent_ids)
 
 
-def test_best_is_chosen_by_heldout_score(experiment):
+def test_best_is_chosen_where_selection_happens_not_on_the_heldout_users(experiment):
     _, _, _, result = experiment
-    heldout = [r for r in result.candidates if r.heldout is not None]
-    assert len(heldout) >= 2
-    best = result.candidate(result.best_id)
-    assert best.heldout.score == max(r.heldout.score for r in heldout)
+    assert not [r for r in result.candidates if r.validation is not None]  # no validation users
+    assert result.best_id == best_of(result.candidates, "train").id
+
+
+def test_a_parent_run_without_its_best_tag_ranks_its_children_never_by_heldout_score():
+    from evolve.export.candidate_runs import selected_candidate_run
+
+    def run(candidate: str, **metrics: float) -> SimpleNamespace:
+        tags = {"evolve.candidate_id": candidate, "evolve.generation": candidate[-1]}
+        return SimpleNamespace(data=SimpleNamespace(tags=tags, metrics=metrics))
+
+    # c1 is the best on the held-out users, c2 on the train users, c3 on the validation users.
+    children = [
+        run("c1", train_score=0.2, heldout_score=0.9),
+        run("c2", train_score=0.8, heldout_score=0.1),
+    ]
+    assert selected_candidate_run(children, None).data.tags["evolve.candidate_id"] == "c2"
+    children.append(run("c3", train_score=0.1, validation_score=0.5, heldout_score=0.0))
+    assert selected_candidate_run(children, None).data.tags["evolve.candidate_id"] == "c3"
+    # The experiment's own choice, where its parent run recorded one.
+    assert selected_candidate_run(children, "c1").data.tags["evolve.candidate_id"] == "c1"
 
 
 def test_registered_as_champion_and_loadable_as_pyfunc(experiment):
@@ -81,6 +105,14 @@ def test_registered_as_champion_and_loadable_as_pyfunc(experiment):
     memory = best.heldout.summary.memory_score
     assert version.tags.get("heldout_memory_score") == (None if memory is None else f"{memory:.6g}")
     assert result.best_id in version.description and "Held-out score" in version.description
+    # The crown's worth: the held-out test against the base, recomputed from its records.
+    comparison = recomputed_comparison(tmp_path / "runs" / "exp", result)
+    assert version.tags["evolve.heldout_verdict"] == comparison.verdict.value == "beats"
+    assert comparison.difference.interval.format(signed=True) in version.description
+    assert f"McNemar {comparison.x_only_correct} vs {comparison.y_only_correct}" in (
+        version.description
+    )
+    assert exported.heldout.warning is None
     # A LoggedModel whose source is the best candidate's run; the run was not reopened.
     assert version.source.startswith("models:/m-"), version.source
     logged = client.get_logged_model(version.source.removeprefix("models:/"))
@@ -159,6 +191,14 @@ def test_registered_model_carries_metrics_figures_and_its_prompts(experiment):
     )
     metrics = {m.key: m.value for m in logged.metrics}
     assert metrics["heldout_score"] == pytest.approx(best.heldout.score)
+    comparison = recomputed_comparison(tmp_path / "runs" / "exp", result)
+    assert logged.tags["evolve.heldout_verdict"] == comparison.verdict.value
+    assert metrics["heldout_difference"] == pytest.approx(comparison.difference.value)
+    assert metrics["heldout_difference_low"] == pytest.approx(comparison.difference.interval.low)
+    assert metrics["heldout_mcnemar_p"] == pytest.approx(comparison.mcnemar_p)
+    interval = best.heldout.estimate.accuracy.interval
+    assert metrics["heldout_accuracy_low"] == pytest.approx(interval.low)
+    assert metrics["heldout_accuracy_high"] == pytest.approx(interval.high)
     assert metrics["heldout_accuracy"] == pytest.approx(best.heldout.summary.accuracy)
     assert "train_score" in metrics
     artifacts = [a.path for a in client.list_logged_model_artifacts(logged.model_id, "figures")]
@@ -287,6 +327,9 @@ def test_parent_run_id_without_local_records_uses_the_child_runs(experiment, tmp
     assert memory_policies.load(tmp_path / "out").components() == (
         result.candidate(result.best_id).components
     )
+    # The verdict the parent run recorded, the records being gone.
+    assert exported.heldout.verdict == result.heldout_comparison.verdict.value
+    assert result.heldout_comparison.evidence() in exported.heldout.text
 
 
 def test_unknown_target_is_a_clear_error(experiment, tmp_path):
@@ -344,33 +387,66 @@ def test_python_api_page_script_builds_the_candidates_table(experiment, monkeypa
     assert len(runs) >= 2 and runs["tags.evolve.mutation"].notna().all()
 
 
-def test_export_warns_in_one_line_when_the_best_does_not_beat_the_base(
-    experiment, monkeypatch, capsys
-):
-    from evolve.cli import main
-    from evolve.optimize.report import heldout_warning
+def recomputed_comparison(root: Path, result) -> PairedComparison:
+    """The best minus the base, from their per-question held-out records."""
+    base, best = base_and_best(result)
+    return compare(
+        load_outcomes(root / best.heldout.run_dir), load_outcomes(root / base.heldout.run_dir)
+    )
 
-    tmp_path, _, _, result = experiment
-    best = result.candidate(result.best_id)
-    base = result.lineage(best.id)[-1]
-    assert best.id != base.id and best.heldout.score > base.heldout.score
-    assert heldout_warning(result) is None  # it beats the base: nothing to say
-    args = ["export", "exp", "--runs-dir", str(tmp_path / "runs"), "--no-register"]
-    assert main([*args, "--out", str(tmp_path / "beats")]) == 0
-    assert "warning" not in capsys.readouterr().err
-    # The same run where the best only ties the base on the held-out users.
-    tied = best.model_copy(
-        update={"heldout": best.heldout.model_copy(update={"score": base.heldout.score})}
-    )
-    tampered = result.model_copy(
-        update={"candidates": [tied if r.id == best.id else r for r in result.candidates]}
-    )
-    monkeypatch.setattr(ExperimentDir, "load_result", lambda self: tampered)
-    assert main([*args, "--out", str(tmp_path / "ties")]) == 0
-    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
-    unit = best.heldout.objective_used
-    score = f"{base.heldout.score:.3f}"
-    assert warnings == [
-        f"warning: the best ({best.id}) does not beat the base ({base.id}) on the held-out "
-        f"users: {unit} {score} vs {score}"
+
+@pytest.mark.parametrize("root", [WITHIN_NOISE, BEATS], ids=["within-noise", "beats"])
+def test_export_warns_in_one_line_unless_the_best_beats_the_base(root, tmp_path, capsys):
+    """quickstart-s13's best is within noise of its base on the held-out users, s14's beats
+    it; both score above their base, so a verdict from point scores would crown both."""
+    from evolve.cli import main
+
+    result = ExperimentDir(root).load_result()
+    base, best = base_and_best(result)
+    assert best.heldout.summary.accuracy > base.heldout.summary.accuracy
+    comparison = recomputed_comparison(root, result)
+    assert main(["export", str(root), "--out", str(tmp_path / "out"), "--no-register"]) == 0
+    printed = capsys.readouterr()
+    evidence = [
+        comparison.difference.interval.format(signed=True),
+        f"McNemar {comparison.x_only_correct} vs {comparison.y_only_correct}",
+        f"{comparison.basis.users} users, {comparison.basis.questions} questions",
     ]
+    warnings = [line for line in printed.err.splitlines() if "warning" in line]
+    if comparison.verdict is Verdict.BEATS:
+        assert warnings == []
+        verdict = next(line for line in printed.out.splitlines() if "Held-out test" in line)
+        assert f"the best ({best.id}) against the base ({base.id})" in verdict
+        assert ": beats: " in verdict
+    else:
+        assert comparison.verdict is Verdict.WITHIN_NOISE
+        assert len(warnings) == 1
+        verdict = warnings[0]
+        assert verdict.startswith(
+            f"warning: the best ({best.id}) is within noise of the base ({base.id})"
+        )
+        assert "beats" not in printed.out
+    assert all(text in verdict for text in evidence), verdict
+    provenance = memory_policies.read_bundle(tmp_path / "out")["provenance"]
+    assert provenance["heldout_verdict"] == comparison.verdict.value
+
+
+def test_a_within_noise_best_is_registered_with_its_verdict_and_a_warning(tmp_path):
+    result = ExperimentDir(WITHIN_NOISE).load_result()
+    comparison = recomputed_comparison(WITHIN_NOISE, result)
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    exported = export_policy(str(WITHIN_NOISE), tmp_path / "out", tracking_uri=uri)
+    version = mlflow_client(uri).get_model_version(
+        exported.registered_name, exported.registered_version
+    )
+    assert version.tags["evolve.heldout_verdict"] == comparison.verdict.value == "within noise"
+    interval = comparison.difference.interval
+    assert interval.low < 0 < interval.high
+    description = version.description
+    assert "is within noise of the base" in description
+    assert interval.format(signed=True) in description
+    assert f"McNemar {comparison.x_only_correct} vs {comparison.y_only_correct}" in description
+    assert f"{comparison.basis.users} users, {comparison.basis.questions} questions" in description
+    memory = comparison.memory_score_difference
+    assert f"Memory score difference {memory.format(signed=True)}" in description
+    assert exported.heldout.warning.startswith("warning: the best")

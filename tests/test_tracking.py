@@ -14,15 +14,24 @@ from scripted_lm import ScriptedLM
 
 from evolve.llm import EndpointConfig, RoleLMs
 from evolve.optimize import evolve_policy
+from evolve.results.comparison import base_and_best
 from evolve.results.records import EvaluationScores
 from evolve.simulator.metrics import MetricSummary
 from evolve.spec.config import load_spec
+from evolve.stats import Interval, compare, estimate, load_outcomes, paired, verdict_of
 from evolve.tracking import (
     MLflowTracker,
     evaluation_window,
     instruction_diff,
     mlflow_client,
     per_period_metrics,
+)
+from evolve.tracking.tags import (
+    HELDOUT_VERDICT_TAGS,
+    TAG_HELDOUT_EVIDENCE,
+    TAG_HELDOUT_METHOD,
+    TAG_HELDOUT_SEED,
+    TAG_HELDOUT_VERDICT,
 )
 
 SECRET = "sk-test-VERYSECRET-0123456789abcdef"
@@ -498,3 +507,85 @@ def test_a_tag_another_process_set_first_is_set_again_not_fatal(tmp_path):
 
     with pytest.raises(MlflowException, match="read-only"):  # any other error still stops
         describe_experiment(BrokenClient(), experiment_id, "")
+
+
+def test_candidate_runs_log_the_bounds_of_their_intervals(tracked):
+    _, uri, _, result, tracker = tracked
+    _, _, children = runs_by_kind(uri, "amemgym-evolve/exp")
+    checked = 0
+    for child in children:
+        record = result.candidate(child.data.tags["evolve.candidate_id"])
+        for split in ("train", "heldout"):
+            scores = getattr(record, split)
+            if scores is None:
+                continue
+            metrics = child.data.metrics
+            # Recomputed from the evaluation's per-question records.
+            outcomes = load_outcomes(tracker.context.run_dir / scores.run_dir, stratum="x")
+            accuracy = estimate(outcomes, seed=scores.estimate.basis.seed).accuracy
+            assert metrics[f"{split}_accuracy_low"] == pytest.approx(accuracy.interval.low)
+            assert metrics[f"{split}_accuracy_high"] == pytest.approx(accuracy.interval.high)
+            assert metrics[f"{split}_accuracy"] == pytest.approx(float(outcomes.correct.mean()))
+            memory = scores.estimate.memory_score
+            assert metrics[f"{split}_memory_score_low"] == pytest.approx(memory.interval.low)
+            assert metrics[f"{split}_memory_score_high"] == pytest.approx(memory.interval.high)
+            checked += 1
+    assert checked >= 4  # train and held-out of the base and of the best
+
+
+def test_parent_run_carries_the_heldout_test_of_the_best_against_the_base(tracked):
+    _, uri, _, result, tracker = tracked
+    _, parents, _ = runs_by_kind(uri, "amemgym-evolve/exp")
+    parent = parents[0]
+    base, best = base_and_best(result)
+    assert base.id != best.id
+    # Recomputed from the two evaluations' per-question records, paired on the same questions.
+    run_dir = tracker.context.run_dir
+    best_outcomes, base_outcomes = paired(
+        load_outcomes(run_dir / best.heldout.run_dir), load_outcomes(run_dir / base.heldout.run_dir)
+    )
+    comparison = compare(best_outcomes, base_outcomes, seed=int(parent.data.tags[TAG_HELDOUT_SEED]))
+    metrics, tags = parent.data.metrics, parent.data.tags
+    difference = float((best_outcomes.correct - base_outcomes.correct).mean())
+    assert metrics["heldout_difference"] == pytest.approx(difference)
+    interval = comparison.difference.interval
+    assert metrics["heldout_difference_low"] == pytest.approx(interval.low)
+    assert metrics["heldout_difference_high"] == pytest.approx(interval.high)
+    memory = comparison.memory_score_difference
+    assert metrics["heldout_memory_score_difference"] == pytest.approx(memory.value)
+    assert metrics["heldout_memory_score_difference_low"] == pytest.approx(memory.interval.low)
+    assert metrics["heldout_mcnemar_p"] == pytest.approx(comparison.mcnemar_p)
+    best_only = int(((best_outcomes.correct == 1) & (base_outcomes.correct == 0)).sum())
+    assert metrics["heldout_best_only_correct"] == best_only
+    assert "heldout_sign_flip_p" not in metrics  # one held-out user: no user-level test
+    # The verdict is the interval's, not the point scores'.
+    logged = Interval(
+        low=metrics["heldout_difference_low"], high=metrics["heldout_difference_high"]
+    )
+    assert tags[TAG_HELDOUT_VERDICT] == verdict_of(logged).value == comparison.verdict.value
+    assert tags[TAG_HELDOUT_METHOD] == comparison.basis.method
+    assert tags[TAG_HELDOUT_EVIDENCE] == comparison.evidence()
+    description = tags["mlflow.note.content"]
+    assert f"the best ({best.id}) against the base ({base.id})" in description
+    assert interval.format(signed=True) in description
+    assert f"McNemar {best_only} vs {comparison.y_only_correct}" in description
+    basis = rf"{len(best_outcomes.clusters)} users?, {best_outcomes.questions} questions"
+    assert re.search(basis, description), description
+
+
+def test_a_finish_without_a_verdict_forgets_the_earlier_one(tracked):
+    """A resumed experiment whose best lost its held-out pairing keeps no stale verdict."""
+    _, uri, _, result, tracker = tracked
+    client, parents, _ = runs_by_kind(uri, "amemgym-evolve/exp")
+    run_id = parents[0].info.run_id
+    assert TAG_HELDOUT_VERDICT in parents[0].data.tags
+    try:
+        tracker.finish(result.model_copy(update={"heldout_comparison": None}))
+        tags = client.get_run(run_id).data.tags
+        assert not [key for key in HELDOUT_VERDICT_TAGS if key in tags]
+        assert "Held-out test" not in tags["mlflow.note.content"]
+    finally:
+        tracker.finish(result)
+    assert client.get_run(run_id).data.tags[TAG_HELDOUT_VERDICT] == (
+        result.heldout_comparison.verdict.value
+    )

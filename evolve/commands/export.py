@@ -16,9 +16,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "export",
         help="write the best evolved policy as a bundle and register it in MLflow",
-        description="Pick the best candidate by held-out score, write its bundle to --out "
-        "(load it with memory_policies.load(DIR)), and register it in the MLflow model "
-        "registry with the alias 'champion'. No LM, endpoint or key is saved or logged.",
+        description="Take the experiment's best candidate (chosen on its validation users, "
+        "else its train users), write its bundle to --out (load it with "
+        "memory_policies.load(DIR)), and register it in the MLflow model registry with the "
+        "alias 'champion'. Says the held-out verdict against the base (beats / within noise / "
+        "worse, from the interval of the paired difference) with what it rests on, and warns "
+        "when the best does not beat the base. No LM, endpoint or key is saved or logged.",
     )
     parser.add_argument(
         "target",
@@ -91,18 +94,9 @@ def run_export(args: argparse.Namespace) -> int:
         )
     for component, uri in sorted(result.prompts.items()):
         print(f"prompt {component}: {uri}")
-    warning = _heldout_warning(args.target, args.runs_dir)
-    if warning:
-        print(warning, file=sys.stderr)
+    # The crown's worth: the held-out test against the base, never two point scores.
+    if result.heldout is not None and result.heldout.warning:
+        print(result.heldout.warning, file=sys.stderr)
+    elif result.heldout is not None:
+        print(result.heldout.text)
     return 0
-
-
-def _heldout_warning(target: str, runs_dir: Path) -> str | None:
-    """The held-out verdict of an experiment directory's best (none for an MLflow run id)."""
-    from evolve.optimize.experiment_dir import ExperimentDir
-    from evolve.optimize.report import heldout_warning
-
-    directory = experiment_dir_for(target, runs_dir)
-    if directory is None or not (directory / "experiment.json").is_file():
-        return None
-    return heldout_warning(ExperimentDir(directory).load_result())

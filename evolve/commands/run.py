@@ -78,7 +78,9 @@ def _run_locked(
 ) -> int:
     print(
         f"experiment {spec.name}: {resolved.environment_description}; "
-        f"{len(resolved.train.items)} train / {len(resolved.heldout.items)} held-out users; "
+        f"{len(resolved.train.items)} train / "
+        + (f"{len(resolved.validation.items)} validation / " if resolved.validation.items else "")
+        + f"{len(resolved.heldout.items)} held-out users; "
         f"base policy {resolved.base_policy.kind}; schedule {spec.optimizer.schedule}",
         file=sys.stderr,
     )

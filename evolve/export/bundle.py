@@ -3,10 +3,11 @@
 Finding the target, where it registers and the registration are one sequence whose checks
 (name, store) all run before the bundle is written.
 
-The best candidate is the one with the best held-out score (train score when nothing was
-evaluated on held-out users). The bundle is written with `policy.save` (instructions,
-parameters, provenance; never an LM, endpoint or key) and reloads with
-`memory_policies.load(dir)`.
+The exported candidate is the experiment's best: chosen on its validation users, else its
+train users (`evolve.results.records.select_best`); the held-out users never choose it, they
+report the held-out test of it against its base (`evolve.export.model_card`). The bundle is
+written with `policy.save` (instructions, parameters, provenance; never an LM, endpoint or
+key) and reloads with `memory_policies.load(dir)`.
 
 Registration does not use MLflow's DSPy flavor, which pickles the configured LM with its
 key, nor a pickle of any class of ours: the model is "from code" (`evolve/export/exported_model.py`,
@@ -15,9 +16,12 @@ and the bundle as its only artifact, and lists its pip requirements. It loads wh
 mlflow, dspy and numpy are installed; its LM endpoint is read at load time from
 `model_config` or environment variables, never stored. It is an MLflow 3 LoggedModel whose
 source is the candidate's run (linked by id; the run is not reopened), and the registered
-version carries a description, the candidate id, its held-out and train scores, and the
-alias `champion`. The logged model carries the candidate's train and held-out metrics and
-the experiment's evolution plot (`figures/`), which the registered version's page shows. The
+version carries a description, the candidate id, its held-out and train scores, the held-out
+verdict against the base (tag `evolve.heldout_verdict`: beats / within noise / worse, with
+its interval, McNemar's counts, users and questions in the description) and the alias
+`champion`. The logged model carries the candidate's train and held-out metrics (with their
+intervals' bounds and the held-out test's `heldout_difference`, ...) and the experiment's
+evolution plot (`figures/`), which the registered version's page shows. The
 champion's instructions in the Prompt Registry (the versions its candidate run names in its
 `evolve.prompt.<component>` tags) get the alias `champion`, are linked to the model (MLflow's
 prompt-model link), and each prompt's own tags name the champion's candidate and version.
@@ -36,6 +40,15 @@ from pathlib import Path
 from typing import Any
 
 from evolve.core.errors import ConfigError
+from evolve.export.candidate_runs import record_from_run, selected_candidate_run
+from evolve.export.model_card import (
+    HeldoutVerdict,
+    heldout_verdict,
+    heldout_verdict_from_run,
+    model_metrics,
+    version_description,
+    version_tags,
+)
 from evolve.export.registered_versions import (
     CONTENT_DIGEST_TAG,
     MODEL_CODE,
@@ -68,6 +81,7 @@ from evolve.tracking import (
     quiet_mlflow,
 )
 from evolve.tracking.store import use_tracking_uri
+from evolve.tracking.tags import TAG_BEST_CANDIDATE
 from memory_policies import LocalMiniLMEmbedder
 
 CHAMPION_ALIAS = "champion"
@@ -96,6 +110,8 @@ class ExportResult:
     model_uri: str | None = None
     # component -> `prompts:/<name>@champion` (empty: not registered, or an untracked run)
     prompts: dict[str, str] = field(default_factory=dict)
+    # The held-out test of the candidate against its base (None: none was made or recorded).
+    heldout: HeldoutVerdict | None = None
 
 
 def best_candidate(result: ExperimentResult) -> CandidateRecord:
@@ -171,9 +187,12 @@ def export_policy(
         name = registered_name or spec_name or result.name
         if register:
             check_registered_model_name(name)
-        exported = write_bundle(source, out, result.name, best)
+        verdict = heldout_verdict(result)
+        exported = write_bundle(source, out, result.name, best, verdict=verdict)
     else:
-        exported, best, run_id, experiment_name = _export_from_run(target, out, tracking_uri)
+        exported, best, run_id, experiment_name, verdict = _export_from_run(
+            target, out, tracking_uri
+        )
         name = registered_name or experiment_name
         result = None
     export = ExportResult(
@@ -182,6 +201,7 @@ def export_policy(
         experiment=result.name if result is not None else name,
         train_score=best.train_score,
         heldout_score=best.heldout_score,
+        heldout=verdict,
     )
     if not register:
         return export
@@ -194,6 +214,7 @@ def export_policy(
             run_id=run_id,
             candidate=best,
             figures=figures,
+            verdict=verdict,
         )
     registered = mlflow_client(tracking_uri).get_model_version(name, version)
     # A version registered from a LoggedModel has the source `models:/<model id>`.
@@ -221,8 +242,16 @@ def check_registered_model_name(name: str) -> None:
         raise ConfigError(problem)
 
 
-def write_bundle(source: Path, out: Path, experiment: str, record: CandidateRecord) -> Path:
-    """Load and save again: proves the bundle loads, and records where it came from."""
+def write_bundle(
+    source: Path,
+    out: Path,
+    experiment: str,
+    record: CandidateRecord,
+    *,
+    verdict: HeldoutVerdict | None = None,
+) -> Path:
+    """Load and save again: proves the bundle loads, and records where it came from (and
+    the held-out verdict against its base, where there is one)."""
     import memory_policies
 
     policy = memory_policies.load(source)
@@ -235,6 +264,8 @@ def write_bundle(source: Path, out: Path, experiment: str, record: CandidateReco
             "heldout_score": record.heldout_score,
         }
     )
+    if verdict is not None and verdict.verdict is not None:
+        provenance["heldout_verdict"] = verdict.verdict
     policy.save(out, provenance=provenance)
     return out
 
@@ -273,7 +304,7 @@ def _candidate_run_id(experiment_dir: Path, candidate_id: str, tracking_uri: str
 
 def _export_from_run(
     run_id: str, out: Path, tracking_uri: str
-) -> tuple[Path, CandidateRecord, str | None, str]:
+) -> tuple[Path, CandidateRecord, str | None, str, HeldoutVerdict | None]:
     from mlflow.exceptions import MlflowException
 
     client = mlflow_client(tracking_uri)
@@ -286,14 +317,17 @@ def _export_from_run(
             "quickstart, or a run id from `mlflow ui` (and --tracking-uri if it lives elsewhere)"
         ) from None
     tags = run.data.tags
+    parent_tags: dict[str, str] = {}
     if tags.get(TAG_KIND) == "experiment":
         local = Path(tags.get(TAG_RUN_DIR, ""))
         if (local / "experiment.json").is_file():
             result = ExperimentDir(local).load_result()
             best = best_candidate(result)
             candidate_run = _candidate_run_id(local, best.id, tracking_uri)
-            path = write_bundle(ExperimentDir(local).policy_dir(best.id), out, result.name, best)
-            return path, best, candidate_run, result.name
+            verdict = heldout_verdict(result)
+            source = ExperimentDir(local).policy_dir(best.id)
+            path = write_bundle(source, out, result.name, best, verdict=verdict)
+            return path, best, candidate_run, result.name, verdict
         children = client.search_runs(
             [run.info.experiment_id],
             filter_string=f"tags.`{PARENT_RUN_TAG}` = '{run_id}'",
@@ -301,8 +335,8 @@ def _export_from_run(
         )
         if not children:
             raise ConfigError(f"MLflow run {run_id} has no candidate runs to export")
-        # The same rule as the local records (selection.best_of): held-out, train, older.
-        run = min(children, key=_run_rank)
+        parent_tags = dict(tags)
+        run = selected_candidate_run(children, tags.get(TAG_BEST_CANDIDATE))
         tags = run.data.tags
     if tags.get(TAG_KIND) != "candidate":
         raise ConfigError(
@@ -312,58 +346,11 @@ def _export_from_run(
     candidate_run_id = run.info.run_id
     with tempfile.TemporaryDirectory() as tmp:
         local = Path(client.download_artifacts(candidate_run_id, "policy", tmp))
-        record = _record_from_run(run)
+        record = record_from_run(run)
         experiment = tags.get("evolve.experiment", "policy")
-        path = write_bundle(local, out, experiment, record)
-    return path, record, candidate_run_id, experiment
-
-
-def _run_rank(run: Any) -> tuple:
-    metrics, tags = run.data.metrics, run.data.tags
-    heldout = metrics.get("heldout_score", float("-inf"))
-    train = metrics.get("train_score", float("-inf"))
-    return (
-        heldout == float("-inf"),
-        -heldout,
-        -train,
-        int(tags.get("evolve.generation", 0)),
-        tags.get(TAG_CANDIDATE, ""),
-    )
-
-
-def _record_from_run(run: Any) -> CandidateRecord:
-    """Enough of a candidate record for provenance, from a candidate run's tags/metrics."""
-    from evolve.results.records import CandidateStatus, EvaluationScores, Mutation
-    from evolve.simulator.metrics import MetricSummary
-
-    tags, metrics = run.data.tags, run.data.metrics
-
-    def scores(split: str) -> EvaluationScores | None:
-        if f"{split}_score" not in metrics:
-            return None
-        return EvaluationScores(
-            users=[],
-            score=metrics[f"{split}_score"],
-            objective="",
-            per_user={},
-            summary=MetricSummary(),
-            run_dir="",
-        )
-
-    return CandidateRecord(
-        id=tags.get(TAG_CANDIDATE, run.info.run_id),
-        generation=int(tags.get("evolve.generation", 0)),
-        parent_ids=tuple(p for p in tags.get("evolve.parent_ids", "").split(",") if p),
-        mutation=Mutation(kind=tags.get("evolve.mutation", "base")),
-        seed=int(run.data.params.get("seed.candidate", 0)),
-        fingerprint=run.data.params.get("fingerprint", ""),
-        kind=run.data.params.get("policy_kind", ""),
-        components={},
-        parameters={},
-        status=CandidateStatus.EVALUATED,
-        train=scores("train"),
-        heldout=scores("heldout"),
-    )
+        verdict = heldout_verdict_from_run(parent_tags, record.id)
+        path = write_bundle(local, out, experiment, record, verdict=verdict)
+    return path, record, candidate_run_id, experiment, verdict
 
 
 def register_model_version(
@@ -374,12 +361,15 @@ def register_model_version(
     run_id: str | None = None,
     candidate: CandidateRecord | None = None,
     figures: Sequence[Path] = (),
+    verdict: HeldoutVerdict | None = None,
 ) -> tuple[str, str]:
     """Log the bundle as a self-contained pyfunc model, register it as `name`, alias `champion`.
 
     The model is an MLflow 3 LoggedModel whose source run is the candidate's run (when known),
     linked by id: the run is never reopened. It carries the candidate's metrics (logged on
-    the source run, for the model) and `figures` under `figures/`. Returns (version, model URI).
+    the source run, for the model) and `figures` under `figures/`; the model and the version
+    carry the held-out `verdict` against the base (tags, metrics, the description's words).
+    Returns (version, model URI).
     """
     # Imported here: importing MLflow sets a variable in the caller's environment
     # (its telemetry session id), and `import evolve.export.bundle` must not.
@@ -399,9 +389,14 @@ def register_model_version(
         # in this process (another run, export or test) is not sent to this store.
         with use_tracking_uri(tracking_uri):
             version_number = _log_and_register(
-                bundle_dir, bundle, name, client, run_id, candidate, figures, digest, tracking_uri
-            )
-    client.update_model_version(name, version_number, description=_description(candidate))
+                bundle_dir, bundle, name, client, run_id, candidate, figures, digest, tracking_uri,
+                verdict,
+            )  # fmt: skip
+    # A version reused by its digest gets the verdict of this export's records too.
+    for key, value in (verdict.tags if verdict is not None else {}).items():
+        client.set_model_version_tag(name, version_number, key, value)
+    description = version_description(candidate, verdict)
+    client.update_model_version(name, version_number, description=description)
     client.update_registered_model(name, description=registered_model_description(name))
     client.set_registered_model_alias(name, CHAMPION_ALIAS, version_number)
     return version_number, f"models:/{name}@{CHAMPION_ALIAS}"
@@ -417,6 +412,7 @@ def _log_and_register(
     figures: Sequence[Path],
     digest: str,
     tracking_uri: str,
+    verdict: HeldoutVerdict | None,
 ) -> str:
     """A new LoggedModel of the bundle, registered as a new version of `name`."""
     import mlflow
@@ -429,7 +425,7 @@ def _log_and_register(
         experiment_id = client.get_run(run_id).info.experiment_id
     else:
         experiment_id = get_or_create_experiment(client, EXPORTS_EXPERIMENT, tracking_uri)
-    scores = _score_tags(candidate)
+    scores = version_tags(candidate, verdict)
     # The model's artifact is a private copy: the export directory may be edited later.
     # MLflow copies artifacts and code with their modes, so both are staged as new files
     # (`copyfile` takes no mode): the registered model's files follow the umask, as
@@ -462,7 +458,7 @@ def _log_and_register(
         )
         if run_id is not None:
             client.log_outputs(run_id, [LoggedModelOutput(logged.model_id, step=0)])
-            metrics = model_metrics(candidate)
+            metrics = model_metrics(candidate, verdict)
             if metrics and candidate is not None:
                 # The model's metrics live on its source run (MLflow's LoggedModel rule):
                 # the same values at the same step as the candidate's own points.
@@ -507,20 +503,6 @@ def alias_champion_prompts(
     return aliased
 
 
-def model_metrics(candidate: CandidateRecord | None) -> dict[str, float]:
-    """The registered model's metrics: the candidate's train and held-out scores and, where
-    the evaluation's summary is known, its defined metrics (undefined ones stay absent)."""
-    metrics: dict[str, float] = {}
-    for split in ("train", "heldout"):
-        scores = getattr(candidate, split) if candidate is not None else None
-        if scores is None:
-            continue
-        metrics[f"{split}_score"] = float(scores.score)
-        if scores.summary.n_items:  # a record rebuilt from a run has no summary
-            metrics.update(scores.summary.flat_metrics(f"{split}_"))
-    return metrics
-
-
 def evolution_figures(result: ExperimentResult, directory: Path) -> list[Path]:
     """The experiment's evolution plot (what `evolve compare --plot` draws), as PNG."""
     from evolve.reporting.plots import plot_evolution, save_figure
@@ -535,40 +517,6 @@ def model_requirements(bundle: dict[str, Any]) -> list[str]:
     if bundle.get("embedder") == LocalMiniLMEmbedder.name:
         requirements += LOCAL_EMBEDDING_REQUIREMENTS
     return requirements
-
-
-def _score_tags(candidate: CandidateRecord | None) -> dict[str, str]:
-    if candidate is None:
-        return {}
-    tags = {TAG_CANDIDATE: candidate.id}
-    for split in ("heldout", "train"):
-        scores = getattr(candidate, split)
-        if scores is None:
-            continue
-        tags[f"{split}_score"] = f"{scores.score:.6g}"
-        if scores.objective_used:  # what `score` is: memory_score, or accuracy
-            tags[f"{split}_objective_used"] = scores.objective_used
-        if scores.summary.memory_score is not None:  # undefined: no tag, never a stand-in
-            tags[f"{split}_memory_score"] = f"{scores.summary.memory_score:.6g}"
-        if scores.summary.accuracy is not None:  # unknown for a record rebuilt from a run
-            tags[f"{split}_accuracy"] = f"{scores.summary.accuracy:.6g}"
-    return tags
-
-
-def _description(candidate: CandidateRecord | None) -> str:
-    if candidate is None:
-        return "Memory policy exported by amemgym-evolve."
-    heldout = "-" if candidate.heldout_score is None else f"{candidate.heldout_score:.3f}"
-    train = "-" if candidate.train_score is None else f"{candidate.train_score:.3f}"
-    parents = ", ".join(candidate.parent_ids) or "none"
-    return (
-        f"Memory policy {candidate.id} ({candidate.kind or 'policy'}, generation "
-        f"{candidate.generation}, mutation {candidate.mutation.kind}, parents {parents}) "
-        f"exported by amemgym-evolve. Held-out score {heldout}, train score {train}. "
-        "predict() takes records {user_message, state} (one user turn with that user's memory "
-        "state) or {question, options, state}; the LM comes from model_config or "
-        "MEMORY_POLICY_MODEL at load time."
-    )
 
 
 @contextlib.contextmanager

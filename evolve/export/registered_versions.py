@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from evolve.tracking.tags import TAG_HELDOUT_VERDICT
+
 # On a registered version: the digest of what it was made of (`export_digest`).
 CONTENT_DIGEST_TAG = "evolve.content_digest"
 # The model's code (models from code: no pickle, nothing from `evolve` inside the model).
@@ -55,8 +57,11 @@ def registered_model_description(name: str) -> str:
     """The registered model's own description (its page's header), whichever version."""
     return (
         f"Memory policies exported by amemgym-evolve as {name}: each version is the best "
-        "candidate of an evolution experiment by held-out score (its description and tags "
-        "name the candidate and its scores; the alias champion points at the latest export). "
+        "candidate of an evolution experiment, chosen on its validation users (else its train "
+        "users; the held-out users only report). Its description and tags name the candidate, "
+        f"its scores and the held-out verdict against the base (tag {TAG_HELDOUT_VERDICT}: "
+        "beats, within noise or worse, read from the interval of the paired difference); the "
+        "alias champion points at the latest export, whatever its verdict. "
         "A version is a pyfunc model from code with the policy bundle as its artifact, no LM "
         "or key inside: load it with mlflow.pyfunc.load_model('models:/"
         f"{name}@champion') and give the LM through model_config or MEMORY_POLICY_MODEL."

@@ -149,7 +149,11 @@ class EvolutionContext:
         if getattr(record, split) is not None:
             return record
         self.budget.check()
-        env = self.resolved.train if split == "train" else self.resolved.heldout
+        env = {
+            "train": self.resolved.train,
+            "validation": self.resolved.validation,
+            "heldout": self.resolved.heldout,
+        }[split]
         run_dir = self.store.candidate_dir(record.id) / split
         sink = self.tracker.evaluation_sink(
             split, self.progress.evaluation_started(record, split), record=record

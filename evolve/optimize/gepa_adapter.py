@@ -122,6 +122,7 @@ class AMemGymAdapter:
         upper_bound: Any = None,
         seed: int = 0,
         stop: threading.Event | None = None,
+        validation_users: Sequence[str] = (),
     ) -> None:
         if feedback not in FEEDBACK_KINDS:
             # Checked here: GEPA logs and swallows errors raised while building a reflective
@@ -139,6 +140,8 @@ class AMemGymAdapter:
         self.max_feedback_failures = max_feedback_failures
         self.max_feedback_chars = max_feedback_chars
         self.seed, self.stop = seed, stop
+        # GEPA's valset when it is not its trainset: their runs are stored as "validation".
+        self.validation_users = frozenset(validation_users)
         # (split, policy fingerprint) -> the runner's progress sink (the tracker's traces).
         self.progress_for: Callable[[str, str], Any] | None = None
         self.iteration = 0
@@ -251,10 +254,15 @@ class AMemGymAdapter:
             objective_scores=objective_scores,
         )
 
+    def split_of(self, user_id: str) -> str:
+        """Where GEPA's own evaluation of a user is stored: its split."""
+        return "validation" if user_id in self.validation_users else "train"
+
     def evaluate(
         self, batch: list[str], candidate: dict[str, str], capture_traces: bool = False
     ) -> EvaluationBatch:
-        return self._evaluation_batch(self.run_users(candidate, batch), capture_traces)
+        jobs = [(candidate, user, self.split_of(user)) for user in batch]
+        return self._evaluation_batch(self.run_jobs(jobs), capture_traces)
 
     def batch_evaluate(
         self, items: list[tuple[dict[str, str], list[str]]]
@@ -262,8 +270,10 @@ class AMemGymAdapter:
         """GEPA's hook for the evaluations of one step that do not depend on each other
         (parents on their minibatches, children on theirs, programs on the valset): every
         (candidate, user) pair of every item runs at once under the one call limit."""
-        pairs = [(candidate, user) for candidate, batch in items for user in batch]
-        played = iter(self.run_pairs(pairs))
+        jobs = [
+            (candidate, user, self.split_of(user)) for candidate, batch in items for user in batch
+        ]
+        played = iter(self.run_jobs(jobs))
         return [
             self._evaluation_batch([next(played) for _ in batch], capture_traces=True)
             for _, batch in items

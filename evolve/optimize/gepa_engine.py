@@ -197,13 +197,17 @@ def run_gepa(
     train_users: Sequence[str],
     heldout_users: Sequence[str],
     seed_candidate: dict[str, str],
+    validation_users: Sequence[str] = (),
     settings: GepaSettings,
     run_dir: Path,
     seed: int,
     stop_when: Callable[[], bool] | None = None,
     callbacks: Sequence[Any] = (),
 ) -> GepaOutcome:
-    """Run (or resume from `run_dir`) GEPA; each new best is evaluated on the held-out users."""
+    """Run (or resume from `run_dir`) GEPA; each new best is evaluated on the held-out users.
+    GEPA's valset is `validation_users` when given (the best is chosen on users nobody
+    reflected on), else the train users."""
+    valset = list(validation_users) or list(train_users)
     refuse_text_without_feedback(adapter.feedback, seed_candidate)
 
     def evaluate_heldout(idx: int, candidate: dict[str, str]) -> None:
@@ -228,6 +232,7 @@ def run_gepa(
         # run has done both before GEPA first saved its state.)
         adapter.run_jobs(
             [(seed_candidate, user, "train") for user in train_users]
+            + [(seed_candidate, user, "validation") for user in validation_users]
             + [(seed_candidate, user, "heldout") for user in heldout_users]
         )
 
@@ -240,7 +245,7 @@ def run_gepa(
     result = gepa_optimize(
         seed_candidate=seed_candidate,
         trainset=list(train_users),
-        valset=list(train_users),
+        valset=valset,
         adapter=adapter,
         candidate_selection_strategy=IterationSeededSelector(settings.candidate_selection, seed),
         batch_sampler=IterationSeededBatchSampler(settings.reflection_minibatch_size, seed),

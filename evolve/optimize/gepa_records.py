@@ -31,9 +31,9 @@ from evolve.results.records import (
     CandidateStatus,
     GenerationRecord,
     Mutation,
-    best_of,
     candidate_id,
     candidate_record,
+    select_best,
 )
 
 
@@ -93,6 +93,7 @@ class GepaRecordSync(GEPACallback):
         scores of each new best) and every finished generation; stored once, logged once."""
         context, adapter, lineage = self.context, self.adapter, self.adapter.lineage
         train = [item.id for item in context.resolved.train.items]
+        validation = [item.id for item in context.resolved.validation.items]
         heldout_users = [item.id for item in context.resolved.heldout.items]
         heldout_idx = {entry["candidate_idx"] for entry in lineage.heldout} | self.final_heldout
         # Every evaluation the records below still need, played at once under the one call
@@ -102,6 +103,8 @@ class GepaRecordSync(GEPACallback):
             record = context.records.get(lineage.record_id(index))
             if record is None or record.train is None:
                 needed.append((index, "train", train))
+            if validation and (record is None or record.validation is None):
+                needed.append((index, "validation", validation))
             missing_heldout = record is None or record.heldout is None
             if missing_heldout and index in heldout_idx and heldout_users:
                 needed.append((index, "heldout", heldout_users))
@@ -126,6 +129,13 @@ class GepaRecordSync(GEPACallback):
                     record.model_copy(update={"train": scores, "status": CandidateStatus.EVALUATED})
                 )
                 context.evaluation_logged(record, "train")
+            if validation and record.validation is None:
+                users = played[(index, "validation")]
+                scores = context.scores(
+                    users, evaluation_dir(adapter, "validation", candidate), 0.0
+                )
+                record = context.save(record.model_copy(update={"validation": scores}))
+                context.evaluation_logged(record, "validation")
             if record.heldout is None and index in heldout_idx and heldout_users:
                 users = played[(index, "heldout")]
                 scores = context.scores(users, evaluation_dir(adapter, "heldout", candidate), 0.0)
@@ -160,7 +170,7 @@ class GepaRecordSync(GEPACallback):
         proposed = (
             [candidate_id(generation, 0)] if candidate_id(generation, 0) in context.records else []
         )
-        best = best_of(known, "train")
+        best = select_best(known)
         scores = [r.train.score for r in known if r.train is not None]
         if generation == 0:
             base = context.records[candidate_id(0, 0)]

@@ -236,8 +236,8 @@ class _ExperimentRun:
         from evolve.simulator.baselines import compute_upper_bound
 
         self.progress.stage("upper bound")
-        # One table for train + held-out users (the runner accepts a superset).
-        users = Environment(items=[*self.resolved.train.items, *self.resolved.heldout.items])
+        # One table for train, validation and held-out users (the runner accepts a superset).
+        users = Environment(items=self.resolved.evaluated_items())
         upper_bound = compute_upper_bound(
             users,
             self.lms,

@@ -48,12 +48,11 @@ class PopulationSchedule(Schedule):
         base = context.base()
         base_policy = context.policy(base)
         train = [item.id for item in context.resolved.train.items]
+        validation = [item.id for item in context.resolved.validation.items]
         heldout = [item.id for item in context.resolved.heldout.items]
         adapter = AMemGymAdapter(
             base_policy=base_policy,
-            environment=Environment(
-                items=[*context.resolved.train.items, *context.resolved.heldout.items]
-            ),
+            environment=Environment(items=context.resolved.evaluated_items()),
             lms=context.lms,
             episode=context.resolved.episode,
             work_dir=context.store.root / EVALUATIONS_DIR,
@@ -65,6 +64,7 @@ class PopulationSchedule(Schedule):
             upper_bound=context.upper_bound,
             seed=context.spec.seed,
             stop=context.stop,
+            validation_users=validation,
         )
         # Traces of GEPA's own evaluations (before a candidate has a record: by fingerprint).
         adapter.progress_for = lambda split, fingerprint: context.tracker.evaluation_sink(
@@ -77,6 +77,7 @@ class PopulationSchedule(Schedule):
             self._evaluate_base_only(context, base)
             return
         generations = optimizer.generations
+        valset = validation or train
         minibatch = min(optimizer.reflection_minibatch_size, len(train))
         settings = GepaSettings(
             candidate_selection=optimizer.candidate_selection,
@@ -87,7 +88,7 @@ class PopulationSchedule(Schedule):
             # Enough user evaluations for every generation: parent and child on a minibatch,
             # an accepted child on all train users (finished ones are read back, not replayed).
             max_metric_calls=optimizer.max_metric_calls
-            or len(train) + generations * (2 * minibatch + len(train)),
+            or len(valset) + generations * (2 * minibatch + len(valset)),
             max_generations=generations,
         )
         every_generation = optimizer.heldout == "every_generation"
@@ -96,6 +97,7 @@ class PopulationSchedule(Schedule):
         run_gepa(
             adapter,
             train_users=train,
+            validation_users=validation,
             heldout_users=heldout if every_generation else [],
             seed_candidate=start,
             settings=settings,

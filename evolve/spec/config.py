@@ -8,7 +8,7 @@ as they always were.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from evolve.core.errors import ConfigError, EnvironmentDataError, shown_value
@@ -67,6 +67,12 @@ class ResolvedExperiment:
     episode: EpisodeConfig
     base_policy: Any  # memory_policies.MemoryPolicy
     environment_description: str
+    # GEPA's valset when not empty (the best is chosen there); else the train users.
+    validation: Environment = field(default_factory=lambda: Environment(items=[]))
+
+    def evaluated_items(self) -> list[Any]:
+        """Every user an experiment plays: train, validation, held-out."""
+        return [*self.train.items, *self.validation.items, *self.heldout.items]
 
     @property
     def rules(self) -> ProtocolRules:
@@ -78,6 +84,12 @@ class ResolvedExperiment:
             "spec": self.spec.identity(),
             "environment": self.environment.content_hash(),
             "train_users": [item.id for item in self.train.items],
+            # Recorded only when used: earlier runs keep their hashes.
+            **(
+                {"validation_users": [item.id for item in self.validation.items]}
+                if self.validation.items
+                else {}
+            ),
             "heldout_users": [item.id for item in self.heldout.items],
             "episode": self.episode.identity(),
             "base_policy": self.base_policy.identity(),
@@ -100,11 +112,19 @@ def resolve(spec: ExperimentSpec) -> ResolvedExperiment:
     """
     label = spec_label(spec)
     environment, description, (rounds_initial, rounds_update) = _environment(spec, label)
-    train_items, heldout_items = _split_users(label, environment, spec.environment)
+    train_items, validation_items, heldout_items = _split_users(
+        label, environment, spec.environment
+    )
     if not heldout_items and spec.optimizer.schedule != "per_period":
         raise ConfigError(
             f"{label}: environment.heldout_users = 0: the population schedule checks each new "
             'best on held-out users; give at least 1, or use schedule = "per_period"'
+        )
+    if validation_items and spec.optimizer.schedule != "population":
+        raise ConfigError(
+            f"{label}: environment.validation_users = {spec.environment.validation_users!r}: "
+            f'only the population schedule chooses its best on validation users; set it to 0 '
+            f'or use schedule = "population"'
         )
     if not spec.rules.complete_feedback_allowed and spec.optimizer.feedback == "complete":
         raise ConfigError(
@@ -126,6 +146,7 @@ def resolve(spec: ExperimentSpec) -> ResolvedExperiment:
         spec=spec,
         environment=environment,
         train=Environment(items=train_items),
+        validation=Environment(items=validation_items),
         heldout=Environment(items=heldout_items),
         episode=episode,
         base_policy=base_policy,
@@ -269,7 +290,9 @@ def _used_indices(env_spec: EnvironmentSpec, count: int) -> list[int]:
     if needed is not None:
         return list(range(needed))
     indices: set[int] = set()
-    for value in (env_spec.train_users, env_spec.heldout_users):
+    for value in (env_spec.train_users, env_spec.validation_users, env_spec.heldout_users):
+        if isinstance(value, int) and value == 0:
+            continue
         if isinstance(value, int):
             return list(range(count))  # "the next N" needs every user before them
         for user_id in value:
@@ -281,9 +304,9 @@ def _used_indices(env_spec: EnvironmentSpec, count: int) -> list[int]:
 
 
 def _users_needed(env_spec: EnvironmentSpec) -> int | None:
-    train, heldout = env_spec.train_users, env_spec.heldout_users
-    if isinstance(train, int) and isinstance(heldout, int):
-        return train + heldout
+    splits = (env_spec.train_users, env_spec.validation_users, env_spec.heldout_users)
+    if all(isinstance(count, int) for count in splits):
+        return sum(splits)  # type: ignore[arg-type]
     return None
 
 
@@ -310,17 +333,28 @@ def _split_users(label: str, environment: Environment, env_spec: EnvironmentSpec
             )
         return [by_id[user_id] for user_id in value]
 
+    validation_spec = env_spec.validation_users
+    listed = set(train_spec if isinstance(train_spec, list) else []) | set(
+        validation_spec if isinstance(validation_spec, list) else []
+    )
     if isinstance(train_spec, list) and isinstance(heldout_spec, int):
-        heldout = pick("heldout_users", heldout_spec, 0, set(train_spec))
         train = pick("train_users", train_spec, 0, set())
+        validation = pick("validation_users", validation_spec, 0, listed)
+        heldout = pick("heldout_users", heldout_spec, 0, listed | {i.id for i in validation})
     else:
         train = pick("train_users", train_spec, 0, set())
         start = len(train) if isinstance(train_spec, int) else 0
-        heldout = pick("heldout_users", heldout_spec, start, {item.id for item in train})
-    overlap = sorted({item.id for item in train} & {item.id for item in heldout})
-    if overlap:
-        raise ConfigError(
-            f"{label}: environment: users {overlap} are both train and held-out users; the "
-            "held-out users must be disjoint from the train users"
-        )
-    return train, heldout
+        validation = pick("validation_users", validation_spec, start, {i.id for i in train})
+        if isinstance(validation_spec, int):
+            start += len(validation)
+        taken = {item.id for item in [*train, *validation]}
+        heldout = pick("heldout_users", heldout_spec, start, taken)
+    splits = {"train": train, "validation": validation, "held-out": heldout}
+    for first, second in (("train", "validation"), ("train", "held-out"), ("validation", "held-out")):
+        overlap = sorted({i.id for i in splits[first]} & {i.id for i in splits[second]})
+        if overlap:
+            raise ConfigError(
+                f"{label}: environment: users {overlap} are both {first} and {second} users; "
+                "train, validation and held-out users must be disjoint"
+            )
+    return train, validation, heldout

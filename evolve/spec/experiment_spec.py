@@ -47,9 +47,15 @@ class EnvironmentSpec(_Strict):
     train_users: int | list[str] = Field(
         default=2, description="The first N users, or a list of user ids."
     )
+    validation_users: int | list[str] = Field(
+        default=0,
+        description="The next N users after the train users (or a list of ids): GEPA's "
+        "valset, on which the best is chosen; 0: the train users choose (no validation split).",
+    )
     heldout_users: int | list[str] = Field(
         default=1,
-        description="The next N users after the train users, or a list of user ids; 0 only "
+        description="The next N users after the train and validation users (or a list of "
+        "ids): the test, scored only to report (never to choose); 0 only "
         'for schedule = "per_period" (the paper\'s per-user chains need no held-out users).',
     )
 
@@ -62,9 +68,9 @@ class EnvironmentSpec(_Strict):
             )
         if self.file is not None and {"seed", "users"} & self.model_fields_set:
             raise ValueError("'seed' and 'users' only apply to a generator 'preset', not 'file'")
-        for name in ("train_users", "heldout_users"):
+        for name in ("train_users", "validation_users", "heldout_users"):
             value = getattr(self, name)
-            minimum = 0 if name == "heldout_users" else 1
+            minimum = 0 if name != "train_users" else 1
             if isinstance(value, int) and value < minimum:
                 raise ValueError(f"'{name}' must be at least {minimum}, got {value}")
             if isinstance(value, list) and not value:

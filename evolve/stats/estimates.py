@@ -64,7 +64,8 @@ class Basis(_Frozen):
 
     def describe(self) -> str:
         seeds = f", {self.strata} seeds" if self.strata > 1 else ""
-        return f"{self.users} users, {self.questions} questions{seeds}"
+        users = f"{self.users} user{'s' if self.users != 1 else ''}"
+        return f"{users}, {self.questions} questions{seeds}"
 
 
 class ScoreEstimate(_Frozen):

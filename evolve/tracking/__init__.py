@@ -7,6 +7,8 @@ studies (one parent run, one child run per trial), on one store.
 - `hooks`: the loop's view of a tracker (`ExperimentTracker`, a no-op; `TrackingContext`);
 - `experiment`: `MLflowTracker`, the runs of an experiment; `candidate_runs`: its child
   runs, one per proposal; `content` builds what they say;
+- `intervals`: the held-out verdict of the best against the base and each evaluation's
+  interval bounds, as metrics and tags;
 - `prompts`: the Prompt Registry side; `traces`: the evaluation traces of an experiment;
 - `tracing`: `EpisodeTracer`, one trace per user episode; `period_spans`: a period's span
   tree inside it (a span per step, a span per LLM call);

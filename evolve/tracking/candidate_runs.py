@@ -6,7 +6,9 @@
 - its start and end are those of its first evaluation (read from the unit result files: each
   holds its wall time and is written when the unit ends), not of the logging.
 - params (policy kind, numeric parameters, models, seeds, mutation), summary metrics with
-  `step` = generation for the train and held-out evaluations, per-period curves with `step` =
+  `step` = generation for the train and held-out evaluations (with the bounds of their
+  intervals where the record has them: `heldout_accuracy_low`, `heldout_accuracy_high`,
+  `heldout_memory_score_low`, ...), per-period curves with `step` =
   period (`train_period/memory_score`, ..., with `random_score` and `upper_bound_score` beside
   them; an undefined score has no point).
 - artifacts: each component's instruction, the diff against the parent (`.diff` and a
@@ -40,6 +42,7 @@ from evolve.tracking.content import (
     per_period_table,
     proposal_status,
 )
+from evolve.tracking.intervals import score_interval_metrics
 from evolve.tracking.store import now_ms, run_is_active
 from evolve.tracking.tags import TAG_CANDIDATE_STATUS, TAG_EXPERIMENT
 
@@ -141,6 +144,8 @@ class CandidateRuns:
         timestamp = now_ms()
         values = scores.summary.flat_metrics(f"{split}_")
         values[f"{split}_score"] = scores.score
+        # Beside each point its interval's bounds: the runs table sorts and filters on them.
+        values.update(score_interval_metrics(split, scores.estimate))
         # GEPA's evaluations report no wall time of their own: the units' window is it.
         wall_time = scores.wall_time_s or ((window[1] - window[0]) / 1000 if window else 0.0)
         values[f"{split}_wall_time_s"] = wall_time

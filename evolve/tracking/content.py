@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from evolve.results.objective import format_score
 from evolve.simulator.metric_registry import metrics_in
+from evolve.tracking.intervals import comparison_metrics
 from evolve.tracking.tags import (
     NOTE_TAG,
     PARENT_RUN_TAG,
@@ -392,7 +393,8 @@ def candidate_tags(
 
 
 def final_metrics(result: ExperimentResult, best: CandidateRecord | None) -> dict[str, float]:
-    """The parent run's totals at the end of an invocation."""
+    """The parent run's totals at the end of an invocation, and the held-out test of the best
+    against the base (`heldout_difference` with its bounds, McNemar's p, ...)."""
     metrics: dict[str, float] = {
         "total_llm_calls": result.llm_calls,
         "total_tokens": result.tokens,
@@ -406,4 +408,6 @@ def final_metrics(result: ExperimentResult, best: CandidateRecord | None) -> dic
         metrics["final_best_heldout_score"] = best.heldout.score
     if result.chain_summary is not None:
         metrics.update(result.chain_summary.flat_metrics("chain_"))
+    if result.heldout_comparison is not None:  # the best minus the base, as a test
+        metrics.update(comparison_metrics(result.heldout_comparison))
     return metrics

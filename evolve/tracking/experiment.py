@@ -15,7 +15,11 @@ Called by the optimizer loop and the commands only (never by the simulator or a 
   step 0); at the end the totals (at the last generation's step), the compare table and
   lineage as text, the `candidates` table (an MLflow table artifact, shown in the run's
   artifacts) and, in its name and description, the best candidate and every candidate's
-  accuracy.
+  accuracy. The held-out test of the best against the base (paired on the same questions)
+  is its verdict: metrics `heldout_difference` (with `_low` / `_high`), ... (see
+  `evolve.tracking.intervals`), tags `evolve.heldout_verdict` (beats / within noise /
+  worse, read from the interval), its evidence, method and seed, and a line of the
+  description. The best is never called better than the base from two point scores.
 - child run per proposal, evaluated or not: see `evolve.tracking.candidate_runs`.
 - every run: a description and the source, user and git tags the fluent API sets.
 - Prompt Registry: see `evolve.tracking.prompts`. Traces: see `evolve.tracking.traces`.
@@ -46,6 +50,7 @@ from evolve.tracking.content import (
     generation_metrics,
 )
 from evolve.tracking.hooks import ExperimentTracker, NullTracker, TrackingContext
+from evolve.tracking.intervals import comparison_tags, heldout_verdict_text
 from evolve.tracking.prompts import PromptVersions
 from evolve.tracking.store import (
     describe_experiment,
@@ -59,8 +64,10 @@ from evolve.tracking.store import (
     tracking_location,
 )
 from evolve.tracking.tags import (
+    HELDOUT_VERDICT_TAGS,
     NOTE_TAG,
     STATE_FILE,
+    TAG_BEST_CANDIDATE,
     TAG_CANDIDATE,
     TAG_CONFIG_HASH,
     TAG_EXPERIMENT,
@@ -172,12 +179,21 @@ class MLflowTracker(ExperimentTracker):
         metrics = final_metrics(result, best)
         table = candidates_table(result.candidates, proposal_statuses(self._state))
         description = f"{experiment_description(self.context)}\n\n{candidates_markdown(table)}"
+        verdict = heldout_verdict_text(result)
+        if verdict is not None:
+            description += f"\n\n{verdict}"
         tags = [
             RunTag("evolve.complete", str(result.complete).lower()),
             RunTag(NOTE_TAG, description),
         ]
         if best is not None:
-            tags.append(RunTag("evolve.best_candidate", best.id))
+            tags.append(RunTag(TAG_BEST_CANDIDATE, best.id))
+        if result.heldout_comparison is not None:
+            verdict_tags = comparison_tags(result.heldout_comparison)
+            tags += [RunTag(key, value) for key, value in verdict_tags.items()]
+        else:
+            # A resumed run whose best changed (or lost its records) keeps no earlier verdict.
+            self._forget_verdict(run_id)
         if result.stopped:
             tags.append(RunTag("evolve.stopped", result.stopped[:500]))
         # A resumed run logs only the totals that changed (no second point of the same one).
@@ -198,6 +214,12 @@ class MLflowTracker(ExperimentTracker):
         replace_table(self.client, run_id, table, CANDIDATES_TABLE)
         self.client.update_run(run_id, name=experiment_run_name(self.context.name, best))
         self.client.set_terminated(run_id, "FINISHED")
+
+    def _forget_verdict(self, run_id: str) -> None:
+        present = self.client.get_run(run_id).data.tags
+        for key in HELDOUT_VERDICT_TAGS:
+            if key in present:
+                self.client.delete_tag(run_id, key)
 
     def fail(self) -> None:
         if self.client is not None and self.parent_run_id is not None:

@@ -11,6 +11,8 @@ TAG_EXPERIMENT = "evolve.experiment"
 TAG_CONFIG_HASH = "evolve.config_hash"
 TAG_RUN_DIR = "evolve.run_dir"
 TAG_CANDIDATE = "evolve.candidate_id"
+# On an experiment's parent run: the candidate it selected (validation, else train users).
+TAG_BEST_CANDIDATE = "evolve.best_candidate"
 TAG_GENERATION = "evolve.generation"
 TAG_PARENTS = "evolve.parent_ids"
 TAG_MUTATION = "evolve.mutation"
@@ -30,3 +32,18 @@ EXPERIMENT_KIND = "custom_model_development"
 # Per-period curves of a candidate (`<split>_period/<name>`, step = period): the metrics
 # declared for the per-period view.
 PER_PERIOD_METRICS = tuple(declaration.name for declaration in metrics_in("per_period"))
+# The held-out test of the best against the base (`evolve.stats.PairedComparison`), on the
+# parent run and on the exported model: the verdict word (beats / within noise / worse, read
+# from the interval), what it rests on in words, and how it was computed.
+TAG_HELDOUT_VERDICT = "evolve.heldout_verdict"
+TAG_HELDOUT_EVIDENCE = "evolve.heldout_evidence"
+TAG_HELDOUT_METHOD = "evolve.heldout_method"
+TAG_HELDOUT_SEED = "evolve.heldout_seed"
+TAG_HELDOUT_RESAMPLES = "evolve.heldout_resamples"
+HELDOUT_VERDICT_TAGS = (
+    TAG_HELDOUT_VERDICT,
+    TAG_HELDOUT_EVIDENCE,
+    TAG_HELDOUT_METHOD,
+    TAG_HELDOUT_SEED,
+    TAG_HELDOUT_RESAMPLES,
+)
