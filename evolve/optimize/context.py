@@ -42,8 +42,8 @@ from evolve.simulator.metrics import MetricSummary, summarize_periods
 from evolve.simulator.records import PeriodResult, UserResult
 from evolve.simulator.runner import run_evaluation
 from evolve.spec.config import ExperimentSpec, OptimizerSpec, ResolvedExperiment
-from evolve.tracking import ExperimentTracker
 from evolve.stats import estimate, outcomes_from_periods
+from evolve.tracking import ExperimentTracker
 
 
 @dataclass

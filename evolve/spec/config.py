@@ -123,7 +123,7 @@ def resolve(spec: ExperimentSpec) -> ResolvedExperiment:
     if validation_items and spec.optimizer.schedule != "population":
         raise ConfigError(
             f"{label}: environment.validation_users = {spec.environment.validation_users!r}: "
-            f'only the population schedule chooses its best on validation users; set it to 0 '
+            f"only the population schedule chooses its best on validation users; set it to 0 "
             f'or use schedule = "population"'
         )
     if not spec.rules.complete_feedback_allowed and spec.optimizer.feedback == "complete":
@@ -350,7 +350,8 @@ def _split_users(label: str, environment: Environment, env_spec: EnvironmentSpec
         taken = {item.id for item in [*train, *validation]}
         heldout = pick("heldout_users", heldout_spec, start, taken)
     splits = {"train": train, "validation": validation, "held-out": heldout}
-    for first, second in (("train", "validation"), ("train", "held-out"), ("validation", "held-out")):
+    pairs = (("train", "validation"), ("train", "held-out"), ("validation", "held-out"))
+    for first, second in pairs:
         overlap = sorted({i.id for i in splits[first]} & {i.id for i in splits[second]})
         if overlap:
             raise ConfigError(
