@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
+from matplotlib.container import ErrorbarContainer
 
 from evolve.reporting.plots import (
     plot_evaluations,
@@ -23,6 +25,7 @@ from evolve.results.records import (
     Mutation,
 )
 from evolve.simulator.metrics import MetricSummary
+from evolve.stats import QuestionOutcomes, estimate
 from evolve.tuning.records import TrialRecord, TuningResult
 
 
@@ -135,7 +138,24 @@ def _summary(accuracy: float, write: float, read: float) -> MetricSummary:
     )
 
 
-def _scores(score: float, per_user: dict[str, float], summary: MetricSummary) -> EvaluationScores:
+def _outcomes(per_user: dict[str, float], questions: int = 20) -> QuestionOutcomes:
+    """Per-question records on which each user's accuracy is `per_user[user]`."""
+    keys, correct = [], []
+    for user, accuracy in per_user.items():
+        right = round(accuracy * questions)
+        keys += [("", user, 0, index) for index in range(questions)]
+        correct += [1.0] * right + [0.0] * (questions - right)
+    return QuestionOutcomes(
+        keys=tuple(keys),
+        correct=np.array(correct),
+        random_score=np.full(len(keys), 1 / 3),
+        upper_bound=np.ones(len(keys)),
+    )
+
+
+def _scores(
+    score: float, per_user: dict[str, float], summary: MetricSummary, with_estimate: bool = True
+) -> EvaluationScores:
     return EvaluationScores(
         users=list(per_user),
         score=score,
@@ -144,6 +164,7 @@ def _scores(score: float, per_user: dict[str, float], summary: MetricSummary) ->
         per_user=per_user,
         summary=summary,
         run_dir="r",
+        estimate=estimate(_outcomes(per_user)) if with_estimate else None,
     )
 
 
@@ -162,9 +183,12 @@ def _candidate(
         components={"write": cid},
         parameters={"update_every": 2},
         status=CandidateStatus.EVALUATED,
-        train=_scores(train, {"u1": train - 0.1, "u2": train + 0.1}, summary),
+        # c1's train record predates estimates: no interval, so no bar.
+        train=_scores(train, {"u1": train - 0.1, "u2": train + 0.1}, summary, cid != "c1"),
         heldout=(
-            _scores(heldout, {"u3": heldout}, _summary(heldout, 0.1, 0.1)) if heldout else None
+            _scores(heldout, {"u3": heldout, "u4": heldout}, _summary(heldout, 0.1, 0.1))
+            if heldout
+            else None
         ),
     )
 
@@ -191,23 +215,63 @@ def _experiment() -> ExperimentResult:
     )
 
 
-def test_evolution_figure_spread_heldout_versus_train_and_breakdown(tmp_path):
+def _bars(axis) -> list[np.ndarray]:
+    """The segment of every error bar drawn on `axis` (one per errorbar container)."""
+    return [
+        segment
+        for container in axis.containers
+        if isinstance(container, ErrorbarContainer)
+        for collection in container.lines[2]
+        for segment in collection.get_segments()
+    ]
+
+
+def _interval(per_user: dict[str, float], which: str = "accuracy") -> list[float]:
+    interval = getattr(estimate(_outcomes(per_user)), which).interval
+    return [interval.low, interval.high]
+
+
+def test_evolution_figure_intervals_heldout_versus_train_and_breakdown(tmp_path):
     figure = plot_evolution(_experiment())
     scores_axis, versus_axis, breakdown_axis = figure.axes
     assert scores_axis.get_ylim() == (0.0, 1.0) and scores_axis.get_ylabel() == "accuracy"
     assert scores_axis.get_xlabel() == "generation"
     assert [t.get_text() for t in scores_axis.get_legend().get_texts()] == ["train", "held-out"]
-    # The spread across users: one vertical bar per candidate and split (4 train, 3 held-out).
-    spreads = [c for c in scores_axis.collections if type(c).__name__ == "LineCollection"]
-    segments = [s for c in spreads for s in c.get_segments()]
-    assert len(segments) == 7
-    train_c0 = next(s for s in segments if s[0][0] == pytest.approx(-0.12))
-    assert sorted(train_c0[:, 1]) == pytest.approx([0.2, 0.4])
+    # Each score with its 95% interval, recomputed from the users' questions: a bar per
+    # candidate and split with an estimate (3 train: c1 has none; 3 held-out).
+    bars = {round(float(s[0][0]), 2): sorted(s[:, 1]) for s in _bars(scores_axis)}
+    assert all(s[0][0] == s[1][0] for s in _bars(scores_axis))  # vertical
+    expected = {
+        -0.12: _interval({"u1": 0.2, "u2": 0.4}),  # c0 train
+        0.12: _interval({"u3": 0.25, "u4": 0.25}),  # c0 held-out
+        0.88: _interval({"u1": 0.4, "u2": 0.6}),  # c2 train (c1's has no estimate)
+        1.12: _interval({"u3": 0.45, "u4": 0.45}),  # c2 held-out (c1 has none)
+        1.88: _interval({"u1": 0.5, "u2": 0.7}),  # c3 train
+        2.12: _interval({"u3": 0.5, "u4": 0.5}),  # c3 held-out
+    }
+    assert sorted(bars) == sorted(expected)
+    for x, ends in expected.items():
+        assert bars[x] == pytest.approx(ends), x
+        assert ends[1] - ends[0] > 0.1  # a real interval, not the point repeated
+    # Each user's score, as dots beside the bar.
+    dots = [
+        sorted(c.get_offsets()[:, 1])
+        for c in scores_axis.collections
+        if len(c.get_offsets()) == 2 and c.get_offsets()[0][0] == pytest.approx(-0.12)
+    ]
+    assert dots == [pytest.approx([0.2, 0.4])]
     assert versus_axis.get_xlim() == (0.0, 1.0) and versus_axis.get_ylim() == (0.0, 1.0)
     assert versus_axis.get_xlabel() == "train accuracy"
     assert versus_axis.get_ylabel() == "held-out accuracy"
     points = versus_axis.collections[0].get_offsets()
     assert len(points) == 3  # c1 has no held-out score
+    # Held-out vs train: the held-out interval upright through the point, the train one across.
+    versus = _bars(versus_axis)
+    c3_train, c3_heldout = _interval({"u1": 0.5, "u2": 0.7}), _interval({"u3": 0.5, "u4": 0.5})
+    upright = [sorted(s[:, 1]) for s in versus if s[0][0] == s[1][0] == pytest.approx(0.6)]
+    across = [sorted(s[:, 0]) for s in versus if s[0][1] == s[1][1] == pytest.approx(0.5)]
+    assert upright == [pytest.approx(c3_heldout)] and across == [pytest.approx(c3_train)]
+    assert len(versus) == 6  # two bars for each of the three candidates
     assert breakdown_axis.get_ylim() == (0.0, 1.0)
     labels = [t.get_text() for t in breakdown_axis.get_legend().get_texts()]
     assert labels == ["correct", "write failure", "read failure", "utilization failure"]
@@ -248,3 +312,28 @@ def test_evaluation_curves_one_line_per_policy(tmp_path):
     written = save_figure(figure, Path(tmp_path) / "sub" / "eval")
     assert [p.suffix for p in written] == [".png", ".pdf"]
     assert all(p.stat().st_size > 1000 for p in written)
+
+
+@pytest.mark.parametrize("used", ["memory_score", "accuracy"])
+def test_the_error_bar_is_the_interval_of_the_score_plotted(used):
+    """A memory-score run plots the memory score, or accuracy where that is undefined
+    (`objective_used`): the bar must be that score's interval, not the other one's."""
+    per_user = {"u1": 0.5, "u2": 0.8}
+    scores = estimate(_outcomes(per_user))
+    plotted = scores.memory_score if used == "memory_score" else scores.accuracy
+    record = _candidate("c0", 0, 0.3, None).model_copy(
+        update={
+            "train": _scores(0.3, per_user, _summary(0.65, 0.1, 0.1)).model_copy(
+                update={"objective": "memory_score", "objective_used": used, "score": plotted.value}
+            )
+        }
+    )
+    generation = GenerationRecord(generation=0, candidate_ids=["c0"], best_id="c0")
+    result = _experiment().model_copy(
+        update={"candidates": [record], "generations": [generation], "best_id": "c0"}
+    )
+    scores_axis = plot_evolution(result).axes[0]
+    (bar,) = _bars(scores_axis)
+    assert sorted(bar[:, 1]) == pytest.approx([plotted.interval.low, plotted.interval.high])
+    memory, accuracy = scores.memory_score.interval, scores.accuracy.interval
+    assert abs(memory.low - accuracy.low) > 0.05  # the two intervals tell the cases apart

@@ -22,7 +22,15 @@ from evolve.core.protocol import rules_for
 from evolve.llm.usage import Usage
 from evolve.optimize import ExperimentDir, format_lineage, format_table
 from evolve.optimize.experiment_dir import experiment_dir_for
+from evolve.reporting.intervals import (
+    IntervalRow,
+    estimate_of,
+    format_experiment_intervals,
+    format_interval_table,
+    with_estimates,
+)
 from evolve.simulator.metrics import MetricSummary
+from evolve.stats import load_outcomes
 from evolve.tuning.readback import render_tuning_dir, tuning_dir_for
 from evolve.tuning.records import TuningResult
 from evolve.tuning.report import format_result
@@ -36,9 +44,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="show an experiment's generations and best lineage, a tuning study's trials "
         "or an evaluation's policies; --plot draws the figure",
         description="Evolution experiment: one row per generation (best and mean train score, "
-        "held-out score of the best, write/read/utilization failure rates, tokens) and the "
-        "lineage of the best policy (by held-out score). Tuning study: every trial, read live "
-        "from the study's storage. `evolve eval` output directory: one row per policy.",
+        "held-out score of the best, write/read/utilization failure rates, tokens), every "
+        "candidate's scores with 95% intervals per user split and, on the validation and "
+        "held-out users, its paired difference to the base (interval, McNemar, verdict), and "
+        "the lineage of the best policy. Tuning study: every trial, read live from the "
+        "study's storage. `evolve eval` output directory: one row per policy, with intervals.",
     )
     parser.add_argument(
         "experiment",
@@ -51,8 +61,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=Path,
         metavar="FILE",
         help="also draw the figure, saved as FILE.png and FILE.pdf: a tuning study's heatmap "
-        "over the grid and per-period trial curves; an experiment's candidates, held-out vs "
-        "train and failure breakdown; an evaluation's per-period curves",
+        "over the grid and per-period trial curves; an experiment's candidates and held-out vs "
+        "train (with 95%% interval bars) and failure breakdown; an evaluation's per-period "
+        "curves",
     )
     parser.add_argument(
         "--storage",
@@ -102,6 +113,10 @@ def run_compare(args: argparse.Namespace) -> int:
     note_if_running(directory)
     result = ExperimentDir(directory).load_result()
     print(format_table(result, rules_for(result.protocol)))  # the stored run's protocol
+    # Records written before estimates were stored get theirs from the per-question records.
+    result = with_estimates(directory, result)
+    for line in format_experiment_intervals(directory, result):
+        print(line)
     print()
     print(format_lineage(result))
     _print_ledger(ExperimentDir(directory).load_spend())
@@ -248,6 +263,7 @@ def _compare_evaluations(directory: Path, plot: Path | None) -> int:
 
     warn_if_mixed_environments(directory)
     per_period: dict[str, list[MetricSummary]] = {}
+    rows: list[IntervalRow] = []
     print(f"{'policy':<24} {'accuracy':>8} {'memory':>7} {'periods':>7}")
     for report_file in sorted(directory.glob("*/report.json")):
         report = load_report(report_file.parent)
@@ -257,6 +273,14 @@ def _compare_evaluations(directory: Path, plot: Path | None) -> int:
         memory = "-" if summary.memory_score is None else f"{summary.memory_score:.3f}"
         accuracy = "-" if summary.accuracy is None else f"{summary.accuracy:.3f}"
         print(f"{name:<24} {accuracy:>8} {memory:>7} {len(per_period[name]):>7}")
+        outcomes = load_outcomes(report_file.parent)
+        missing = None if outcomes.questions else "no per-question records"
+        rows.append(IntervalRow(name, estimate_of(outcomes), missing=missing))
+    if any(row.estimate is not None for row in rows):
+        # No baseline: the directory does not record which policy `evolve eval` ran first.
+        print("\nscores with 95% intervals (each on its own users' questions):")
+        for line in format_interval_table(rows, baseline=None):
+            print(line)
     store = ExperimentDir(directory)
     if store.journal_file.is_file():
         _print_ledger(store.load_spend())

@@ -7,8 +7,9 @@ and misunderstood.
 Each policy gets its own run directory under --out (resumed if it exists with the same
 configuration, which is checked before any LLM call); the upper bound is computed once,
 cached per environment and agent endpoint (see `baselines`), and shared by all policies.
-Prints one row per policy, side by side, then why a memory score is undefined and a warning
-when most answers were unparseable.
+Prints one row per policy, side by side; each score again with its 95% interval (and, with
+several policies, each one's paired difference to the first); then why a memory score is
+undefined and a warning when most answers were unparseable.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from evolve.core.protocol import EVAL_COMMAND_PROTOCOL, PROTOCOLS, ProtocolRules
 from evolve.llm import RoleLMs
 from evolve.llm.usage import Usage
 from evolve.optimize.experiment_dir import ExperimentDir
+from evolve.reporting.intervals import format_interval_table, paired_rows
 from evolve.results.budget import SpendListener
 from evolve.results.objective import format_score
 from evolve.simulator.baselines import compute_upper_bound
@@ -48,6 +50,7 @@ from evolve.simulator.runner import (
 )
 from evolve.simulator.synthesis.offline import synthesize_environment
 from evolve.simulator.synthesis.presets import PRESETS, get_preset
+from evolve.stats import QuestionOutcomes, outcomes_from_users
 from memory_policies import MemoryPolicy, build_policy
 
 DEFAULT_OUT = Path("runs") / "eval"
@@ -219,6 +222,17 @@ def format_table(rows: list[tuple[str, EvaluationReport]]) -> str:
     return "\n".join(lines)
 
 
+def format_intervals(outcomes: list[tuple[str, QuestionOutcomes]]) -> list[str]:
+    """Each policy's accuracy and memory score with 95% intervals and the users and questions
+    they rest on; with several policies, each later one's paired difference to the first
+    (the baseline) on the same questions, with McNemar's counts and the verdict."""
+    heading = "scores with 95% intervals"
+    baseline = outcomes[0][0] if len(outcomes) > 1 else None
+    if baseline is not None:
+        heading += f"; diff = policy - {baseline} (the first --policy) on the same questions"
+    return [heading, *format_interval_table(paired_rows(outcomes), baseline)]
+
+
 def format_original_table(rows: list[tuple[str, EvaluationReport]]) -> str:
     """The reference code's rules on the same results: random fallback for unparseable
     answers, plain-mean memory score, and its per-variable diagnosis (means per item)."""
@@ -292,6 +306,7 @@ def run_eval(args: argparse.Namespace) -> int:
     embeds = any(policy.uses_embedder for policy in policies)
     check_embedder(args.protocol, [embeds])
     rows: list[tuple[str, EvaluationReport]] = []
+    outcomes: list[tuple[str, QuestionOutcomes]] = []
     with (
         run_lock(args.out, "eval"),
         open_role_lms_from_args(args, rules=config.rules) as lms,
@@ -347,6 +362,8 @@ def run_eval(args: argparse.Namespace) -> int:
                 progress.close()
             print(f"{spec}: {report.run_dir}")
             rows.append((name, report))
+            # The per-question records the summary was computed from, scored the same way.
+            outcomes.append((name, outcomes_from_users(report.users, upper_bound=upper_bound)))
         usage = lms.usage.snapshot()
     spend: Usage = store.load_spend()
     print(f"\nLLM usage of this invocation (cached responses cost nothing):\n{usage.table()}")
@@ -371,6 +388,9 @@ def run_eval(args: argparse.Namespace) -> int:
         "tune optimize memory"
     )
     print("write / read / util = our partition of the wrong answers (failure_partition.json)")
+    print()
+    for line in format_intervals(outcomes):
+        print(line)
     print(
         "\nthe original's rules on the same answers (diagnosis_*.json in original/): acc+rf = "
         "accuracy with a random choice for unparseable answers (expected), paper-mem = the "

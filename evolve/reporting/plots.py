@@ -31,9 +31,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evolve.optimize.report import accuracy_references
-from evolve.results.records import CandidateRecord, ExperimentResult
+from evolve.results.records import CandidateRecord, EvaluationScores, ExperimentResult
 from evolve.simulator.metric_registry import METRICS
 from evolve.simulator.metrics import MetricSummary
+from evolve.stats import Interval
 from evolve.tuning.records import TrialRecord, TuningResult
 
 if TYPE_CHECKING:
@@ -338,9 +339,11 @@ def _scored(result: ExperimentResult) -> list[CandidateRecord]:
 
 
 def plot_evolution(result: ExperimentResult) -> Figure:
-    """Three panels: every candidate's train and held-out score per generation with the
-    spread across users; held-out vs train per candidate; the answer breakdown (correct /
-    write / read / utilization failure) of each generation's best on the train users."""
+    """Three panels: every candidate's train and held-out score per generation with its 95%
+    interval (bar; `EvaluationScores.estimate`, see `evolve.reporting.intervals.with_estimates`)
+    and each user's score (dots); held-out vs train per candidate, with both intervals; the
+    answer breakdown (correct / write / read / utilization failure) of each generation's best
+    on the train users."""
     plt = _pyplot()
     metric = _evolution_metric(result)
     figure, (scores_axis, versus_axis, breakdown_axis) = plt.subplots(
@@ -369,8 +372,11 @@ def _candidate_points(axis: Axes, result: ExperimentResult, metric: str, step: s
             x = record.generation + offset
             per_user = [v for v in scores.per_user.values() if v is not None]
             if per_user:
-                axis.vlines(x, min(per_user), max(per_user), color=colour, alpha=0.5)
                 axis.scatter([x] * len(per_user), per_user, s=6, color=colour, alpha=0.35)
+            interval = score_interval(scores)
+            if interval is not None:
+                interval_bar(axis, (x, scores.score), interval, colour, vertical=True)
+                values += [interval.low, interval.high]
             label = None
             if first:
                 label = "train" if split == "train" else "held-out"
@@ -381,9 +387,41 @@ def _candidate_points(axis: Axes, result: ExperimentResult, metric: str, step: s
     style_score_axis(axis, metric, values)
     axis.set_xlabel(step)
     integer_ticks(axis, {record.generation for record in result.candidates})
-    axis.set_title("candidates (bar: spread across users)")
+    axis.set_title("candidates (bar: 95% interval; dots: users)")
     if axis.get_legend_handles_labels()[0]:
         axis.legend(fontsize=8)
+
+
+def score_interval(scores: EvaluationScores) -> Interval | None:
+    """The 95% interval of what `scores.score` is (the memory score, or accuracy where that
+    is undefined), or None without an estimate (see `evolve.reporting.intervals`)."""
+    if scores.estimate is None:
+        return None
+    used = scores.objective_used or scores.objective
+    chosen = scores.estimate.accuracy if used == "accuracy" else scores.estimate.memory_score
+    return chosen.interval
+
+
+def interval_bar(
+    axis: Axes, point: tuple[float, float], interval: Interval, colour: str, vertical: bool
+) -> None:
+    """An error bar from `interval.low` to `interval.high` through `point`, as an errorbar
+    container (tests read it from `axis.containers`). Drawn about the interval's middle: a
+    percentile interval need not contain its point estimate, and errorbar refuses negative
+    extents."""
+    x, y = point
+    middle = (interval.low + interval.high) / 2
+    extent = {"yerr" if vertical else "xerr": interval.half_width}
+    axis.errorbar(
+        x if vertical else middle,
+        middle if vertical else y,
+        **extent,
+        fmt="none",
+        ecolor=colour,
+        elinewidth=1.0,
+        capsize=3,
+        alpha=0.8,
+    )
 
 
 def reference_levels(result: ExperimentResult, metric: str) -> dict[str, float]:
@@ -404,26 +442,38 @@ def _reference_lines(axis: Axes, result: ExperimentResult, metric: str) -> list[
 
 def _heldout_versus_train(axis: Axes, result: ExperimentResult, metric: str) -> None:
     pairs = [
-        (r.train.score, r.heldout.score, r)
+        (r.train, r.heldout, r.id)
         for r in result.candidates
         if r.train is not None and r.heldout is not None
     ]
-    values = [v for pair in pairs for v in pair[:2]]
+    # Both axes on one scale (the diagonal means held-out = train), wide enough for the bars.
+    values = [v for train, heldout, _ in pairs for v in (train.score, heldout.score)]
+    values += [
+        end
+        for train, heldout, _ in pairs
+        for interval in (score_interval(train), score_interval(heldout))
+        if interval is not None
+        for end in (interval.low, interval.high)
+    ]
     low, high = score_limits(metric, values)
     axis.plot([low, high], [low, high], **_REFERENCE_STYLE, label="held-out = train")
     if pairs:
-        best = result.best_id
         axis.scatter(
-            [p[0] for p in pairs],
-            [p[1] for p in pairs],
+            [train.score for train, _, _ in pairs],
+            [heldout.score for _, heldout, _ in pairs],
             s=24,
             color="#55a868",
-            label="candidate",
+            label="candidate (bars: 95% intervals)",
         )
-        for train, heldout, record in pairs:
-            if record.id == best:
-                axis.scatter([train], [heldout], s=90, facecolors="none", edgecolors="black")
-                axis.annotate("best", (train, heldout), textcoords="offset points", xytext=(6, 4))
+        for train, heldout, candidate in pairs:
+            point = (train.score, heldout.score)
+            for scores, vertical in ((heldout, True), (train, False)):
+                interval = score_interval(scores)
+                if interval is not None:
+                    interval_bar(axis, point, interval, "#55a868", vertical)
+            if candidate == result.best_id:
+                axis.scatter(*point, s=90, facecolors="none", edgecolors="black")
+                axis.annotate("best", point, textcoords="offset points", xytext=(6, 4))
     else:
         axis.text(0.5, 0.5, "no held-out scores", ha="center", transform=axis.transAxes)
     style_score_axis(axis, metric, values)

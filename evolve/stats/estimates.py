@@ -135,7 +135,9 @@ def _interval(values: np.ndarray) -> Interval:
     return Interval(low=float(low), high=float(high))
 
 
-def _from_resamples(point: float | None, values: np.ndarray, what: str) -> Estimate:
+def _from_resamples(
+    point: float | None, values: np.ndarray, what: str, bounds: tuple[float, float] | None = None
+) -> Estimate:
     if point is None:
         return Estimate(value=None, undefined=f"{what} is undefined on these questions")
     finite = values[np.isfinite(values)]
@@ -146,7 +148,12 @@ def _from_resamples(point: float | None, values: np.ndarray, what: str) -> Estim
             undefined=f"{what} is undefined in {undefined} of {len(values)} resamples "
             "(the upper bound not clearly above random)",
         )
-    return Estimate(value=point, interval=_interval(finite), standard_error=float(finite.std()))
+    interval = _interval(finite)
+    if bounds is not None:
+        # Residuals scaled up by sqrt(m / (m - 1)) can take a resampled share past its range.
+        low, high = bounds
+        interval = Interval(low=max(low, interval.low), high=min(high, interval.high))
+    return Estimate(value=point, interval=interval, standard_error=float(finite.std()))
 
 
 def _memory_resamples(
@@ -191,7 +198,7 @@ def estimate(
     accuracy = float(outcomes.correct.mean())
     margin = memory_margin(outcomes.random_score.tolist())
     return ScoreEstimate(
-        accuracy=_from_resamples(accuracy, drawn.means(0), "accuracy"),
+        accuracy=_from_resamples(accuracy, drawn.means(0), "accuracy", bounds=(0.0, 1.0)),
         memory_score=_from_resamples(
             _memory_point(outcomes, outcomes.correct),
             _memory_resamples(drawn, 0, 1, 2, margin),
@@ -270,7 +277,7 @@ def paired_difference(
     point_x, point_y = _memory_point(x, x.correct), _memory_point(x, y.correct)
     memory_point = None if point_x is None or point_y is None else point_x - point_y
     return (
-        _from_resamples(float(difference.mean()), drawn.means(0), "accuracy"),
+        _from_resamples(float(difference.mean()), drawn.means(0), "accuracy", bounds=(-1.0, 1.0)),
         _from_resamples(memory_point, memory_x - memory_y, "the memory score difference"),
     )
 

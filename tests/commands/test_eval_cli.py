@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import sys
+from pathlib import Path
 
+import numpy as np
 import pytest
+from scipy.stats import binomtest
 from scripted_lm import ScriptedLM, scripted_role_lms
 from simulator.eval_helpers import agent_responder, make_environment, simulator_responder
 
 import evolve.commands.eval as eval_command
 from evolve.cli import main
 from evolve.simulator.environment import save_environment
+from evolve.stats import QuestionOutcomes, compare, estimate
 
 
 @pytest.fixture
@@ -72,6 +77,13 @@ def test_eval_two_policies_side_by_side_then_resume(tmp_path, scripted, capsys):
         "success",
     ]
     assert [line.split()[0] for line in original[2:4]] == [row[0] for row in rows]
+    raw = _check_intervals(output, tmp_path / "out", [row[0] for row in rows])
+    # `evolve compare` on the directory: the same intervals, with no baseline (the directory
+    # does not record which policy came first).
+    assert main(["compare", str(tmp_path / "out")]) == 0
+    compared = _interval_rows(capsys.readouterr().out, sorted(raw))
+    _check_scores(compared, raw)
+    assert all(len(row.split()) == 7 for row in compared.values())
     for name in ("native", "in_context-update_every_2_short_term_len_2"):
         report = json.loads((tmp_path / "out" / name / "report.json").read_text())
         assert report["summary"]["n_items"] == 2 * 3 * 2
@@ -90,6 +102,83 @@ def test_eval_two_policies_side_by_side_then_resume(tmp_path, scripted, capsys):
     assert main(argv) == 0  # a rerun resumes everything: no new LLM call
     assert len(agent.calls) == calls
     assert len(opened) == 2
+
+
+SCORE = r"(-?\d\.\d{3}) \[(-?\d\.\d{3}), (-?\d\.\d{3})\]"
+DIFFERENCE = r"([+-]\d\.\d{3}) \[([+-]\d\.\d{3}), ([+-]\d\.\d{3})\]"
+
+
+def _raw_outcomes(run_dir: Path) -> QuestionOutcomes:
+    """A policy's per-question records read straight from its run directory's JSON files (in
+    the runner's user and period order, so that the seeded resamples are the same)."""
+    keys, correct, random_scores, upper = [], [], [], []
+    for path in sorted(run_dir.glob("users/*/period_*/result.json")):
+        period = json.loads(path.read_text())
+        for item in period["items"]:
+            keys.append(("", period["user_id"], period["period_index"], item["question_index"]))
+            correct.append(float(item["correct"]))
+            random_scores.append(item["random_score"])
+            known = item["upper_bound_correct"]
+            upper.append(np.nan if known is None else float(known))
+    return QuestionOutcomes(
+        keys=tuple(keys),
+        correct=np.array(correct),
+        random_score=np.array(random_scores),
+        upper_bound=np.array(upper),
+    )
+
+
+def _interval_rows(output: str, names: list[str]) -> dict[str, str]:
+    lines = output.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("scores with 95% int"))
+    assert lines[start + 1].split()[:5] == ["policy", "users", "questions", "accuracy", "memory"]
+    rows = {line.split()[0]: line for line in lines[start + 3 : start + 3 + len(names)]}
+    assert list(rows) == names
+    assert lines[start + 3 + len(names)].startswith("95% intervals: two-stage bootstrap")
+    assert "statistics seed 0, 2000 resamples" in lines[start + 3 + len(names)]
+    return rows
+
+
+def _check_scores(rows: dict[str, str], raw: dict[str, QuestionOutcomes]) -> None:
+    """Each row's accuracy and its interval, recomputed from the policy's own records."""
+    for name, outcomes in raw.items():
+        row = rows[name]
+        assert row.split()[1:3] == ["2", str(outcomes.questions)]
+        (accuracy,) = re.findall(SCORE, row)[:1]
+        assert float(accuracy[0]) == pytest.approx(outcomes.correct.mean(), abs=5e-4)
+        interval = estimate(outcomes, seed=0).accuracy.interval
+        shown = (float(accuracy[1]), float(accuracy[2]))
+        assert shown == pytest.approx((interval.low, interval.high), abs=5e-4), row
+        assert row.split()[6] == "-"  # no memory score, so no interval either
+
+
+def _check_intervals(output: str, out: Path, names: list[str]) -> dict[str, QuestionOutcomes]:
+    """Each policy's accuracy with the interval of its own per-question records, and the
+    second one's paired difference to the first, recomputed from those records (returned)."""
+    assert f"diff = policy - {names[0]} (the first --policy) on the same questions" in output
+    rows = _interval_rows(output, names)
+    raw = {name: _raw_outcomes(out / name) for name in names}
+    _check_scores(rows, raw)
+    assert rows[names[0]].endswith("(baseline)")
+    # The in_context policy misses questions the full history answers: a real interval.
+    first, second = raw[names[0]], raw[names[1]]
+    row = rows[names[1]]
+    assert 0 < second.correct.mean() < 1
+    (difference,) = re.findall(DIFFERENCE, row)
+    assert float(difference[0]) == pytest.approx(
+        second.correct.mean() - first.correct.mean(), abs=5e-4
+    )
+    interval = compare(second, first, seed=0).difference.interval
+    low, high = float(difference[1]), float(difference[2])
+    assert (low, high) == pytest.approx((interval.low, interval.high), abs=5e-4)
+    assert high - low > 0.1
+    ahead = int(((second.correct == 1) & (first.correct == 0)).sum())
+    behind = int(((second.correct == 0) & (first.correct == 1)).sum())
+    assert f"{ahead} vs {behind}" in row
+    assert f" {binomtest(ahead, ahead + behind, 0.5).pvalue:.3f} " in row
+    verdict = "beats" if low > 0 else "worse" if high < 0 else "within noise"
+    assert row.endswith(verdict)
+    return raw
 
 
 def test_eval_with_a_preset_and_limited_users(tmp_path, scripted, capsys):
