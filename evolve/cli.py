@@ -30,7 +30,7 @@ from evolve.core.spec_base import format_validation_error
 from evolve.core.stopping import endpoint_failure, reset_stop
 from memory_policies.errors import PolicyError
 
-COMMAND_MODULES = ["doctor", "env", "eval", "run", "compare", "export", "tune", "schema"]
+COMMAND_MODULES = ["doctor", "env", "eval", "run", "compare", "export", "tune", "arms", "schema"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -115,10 +115,11 @@ def resolve(spec: ExperimentSpec) -> ResolvedExperiment:
     train_items, validation_items, heldout_items = _split_users(
         label, environment, spec.environment
     )
-    if not heldout_items and spec.optimizer.schedule != "per_period":
+    if not heldout_items and not validation_items and spec.optimizer.schedule != "per_period":
         raise ConfigError(
-            f"{label}: environment.heldout_users = 0: the population schedule checks each new "
-            'best on held-out users; give at least 1, or use schedule = "per_period"'
+            f"{label}: environment.heldout_users = 0: the population schedule checks its best "
+            "on users it did not evolve on; give held-out users (or validation users, when "
+            'the test is scored elsewhere, as `evolve arms` does), or use schedule = "per_period"'
         )
     if validation_items and spec.optimizer.schedule != "population":
         raise ConfigError(
