@@ -101,7 +101,7 @@ def test_schema_command_prints_one_kind_and_refuses_an_unknown_one(capsys) -> No
     assert capsys.readouterr().out == schema_text("tuning")
     assert main(["schema", "toml"]) == 2
     err = capsys.readouterr().err
-    assert "unknown spec kind 'toml'" in err and "experiment, tuning, synthesis" in err
+    assert "unknown spec kind 'toml'" in err and "experiment, tuning, arms, synthesis" in err
 
 
 def test_schema_command_writes_every_kind(tmp_path: Path, capsys) -> None:

@@ -35,6 +35,12 @@ def _tuning() -> dict[str, Any]:
     return _schema_of(StudySpec, "evolve tune: a study spec (a run spec plus [tuning])")
 
 
+def _arms() -> dict[str, Any]:
+    from evolve.arms.spec import ArmsSpec
+
+    return _schema_of(ArmsSpec, "evolve arms: arms x environment seeds x replicates")
+
+
 def _synthesis() -> dict[str, Any]:
     from evolve.simulator.synthesis import PRESETS
     from evolve.simulator.synthesis.config import LLMSynthesisConfig
@@ -72,6 +78,7 @@ def _accept_integer_for_span(field: dict[str, Any]) -> None:
 SPEC_SCHEMAS: dict[str, Callable[[], dict[str, Any]]] = {
     "experiment": _experiment,
     "tuning": _tuning,
+    "arms": _arms,
     "synthesis": _synthesis,
 }
 
