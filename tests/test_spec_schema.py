@@ -13,6 +13,7 @@ from typing import Any
 import jsonschema
 import pytest
 
+from evolve.arms.spec import load_arms_spec
 from evolve.cli import main
 from evolve.commands.spec_schema import SPEC_SCHEMAS, schema_text
 from evolve.simulator.synthesis.config import load_synthesis_config
@@ -49,6 +50,8 @@ def _kind_and_loader(path: Path) -> tuple[str, Any]:
     """Which schema a spec must name, decided by the loader that accepts it."""
     if is_study_spec(path):
         return "tuning", load_study_spec
+    if "arms" in tomllib.loads(path.read_text(encoding="utf-8")):
+        return "arms", load_arms_spec
     if "environment" in tomllib.loads(path.read_text(encoding="utf-8")):
         return "experiment", load_spec
     return "synthesis", load_synthesis_config
