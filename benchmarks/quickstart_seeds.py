@@ -67,6 +67,10 @@ def heldout_row(result: ExperimentResult) -> dict[str, float | int | None]:
         "tokens": result.tokens,
         "wall_s": result.wall_time_s,
         "conversation": conversation_lines(result),
+        # The paired test of best against base on these questions: interval, counts, method.
+        "comparison": result.heldout_comparison.model_dump(mode="json")
+        if result.heldout_comparison is not None
+        else None,
     }
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from evolve.commands import interrupt
 from evolve.commands.flags import add_runs_dir, add_tracking_flags
 from evolve.commands.llm_flags import add_llm_arguments, llm_config_from_args
-from evolve.core.files import atomic_write_text
+from evolve.core.files import atomic_write_json, atomic_write_text
 from evolve.core.locking import run_lock
 from evolve.llm import open_role_lms, protocol_llm_config
 
@@ -77,6 +77,17 @@ def arms_command(args: argparse.Namespace) -> int:
     )
     table = format_arms_table(rows)
     atomic_write_text(directory / "arms.md", table + "\n")
+    # Every interval and test with its method and seed, for scripts and papers.
+    atomic_write_json(
+        directory / "summary.json",
+        {
+            "name": spec.name,
+            "design_hash": record.design_hash,
+            "seeds": spec.seeds,
+            "replicates": spec.replicates,
+            "rows": [row.model_dump(mode="json") for row in rows],
+        },
+    )
     print(table)
     done = len({(u.arm, u.seed, u.replicate) for u in record.units if u.test_complete})
     print(f"\n{done} units scored on test users; records in {directory}")
