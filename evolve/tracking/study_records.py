@@ -108,6 +108,12 @@ def study_summary(result: TuningResult) -> tuple[dict[str, float], list[Any]]:
     scores) and tags (completion, objectives, best trial and its parameters)."""
     from mlflow.entities import RunTag
 
+    from evolve.tracking.intervals import (
+        comparison_metrics,
+        comparison_tags,
+        score_interval_metrics,
+    )
+
     metrics: dict[str, float] = {
         "trials_finished": result.finished_trials,
         "trials_complete": result.count("complete"),
@@ -131,6 +137,11 @@ def study_summary(result: TuningResult) -> tuple[dict[str, float], list[Any]]:
         ):
             metrics["heldout_score"] = heldout.score
             metrics.update({f"heldout_{k}": v for k, v in heldout.metrics.items()})
+            metrics.update(score_interval_metrics("heldout", heldout.estimate))
+            if heldout.against_base is not None:
+                # The chosen setting against the base parameters: a test, with its interval.
+                metrics.update(comparison_metrics(heldout.against_base))
+                tags += [RunTag(k, v) for k, v in comparison_tags(heldout.against_base).items()]
         elif heldout.label == "base":
             metrics["heldout_base_score"] = heldout.score
     if result.stopped:

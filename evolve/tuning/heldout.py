@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from evolve.results.objective import objective_used, objective_value
 from evolve.simulator.runner import run_evaluation
+from evolve.stats import QuestionOutcomes, compare, estimate, outcomes_from_users
 from evolve.tuning.job import StudyRun
 from evolve.tuning.records import HeldoutRecord, best_trial_numbers, record_choice
 from evolve.tuning.spec import parameter_slug
@@ -39,6 +40,7 @@ def evaluate_heldout(run: StudyRun) -> None:
         base = job.base_parameters
         if all({**base, **params} != base for _, _, params in settings):
             settings.append(("base", None, base))
+    outcomes: dict[int, QuestionOutcomes] = {}
     for label, number, parameters in settings:
         run.budget.check()
         policy = job.base_policy.with_parameters(**parameters)
@@ -56,6 +58,8 @@ def evaluate_heldout(run: StudyRun) -> None:
             upper_bound=run.upper_bound,
         )
         summary = report.summary
+        found = outcomes_from_users(report.users, upper_bound=run.upper_bound)
+        outcomes[len(run.heldout)] = found
         record = HeldoutRecord(
             label=label,
             trial=number,
@@ -64,9 +68,24 @@ def evaluate_heldout(run: StudyRun) -> None:
             objective_used=objective_used(summary, tuning.objective),
             metrics=summary.flat_metrics(),
             run_dir=run.store.relative(run_dir),
+            estimate=estimate(found) if found.questions else None,
         )
         run.heldout.append(record)
         run.progress.heldout_finished(record)
+    _compare_with_base(run, outcomes)
+
+
+def _compare_with_base(run: StudyRun, outcomes: dict[int, QuestionOutcomes]) -> None:
+    """Each chosen setting against the base parameters on the same held-out questions: the
+    test of whether tuning helped, with its interval (not two point scores)."""
+    base = next((i for i, r in enumerate(run.heldout) if r.label == "base"), None)
+    if base is None or base not in outcomes or not outcomes[base].questions:
+        return
+    for index, record in enumerate(run.heldout):
+        if index == base or index not in outcomes or not outcomes[index].questions:
+            continue
+        comparison = compare(outcomes[index], outcomes[base])
+        run.heldout[index] = record.model_copy(update={"against_base": comparison})
 
 
 def record_heldout_choice(run: StudyRun) -> None:

@@ -13,6 +13,8 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 from pydantic import BaseModel, ConfigDict, Field
 
+from evolve.stats import PairedComparison, ScoreEstimate
+
 # User attributes a worker sets on each trial (JSON values in the Optuna storage).
 ATTR_METRICS = "evolve.metrics"
 ATTR_OBJECTIVE_USED = "evolve.objective_used"
@@ -98,6 +100,14 @@ class HeldoutRecord(BaseModel):
     objective_used: str
     metrics: dict[str, float]
     run_dir: str
+    estimate: ScoreEstimate | None = Field(
+        default=None, description="Accuracy and memory score with 95% intervals."
+    )
+    against_base: PairedComparison | None = Field(
+        default=None,
+        description="This setting minus the base parameters on the same held-out questions "
+        "(None for the base itself, or when the base was not evaluated).",
+    )
 
 
 class TuningResult(BaseModel):

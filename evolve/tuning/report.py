@@ -91,6 +91,13 @@ def format_result(result: TuningResult) -> str:
             f"held-out ({heldout.label}, {which}): {_params(heldout.parameters, names)}  "
             f"{scores_text(heldout.metrics, heldout.objective_used)}"
         )
+        if heldout.estimate is not None:
+            lines.append(
+                f"  95% intervals: accuracy {heldout.estimate.accuracy.format()}, memory score "
+                f"{heldout.estimate.memory_score.format()}"
+            )
+        if heldout.against_base is not None:
+            lines.append(f"  vs the base parameters: {heldout.against_base.describe()}")
     scope = (
         "this invocation"
         if result.storage == IN_MEMORY_STORAGE

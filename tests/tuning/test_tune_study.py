@@ -236,9 +236,24 @@ def test_grid_study_finds_the_best_setting_prunes_and_checks_held_out(tmp_path):
     assert heldout["best"].parameters == BEST and heldout["best"].score == 1.0
     assert heldout["base"].parameters == {"update_every": 2, "short_term_len": 4}
     assert heldout["base"].score < 1.0
+    # Tuning's gain is a test on the same held-out questions, recomputed from their records.
+    against = heldout["best"].against_base
+    assert against is not None and heldout["base"].against_base is None
+    best_items = load_period_results(
+        store_root := tmp_path / "runs" / "tune" / heldout["best"].run_dir
+    )
+    base_items = load_period_results(tmp_path / "runs" / "tune" / heldout["base"].run_dir)
+    key = lambda p, i: (p.user_id, p.period_index, i.question_index)  # noqa: E731
+    best_right = {key(p, i): i.correct for p in best_items for i in p.items}
+    base_right = {key(p, i): i.correct for p in base_items for i in p.items}
+    assert best_right.keys() == base_right.keys()
+    gain = (sum(best_right.values()) - sum(base_right.values())) / len(best_right)
+    assert against.difference.value == pytest.approx(gain)
+    assert against.x_only_correct == sum(best_right[k] and not base_right[k] for k in best_right)
     text = format_result(result)
     assert "best: trial" in text and "update_every=4 short_term_len=0" in text
     assert "pruned@" in text and "held-out (best" in text
+    assert f"vs the base parameters: {against.verdict.value}: difference" in text
     assert store.load_result().best == result.best
     assert "best: trial" in render_tuning_dir(store.root)
     assert tuning_dir_for(str(spec_path), tmp_path / "runs") == tmp_path / "runs" / "tune"
