@@ -59,8 +59,9 @@ def test_arms_run_every_unit_once_and_resume(tmp_path, monkeypatch, worlds, caps
     # Replicates are their own runs with their own optimizer seed.
     runs = tmp_path / "runs" / "smoke" / "runs"
     seeds = {
-        name: json.loads((runs / name / "experiment.json").read_text())["identity"]["spec"]
-        .get("seed")
+        name: json.loads((runs / name / "experiment.json").read_text())["identity"]["spec"].get(
+            "seed"
+        )
         for name in ("smoke-evolved-s13-r0", "smoke-evolved-s13-r1")
     }
     assert seeds["smoke-evolved-s13-r0"] != seeds["smoke-evolved-s13-r1"]
@@ -74,3 +75,40 @@ def test_arms_run_every_unit_once_and_resume(tmp_path, monkeypatch, worlds, caps
     assert main(["arms", str(spec), "--no-tracking"]) == 0
     assert capsys.readouterr().out == out
     assert sum(sum(world.calls().values()) for world in worlds[1:]) == 0
+
+
+def test_an_interrupted_arms_run_resumes_to_the_same_units(tmp_path, monkeypatch, capsys) -> None:
+    from optimize.evolve_helpers import make_agent
+
+    from evolve.core.errors import Interrupted
+
+    budget = {"calls": 0, "limit": 150}
+    agent = make_agent()
+
+    def interrupting_agent(call):
+        budget["calls"] += 1
+        if budget["limit"] is not None and budget["calls"] > budget["limit"]:
+            raise Interrupted("stopped by the test")
+        return agent(call)
+
+    opened: list[World] = []
+
+    @contextlib.contextmanager
+    def fake_open_role_lms(config):
+        world = World(agent=interrupting_agent)
+        opened.append(world)
+        yield world.lms
+
+    monkeypatch.setattr("evolve.commands.arms.open_role_lms", fake_open_role_lms)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("EVOLVE_CACHE_DIR", str(tmp_path / "cache"))
+    spec = _write_arms(tmp_path, [13], replicates=1)
+    assert main(["arms", str(spec), "--no-tracking"]) != 0  # stopped part-way
+    record_file = tmp_path / "runs" / "smoke" / RECORD_FILE
+    before = json.loads(record_file.read_text())["units"] if record_file.exists() else []
+    assert len(before) < 4
+    budget["limit"] = None
+    assert main(["arms", str(spec), "--no-tracking"]) == 0
+    units = {(u["arm"], u["replicate"]) for u in json.loads(record_file.read_text())["units"]}
+    assert units == {("evolved", 0), ("blind", 0), ("capacity", 0), ("base", None)}
+    assert "| evolved |" in capsys.readouterr().out
