@@ -129,6 +129,22 @@ def _indices(outcomes: QuestionOutcomes) -> tuple[np.ndarray, np.ndarray, int, i
     return cluster, cluster_stratum, len(clusters), len(strata)
 
 
+def _resampled(
+    outcomes: QuestionOutcomes, columns: list[np.ndarray], *, seed: int, resamples: int
+) -> Resamples:
+    """The two-stage resamples of `columns` (per question of `outcomes`); the first column
+    sets the first stage's shrinkage."""
+    cluster, cluster_stratum, _, _ = _indices(outcomes)
+    return two_stage_resamples(
+        np.column_stack(columns),
+        cluster,
+        cluster_stratum,
+        primary=0,
+        resamples=resamples,
+        rng=np.random.default_rng(seed),
+    )
+
+
 def _interval(values: np.ndarray) -> Interval:
     tail = (1 - CONFIDENCE) / 2
     low, high = np.quantile(values, [tail, 1 - tail])
@@ -183,18 +199,9 @@ def estimate(
     """Accuracy and memory score of one policy, each with its interval."""
     if outcomes.questions == 0:
         raise ValueError("no scored question to estimate from")
-    cluster, cluster_stratum, users, strata = _indices(outcomes)
-    columns = np.column_stack(
-        [outcomes.correct, outcomes.random_score, np.nan_to_num(outcomes.upper_bound)]
-    )
-    drawn = two_stage_resamples(
-        columns,
-        cluster,
-        cluster_stratum,
-        primary=0,
-        resamples=resamples,
-        rng=np.random.default_rng(seed),
-    )
+    _, _, users, strata = _indices(outcomes)
+    columns = [outcomes.correct, outcomes.random_score, np.nan_to_num(outcomes.upper_bound)]
+    drawn = _resampled(outcomes, columns, seed=seed, resamples=resamples)
     accuracy = float(outcomes.correct.mean())
     margin = memory_margin(outcomes.random_score.tolist())
     return ScoreEstimate(
@@ -259,18 +266,10 @@ def paired_difference(
     x, y = paired(x, y)
     if x.questions == 0:
         raise ValueError("no scored question to compare on")
-    cluster, cluster_stratum, _, _ = _indices(x)
     difference = x.correct - y.correct
     upper = np.nan_to_num(x.upper_bound)
-    columns = np.column_stack([difference, x.correct, y.correct, x.random_score, upper])
-    drawn = two_stage_resamples(
-        columns,
-        cluster,
-        cluster_stratum,
-        primary=0,
-        resamples=resamples,
-        rng=np.random.default_rng(seed),
-    )
+    columns = [difference, x.correct, y.correct, x.random_score, upper]
+    drawn = _resampled(x, columns, seed=seed, resamples=resamples)
     margin = memory_margin(x.random_score.tolist())
     memory_x = _memory_resamples(drawn, 1, 3, 4, margin)
     memory_y = _memory_resamples(drawn, 2, 3, 4, margin)
