@@ -50,6 +50,27 @@ def design_hash(spec: ArmsSpec, experiment_identity: dict[str, Any]) -> str:
     return config_hash({"arms": spec.identity(), "experiment": experiment_identity})
 
 
+def planned_units(spec: ArmsSpec) -> set[tuple[str, int, int | None]]:
+    """(arm, seed, replicate) of every unit the spec asks for."""
+    units: set[tuple[str, int, int | None]] = set()
+    for name in spec.arms:
+        arm = ARMS[name]
+        replicates = range(spec.replicates) if arm.evolves or arm.per_replicate else [None]
+        units |= {(name, seed, replicate) for seed in spec.seeds for replicate in replicates}
+    return units
+
+
+def finished(spec: ArmsSpec, record: ArmsRecord | None) -> bool:
+    """Every planned unit scored on its test users (a rerun has nothing to call an LLM for)."""
+    if record is None:
+        return False
+    experiment = load_spec(spec.experiment_path())
+    if record.design_hash != design_hash(spec, experiment.identity()):
+        return False  # `run_arms` says why it will not resume it
+    done = {(u.arm, u.seed, u.replicate) for u in record.units if u.test_complete}
+    return planned_units(spec) <= done
+
+
 def load_record(directory: Path) -> ArmsRecord | None:
     path = directory / RECORD_FILE
     return ArmsRecord.model_validate(read_json(path)) if path.is_file() else None

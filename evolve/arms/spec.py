@@ -93,7 +93,11 @@ class ArmsSpec(StrictTable):
 
     def identity(self) -> dict[str, Any]:
         """What the design is: changing any of it makes another design (see the ledger)."""
-        return self.model_dump(mode="json", exclude={"description", "name"})
+        # How the table is computed (resamples, statistics seed) is not the design: the same
+        # runs and test users, re-tabled, are the same test.
+        return self.model_dump(
+            mode="json", exclude={"description", "name", "resamples", "statistics_seed"}
+        )
 
 
 def load_arms_spec(path: str | Path) -> ArmsSpec:

@@ -26,8 +26,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "arms",
         help="compare designs: arms x environment seeds x replicates, scored on test users",
-        description="Run an arms spec (see docs/arms.md): every evolving arm on every seed and "
-        "replicate, then every arm once on each seed's test users; print the table with "
+        description="Run an arms spec (see docs/comparisons.md): every evolving arm on every "
+        "seed and replicate, then every arm once on each seed's test users; print the table with "
         "intervals and paired tests. Rerunning resumes.",
     )
     parser.add_argument("spec", type=Path, help="arms spec, e.g. experiments/crafts_arms.toml")
@@ -42,7 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def arms_command(args: argparse.Namespace) -> int:
-    from evolve.arms.runner import load_record, run_arms
+    from evolve.arms.runner import finished, load_record, run_arms
     from evolve.arms.spec import load_arms_spec
     from evolve.arms.table import arms_table, directory_loader, format_arms_table
     from evolve.spec.config import load_spec, resolve
@@ -56,7 +56,8 @@ def arms_command(args: argparse.Namespace) -> int:
     def say(line: str) -> None:
         print(f"arms {spec.name}: {line}", file=sys.stderr, flush=True)
 
-    if not args.table_only:
+    record = load_record(directory)
+    if not args.table_only and not finished(spec, record):
         llm_config = protocol_llm_config(
             llm_config_from_args(args, base=experiment.llm), experiment.rules
         )
@@ -67,11 +68,9 @@ def arms_command(args: argparse.Namespace) -> int:
                     variant, tracking_uri=args.tracking_uri, enabled=not args.no_tracking
                 ),
             )  # fmt: skip
-    else:
-        record = load_record(directory)
-        if record is None:
-            say(f"no units yet in {directory}: run `evolve arms {args.spec}` first")
-            return 2
+    elif record is None:
+        say(f"no units yet in {directory}: run `evolve arms {args.spec}` first")
+        return 2
     rows = arms_table(
         record, directory_loader(directory), seed=spec.statistics_seed, resamples=spec.resamples
     )

@@ -13,7 +13,7 @@ from evolve.core.errors import ConfigError
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "schema",
-        help="print the JSON schema of a spec file (experiment, tuning, synthesis)",
+        help="print the JSON schema of a spec file (experiment, tuning, arms, synthesis)",
         description="Print the JSON schema of one kind of spec file, generated from the "
         "models that validate it, or write every kind to --out DIR as <kind>.json. Editors "
         "that read a `#:schema PATH` first line (taplo, Even Better TOML) then complete and "

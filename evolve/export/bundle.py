@@ -167,8 +167,9 @@ def export_policy(
     """Write the best policy of an experiment (or of an MLflow run) to `out_dir`.
 
     `target`: an experiment spec file, an experiment name under `runs_dir`, an experiment
-    directory, or an MLflow run id (a parent run: its best candidate by held-out score; a
-    candidate run: that candidate). The tracking URI: `export_tracking_location`.
+    directory, or an MLflow run id (a parent run: the candidate it selected, on validation
+    users, else train users; a candidate run: that candidate). The tracking URI:
+    `export_tracking_location`.
     """
     out = Path(out_dir)
     if register and registered_name is not None:

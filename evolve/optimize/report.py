@@ -197,7 +197,7 @@ def format_lineage(result: ExperimentResult, candidate_id: str | None = None) ->
     target = candidate_id or result.best_id
     if target is None:
         return "no evaluated candidate yet"
-    basis = "held-out" if result.candidate(target).heldout is not None else "train"
+    basis = "validation" if result.candidate(target).validation is not None else "train"
     lines = [f"lineage of {target} (best by {basis} score):"]
     for record in result.lineage(target):
         lines.append(f"  {_describe(record)}")

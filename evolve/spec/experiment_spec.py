@@ -42,7 +42,9 @@ class EnvironmentSpec(_Strict):
     file: Path | None = Field(default=None, description="An environment in data.json format.")
     seed: int = Field(default=0, description="Generator seed (preset only).")
     users: int | None = Field(
-        default=None, ge=1, description="Users to synthesize (preset only); default train+held-out."
+        default=None,
+        ge=1,
+        description="Users to synthesize (preset only); default train + validation + held-out.",
     )
     train_users: int | list[str] = Field(
         default=2, description="The first N users, or a list of user ids."

@@ -2,7 +2,8 @@
 the table (`arms.md`, `arms.json`) and per arm its test scores and differences as metrics
 (`<arm>.test_accuracy`, `<arm>.test_accuracy_low`, ..., `<arm>.vs_<other>.difference`,
 `..._low`, `..._high`, `..._sign_flip_p`) so the runs table can sort on them. The arms'
-own experiments are logged as ordinary experiment runs, tagged with the arms run's name."""
+own experiments are logged as ordinary experiment runs, named after the arms run
+(`<arms>-<arm>-s<seed>-r<replicate>`)."""
 
 from __future__ import annotations
 
