@@ -46,7 +46,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import os
 import subprocess
 import sys
@@ -70,6 +69,7 @@ from evolve.simulator.original_format import (
 from evolve.simulator.records import PeriodResult, UserResult
 from evolve.simulator.synthesis.offline import synthesize_environment
 from evolve.simulator.synthesis.presets import PRESETS, get_preset
+from evolve.stats import PairingError, compare, outcomes_from_users
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -502,32 +502,9 @@ def format_rows(rows: list[tuple[str, MetricSummary | None, str]]) -> str:
     return "\n".join(lines)
 
 
-def accuracy_noise(summary: MetricSummary) -> float | None:
-    """One binomial standard error of an accuracy over `n_items` answers. Why only a lower
-    bound of the noise: a user's answers share one conversation, so items are not independent
-    (the per-user rows show how much users differ)."""
-    if summary.accuracy is None or not summary.n_items:
-        return None
-    return math.sqrt(summary.accuracy * (1 - summary.accuracy) / summary.n_items)
-
-
-def gap_and_band(reference: MetricSummary, ours: MetricSummary) -> tuple[float, float] | None:
-    """Ours minus the reference in accuracy, and twice the standard error of that difference
-    (two independent runs); None when a side has no accuracy."""
-    noise = [accuracy_noise(reference), accuracy_noise(ours)]
-    if reference.accuracy is None or ours.accuracy is None or None in noise:
-        return None
-    band = 2 * math.sqrt(sum(se * se for se in noise if se is not None))
-    return ours.accuracy - reference.accuracy, band
-
-
-def verdict(gap: float, band: float) -> str:
-    return "within noise" if abs(gap) <= band else "BEYOND noise: explain"
-
-
 def common_periods(
     out: Path, env: Environment, agent: str, spec: str
-) -> tuple[MetricSummary, MetricSummary] | None:
+) -> tuple[list[UserResult], list[UserResult]] | None:
     """Both sides' scores on the user-periods both finished: like for like where a side
     stopped early (the reference crashes on some model outputs; a run may be cut short).
     Ours are read per period (`users/<id>/period_NN/result.json`), so an unfinished run
@@ -557,51 +534,51 @@ def common_periods(
                 ours.append(UserResult(user_id=item.id, periods=[ours_period]))
     if not reference:
         return None
-    return summarize(reference), summarize(ours)
+    return reference, ours
 
 
 def format_common_periods(
-    rows: list[tuple[str, tuple[MetricSummary, MetricSummary] | None]],
+    rows: list[tuple[str, tuple[list[UserResult], list[UserResult]] | None]],
 ) -> str:
-    lines = ["like for like: the user-periods both sides finished (2 SE band as above)"]
+    """Per agent, ours minus the reference on the user-periods both sides finished, as a
+    paired test: the same users and questions on both sides, clustered by user, with the
+    interval and McNemar's counts (`evolve.stats.compare`); the verdict is read from the
+    interval, so "within noise" means the two implementations are not told apart here."""
+    lines = ["like for like: ours - reference on the user-periods both sides finished (paired)"]
     for agent, pair in rows:
         if pair is None:
             lines.append(f"  {agent:<7} (no user-period finished on both sides)")
             continue
-        reference, ours = pair
-        gap_band = gap_and_band(reference, ours)
-        if gap_band is None:
-            lines.append(f"  {agent:<7} (no accuracy on one side)")
+        reference, ours = (outcomes_from_users(users) for users in pair)
+        if not reference.questions:
+            lines.append(f"  {agent:<7} (no question scored on both sides)")
             continue
-        gap, band = gap_band
+        try:
+            comparison = compare(ours, reference)
+        except PairingError as error:
+            lines.append(f"  {agent:<7} (not paired: {error})")
+            continue
         lines.append(
-            f"  {agent:<7} reference {reference.accuracy:.3f}, ours {ours.accuracy:.3f} over "
-            f"{reference.n_items} items: {gap:+.3f} (2 SE {band:.3f}; {verdict(gap, band)})"
+            f"  {agent:<7} reference {reference.correct.mean():.3f}, ours "
+            f"{ours.correct.mean():.3f}: {comparison.describe()}"
         )
     return "\n".join(lines)
 
 
 def format_differences(pairs: list[tuple[str, MetricSummary | None, MetricSummary | None]]) -> str:
-    """Per agent: ours minus the reference in accuracy, against twice the standard error of
-    that difference; a gap inside the band is what sampling noise alone gives. Sides with
-    different item counts (one stopped early) get no verdict."""
-    lines = ["ours - reference, accuracy (2 SE band: sampling noise of two independent runs)"]
+    """Per agent: ours minus the reference in accuracy over each side's whole run. No verdict
+    here: the two sides' questions are paired, so the test is the like-for-like line below
+    (two accuracies side by side would ignore that pairing)."""
+    lines = ["ours - reference, accuracy over each whole run (the test: like for like, below)"]
     for agent, reference, ours in pairs:
         if reference is None or ours is None:
             lines.append(f"  {agent:<7} (one side has no results)")
             continue
-        gap_band = gap_and_band(reference, ours)
-        if gap_band is None:
+        if reference.accuracy is None or ours.accuracy is None:
             lines.append(f"  {agent:<7} (no accuracy on one side)")
             continue
-        gap, band = gap_band
-        if reference.n_items != ours.n_items:  # a side stopped early: no like-for-like verdict
-            lines.append(
-                f"  {agent:<7} {gap:+.3f}  (not comparable: the reference has {reference.n_items} "
-                f"items, ours {ours.n_items}; read the like-for-like line below)"
-            )
-            continue
-        lines.append(f"  {agent:<7} {gap:+.3f}  (2 SE {band:.3f}; {verdict(gap, band)})")
+        gap = ours.accuracy - reference.accuracy
+        lines.append(f"  {agent:<7} {gap:+.3f}  ({reference.n_items} vs {ours.n_items} items)")
     return "\n".join(lines)
 
 
