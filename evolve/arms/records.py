@@ -39,6 +39,11 @@ class ArmsRecord(BaseModel):
     arms: list[str]
     replicates: int
     units: list[ArmUnit] = Field(default_factory=list)
+    train_facts: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="Per seed, the facts its train users were asked about (the transfer split "
+        "is the test questions about none of them).",
+    )
 
     def unit(self, arm: str, seed: int, replicate: int | None) -> ArmUnit | None:
         for unit in self.units:

@@ -106,6 +106,11 @@ def run_arms(
     trackers = tracker_for_experiment or (lambda _spec: NullTracker())
     for seed in spec.seeds:
         world = seed_world(spec, experiment, seed)
+        facts = sorted(
+            {v for item in world.resolved.train.items for qa in item.qas for v in qa.required_info}
+        )
+        record = record.model_copy(update={"train_facts": {**record.train_facts, str(seed): facts}})
+        save(record)
         for warning in record_test_sets(runs_dir, spec.name, digest, world):
             say(warning)
         evolved: dict[tuple[str, int], ExperimentResult] = {}

@@ -50,6 +50,11 @@ class ArmsSpec(StrictTable):
         description="Limits of each arm's experiment, replacing the experiment spec's (none by "
         "default: an arm is compared only once it has run all its generations).",
     )
+    transfer: bool = Field(
+        default=False,
+        description="Also table the test questions about facts no train user of the seed was "
+        "asked about: does what evolution learnt transfer, or only name the train users' facts?",
+    )
     resamples: int = Field(default=2000, ge=200, description="Bootstrap resamples per interval.")
     statistics_seed: int = Field(default=0, description="Seed of every resampling.")
     _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
@@ -93,10 +98,11 @@ class ArmsSpec(StrictTable):
 
     def identity(self) -> dict[str, Any]:
         """What the design is: changing any of it makes another design (see the ledger)."""
-        # How the table is computed (resamples, statistics seed) is not the design: the same
+        # How the table is computed (resamples, seed, which questions) is not the design: the same
         # runs and test users, re-tabled, are the same test.
         return self.model_dump(
-            mode="json", exclude={"description", "name", "resamples", "statistics_seed"}
+            mode="json",
+            exclude={"description", "name", "resamples", "statistics_seed", "transfer"},
         )
 
 

@@ -75,6 +75,21 @@ def directory_loader(directory: Path) -> Loader:
     return lambda unit: load_outcomes(directory / unit.test_dir, stratum=str(unit.seed))
 
 
+def transfer_loader(directory: Path, record: ArmsRecord) -> Loader:
+    """A unit's test outcomes on the questions about facts no train user of its seed was asked
+    about (the transfer split)."""
+
+    def load(unit: ArmUnit) -> QuestionOutcomes:
+        seen = set(record.train_facts.get(str(unit.seed), []))
+        return load_outcomes(
+            directory / unit.test_dir,
+            stratum=str(unit.seed),
+            keep=lambda item: not seen.intersection(item.required_info),
+        )
+
+    return load
+
+
 def arm_outcomes(units: Sequence[ArmUnit], load: Loader) -> QuestionOutcomes | None:
     """An arm's outcomes over its seeds, each question the mean over the seed's replicates."""
     per_seed = []

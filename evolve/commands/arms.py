@@ -44,7 +44,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def arms_command(args: argparse.Namespace) -> int:
     from evolve.arms.runner import finished, load_record, run_arms
     from evolve.arms.spec import load_arms_spec
-    from evolve.arms.table import arms_table, directory_loader, format_arms_table
+    from evolve.arms.table import (
+        arms_table,
+        directory_loader,
+        format_arms_table,
+        transfer_loader,
+    )
     from evolve.spec.config import load_spec, resolve
     from evolve.tracking import tracker_for
 
@@ -75,6 +80,17 @@ def arms_command(args: argparse.Namespace) -> int:
         record, directory_loader(directory), seed=spec.statistics_seed, resamples=spec.resamples
     )
     table = format_arms_table(rows)
+    transfer_rows = []
+    if spec.transfer:
+        transfer_rows = arms_table(
+            record, transfer_loader(directory, record), seed=spec.statistics_seed,
+            resamples=spec.resamples,
+        )  # fmt: skip
+        table += (
+            "\n\nTransfer: only the test questions about facts no train user of the seed was "
+            "asked about\n\n" + (format_arms_table(transfer_rows) if transfer_rows else
+                                 "(no such question: the train users were asked about them all)")
+        )  # fmt: skip
     atomic_write_text(directory / "arms.md", table + "\n")
     # Every interval and test with its method and seed, for scripts and papers.
     atomic_write_json(
@@ -85,6 +101,7 @@ def arms_command(args: argparse.Namespace) -> int:
             "seeds": spec.seeds,
             "replicates": spec.replicates,
             "rows": [row.model_dump(mode="json") for row in rows],
+            "transfer_rows": [row.model_dump(mode="json") for row in transfer_rows],
         },
     )
     print(table)

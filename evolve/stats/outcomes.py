@@ -9,7 +9,7 @@ stratum is an environment seed (a world), so users of different seeds never mix.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,7 +17,7 @@ import numpy as np
 
 from evolve.core.errors import ToolkitError
 from evolve.simulator.metrics import upper_bound_correct
-from evolve.simulator.records import PeriodResult, UserResult
+from evolve.simulator.records import ItemResult, PeriodResult, UserResult
 from evolve.simulator.run_dir import read_json
 from evolve.simulator.upper_bound_table import UpperBoundTable
 
@@ -99,6 +99,7 @@ def outcomes_from_periods(
     *,
     stratum: str = "",
     upper_bound: UpperBoundTable | None = None,
+    keep: Callable[[ItemResult], bool] | None = None,
 ) -> QuestionOutcomes:
     keys: list[QuestionKey] = []
     correct: list[float] = []
@@ -106,6 +107,8 @@ def outcomes_from_periods(
     upper: list[float] = []
     for period in periods:
         for item in period.items:
+            if keep is not None and not keep(item):
+                continue
             keys.append((stratum, period.user_id, period.period_index, item.question_index))
             correct.append(float(item.correct))
             random_scores.append(item.random_score)
@@ -119,10 +122,13 @@ def outcomes_from_periods(
     )
 
 
-def load_outcomes(run_dir: Path, *, stratum: str = "") -> QuestionOutcomes:
+def load_outcomes(
+    run_dir: Path, *, stratum: str = "", keep: Callable[[ItemResult], bool] | None = None
+) -> QuestionOutcomes:
     """The outcomes stored under an evaluation's directory (every `period_*/result.json`
-    below it, so a directory of per-user runs reads like one run). Upper-bound answers come
-    from the items, or from the run's `upper_bound.json` where an item has none."""
+    below it, so a directory of per-user runs reads like one run), only the questions `keep`
+    accepts when given. Upper-bound answers come from the run's `upper_bound.json`, or from
+    the items where it has none."""
     run_dir = Path(run_dir)
     tables: dict[Path, UpperBoundTable | None] = {}
     outcomes: list[QuestionOutcomes] = []
@@ -137,7 +143,9 @@ def load_outcomes(run_dir: Path, *, stratum: str = "") -> QuestionOutcomes:
                 else None
             )
         outcomes.append(
-            outcomes_from_periods([period], stratum=stratum, upper_bound=_usable(tables[run_root]))
+            outcomes_from_periods(
+                [period], stratum=stratum, upper_bound=_usable(tables[run_root]), keep=keep
+            )
         )
     return concatenate(outcomes)
 

@@ -112,3 +112,34 @@ def test_an_interrupted_arms_run_resumes_to_the_same_units(tmp_path, monkeypatch
     units = {(u["arm"], u["replicate"]) for u in json.loads(record_file.read_text())["units"]}
     assert units == {("evolved", 0), ("blind", 0), ("capacity", 0), ("base", None)}
     assert "| evolved |" in capsys.readouterr().out
+
+
+def test_transfer_tables_only_questions_about_facts_no_train_user_had(
+    tmp_path, monkeypatch, worlds, capsys
+) -> None:
+    from evolve.simulator.synthesis.offline import synthesize_users
+    from evolve.simulator.synthesis.presets import get_preset
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("EVOLVE_CACHE_DIR", str(tmp_path / "cache"))
+    everyday = QUICKSTART.parent / "everyday.toml"
+    text = everyday.read_text(encoding="utf-8").replace("generations = 3", "generations = 1")
+    (tmp_path / "everyday.toml").write_text(text, encoding="utf-8")
+    (tmp_path / "arms.toml").write_text(
+        'name = "transfer"\nexperiment = "everyday.toml"\nseeds = [501]\nreplicates = 1\n'
+        'arms = ["evolved", "base"]\nvalidation_users = 1\ntest_users = 2\nresamples = 400\n'
+        "transfer = true\n",
+        encoding="utf-8",
+    )
+    assert main(["arms", str(tmp_path / "arms.toml"), "--no-tracking"]) == 0
+    out = capsys.readouterr().out
+    # Recomputed from the world: users 0-1 train, 2 validation, 3-4 test.
+    users = synthesize_users(get_preset("recall"), 501, range(5)).items
+    seen = {v for item in users[:2] for qa in item.qas for v in qa.required_info}
+    unseen = [
+        qa for item in users[3:] for qa in item.qas if not seen.intersection(qa.required_info)
+    ]
+    periods = len(users[3].periods)
+    transfer = out.split("Transfer:")[1]
+    assert f"| base | 1 | 1 | 2 | {len(unseen) * periods} |" in transfer
+    assert f"| base | 1 | 1 | 2 | {2 * len(users[3].qas) * periods} |" in out.split("Transfer:")[0]
