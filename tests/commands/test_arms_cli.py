@@ -143,3 +143,37 @@ def test_transfer_tables_only_questions_about_facts_no_train_user_had(
     transfer = out.split("Transfer:")[1]
     assert f"| base | 1 | 1 | 2 | {len(unseen) * periods} |" in transfer
     assert f"| base | 1 | 1 | 2 | {2 * len(users[3].qas) * periods} |" in out.split("Transfer:")[0]
+
+
+def test_the_arms_table_is_one_mlflow_run_with_bounds_as_metrics(
+    tmp_path, monkeypatch, worlds, capsys
+) -> None:
+    from evolve.tracking import mlflow_client
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("EVOLVE_CACHE_DIR", str(tmp_path / "cache"))
+    spec = _write_arms(tmp_path, [13], replicates=1)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert main(["arms", str(spec), "--tracking-uri", uri]) == 0
+    capsys.readouterr()
+    summary = json.loads((tmp_path / "runs" / "smoke" / "summary.json").read_text())
+    client = mlflow_client(uri)
+    experiment = client.get_experiment_by_name("amemgym-evolve/quickstart")
+    runs = client.search_runs(
+        [experiment.experiment_id], filter_string="tags.`evolve.kind` = 'arms'"
+    )
+    assert len(runs) == 1
+    metrics = runs[0].data.metrics
+    evolved = next(row for row in summary["rows"] if row["arm"] == "evolved")
+    to_base = next(diff for diff in evolved["differences"] if diff["to"] == "base")
+    assert metrics["evolved.vs_base.difference"] == to_base["accuracy"]["value"]
+    assert metrics["evolved.vs_base.difference_low"] == to_base["accuracy"]["interval"]["low"]
+    assert metrics["base.test_accuracy"] == next(
+        row["scores"]["accuracy"]["value"] for row in summary["rows"] if row["arm"] == "base"
+    )
+    # A rerun updates the same run rather than adding one.
+    assert main(["arms", str(spec), "--tracking-uri", uri]) == 0
+    again = client.search_runs(
+        [experiment.experiment_id], filter_string="tags.`evolve.kind` = 'arms'"
+    )
+    assert [run.info.run_id for run in again] == [runs[0].info.run_id]
