@@ -211,6 +211,25 @@ def arms_table(
     return rows
 
 
+def format_costs(record: ArmsRecord) -> str:
+    """What each arm cost: LLM requests and wall time of its evolutions (as each experiment
+    recorded them, resumed invocations included) and of its test evaluations (this
+    invocation's calls; cached responses are free)."""
+    lines = ["| arm | units | evolution requests | evolution wall | test calls | test wall |",
+             "|---|---|---|---|---|---|"]  # fmt: skip
+    for arm in record.arms:
+        units = [u for u in record.units if u.arm == arm]
+        if not units:
+            continue
+        lines.append(
+            f"| {arm} | {len(units)} | {sum(u.evolution_calls for u in units)} | "
+            f"{sum(u.evolution_wall_s for u in units) / 60:.0f} min | "
+            f"{sum(u.test_calls for u in units)} | "
+            f"{sum(u.test_wall_s for u in units) / 60:.0f} min |"
+        )
+    return "\n".join(lines)
+
+
 def _p(value: float | None) -> str:
     if value is None:
         return "-"

@@ -48,6 +48,7 @@ def arms_command(args: argparse.Namespace) -> int:
         arms_table,
         directory_loader,
         format_arms_table,
+        format_costs,
         transfer_loader,
     )
     from evolve.spec.config import load_spec, resolve
@@ -105,6 +106,8 @@ def arms_command(args: argparse.Namespace) -> int:
         },
     )
     print(table)
+    print("\nCost per arm:\n")
+    print(format_costs(record))
     done = len({(u.arm, u.seed, u.replicate) for u in record.units if u.test_complete})
     print(f"\n{done} units scored on test users; records in {directory}")
     if not args.no_tracking and rows:
