@@ -41,7 +41,9 @@ class ArmIncomplete(ToolkitError):
     """An evolving arm's experiment stopped early (its budget): not comparable yet."""
 
 
-RUNS_DIR = "runs"
+# Not "runs": a run directory's own subfolder of that name would read as the runs directory
+# (and the usual ignore rules for runs/ would hide committed records).
+EXPERIMENTS_DIR = "experiments"
 
 Say = Callable[[str], None]
 
@@ -120,7 +122,7 @@ def run_arms(
                                          arm.experiment(world.experiment))  # fmt: skip
                 say(f"seed {seed}: {arm.name} replicate {replicate} ({variant.name})")
                 evolved[(arm.name, replicate)] = evolve_policy(
-                    variant, lms, runs_dir=directory / RUNS_DIR, tracker=trackers(variant),
+                    variant, lms, runs_dir=directory / EXPERIMENTS_DIR, tracker=trackers(variant),
                     stop=stop,
                 )  # fmt: skip
         record = _score_on_test(spec, world, directory, lms, evolved, record, save, say, stop)
@@ -160,7 +162,7 @@ def _score_on_test(
                         f"{result.name} stopped before its last generation ({result.stopped}): "
                         "an arm is compared only once finished; raise run_budget and rerun"
                     )
-                store = ExperimentDir(directory / RUNS_DIR / result.name)
+                store = ExperimentDir(directory / EXPERIMENTS_DIR / result.name)
                 policy = memory_policies.load(store.policy_dir(result.best_id))
                 unit_fields = {
                     "experiment": result.name, "best_id": result.best_id,

@@ -57,7 +57,7 @@ def test_arms_run_every_unit_once_and_resume(tmp_path, monkeypatch, worlds, caps
     }  # fmt: skip
     assert all(u["test_complete"] for u in record["units"])
     # Replicates are their own runs with their own optimizer seed.
-    runs = tmp_path / "runs" / "smoke" / "runs"
+    runs = tmp_path / "runs" / "smoke" / "experiments"
     seeds = {
         name: json.loads((runs / name / "experiment.json").read_text())["identity"]["spec"].get(
             "seed"
