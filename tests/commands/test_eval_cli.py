@@ -259,8 +259,12 @@ def test_two_policies_side_by_side_on_the_embedded_model(
     assert main(argv) == 0
     table = capsys.readouterr().out
     rows = [line for line in table.splitlines() if line.split()[:1] and line.split()[0] in policies]
-    # Two tables: ours, then the original's rules on the same answers.
-    assert [row.split()[0] for row in rows] == policies * 2
+    # Three tables: ours; each score with its 95% interval (and raw_rag's paired difference
+    # to native, with its verdict); the original's rules on the same answers.
+    assert [row.split()[0] for row in rows] == policies * 3
+    intervals = rows[2:4]
+    assert all("[" in row for row in intervals)
+    assert any(word in intervals[1] for word in ("beats", "within noise", "worse"))
     for policy in policies:
         report = json.loads((tmp_path / "runs" / policy / "report.json").read_text())
         summary = report["summary"]
