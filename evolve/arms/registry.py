@@ -52,6 +52,10 @@ class Arm:
     def policy(self, inputs: FixedArmInputs) -> Any:
         raise NotImplementedError(f"arm {self.name} evolves: its policy is its run's best")
 
+    def unit_fields(self, inputs: FixedArmInputs) -> dict[str, Any]:
+        """What a fixed arm records about how it built its policy (`ArmUnit` fields)."""
+        return {}
+
 
 class EvolvedArm(Arm):
     name = "evolved"
@@ -96,6 +100,12 @@ class CapacityArm(Arm):
         added = slots_added(evolved, component)
         base_text = inputs.base_policy.components()[component]
         return inputs.base_policy.with_components({component: with_neutral_slots(base_text, added)})
+
+    def unit_fields(self, inputs: FixedArmInputs) -> dict[str, Any]:
+        if inputs.evolved is None:
+            return {}
+        component = list_component(inputs.spec, inputs.base_policy)
+        return {"slots_added": slots_added(inputs.evolved, component)}
 
 
 def list_component(spec: ExperimentSpec, base_policy: Any) -> str:

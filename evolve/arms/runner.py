@@ -173,11 +173,7 @@ def _score_on_test(
                 source = evolved.get(("evolved", replicate)) if replicate is not None else None
                 inputs = FixedArmInputs(base_policy, world.experiment, source)
                 policy = arm.policy(inputs)
-                if name == "capacity" and source is not None:
-                    from evolve.arms.registry import list_component, slots_added
-
-                    component = list_component(world.experiment, base_policy)
-                    unit_fields["slots_added"] = slots_added(source, component)
+                unit_fields.update(arm.unit_fields(inputs))
             key = fingerprint(policy.kind, policy.components(), policy.parameters())
             test_dir = Path(f"seed-{world.seed}") / "test" / key
             say(f"seed {world.seed}: test {name}" + ("" if replicate is None else f" r{replicate}"))

@@ -131,7 +131,7 @@ def difference(
     seed: int,
     resamples: int,
 ) -> Difference:
-    x, y = paired(x, y.restricted(x.keys) if set(x.keys) < set(y.keys) else y)
+    x, y = paired(x, y)
     accuracy, memory = paired_difference(x, y, seed=seed, resamples=resamples)
     per_user = _per_user(x, y)
     seeds_ahead, seeds_total = _per_seed_ahead(x, y)
@@ -171,14 +171,21 @@ def arms_table(
     by_arm: dict[str, list[ArmUnit]] = {}
     for unit in record.units:
         by_arm.setdefault(unit.arm, []).append(unit)
-    outcomes = {arm: arm_outcomes(units, load) for arm, units in by_arm.items()}
+    loaded: dict[str, QuestionOutcomes] = {}
+
+    def load_once(unit: ArmUnit) -> QuestionOutcomes:  # each unit's records read once
+        if unit.label not in loaded:
+            loaded[unit.label] = load(unit)
+        return loaded[unit.label]
+
+    outcomes = {arm: arm_outcomes(units, load_once) for arm, units in by_arm.items()}
     rows = []
     for arm in record.arms:
         mine = outcomes.get(arm)
         if mine is None:
             continue
         units = [u for u in by_arm[arm] if u.test_complete]
-        unit_outcomes = [(load(u), str(u.seed)) for u in units]
+        unit_outcomes = [(load_once(u), str(u.seed)) for u in units]
         differences = []
         # The base is the reference; a control is compared with the base only.
         others = [] if arm == "base" else ["base"] if arm in CONTROLS else ["base", *CONTROLS]

@@ -56,6 +56,22 @@ def test_arms_run_every_unit_once_and_resume(tmp_path, monkeypatch, worlds, caps
         ("capacity", 13, 0), ("capacity", 13, 1), ("base", 13, None),
     }  # fmt: skip
     assert all(u["test_complete"] for u in record["units"])
+    # The capacity control records how many neutral slots it added: what its replicate's
+    # evolved best added to the list (recomputed from that run's candidate records).
+    for unit in (u for u in record["units"] if u["arm"] == "capacity"):
+        run = (
+            tmp_path / "runs" / "smoke" / "experiments" / f"smoke-evolved-s13-r{unit['replicate']}"
+        )
+        result = json.loads((run / "result.json").read_text())
+        by_id = {c["id"]: c for c in result["candidates"]}
+        added, current = 0, by_id[result["best_id"]]
+        while True:
+            edits = current["mutation"]["edits"].get("write.types_to_remember", {})
+            added += len(edits.get("added", [])) - len(edits.get("removed", []))
+            if not current["parent_ids"]:
+                break
+            current = by_id[current["parent_ids"][0]]
+        assert unit["slots_added"] == max(0, added)
     # Replicates are their own runs with their own optimizer seed.
     runs = tmp_path / "runs" / "smoke" / "experiments"
     seeds = {
