@@ -7,7 +7,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from evolve.results.records import CandidateRecord, CandidateStatus, EvaluationScores, Mutation
+from evolve.results.records import (
+    CandidateRecord,
+    CandidateStatus,
+    EvaluationScores,
+    Mutation,
+    candidate_record,
+)
 from evolve.simulator.metrics import MetricSummary
 from evolve.tracking.tags import TAG_CANDIDATE
 
@@ -54,8 +60,8 @@ def record_from_run(run: Any) -> CandidateRecord:
             run_dir="",
         )
 
-    return CandidateRecord(
-        id=tags.get(TAG_CANDIDATE, run.info.run_id),
+    return candidate_record(
+        tags.get(TAG_CANDIDATE, run.info.run_id),
         generation=int(tags.get("evolve.generation", 0)),
         parent_ids=tuple(p for p in tags.get("evolve.parent_ids", "").split(",") if p),
         mutation=Mutation(kind=tags.get("evolve.mutation", "base")),

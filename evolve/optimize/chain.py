@@ -40,7 +40,6 @@ from evolve.results.objective import load_period_results, objective_value
 from evolve.results.records import (
     CandidateRecord,
     CandidateStatus,
-    GenerationRecord,
     candidate_id,
 )
 from evolve.simulator.metrics import MetricSummary, summarize_periods
@@ -256,7 +255,7 @@ class ChainSchedule(Schedule):
             for cid in active
             if context.records[cid].heldout is not None
         ]
-        record = GenerationRecord(
+        context.store_generation(
             generation=generation,
             candidate_ids=proposed,
             evaluated_ids=active,
@@ -270,7 +269,3 @@ class ChainSchedule(Schedule):
             tokens=sum(context.records[cid].reflection_tokens for cid in proposed if generation)
             + summary.tokens,
         )
-        if context.store.load_generation(generation) == record:
-            return
-        context.store.save_generation(record)
-        context.tracker.log_generation(record, spent=context.budget.spent())

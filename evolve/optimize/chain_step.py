@@ -28,6 +28,7 @@ from evolve.results.records import (
     CandidateStatus,
     Mutation,
     candidate_id,
+    candidate_record,
     fingerprint,
 )
 from evolve.simulator.records import PeriodResult
@@ -119,16 +120,14 @@ def propose_chain_step(
     duplicate_of = context.seen().get(key) if policy is not None else None
     if duplicate_of is not None:
         status = CandidateStatus.DUPLICATE
-    record = CandidateRecord(
-        id=cid,
+    record = candidate_record(
+        cid,
         generation=generation,
         parent_ids=(current.id,),
         mutation=mutation,
         seed=outcome.get("seed", 0),
-        fingerprint=key,
-        kind=current.kind,
-        components=policy.components() if policy is not None else dict(current.components),
-        parameters=policy.parameters() if policy is not None else dict(current.parameters),
+        policy=policy,
+        like=current,
         status=status,
         duplicate_of=duplicate_of,
         invalid_reason=outcome.get("invalid"),

@@ -12,7 +12,8 @@ The seams other parts hook into:
 - `record_proposal` is the one place where every proposal's outcome (proposed, duplicate,
   invalid, rejected) is known, whichever schedule made it;
 - `evaluate` and `evaluation_logged` are the one place where an evaluation is stored,
-  announced and logged to the tracker.
+  announced and logged to the tracker;
+- `store_generation` is the one place where a generation record is made, stored and logged.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from evolve.results.records import (
     CandidateRecord,
     CandidateStatus,
     EvaluationScores,
+    GenerationRecord,
     Mutation,
     candidate_id,
     candidate_record,
@@ -179,6 +181,23 @@ class EvolutionContext:
         # Never stop after the last period: the evaluation is complete, keep its report.
         if period < last_period:
             self.budget.check()
+
+    def store_generation(
+        self, *, compare_without: Sequence[str] = (), **fields: Any
+    ) -> GenerationRecord:
+        """The one place a generation record is made, stored and logged, whichever schedule
+        finished it. A record equal to the stored one is neither stored nor logged again
+        (a resumed run replays no MLflow step); `compare_without` names the fields whose
+        change alone does not count (the population schedule's current Pareto front)."""
+        record = GenerationRecord(**fields)
+        stored = self.store.load_generation(record.generation)
+        if stored is not None:
+            same = {name: getattr(record, name) for name in compare_without}
+            if stored.model_copy(update=same) == record:
+                return stored
+        self.store.save_generation(record)
+        self.tracker.log_generation(record, spent=self.budget.spent())
+        return record
 
     def evaluation_logged(self, record: CandidateRecord, split: str) -> None:
         """A stored evaluation: announced to the progress hooks, logged to the tracker."""

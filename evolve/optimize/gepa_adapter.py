@@ -13,8 +13,8 @@ reflective dataset is our per-component feedback (`evolve.optimize.feedback`), a
 `propose_new_texts` routes each component to the operator that owns it
 (`evolve.optimize.operators`; GEPA's own proposer knows no numeric parameters nor our
 reflector role). The adapter also holds the lineage GEPA does not keep (`gepa_lineage`:
-every operator proposal, the iteration that discovered each candidate, held-out scores of
-each new best) and persists it with GEPA's state, so a resumed run neither repeats nor
+every operator proposal, the iteration that discovered each candidate, each iteration's
+verdict and spend) and persists it with GEPA's state, so a resumed run neither repeats nor
 forgets it. Running GEPA over it is `evolve.optimize.gepa_engine`.
 """
 
@@ -144,11 +144,10 @@ class AMemGymAdapter:
         self.validation_users = frozenset(validation_users)
         # (split, policy fingerprint) -> the runner's progress sink (the tracker's traces).
         self.progress_for: Callable[[str, str], Any] | None = None
-        self.iteration = 0
-        self.parent_idx: int | None = None  # GEPA's parent choice of the current iteration
         # user -> "memory_score" | "accuracy": fixed at the user's first (base) evaluation.
         self.units: dict[str, str] = {}
-        # What GEPA does not keep (proposals, discoveries, iterations, held-out checks).
+        # What GEPA does not keep (proposals, discoveries, iterations); GEPA's callbacks
+        # record the current iteration and parent here, which proposals read.
         self.lineage = GepaLineage()
         # (candidate, train score) told to ask/tell operators, replayed into fresh operators
         # on resume so an Optuna sampler rebuilds the same history without any LLM call.
@@ -168,10 +167,12 @@ class AMemGymAdapter:
         }
 
     def set_adapter_state(self, state: dict[str, Any]) -> None:
-        self.units = dict(state.get("units", {}))
-        self.lineage = GepaLineage.from_state(state)
-        self.observed = []
-        for candidate, score in state.get("observed", []):
+        """GEPA restores its checkpoint at every (re)entry: `run_gepa` resumes it between
+        iterations, so what this adapter already knows is kept and only what it has not
+        seen (a resumed process) is replayed into its operators."""
+        self.units = {**state.get("units", {}), **self.units}
+        self.lineage.restore(state)
+        for candidate, score in state.get("observed", [])[len(self.observed) :]:
             self.observe(dict(candidate), float(score))
 
     def observe(self, candidate: dict[str, str], score: float) -> None:
@@ -296,7 +297,7 @@ class AMemGymAdapter:
             max_failures=self.max_feedback_failures,
             max_chars=self.max_feedback_chars,
             seed=self.seed,
-            iteration=self.iteration,
+            iteration=self.lineage.current_iteration,
         )
 
     def propose_new_texts(
@@ -313,13 +314,12 @@ class AMemGymAdapter:
         if self.feedback == "none":
             components_to_update = [c for c in components_to_update if is_parameter(c)]
         new_texts: dict[str, str] = {}
-        seed = derive_seed(self.seed, "propose", self.iteration)
+        iteration = self.lineage.current_iteration
+        seed = derive_seed(self.seed, "propose", iteration)
         claimed: set[str] = set()
         for operator in self.operators:
             owned = [
-                c
-                for c in components_to_update
-                if c not in claimed and operator.owns(c, self.iteration)
+                c for c in components_to_update if c not in claimed and operator.owns(c, iteration)
             ]
             if not owned:
                 continue
@@ -336,8 +336,8 @@ class AMemGymAdapter:
             }
             self.lineage.proposals.append(
                 {
-                    "iteration": self.iteration,
-                    "parent": self.parent_idx,
+                    "iteration": iteration,
+                    "parent": self.lineage.current_parent,
                     "feedback": feedback,
                     "llm_calls": usage.total_requests,
                     "tokens": usage.total_tokens,

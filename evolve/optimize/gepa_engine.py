@@ -29,8 +29,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from evolve.core.seeds import derive_seed
 from evolve.optimize.edits import says_less
 from evolve.optimize.gepa_adapter import AMemGymAdapter
+from evolve.optimize.gepa_lineage import GepaLineage
 from evolve.optimize.operators import is_parameter
 from evolve.results.budget import Budget
+from evolve.results.objective import format_score
 
 # GEPA's checkpoint in its run_dir (gepa.core.state): present once a run has started.
 GEPA_STATE_FILE = "gepa_state.bin"
@@ -79,31 +81,77 @@ class IterationSeededBatchSampler:
         return list(dict.fromkeys(order[offset:]))[:size]
 
 
-class _Hooks(GEPACallback):
-    def __init__(self, adapter: AMemGymAdapter, on_new_best: Callable[[int, dict[str, str]], None]):
-        self.adapter, self.on_new_best = adapter, on_new_best
+class GepaEvents(GEPACallback):
+    """GEPA's callbacks, recording only: what each iteration did, into the run's lineage
+    (the event log GEPA does not keep). Nothing here plays a user, tells an operator or
+    writes a record: the schedule does that between iterations (`run_gepa`), from GEPA's
+    returned outcome and this log. Reading the spend and announcing progress are allowed.
+    gepa documents callbacks as observers; acting inside one would hide LLM calls and
+    writes in GEPA's control flow."""
+
+    def __init__(
+        self,
+        lineage: GepaLineage,
+        spent: Callable[[], Any] | None = None,
+        announce: Callable[[int], None] | None = None,
+    ) -> None:
+        # `spent` reads the budget's spend; `announce` shows progress (neither acts).
+        self.lineage, self.spent, self.announce = lineage, spent, announce
+        self._started: Any = None
+        self._rejected: dict[str, Any] | None = None
 
     def on_iteration_start(self, event: Any) -> None:
-        self.adapter.iteration = int(event["iteration"])
+        self.lineage.current_iteration = int(event["iteration"])
+        if self.announce is not None:
+            self.announce(int(event["iteration"]))
+        self._started = self.spent() if self.spent else None
+        self._rejected = None
 
     def on_candidate_selected(self, event: Any) -> None:
-        self.adapter.parent_idx = int(event["candidate_idx"])
+        self.lineage.current_parent = int(event["candidate_idx"])
 
     def on_valset_evaluated(self, event: Any) -> None:
-        score, candidate = float(event["average_score"]), dict(event["candidate"])
-        index = int(event["candidate_idx"])
-        lineage = self.adapter.lineage
-        if index in lineage.discovered:
-            # gepa re-announces the seed on resume (after restoring our state): it was told
-            # and checked already; telling it twice would change what Optuna proposes next.
-            return
-        lineage.discovered[index] = int(event["iteration"])
-        # Ask/tell operators (Optuna) learn every candidate's train score (the one GEPA
-        # selects by); children rejected on their minibatch are not told.
-        self.adapter.observe(candidate, score)
-        if score > lineage.best_score:
-            lineage.best_score = score
-            self.on_new_best(int(event["candidate_idx"]), candidate)
+        # gepa re-announces the seed on every resume: the first announcement is the one.
+        self.lineage.discovered.setdefault(int(event["candidate_idx"]), int(event["iteration"]))
+
+    def on_candidate_rejected(self, event: Any) -> None:
+        new, old = float(event["new_score"]), float(event["old_score"])
+        self._rejected = {
+            "minibatch_score": new,
+            "minibatch_parent_score": old,
+            "reason": rejection_in_words(new, old, str(event["reason"])),
+        }
+
+    def on_iteration_end(self, event: Any) -> None:
+        entry: dict[str, Any] = {
+            "iteration": int(event["iteration"]),
+            "accepted": bool(event["proposal_accepted"]),
+            "rejected": self._rejected,
+        }
+        if self.spent is not None:
+            end = self.spent()
+            start = self._started or end
+            entry.update(
+                llm_calls_start=start.requests,
+                llm_calls_end=end.requests,
+                tokens_start=start.tokens,
+                tokens_end=end.tokens,
+                wall_time_s=end.wall_time_s - start.wall_time_s,
+            )
+        self.lineage.iterations.append(entry)
+
+
+def rejection_in_words(new: float, old: float, gepa_reason: str) -> str:
+    """GEPA's rejection text (`... (old_sum=-0.33333333333333187, new_sum=...)`) as the
+    reason a reader sees: the two minibatch sums, rounded, and what they mean."""
+    scores = f"{format_score(new)} vs its parent's {format_score(old)}"
+    if "not selected" in gepa_reason:  # passed the check, another proposal was chosen
+        return (
+            f"passed the minibatch check ({scores}, summed over the minibatch users) but "
+            "another proposal of the same step was selected"
+        )
+    verdict = "below its parent" if new < old - 1e-9 else "no better than its parent"
+    return f"{verdict} on the minibatch: {scores} (the score summed over the minibatch users)"
 
 
 class _RunLog:
@@ -179,7 +227,8 @@ class HeldoutScore(BaseModel):
 
 
 class GepaOutcome(BaseModel):
-    """What a GEPA run produced: every candidate with lineage, and held-out scores of bests."""
+    """What a GEPA run has produced so far: every candidate with lineage, and held-out
+    scores of the new bests. `run_gepa` hands one to its caller after every iteration."""
 
     candidates: list[dict[str, str]]
     parents: list[list[int | None]]
@@ -189,6 +238,24 @@ class GepaOutcome(BaseModel):
     proposals: list[dict[str, Any]]
     units: dict[str, str]
     metric_calls: int | None
+    # GEPA iterations finished (generation numbers run 1..iterations) and the pool
+    # indices on its valset Pareto front.
+    iterations: int = 0
+    pareto_front: list[int] = Field(default_factory=list)
+
+    def new_bests(self) -> list[int]:
+        """Pool indices that beat every earlier candidate's score when they joined (the
+        seed first): the candidates a held-out check follows."""
+        bests, best = [], float("-inf")
+        for index, score in enumerate(self.train_scores):
+            if score > best:
+                bests.append(index)
+                best = score
+        return bests
+
+    def best_by_score(self) -> int:
+        """The pool's best by GEPA's score; a tie goes to the earlier candidate."""
+        return max(range(len(self.train_scores)), key=lambda i: (self.train_scores[i], -i))
 
 
 def run_gepa(
@@ -202,50 +269,107 @@ def run_gepa(
     run_dir: Path,
     seed: int,
     stop_when: Callable[[], bool] | None = None,
-    callbacks: Sequence[Any] = (),
+    spent: Callable[[], Any] | None = None,
+    before_iteration: Callable[[int], None] | None = None,
+    after_iteration: Callable[[GepaOutcome], None] | None = None,
 ) -> GepaOutcome:
-    """Run (or resume from `run_dir`) GEPA; each new best is evaluated on the held-out users.
+    """Run (or resume from `run_dir`) GEPA one iteration at a time. Between iterations,
+    this function acts on what GEPA returned: ask/tell operators learn each new candidate's
+    score, each new best is played on the held-out users, and `after_iteration` (the
+    schedule's records) sees the outcome. GEPA's callbacks only record (`GepaEvents`).
     GEPA's valset is `validation_users` when given (the best is chosen on users nobody
-    reflected on), else the train users."""
-    valset = list(validation_users) or list(train_users)
+    reflected on), else the train users.
+
+    Stepping costs no LLM call: each step resumes GEPA's checkpoint, whose seed evaluation
+    is read back from its runner directories, and the iteration-seeded selector and
+    sampler make a stepped run choose as one uninterrupted run would."""
     refuse_text_without_feedback(adapter.feedback, seed_candidate)
-
-    def evaluate_heldout(idx: int, candidate: dict[str, str]) -> None:
-        if not heldout_users:
-            return
-        users = adapter.run_users(candidate, heldout_users, split="heldout")
-        scores = [adapter.user_scores(user) for user in users]
-        adapter.lineage.heldout.append(
-            HeldoutScore(
-                candidate_idx=idx,
-                score=sum(s["score"] for s in scores) / len(scores),
-                accuracy=sum(s["accuracy"] for s in scores) / len(scores),
-            ).model_dump()
-        )
-
-    fresh = not (Path(run_dir) / GEPA_STATE_FILE).exists()
-    if heldout_users and fresh:
-        # A fresh start: GEPA first evaluates the seed on every train user, and the seed is
+    if heldout_users and not (Path(run_dir) / GEPA_STATE_FILE).exists():
+        # A fresh start: GEPA first evaluates the seed on every valset user, and the seed is
         # always the first new best, so its held-out check follows for certain. Both run at
-        # once here; GEPA and the held-out callback then read them back from their runner
-        # directories (no LLM call), with the same results and in the same order. (A resumed
-        # run has done both before GEPA first saved its state.)
+        # once here; GEPA and the held-out check then read them back from their runner
+        # directories (no LLM call), with the same results and in the same order.
         adapter.run_jobs(
             [(seed_candidate, user, "train") for user in train_users]
             + [(seed_candidate, user, "validation") for user in validation_users]
             + [(seed_candidate, user, "heldout") for user in heldout_users]
         )
+    heldout: dict[int, HeldoutScore] = {}
+    limit = settings.max_generations
+    target = 0  # step 0 evaluates the seed only, so operators learn it before proposing
+    while True:
+        outcome = _gepa_iterations(
+            adapter,
+            until=target,
+            train_users=train_users,
+            validation_users=validation_users,
+            seed_candidate=seed_candidate,
+            settings=settings,
+            run_dir=run_dir,
+            seed=seed,
+            stop_when=stop_when,
+            spent=spent,
+            before_iteration=before_iteration,
+        )
+        # Ask/tell operators (Optuna) learn every candidate's score (the one GEPA selects
+        # by), in pool order; children rejected on their minibatch are not told.
+        for index in range(len(adapter.observed), len(outcome.candidates)):
+            adapter.observe(outcome.candidates[index], outcome.train_scores[index])
+        for index in outcome.new_bests():
+            if heldout_users and index not in heldout:
+                heldout[index] = _heldout_score(adapter, index, outcome, heldout_users)
+        outcome = outcome.model_copy(update={"heldout": sorted(heldout.values(), key=_by_index)})
+        if after_iteration is not None:
+            after_iteration(outcome)
+        stopped = outcome.iterations < target or (stop_when is not None and stop_when())
+        if stopped or (limit is not None and outcome.iterations >= limit):
+            return outcome
+        target = outcome.iterations + 1
+
+
+def _by_index(score: HeldoutScore) -> int:
+    return score.candidate_idx
+
+
+def _heldout_score(
+    adapter: AMemGymAdapter, index: int, outcome: GepaOutcome, users: Sequence[str]
+) -> HeldoutScore:
+    played = adapter.run_users(outcome.candidates[index], users, split="heldout")
+    scores = [adapter.user_scores(user) for user in played]
+    return HeldoutScore(
+        candidate_idx=index,
+        score=sum(s["score"] for s in scores) / len(scores),
+        accuracy=sum(s["accuracy"] for s in scores) / len(scores),
+    )
+
+
+def _gepa_iterations(
+    adapter: AMemGymAdapter,
+    *,
+    until: int,
+    train_users: Sequence[str],
+    validation_users: Sequence[str],
+    seed_candidate: dict[str, str],
+    settings: GepaSettings,
+    run_dir: Path,
+    seed: int,
+    stop_when: Callable[[], bool] | None,
+    spent: Callable[[], Any] | None,
+    before_iteration: Callable[[int], None] | None,
+) -> GepaOutcome:
+    """One `gepa.optimize` call that resumes `run_dir` and stops once `until` iterations
+    have finished (or earlier: the budget, an interrupt, GEPA's metric-call limit)."""
 
     def should_stop(state: Any) -> bool:
-        # state.i is the last finished iteration (-1 before the first): one generation each.
-        if settings.max_generations is not None and state.i + 1 >= settings.max_generations:
+        # state.i is the last finished iteration (-1 before the first).
+        if state.i + 1 >= until:
             return True
         return stop_when is not None and stop_when()
 
     result = gepa_optimize(
         seed_candidate=seed_candidate,
         trainset=list(train_users),
-        valset=valset,
+        valset=list(validation_users) or list(train_users),
         adapter=adapter,
         candidate_selection_strategy=IterationSeededSelector(settings.candidate_selection, seed),
         batch_sampler=IterationSeededBatchSampler(settings.reflection_minibatch_size, seed),
@@ -259,19 +383,22 @@ def run_gepa(
         max_metric_calls=settings.max_metric_calls,
         stop_callbacks=[should_stop],
         run_dir=str(run_dir),
-        callbacks=[_Hooks(adapter, evaluate_heldout), *callbacks],
+        callbacks=[GepaEvents(adapter.lineage, spent, before_iteration)],
         skip_perfect_score=False,
         seed=seed,
         display_progress_bar=False,
         logger=_RunLog(Path(run_dir) / "run_log.txt"),
     )
+    front = sorted({i for ids in result.per_val_instance_best_candidates.values() for i in ids})
     return GepaOutcome(
         candidates=[dict(c) for c in result.candidates],
         parents=[list(p) for p in result.parents],
         train_scores=list(result.val_aggregate_scores),
         best_idx=result.best_idx,
-        heldout=[HeldoutScore.model_validate(h) for h in adapter.lineage.heldout],
+        heldout=[],
         proposals=adapter.lineage.proposals,
         units=adapter.units,
         metric_calls=result.total_metric_calls,
+        iterations=len(adapter.lineage.iterations),
+        pareto_front=front,
     )

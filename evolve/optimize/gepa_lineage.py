@@ -4,10 +4,9 @@ state, so that a resumed run neither repeats nor forgets it.
 GEPA's pool knows each candidate's components and parents, not how it was made: which
 operator proposed it, from what feedback and seed, at what cost, in which iteration; nor
 the proposals that never joined the pool (rejected on their minibatch, or invalid), each
-iteration's spend and minibatch verdict, or the held-out scores of each new best. The
-adapter notes every operator proposal here as it makes it; the GEPA callbacks note the
-rest as they observe it (`gepa_engine`, `gepa_records`); `gepa_records` turns it, with
-GEPA's pool, into our frozen records.
+iteration's spend and minibatch verdict. The adapter notes every operator proposal here as
+it makes it; GEPA's callbacks (`gepa_engine.GepaEvents`) note the rest as they observe it,
+and only here; `gepa_records` turns it, with GEPA's pool, into our frozen records.
 """
 
 from __future__ import annotations
@@ -29,33 +28,28 @@ class GepaLineage:
     proposals: list[dict[str, Any]] = field(default_factory=list)
     # GEPA's pool index -> the iteration (generation) that produced it; the seed's is 0.
     discovered: dict[int, int] = field(default_factory=dict)
-    # One entry per finished iteration, written by the caller's callbacks (e.g. spend).
+    # One entry per finished iteration: its minibatch verdict and spend.
     iterations: list[dict[str, Any]] = field(default_factory=list)
-    # Train score of the best candidate so far and held-out scores of each new best: the
-    # held-out check follows a new best, so a resumed run must know the best to beat.
-    best_score: float = float("-inf")
-    heldout: list[dict[str, Any]] = field(default_factory=list)
+    # The iteration in progress and its parent (GEPA's pool index); not persisted.
+    current_iteration: int = 0
+    current_parent: int | None = None
 
     def state(self) -> dict[str, Any]:
         """This lineage's part of the adapter state; its keys are stored in checkpoints."""
         return {
             "proposals": list(self.proposals),
-            "best_score": self.best_score,
-            "heldout": list(self.heldout),
             "discovered": dict(self.discovered),
             "iterations": list(self.iterations),
         }
 
-    @classmethod
-    def from_state(cls, state: Mapping[str, Any]) -> GepaLineage:
-        """The lineage stored by `state` (an adapter state; absent keys: nothing yet)."""
-        return cls(
-            proposals=list(state.get("proposals", [])),
-            discovered={int(k): int(v) for k, v in state.get("discovered", {}).items()},
-            iterations=list(state.get("iterations", [])),
-            best_score=float(state.get("best_score", float("-inf"))),
-            heldout=list(state.get("heldout", [])),
-        )
+    def restore(self, state: Mapping[str, Any]) -> None:
+        """Take the lineage stored by `state` (an adapter state; absent keys: nothing yet),
+        in place: GEPA's callbacks hold this object across resumed steps. (Checkpoints
+        written before the schedule played held-out checks itself also hold `best_score`
+        and `heldout`; the candidates' records keep those scores, so they are not read.)"""
+        self.proposals = list(state.get("proposals", []))
+        self.discovered = {int(k): int(v) for k, v in state.get("discovered", {}).items()}
+        self.iterations = list(state.get("iterations", []))
 
     def generation_of(self, index: int) -> int:
         """The iteration that discovered GEPA's pool candidate `index` (the seed: 0)."""

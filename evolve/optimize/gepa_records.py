@@ -8,9 +8,9 @@ module turns them, with GEPA's pool, into `CandidateRecord`s and `GenerationReco
 place, so that lineage, statuses and held-out checks cannot drift between two files.
 
 Two classes: `GepaProposalRecords` makes the record of each candidate as proposed (parents,
-mutation, seed, status, its policy bundle and feedback); `GepaRecordSync`, the GEPA callback,
-notes each iteration's spend and, at its end, completes those records with their
-evaluations and writes the generation records.
+mutation, seed, status, its policy bundle and feedback); `GepaRecords`, called by the
+schedule after each GEPA iteration, completes those records with their evaluations and
+writes the generation records. Neither is a GEPA callback.
 """
 
 from __future__ import annotations
@@ -19,17 +19,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gepa.core.callbacks import GEPACallback
-
 from evolve.core.seeds import derive_seed
 from evolve.optimize.context import EvolutionContext
 from evolve.optimize.gepa_adapter import AMemGymAdapter
+from evolve.optimize.gepa_engine import GepaOutcome
 from evolve.optimize.operators import is_parameter
-from evolve.results.objective import format_score
 from evolve.results.records import (
     CandidateRecord,
     CandidateStatus,
-    GenerationRecord,
     Mutation,
     candidate_id,
     candidate_record,
@@ -37,69 +34,32 @@ from evolve.results.records import (
 )
 
 
-class GepaRecordSync(GEPACallback):
-    """One GEPA iteration = one generation: its spend is noted and our records are synced
-    from GEPA's state at its end (so MLflow steps follow iterations as they finish)."""
+class GepaRecords:
+    """Our frozen records from what GEPA returned (`GepaOutcome`) and the lineage its
+    callbacks recorded; called by the schedule after every GEPA iteration, so MLflow steps
+    follow iterations as they finish. Every evaluation a record still needs is played here,
+    outside GEPA's callbacks."""
 
-    def __init__(self, context: EvolutionContext, adapter: AMemGymAdapter, total: int) -> None:
-        self.context, self.adapter, self.total = context, adapter, total
+    def __init__(self, context: EvolutionContext, adapter: AMemGymAdapter) -> None:
+        self.context, self.adapter = context, adapter
         self.proposed = GepaProposalRecords(context, adapter)
-        self.start: Any = None
-        self.final_state: Any = None
-        self.rejected: dict[str, Any] | None = None  # this iteration's minibatch verdict
         # Pool indices evaluated on the held-out users besides GEPA's new bests (heldout =
         # "final": the base and the final best), set by the schedule before the last sync.
         self.final_heldout: set[int] = set()
 
-    # ----- GEPA callbacks ---------------------------------------------------------------------
-
-    def on_iteration_start(self, event: Any) -> None:
-        self.context.progress.generation_started(int(event["iteration"]), self.total)
-        self.start = self.context.budget.spent()
-        self.rejected = None
-
-    def on_candidate_rejected(self, event: Any) -> None:
-        new, old = float(event["new_score"]), float(event["old_score"])
-        self.rejected = {
-            "minibatch_score": new,
-            "minibatch_parent_score": old,
-            "reason": rejection_in_words(new, old, str(event["reason"])),
-        }
-
-    def on_iteration_end(self, event: Any) -> None:
-        end = self.context.budget.spent()
-        start = self.start or end
-        self.adapter.lineage.iterations.append(
-            {
-                "iteration": int(event["iteration"]),
-                "accepted": bool(event["proposal_accepted"]),
-                "llm_calls_start": start.requests,
-                "llm_calls_end": end.requests,
-                "tokens_start": start.tokens,
-                "tokens_end": end.tokens,
-                "wall_time_s": end.wall_time_s - start.wall_time_s,
-                "rejected": self.rejected,
-            }
-        )
-        self.sync(event["state"])
-
-    def on_optimization_end(self, event: Any) -> None:
-        self.final_state = event["final_state"]
-
-    # ----- records ----------------------------------------------------------------------------
-
-    def sync(self, state: Any) -> None:
-        """Our frozen records from GEPA's state: every pool candidate (train scores, held-out
-        scores of each new best) and every finished generation; stored once, logged once."""
+    def sync(self, outcome: GepaOutcome) -> None:
+        """Every pool candidate (train scores, held-out scores of each new best) and every
+        finished generation; stored once, logged once."""
         context, adapter, lineage = self.context, self.adapter, self.adapter.lineage
+        pool = outcome.candidates
         train = [item.id for item in context.resolved.train.items]
         validation = [item.id for item in context.resolved.validation.items]
         heldout_users = [item.id for item in context.resolved.heldout.items]
-        heldout_idx = {entry["candidate_idx"] for entry in lineage.heldout} | self.final_heldout
+        heldout_idx = {entry.candidate_idx for entry in outcome.heldout} | self.final_heldout
         # Every evaluation the records below still need, played at once under the one call
         # limit (e.g. the final held-out checks of the base and the best).
         needed: list[tuple[int, str, list[str]]] = []
-        for index in range(len(state.program_candidates)):
+        for index in range(len(pool)):
             record = context.records.get(lineage.record_id(index))
             if record is None or record.train is None:
                 needed.append((index, "train", train))
@@ -110,60 +70,46 @@ class GepaRecordSync(GEPACallback):
                 needed.append((index, "heldout", heldout_users))
         results = iter(
             adapter.run_jobs(
-                [
-                    (state.program_candidates[index], user, split)
-                    for index, split, users in needed
-                    for user in users
-                ]
+                [(pool[index], user, split) for index, split, users in needed for user in users]
             )
         )
         played = {(i, split): [next(results) for _ in users] for i, split, users in needed}
-        for index, candidate in enumerate(state.program_candidates):
+        for index, candidate in enumerate(pool):
             record = context.records.get(lineage.record_id(index))
             if record is None:
-                record = self.proposed.pool_candidate(index, candidate, state)
-            if record.train is None:
-                users = played[(index, "train")]
-                scores = context.scores(users, evaluation_dir(adapter, "train", candidate), 0.0)
-                record = context.save(
-                    record.model_copy(update={"train": scores, "status": CandidateStatus.EVALUATED})
-                )
-                context.evaluation_logged(record, "train")
-            if validation and record.validation is None:
-                users = played[(index, "validation")]
-                scores = context.scores(
-                    users, evaluation_dir(adapter, "validation", candidate), 0.0
-                )
-                record = context.save(record.model_copy(update={"validation": scores}))
-                context.evaluation_logged(record, "validation")
-            if record.heldout is None and index in heldout_idx and heldout_users:
-                users = played[(index, "heldout")]
-                scores = context.scores(users, evaluation_dir(adapter, "heldout", candidate), 0.0)
-                record = context.save(record.model_copy(update={"heldout": scores}))
-                context.evaluation_logged(record, "heldout")
-        pooled = {lineage.generation_of(i) for i in range(len(state.program_candidates))}
+                record = self.proposed.pool_candidate(index, candidate, outcome)
+            for split in ("train", "validation", "heldout"):
+                if (index, split) in played and getattr(record, split) is None:
+                    record = self._scored(record, split, played[(index, split)], candidate)
+        pooled = {lineage.generation_of(i) for i in range(len(pool))}
         for entry in lineage.iterations:
             generation = int(entry["iteration"])
             if generation not in pooled and candidate_id(generation, 0) not in context.records:
-                self.proposed.outside_pool(generation, state)
-        front = sorted(
-            {
-                lineage.record_id(i)
-                for ids in state.program_at_pareto_front_valset.values()
-                for i in ids
-            }
-        )
-        entries = [{"iteration": 0}, *lineage.iterations]
-        for entry in entries:
-            self._store_generation(int(entry["iteration"]), entry, front, state)
+                self.proposed.outside_pool(generation, outcome)
+        front = sorted({lineage.record_id(i) for i in outcome.pareto_front})
+        for entry in [{"iteration": 0}, *lineage.iterations]:
+            self._store_generation(int(entry["iteration"]), entry, front, len(pool))
+
+    def _scored(
+        self, record: CandidateRecord, split: str, users: list[Any], candidate: Mapping[str, str]
+    ) -> CandidateRecord:
+        """`record` with its scores on `split` (saved and logged)."""
+        context = self.context
+        scores = context.scores(users, evaluation_dir(self.adapter, split, candidate), 0.0)
+        update: dict[str, Any] = {split: scores}
+        if split == "train":
+            update["status"] = CandidateStatus.EVALUATED
+        record = context.save(record.model_copy(update=update))
+        context.evaluation_logged(record, split)
+        return record
 
     def _store_generation(
-        self, generation: int, entry: Mapping[str, Any], front: Sequence[str], state: Any
+        self, generation: int, entry: Mapping[str, Any], front: Sequence[str], pool_size: int
     ) -> None:
         context, lineage = self.context, self.adapter.lineage
         known = [
             context.records[lineage.record_id(i)]
-            for i in range(len(state.program_candidates))
+            for i in range(pool_size)
             if lineage.generation_of(i) <= generation and lineage.record_id(i) in context.records
         ]
         new = [r.id for r in known if r.generation == generation]
@@ -180,7 +126,8 @@ class GepaRecordSync(GEPACallback):
         else:
             calls = int(entry["llm_calls_end"] - entry["llm_calls_start"])
             tokens = int(entry["tokens_end"] - entry["tokens_start"])
-        record = GenerationRecord(
+        context.store_generation(
+            compare_without=("population",),
             generation=generation,
             candidate_ids=proposed,
             evaluated_ids=new,
@@ -193,13 +140,6 @@ class GepaRecordSync(GEPACallback):
             tokens=tokens,
             wall_time_s=float(entry.get("wall_time_s", 0.0)),
         )
-        stored = context.store.load_generation(generation)
-        if stored is not None and (
-            stored.model_copy(update={"population": record.population}) == record
-        ):
-            return
-        context.store.save_generation(record)
-        context.tracker.log_generation(record, spent=context.budget.spent())
 
 
 class GepaProposalRecords:
@@ -211,11 +151,11 @@ class GepaProposalRecords:
         self.context, self.adapter = context, adapter
 
     def pool_candidate(
-        self, index: int, candidate: Mapping[str, str], state: Any
+        self, index: int, candidate: Mapping[str, str], outcome: GepaOutcome
     ) -> CandidateRecord:
         """The record of a candidate in GEPA's pool (index 0: the base)."""
         lineage = self.adapter.lineage
-        parents = [p for p in state.parent_program_for_candidate[index] if p is not None]
+        parents = [p for p in outcome.parents[index] if p is not None]
         return self._record(
             lineage.generation_of(index),
             candidate,
@@ -223,7 +163,7 @@ class GepaProposalRecords:
             CandidateStatus.PROPOSED,
         )
 
-    def outside_pool(self, generation: int, state: Any) -> CandidateRecord | None:
+    def outside_pool(self, generation: int, outcome: GepaOutcome) -> CandidateRecord | None:
         """A generation whose proposal did not join GEPA's pool: rejected on its minibatch,
         or invalid (no usable text). None: nothing was proposed (e.g. a skipped merge)."""
         lineage = self.adapter.lineage
@@ -231,7 +171,7 @@ class GepaProposalRecords:
         if not proposals or proposals[0].get("parent") is None:
             return None
         parent_idx = int(proposals[0]["parent"])
-        candidate = dict(state.program_candidates[parent_idx])
+        candidate = dict(outcome.candidates[parent_idx])
         for proposal in proposals:
             candidate.update(proposal["components"])
         usable = any(p["components"] for p in proposals)
@@ -339,16 +279,3 @@ class GepaProposalRecords:
 def evaluation_dir(adapter: AMemGymAdapter, split: str, candidate: Mapping[str, str]) -> Path:
     """The runner directory where the adapter played `candidate` on `split` (all users)."""
     return adapter.work_dir / split / adapter.fingerprint(candidate)[:16]
-
-
-def rejection_in_words(new: float, old: float, gepa_reason: str) -> str:
-    """GEPA's rejection text (`... (old_sum=-0.33333333333333187, new_sum=...)`) as the
-    reason a reader sees: the two minibatch sums, rounded, and what they mean."""
-    scores = f"{format_score(new)} vs its parent's {format_score(old)}"
-    if "not selected" in gepa_reason:  # passed the check, another proposal was chosen
-        return (
-            f"passed the minibatch check ({scores}, summed over the minibatch users) but "
-            "another proposal of the same step was selected"
-        )
-    verdict = "below its parent" if new < old - 1e-9 else "no better than its parent"
-    return f"{verdict} on the minibatch: {scores} (the score summed over the minibatch users)"

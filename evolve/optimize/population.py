@@ -1,7 +1,7 @@
 """The population schedule on GEPA: `run_gepa` drives the generations over the
-`AMemGymAdapter` with the operators the spec names; `GepaRecordSync` turns GEPA's state into
-our frozen records as iterations finish; held-out users score each new best (from the
-adapter's callback) or, with `heldout = "final"`, the base and the final best.
+`AMemGymAdapter` with the operators the spec names, one iteration at a time; after each,
+`GepaRecords` turns GEPA's outcome into our frozen records; held-out users score each new
+best (between iterations) or, with `heldout = "final"`, the base and the final best.
 
 What GEPA does here: parent selection, component selection, minibatch acceptance, merge,
 the metric-call budget and run_dir checkpoints. What stays ours and why: records and MLflow
@@ -14,11 +14,11 @@ from __future__ import annotations
 from evolve.optimize.context import EvolutionContext, Schedule
 from evolve.optimize.gepa_adapter import AMemGymAdapter, seed_candidate
 from evolve.optimize.gepa_engine import GepaSettings, budget_stop, run_gepa
-from evolve.optimize.gepa_records import GepaRecordSync
+from evolve.optimize.gepa_records import GepaRecords
 from evolve.optimize.operator_set import build_operators
 from evolve.optimize.parameters import ParameterProposer, RandomStepProposer
 from evolve.results.budget import BudgetExhausted
-from evolve.results.records import CandidateRecord, GenerationRecord
+from evolve.results.records import CandidateRecord
 from evolve.simulator.environment import Environment
 from evolve.spec.config import ExperimentSpec
 
@@ -93,8 +93,8 @@ class PopulationSchedule(Schedule):
         )
         every_generation = optimizer.heldout == "every_generation"
         context.progress.generation_started(0, generations)
-        sync = GepaRecordSync(context, adapter, generations)
-        run_gepa(
+        records = GepaRecords(context, adapter)
+        outcome = run_gepa(
             adapter,
             train_users=train,
             validation_users=validation,
@@ -104,17 +104,15 @@ class PopulationSchedule(Schedule):
             run_dir=context.store.root / GEPA_DIR,
             seed=context.spec.seed,
             stop_when=budget_stop(context.budget, context.stop),
-            callbacks=[sync],
+            spent=context.budget.spent,
+            before_iteration=lambda iteration: context.progress.generation_started(
+                iteration, generations
+            ),
+            after_iteration=records.sync,
         )
-        state = sync.final_state
-        if not every_generation and heldout and state is not None:
-            best = max(
-                range(len(state.program_candidates)),
-                key=lambda i: (state.program_full_scores_val_set[i], -i),
-            )
-            sync.final_heldout = {0, best}
-        if state is not None:
-            sync.sync(state)
+        if not every_generation and heldout:
+            records.final_heldout = {0, outcome.best_by_score()}
+            records.sync(outcome)
         if context.budget.exhausted() is not None:
             raise BudgetExhausted(context.budget.exhausted() or "budget exhausted")
 
@@ -127,7 +125,7 @@ class PopulationSchedule(Schedule):
             base = context.evaluate(base, "heldout")
         assert base.train is not None
         spent = [s for s in (base.train, base.heldout) if s is not None]
-        record = GenerationRecord(
+        context.store_generation(
             generation=0,
             candidate_ids=[base.id],
             evaluated_ids=[base.id],
@@ -139,6 +137,3 @@ class PopulationSchedule(Schedule):
             llm_calls=sum(s.summary.llm_calls for s in spent),
             tokens=sum(s.summary.tokens for s in spent),
         )
-        if context.store.load_generation(0) != record:
-            context.store.save_generation(record)
-            context.tracker.log_generation(record, spent=context.budget.spent())

@@ -226,26 +226,44 @@ def candidate_record(
     candidate_id: str,
     *,
     generation: int,
-    policy: Any,
     mutation: Mutation,
     seed: int,
+    policy: Any = None,
+    like: CandidateRecord | None = None,
     parent_ids: Sequence[str] = (),
     status: CandidateStatus = CandidateStatus.PROPOSED,
     **fields: Any,
 ) -> CandidateRecord:
-    """The one way a candidate record is made from a policy (identity read from the policy)."""
-    components, parameters = policy.components(), policy.parameters()
+    """The one way a candidate record is made. Its identity (kind, components, parameters,
+    fingerprint) is read from `policy`; a proposal with no usable policy (invalid) shows
+    the identity of `like` (its parent) under an empty fingerprint, and a record rebuilt
+    from elsewhere (an MLflow run) passes `kind`, `components`, `parameters` and
+    `fingerprint` itself."""
+    if policy is not None:
+        components, parameters = policy.components(), policy.parameters()
+        identity: dict[str, Any] = {
+            "fingerprint": fingerprint(policy.kind, components, parameters),
+            "kind": policy.kind,
+            "components": components,
+            "parameters": parameters,
+        }
+    elif like is not None:
+        identity = {
+            "fingerprint": "",
+            "kind": like.kind,
+            "components": dict(like.components),
+            "parameters": dict(like.parameters),
+        }
+    else:
+        identity = {}
     return CandidateRecord(
         id=candidate_id,
         generation=generation,
         parent_ids=tuple(parent_ids),
         mutation=mutation,
         seed=seed,
-        fingerprint=fingerprint(policy.kind, components, parameters),
-        kind=policy.kind,
-        components=components,
-        parameters=parameters,
         status=status,
+        **identity,
         **fields,
     )
 

@@ -163,7 +163,7 @@ def test_seed_train_and_heldout_evaluations_run_at_once(tmp_path):
 
     adapter.run_user = timed
     calls_before = lms.usage.snapshot().total_calls
-    run_gepa(
+    outcome = run_gepa(
         adapter,
         train_users=TRAIN[:1],
         heldout_users=HELDOUT[:1],
@@ -175,7 +175,7 @@ def test_seed_train_and_heldout_evaluations_run_at_once(tmp_path):
     (train_start, train_end), *again = intervals[(TRAIN[0], "train")]
     (heldout_start, heldout_end), *_ = intervals[(HELDOUT[0], "heldout")]
     assert train_start < heldout_end and heldout_start < train_end, "they ran one after another"
-    assert len(adapter.lineage.heldout) == 1 and adapter.lineage.heldout[0]["candidate_idx"] == 0
+    assert [h.candidate_idx for h in outcome.heldout] == [0]
     # Read back by GEPA and the held-out callback: the LLM calls are those of two users.
     sequential_lms = world(tmp_path / "sequential")[1]
     per_user = []

@@ -57,7 +57,7 @@ def adapter_for(
 
 def shown_to_reflector(adapter: AMemGymAdapter, world: NoiseWorld, iteration: int) -> str:
     """What the reflector is shown when GEPA's `iteration` proposes a child of PARENT."""
-    adapter.iteration = iteration
+    adapter.lineage.current_iteration = iteration
     batch = adapter.evaluate(MINIBATCH, PARENT, capture_traces=True)
     dataset = adapter.make_reflective_dataset(PARENT, batch, [COMPONENT])
     before = len(world.reflector.calls)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from evolve.optimize.gepa_records import rejection_in_words
+from evolve.optimize.gepa_engine import rejection_in_words
 
 
 def test_gepas_raw_sums_become_rounded_words():
