@@ -35,6 +35,7 @@ from memory_policies.variants import (
     pop_variant,
     variant_rules,
 )
+from memory_policies.writes import WriteStrategy
 
 logger = logging.getLogger(__name__)
 
@@ -243,7 +244,8 @@ class MemoryPolicy(EvolvableModule):
 
     Hooks for subclasses (the rest is shared):
       - ``_build_modules()``: create ``self.write``, ``self.read``, ``self.use``.
-      - ``_write(state, messages, times)``: fold messages leaving the buffer into memory.
+      - ``_write(state, messages, times)``: fold messages leaving the buffer into memory
+        (or ``write_strategies``: one `WriteStrategy` per variant, which `_write` calls).
       - ``_use_inputs(state, query)``: extra `use` inputs (e.g. the memory text) + what was read.
       - ``_instruction_predictors()``: component name -> predictor whose instruction it is.
     """
@@ -263,6 +265,10 @@ class MemoryPolicy(EvolvableModule):
     choose_signature: ClassVar[type[dspy.Signature]]
     # The same under variant=paper (a raw-chat signature, see memory_policies.paper).
     paper_choose_signature: ClassVar[type[dspy.Signature]]
+    # The kind's write procedures by `VariantRules.writes` ("reference", "own"): the one of
+    # the policy's variant becomes `self.writes`. A kind that overrides `_write` instead
+    # declares none.
+    write_strategies: ClassVar[Mapping[str, WriteStrategy]] = {}
 
     write: dspy.Module
     read: dspy.Module
@@ -285,6 +291,8 @@ class MemoryPolicy(EvolvableModule):
             setattr(self, name, value)
         # How replies and answers are asked, decided once for the variant.
         self.dialogue: Dialogue = CHAT_TURNS_DIALOGUE if self.rules.chat_turns else FIELDS_DIALOGUE
+        # How memory is written, decided once for the variant (None: the kind's own `_write`).
+        self.writes: WriteStrategy | None = self.write_strategies.get(self.rules.writes)
         self._build_modules()
 
     @property
@@ -298,7 +306,9 @@ class MemoryPolicy(EvolvableModule):
         raise NotImplementedError
 
     def _write(self, state: MemoryState, messages: list[Message], times: list[str | None]) -> None:
-        raise NotImplementedError
+        if self.writes is None:
+            raise NotImplementedError(f"{type(self).__name__} declares no write strategy")
+        self.writes.write(self, state, messages, times)
 
     def _use_inputs(self, state: MemoryState, query: str) -> tuple[dict[str, str], list[str]]:
         return {}, []

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import dspy
 from pydantic import BaseModel, Field
 
-from memory_policies.base import MemoryState, Message, render_conversation
+from memory_policies.base import MemoryState, render_conversation
 from memory_policies.common import MemoryText, latest_time
 from memory_policies.embedding_store import (
     EmbeddingRead,
@@ -24,6 +24,7 @@ from memory_policies.paper import (
     MemoryUpdate,
     paper_chat,
 )
+from memory_policies.writes import WriteStrategy
 
 DEFAULT_WRITE = (
     "You curate the long-term memory of a personal assistant about its user. From the new "
@@ -54,43 +55,21 @@ class ExternalWrite(dspy.Signature):
     )
 
 
-class ExternalPolicy(EmbeddingStorePolicy):
-    """`write` extracts facts and reconciles them with similar stored ones (add/update/delete).
+class CuratedWrites(WriteStrategy):
+    """Ours: one call extracts the messages' facts and reconciles them with the related
+    stored ones (add / update / delete by id)."""
 
-    Operations naming an unknown id or carrying no text cannot be applied; they are counted in
-    ``state.parse_failures["write.invalid"]`` (an update of an unknown id is kept as an add,
-    so the fact is not lost).
-    """
+    def build(self, policy: Any) -> None:
+        policy.write = dspy.Predict(ExternalWrite.with_instructions(DEFAULT_WRITE))
 
-    kind: ClassVar[str] = "external"
-    state_type: ClassVar[type[MemoryState]] = ExternalState
-
-    def _build_modules(self) -> None:
-        self.read = EmbeddingRead()
-        if self.rules.reference_writes:
-            # mem0 v1.1's two steps: fact extraction, then events against related memories.
-            self.write = dspy.Predict(FactExtraction.with_instructions(PAPER_FACT_EXTRACTION))
-            self.write_update = dspy.Predict(MemoryUpdate.with_instructions(PAPER_MEMORY_UPDATE))
-        else:
-            self.write = dspy.Predict(ExternalWrite.with_instructions(DEFAULT_WRITE))
-        self.use = self._use_predictor()
-
-    def _instruction_predictors(self) -> dict[str, dspy.Predict]:
-        if self.rules.reference_writes:
-            return {"write": self.write, "write.update": self.write_update, "use": self.use}
-        return {"write": self.write, "use": self.use}
-
-    def _write(self, state: MemoryState, messages: list[Message], times: list[str | None]) -> None:
+    def write(self, policy, state, messages, times) -> None:
         assert isinstance(state, ExternalState)
-        if self.rules.reference_writes:
-            self._paper_write(state, messages, latest_time(times) or state.current_time)
-            return
         transcript = render_conversation(messages)
-        related = self._search(state, transcript, self.top_k)
-        prediction = self._predict(
+        related = policy._search(state, transcript, policy.top_k)
+        prediction = policy._predict(
             state,
             "write",
-            self.write,
+            policy.write,
             existing="\n".join(f"[{m.id}] {m.text}" for m in related) or "(none)",
             messages=transcript,
         )
@@ -122,14 +101,27 @@ class ExternalPolicy(EmbeddingStorePolicy):
         state.memories = [m for m in state.memories if m.id in by_id]
         # Duplicate facts in one batch would only crowd out other memories at read time.
         unique = list(dict.fromkeys(additions))
-        self._store(state, unique, time)
+        policy._store(state, unique, time)
 
-    def _paper_write(self, state: ExternalState, messages: list[Message], time: str | None) -> None:
+
+class Mem0Writes(WriteStrategy):
+    """The reference's (mem0 v1.1): fact extraction, then events against related memories."""
+
+    def build(self, policy: Any) -> None:
+        policy.write = dspy.Predict(FactExtraction.with_instructions(PAPER_FACT_EXTRACTION))
+        policy.write_update = dspy.Predict(MemoryUpdate.with_instructions(PAPER_MEMORY_UPDATE))
+
+    def instruction_predictors(self, policy: Any) -> dict[str, dspy.Predict]:
+        return {"write": policy.write, "write.update": policy.write_update}
+
+    def write(self, policy, state, messages, times) -> None:
         """Extract facts from the flushed messages (role-prefixed, as the reference passes them
         to mem0); look up the memories related to each fact; one call decides the events."""
+        assert isinstance(state, ExternalState)
+        time = latest_time(times) or state.current_time
         transcript = "\n".join(f"{m.role}: {ROLE_PREFIXES[m.role]}{m.content}" for m in messages)
         with paper_chat():
-            extracted = self._predict(state, "write", self.write, messages=transcript)
+            extracted = policy._predict(state, "write", policy.write, messages=transcript)
         if extracted is None:
             return  # counted in parse_failures; memory unchanged
         facts = list(dict.fromkeys(str(fact).strip() for fact in extracted.facts))
@@ -138,13 +130,13 @@ class ExternalPolicy(EmbeddingStorePolicy):
             return  # mem0 makes no update call without new facts
         related: dict[int, StoredMemory] = {}
         for fact in facts:
-            for memory in self._search(state, fact, RELATED_PER_FACT):
+            for memory in policy._search(state, fact, RELATED_PER_FACT):
                 related.setdefault(memory.id, memory)
         with paper_chat():
-            decided = self._predict(
+            decided = policy._predict(
                 state,
                 "write.update",
-                self.write_update,
+                policy.write_update,
                 existing="\n".join(f"[{m.id}] {m.text}" for m in related.values()) or "(none)",
                 new_facts="\n".join(facts),
             )
@@ -171,4 +163,31 @@ class ExternalPolicy(EmbeddingStorePolicy):
                 state.parse_failures.get("write.invalid", 0) + invalid
             )
         state.memories = [m for m in state.memories if m.id not in removed]
-        self._store(state, list(dict.fromkeys(additions)), time)
+        policy._store(state, list(dict.fromkeys(additions)), time)
+
+
+class ExternalPolicy(EmbeddingStorePolicy):
+    """`write` extracts facts and reconciles them with similar stored ones (add/update/delete).
+
+    Operations naming an unknown id or carrying no text cannot be applied; they are counted in
+    ``state.parse_failures["write.invalid"]`` (an update of an unknown id is kept as an add,
+    so the fact is not lost).
+    """
+
+    kind: ClassVar[str] = "external"
+    state_type: ClassVar[type[MemoryState]] = ExternalState
+
+    write_strategies: ClassVar[dict[str, WriteStrategy]] = {
+        "own": CuratedWrites(),
+        "reference": Mem0Writes(),
+    }
+
+    def _build_modules(self) -> None:
+        self.read = EmbeddingRead()
+        assert self.writes is not None
+        self.writes.build(self)
+        self.use = self._use_predictor()
+
+    def _instruction_predictors(self) -> dict[str, dspy.Predict]:
+        assert self.writes is not None
+        return {**self.writes.instruction_predictors(self), "use": self.use}

@@ -9,7 +9,7 @@ from typing import Any, ClassVar, Literal
 import dspy
 from pydantic import BaseModel, Field
 
-from memory_policies.base import MemoryPolicy, MemoryState, Message, render_conversation
+from memory_policies.base import MemoryPolicy, MemoryState, render_conversation
 from memory_policies.common import (
     DEFAULT_MEMORY_USE,
     MemoryChoose,
@@ -30,6 +30,7 @@ from memory_policies.paper import (
     paper_chat,
 )
 from memory_policies.variants import VARIANTS, Variant
+from memory_policies.writes import WriteStrategy
 
 TYPES_HEADER = "Types of Information to Remember:"
 # The composed write instruction is "<write>\n\n<TYPES_HEADER>\n<types_to_remember>"; the
@@ -112,68 +113,34 @@ def split_write_instruction(instruction: str) -> tuple[str, str]:
     return write, types if seam else ""
 
 
-class InContextPolicy(MemoryPolicy):
-    """Under variant=paper: the reference's 7 types, a write that sees the memory as a JSON
-    object and the flushed messages as a JSON list and answers one JSON object of
-    label -> complete value (exact-label overwrite), and replies from a system message with
-    ``- label: value`` lines followed by the recent messages as chat turns."""
+class InContextWrites(WriteStrategy):
+    """An in-context write: its signature, its initial instruction and types to remember."""
 
-    kind: ClassVar[str] = "in_context"
-    state_type: ClassVar[type[MemoryState]] = InContextState
-    choose_signature: ClassVar[type[dspy.Signature]] = MemoryChoose
-    variants: ClassVar[tuple[Variant, ...]] = VARIANTS
-    paper_choose_signature: ClassVar[type[dspy.Signature]] = InContextChatChoose
+    signature: type[dspy.Signature]
+    instruction: str
+    types_to_remember: str
 
-    def _build_modules(self) -> None:
-        write_signature = InContextJSONWrite if self.rules.reference_writes else InContextWrite
-        self.write = dspy.Predict(write_signature.with_instructions(self._initial_write()))
-        self.read = InContextRead()
-        self.use = dspy.Predict(
-            self.dialogue.pick(
-                MemoryReply.with_instructions(DEFAULT_MEMORY_USE),
-                InContextChatReply.with_instructions(PAPER_IN_CONTEXT_USE),
-            )
-        )
+    def build(self, policy: Any) -> None:
+        # The policy composes the instruction: the oracle leaves the types out.
+        policy.write = dspy.Predict(self.signature.with_instructions(policy._initial_write()))
 
-    def _initial_write(self) -> str:
-        if self.rules.reference_writes:
-            return compose_write_instruction(PAPER_IN_CONTEXT_WRITE, PAPER_TYPES_TO_REMEMBER)
-        return compose_write_instruction(DEFAULT_WRITE, DEFAULT_TYPES_TO_REMEMBER)
 
-    def _write_signature(self, state: InContextState) -> type[dspy.Signature]:
-        """The write signature for this state (the oracle adds the user's own types)."""
-        return self.write.signature
+class LabelledWrites(InContextWrites):
+    """Ours: the memory and the messages as text; label -> value updates (a label is matched
+    case-insensitively; empty labels or values are skipped)."""
 
-    def _write(self, state: MemoryState, messages: list[Message], times: list[str | None]) -> None:
+    signature = InContextWrite
+    instruction = DEFAULT_WRITE
+    types_to_remember = DEFAULT_TYPES_TO_REMEMBER
+
+    def write(self, policy, state, messages, times) -> None:
         assert isinstance(state, InContextState)
         time = latest_time(times) or state.current_time
-        signature = self._write_signature(state)
-        if self.rules.reference_writes:
-            with paper_chat():
-                prediction = self._predict(
-                    state,
-                    "write",
-                    self.write,
-                    signature=signature,
-                    current_memories=json.dumps(
-                        {e.label: e.value for e in state.memory}, indent=2, ensure_ascii=False
-                    ),
-                    conversation=json.dumps(
-                        [m.model_dump() for m in messages], indent=2, ensure_ascii=False
-                    ),
-                )
-            if prediction is None:
-                return  # counted in parse_failures; memory unchanged
-            for label, value in prediction.memory_updates.items():
-                # Exact label match, as the reference; overwrite = drop and append (time order).
-                state.memory = [e for e in state.memory if e.label != label]
-                state.memory.append(MemoryEntry(label=label, value=_as_text(value), time=time))
-            return
-        prediction = self._predict(
+        prediction = policy._predict(
             state,
             "write",
-            self.write,
-            signature=signature,
+            policy.write,
+            signature=policy._write_signature(state),
             memory=render_entries(state.memory),
             messages=render_conversation(messages),
         )
@@ -187,6 +154,76 @@ class InContextPolicy(MemoryPolicy):
             # Overwrite = drop the old entry and append: the list stays ordered by write time.
             state.memory = [e for e in state.memory if e.label.casefold() != key]
             state.memory.append(MemoryEntry(label=label, value=value, time=time))
+
+
+class JSONObjectWrites(InContextWrites):
+    """The reference's: the memory as a JSON object and the messages as a JSON list, answered
+    by one JSON object of label -> complete value (exact-label overwrite), the original's 7
+    types."""
+
+    signature = InContextJSONWrite
+    instruction = PAPER_IN_CONTEXT_WRITE
+    types_to_remember = PAPER_TYPES_TO_REMEMBER
+
+    def write(self, policy, state, messages, times) -> None:
+        assert isinstance(state, InContextState)
+        time = latest_time(times) or state.current_time
+        with paper_chat():
+            prediction = policy._predict(
+                state,
+                "write",
+                policy.write,
+                signature=policy._write_signature(state),
+                current_memories=json.dumps(
+                    {e.label: e.value for e in state.memory}, indent=2, ensure_ascii=False
+                ),
+                conversation=json.dumps(
+                    [m.model_dump() for m in messages], indent=2, ensure_ascii=False
+                ),
+            )
+        if prediction is None:
+            return  # counted in parse_failures; memory unchanged
+        for label, value in prediction.memory_updates.items():
+            # Exact label match, as the reference; overwrite = drop and append (time order).
+            state.memory = [e for e in state.memory if e.label != label]
+            state.memory.append(MemoryEntry(label=label, value=_as_text(value), time=time))
+
+
+class InContextPolicy(MemoryPolicy):
+    """Under variant=paper: the reference's 7 types, a write that sees the memory as a JSON
+    object and the flushed messages as a JSON list and answers one JSON object of
+    label -> complete value (exact-label overwrite), and replies from a system message with
+    ``- label: value`` lines followed by the recent messages as chat turns."""
+
+    kind: ClassVar[str] = "in_context"
+    state_type: ClassVar[type[MemoryState]] = InContextState
+    choose_signature: ClassVar[type[dspy.Signature]] = MemoryChoose
+    variants: ClassVar[tuple[Variant, ...]] = VARIANTS
+    paper_choose_signature: ClassVar[type[dspy.Signature]] = InContextChatChoose
+
+    write_strategies: ClassVar[dict[str, WriteStrategy]] = {
+        "own": LabelledWrites(),
+        "reference": JSONObjectWrites(),
+    }
+
+    def _build_modules(self) -> None:
+        assert self.writes is not None
+        self.writes.build(self)
+        self.read = InContextRead()
+        self.use = dspy.Predict(
+            self.dialogue.pick(
+                MemoryReply.with_instructions(DEFAULT_MEMORY_USE),
+                InContextChatReply.with_instructions(PAPER_IN_CONTEXT_USE),
+            )
+        )
+
+    def _initial_write(self) -> str:
+        assert isinstance(self.writes, InContextWrites)
+        return compose_write_instruction(self.writes.instruction, self.writes.types_to_remember)
+
+    def _write_signature(self, state: InContextState) -> type[dspy.Signature]:
+        """The write signature for this state (the oracle adds the user's own types)."""
+        return self.write.signature
 
     def _use_inputs(self, state: MemoryState, query: str) -> tuple[dict[str, str], list[str]]:
         assert isinstance(state, InContextState)
@@ -250,7 +287,8 @@ class InContextOraclePolicy(InContextPolicy):
     state_type: ClassVar[type[MemoryState]] = InContextOracleState
 
     def _initial_write(self) -> str:
-        return PAPER_IN_CONTEXT_WRITE if self.rules.reference_writes else DEFAULT_WRITE
+        assert isinstance(self.writes, InContextWrites)
+        return self.writes.instruction
 
     def initial_state(
         self, *, state_schema: Mapping[str, Sequence[str]] | None = None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import dspy
 
@@ -10,6 +10,7 @@ from memory_policies.base import MemoryState, Message, render_conversation
 from memory_policies.common import latest_time
 from memory_policies.embedding_store import EmbeddingRead, EmbeddingStorePolicy, StoreState
 from memory_policies.paper import ROLE_PREFIXES
+from memory_policies.writes import WriteStrategy
 
 
 class RawRagState(StoreState):
@@ -31,6 +32,30 @@ class MessageWrite(dspy.Module):
         return dspy.Prediction(memories=[ROLE_PREFIXES[m.role] + m.content for m in messages])
 
 
+class ChunkWrites(WriteStrategy):
+    """Ours: each flush of `update_every` messages is one memory (2 = one exchange)."""
+
+    def build(self, policy: Any) -> None:
+        policy.write = ChunkWrite()
+
+    def write(self, policy, state, messages, times) -> None:
+        assert isinstance(state, RawRagState)
+        time = latest_time(times) or state.current_time
+        policy._store(state, [policy.write(messages=messages).chunk], time)
+
+
+class MessageWrites(WriteStrategy):
+    """The reference's: each message is its own memory."""
+
+    def build(self, policy: Any) -> None:
+        policy.write = MessageWrite()
+
+    def write(self, policy, state, messages, times) -> None:
+        assert isinstance(state, RawRagState)
+        time = latest_time(times) or state.current_time
+        policy._store(state, policy.write(messages=messages).memories, time)
+
+
 class RawRagPolicy(EmbeddingStorePolicy):
     """Each flush of `update_every` messages is stored as one chunk (2 = one exchange);
     under variant=paper each message is stored as its own memory, and 30 are retrieved."""
@@ -44,16 +69,13 @@ class RawRagPolicy(EmbeddingStorePolicy):
         "top_k": 4,
     }
 
+    write_strategies: ClassVar[dict[str, WriteStrategy]] = {
+        "own": ChunkWrites(),
+        "reference": MessageWrites(),
+    }
+
     def _build_modules(self) -> None:
-        self.write = MessageWrite() if self.rules.reference_writes else ChunkWrite()
+        assert self.writes is not None
+        self.writes.build(self)
         self.read = EmbeddingRead()
         self.use = self._use_predictor()
-
-    def _write(self, state: MemoryState, messages: list[Message], times: list[str | None]) -> None:
-        assert isinstance(state, RawRagState)
-        time = latest_time(times) or state.current_time
-        if self.rules.reference_writes:
-            self._store(state, self.write(messages=messages).memories, time)
-            return
-        chunk = self.write(messages=messages).chunk
-        self._store(state, [chunk], time)

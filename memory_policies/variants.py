@@ -25,6 +25,8 @@ from memory_policies.errors import PolicyError
 
 Variant = Literal["paper", "evolve"]
 VARIANTS: tuple[Variant, ...] = get_args(Variant)
+# The write procedures a kind may offer, one per variant (see `memory_policies.writes`).
+WriteProcedure = Literal["reference", "own"]
 DEFAULT_VARIANT: Variant = "evolve"
 
 
@@ -43,10 +45,11 @@ class VariantRules:
     # Numeric defaults of the reference configs (each kind's `paper_parameters`, e.g. top_k
     # 30) replace the kind's own defaults.
     reference_defaults: bool
-    # Memory writes follow the reference's procedures (in_context: a JSON label -> value
-    # object with the original's 7 types; external: mem0's extraction then events; raw_rag:
-    # one memory per message). A kind with no reference counterpart refuses the variant.
-    reference_writes: bool
+    # Which write strategy of a kind runs (`memory_policies.writes`): "reference", the
+    # reference's procedures (in_context: a JSON label -> value object with the original's 7
+    # types; external: mem0's extraction then events; raw_rag: one memory per message), or
+    # "own". A kind with no reference counterpart refuses the variant.
+    writes: WriteProcedure
     # Retrieval searches with the message as sent (time header and, for a question, the
     # options included), as the reference does; ours strips the time header (noise for a
     # similarity search).
@@ -63,7 +66,7 @@ PAPER = VariantRules(
     name="paper",
     chat_turns=True,
     reference_defaults=True,
-    reference_writes=True,
+    writes="reference",
     search_with_message_as_sent=True,
     plain_memory_lines=True,
     question_asks_for_current_situation=True,
@@ -72,7 +75,7 @@ EVOLVE = VariantRules(
     name="evolve",
     chat_turns=False,
     reference_defaults=False,
-    reference_writes=False,
+    writes="own",
     search_with_message_as_sent=False,
     plain_memory_lines=False,
     question_asks_for_current_situation=False,
