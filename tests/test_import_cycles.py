@@ -249,3 +249,41 @@ def test_no_import_cycle_between_modules() -> None:
     assert "memory_policies.base" in graph and "evolve.simulator.run_dir" in graph
     cycles = find_cycles(graph)
     assert not cycles, "import cycles between modules:\n" + _describe(graph, cycles)
+
+
+def readme_layers() -> list[str]:
+    """The packages of the README's "What is where" block, top to bottom."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = readme.split("## What is where", 1)[1].split("```", 2)[1]
+    return [
+        "evolve." + line.split("/")[1]
+        for line in block.splitlines()
+        if line.startswith("evolve/") and line.split("/")[1] and " " not in line.split("/")[1]
+    ]
+
+
+def layer_violations(layers: list[str], graph: dict[str, dict[str, list[str]]]) -> list[str]:
+    """Each edge that points up the list (a package importing one listed above it)."""
+    position = {package: index for index, package in enumerate(layers)}
+    return [
+        f"{source} (row {position[source] + 1}) imports {target} (row {position[target] + 1}) "
+        f"in {', '.join(modules[:2])}"
+        for source, targets in graph.items()
+        if source in position
+        for target, modules in targets.items()
+        if target in position and position[target] < position[source]
+    ]
+
+
+def test_the_readme_lists_the_packages_in_the_code_s_layer_order() -> None:
+    layers = readme_layers()
+    packages = {_package(_module_name(p)) for p in EVOLVE.rglob("*/__init__.py")}
+    assert set(layers) == packages, "the README's layout and evolve/'s packages differ"
+    violations = layer_violations(layers, package_graph())
+    assert not violations, "the README's layout is not the import order:\n" + "\n".join(violations)
+
+
+def test_a_layout_out_of_order_is_found() -> None:
+    graph = {"evolve.optimize": {"evolve.tuning": ["evolve.optimize.population"]}}
+    assert layer_violations(["evolve.tuning", "evolve.optimize"], graph)
+    assert not layer_violations(["evolve.optimize", "evolve.tuning"], graph)

@@ -67,3 +67,8 @@ def test_no_module_or_class_over_the_limits() -> None:
     assert not found, "split these (one concept per module, one job per class):\n" + "\n".join(
         found
     )
+
+
+def test_the_readme_states_these_limits():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert f"No module over {MODULE_LIMIT} lines, no class over {CLASS_LIMIT}" in readme

@@ -1,14 +1,14 @@
 """The self-evolution loop: GEPA population schedule, per-period chain, operators, lineage."""
 
+from evolve.feedback import Feedback, build_feedback
 from evolve.optimize import list_edit  # noqa: F401  (registers the list_edit operator)
 from evolve.optimize.experiment_dir import ExperimentDir
-from evolve.optimize.feedback import Feedback, build_feedback, load_period_results
 from evolve.optimize.loop import LoopProgress, evolve_policy
 from evolve.optimize.parameters import ParameterProposer, RandomStepProposer
 from evolve.optimize.reflect import Proposal, Reflector
 from evolve.optimize.report import format_lineage, format_table, generation_rows
 from evolve.results.budget import Budget, BudgetExhausted
-from evolve.results.objective import objective_value
+from evolve.results.objective import load_period_results, objective_value
 from evolve.results.records import (
     CandidateRecord,
     CandidateStatus,

@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from evolve.core.errors import ConfigError
+from evolve.feedback import Feedback, build_feedback, feedback_kind, reflective_record
 from evolve.optimize.context import EvolutionContext
-from evolve.optimize.feedback import build_feedback
 from evolve.optimize.operator_set import owner_of
 from evolve.optimize.operators import MutationOperator
 from evolve.results.records import (
@@ -62,12 +62,12 @@ def propose_chain_step(
     """One user's step after `period`, from that user's period feedback, by the operator
     that owns the step's component."""
     optimizer = context.optimizer
-    if optimizer.feedback == "none":
-        # The caller checks `reflective_enabled()`; this keeps "none" meaning "no
+    if not feedback_kind(optimizer.feedback).proposes:
+        # The caller checks `reflective_enabled()`; this keeps such a kind meaning "no
         # reflective proposal" even if a new caller forgets to.
         raise ValueError(
-            'feedback = "none" makes no reflective proposal, but a chain step was asked '
-            f"for user {user_id!r} after period {period}; check "
+            f"feedback = {optimizer.feedback!r} makes no reflective proposal, but a chain step "
+            f"was asked for user {user_id!r} after period {period}; check "
             'OptimizerSpec.reflective_enabled() before proposing, or use feedback = "blind"'
         )
     generation = period + 1
@@ -95,7 +95,7 @@ def propose_chain_step(
             periods=[period],
         )
         feedback_text = feedback.text
-        outcome = operator_step(operator, current_policy, current, component, feedback.text, seed)
+        outcome = operator_step(operator, current_policy, current, component, feedback, seed)
         mutation = Mutation(
             kind=operator.name,
             component=component,
@@ -147,7 +147,7 @@ def operator_step(
     parent_policy: Any,
     parent: CandidateRecord,
     component: str,
-    feedback: str,
+    feedback: Feedback,
     seed: int,
 ) -> dict[str, Any]:
     """One operator proposal turned into a policy, or the reason it cannot be one. The
@@ -155,7 +155,7 @@ def operator_step(
     reflective dataset holds per component)."""
     from memory_policies.errors import PolicyError
 
-    records = {component: [{"Feedback": feedback}]}
+    records = {component: [reflective_record(feedback)]}
     proposal = operator.propose(dict(parent.components), [component], records, seed=seed)
     edits = {
         name: dict(applied)

@@ -9,7 +9,7 @@ a user whose memory score is undefined at its first evaluation (the base candida
 GEPA evaluates first) is scored by accuracy for every candidate, recorded in `units`.
 
 Hand-written because GEPA's default adapters know neither episodes nor our operators: the
-reflective dataset is our per-component feedback (`evolve.optimize.feedback`), and
+reflective dataset is our per-component feedback (`evolve.feedback`), and
 `propose_new_texts` routes each component to the operator that owns it
 (`evolve.optimize.operators`; GEPA's own proposer knows no numeric parameters nor our
 reflector role). The adapter also holds the lineage GEPA does not keep (`gepa_lineage`:
@@ -29,7 +29,7 @@ from typing import Any
 from gepa.core.adapter import EvaluationBatch
 
 from evolve.core.seeds import derive_rng, derive_seed
-from evolve.optimize.feedback import FEEDBACK_KINDS, build_feedback
+from evolve.feedback import build_feedback, feedback_kind, reflective_record
 from evolve.optimize.gepa_lineage import GepaLineage
 from evolve.optimize.operators import (
     MutationOperator,
@@ -95,9 +95,7 @@ def build_reflective_dataset(
             {
                 "users": [user.user_id for user in users],
                 "scores": list(scores),
-                "Feedback": feedback.text,
-                "failures_shown": feedback.failures_shown,
-                "failures_total": feedback.failures_total,
+                **reflective_record(feedback),
             }
         ]
     return dataset
@@ -124,13 +122,9 @@ class AMemGymAdapter:
         stop: threading.Event | None = None,
         validation_users: Sequence[str] = (),
     ) -> None:
-        if feedback not in FEEDBACK_KINDS:
-            # Checked here: GEPA logs and swallows errors raised while building a reflective
-            # dataset, so an unknown kind would silently skip every proposal.
-            raise ValueError(
-                f"feedback = {feedback!r} is not a feedback kind; expected one of "
-                f"{', '.join(FEEDBACK_KINDS)}"
-            )
+        # Looked up here: GEPA logs and swallows errors raised while building a reflective
+        # dataset, so an unknown kind would silently skip every proposal.
+        self.feedback_kind = feedback_kind(feedback)
         self.base_policy = base_policy
         self.items = {item.id: item for item in environment.items}
         self.lms, self.episode, self.upper_bound = lms, episode, upper_bound
@@ -311,7 +305,7 @@ class AMemGymAdapter:
         Under `feedback = "none"` no text component is proposed (no reflective proposal, as
         `evolve run` means it): `run_gepa` refuses such a seed candidate, and a direct call
         gets no text back, so GEPA skips the proposal without evaluating anything."""
-        if self.feedback == "none":
+        if not self.feedback_kind.proposes:
             components_to_update = [c for c in components_to_update if is_parameter(c)]
         new_texts: dict[str, str] = {}
         iteration = self.lineage.current_iteration

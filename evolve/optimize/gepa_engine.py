@@ -27,6 +27,7 @@ from gepa.strategies.candidate_selector import (
 from pydantic import BaseModel, ConfigDict, Field
 
 from evolve.core.seeds import derive_seed
+from evolve.feedback import feedback_kind
 from evolve.optimize.edits import says_less
 from evolve.optimize.gepa_adapter import AMemGymAdapter
 from evolve.optimize.gepa_lineage import GepaLineage
@@ -203,7 +204,7 @@ def refuse_text_without_feedback(feedback: str, candidate: Mapping[str, str]) ->
     """`feedback = "none"` means no reflective proposal on every path: a seed candidate
     with text components would have GEPA ask for text proposals it must never make."""
     texts = sorted(c for c in candidate if not is_parameter(c))
-    if feedback == "none" and texts:
+    if texts and not feedback_kind(feedback).proposes:
         raise ValueError(
             f'feedback = "none" makes no reflective proposal, but the seed candidate has the '
             f"text components {texts}; leave them out of the seed candidate (as `evolve run` "

@@ -7,7 +7,6 @@ list components (`write.types_to_remember`), the reflective operator the rest.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -15,6 +14,7 @@ import dspy
 from dspy.utils.exceptions import AdapterParseError
 
 from evolve.core.errors import ConfigError
+from evolve.feedback import AnsweredQuestion, failures_of, feedback_kind
 from evolve.llm import call_events
 from evolve.optimize.edits import (
     MAX_ADDED_ITEMS,
@@ -26,6 +26,7 @@ from evolve.optimize.edits import (
 )
 from evolve.optimize.operators import MutationOperator, OperatorProposal, register_operator
 from evolve.optimize.reflect import Reflector, proposal_feedback
+from evolve.simulator.records import Diagnosis
 
 # No example names: the 1.5B added the instruction's examples ('pets', 'sleep') whether or not
 # a failure was about them, and the blind control's reflector, which sees no failures, named
@@ -44,10 +45,9 @@ class ProposeListAdditions(dspy.Signature):
     add: list[AddedItem] = dspy.OutputField(desc=f"short type names, at most {MAX_ADDED_ITEMS}")
 
 
-def failure_lines(feedback: str) -> str:
+def failure_lines(failures: Sequence[AnsweredQuestion]) -> str:
     """What a list edit can act on: each failed question, and which facts were not in memory
-    (the diagnostic's cause line without its values). Feedback without question or cause
-    lines (other kinds) is shown whole.
+    (the diagnosis without its values), numbered as the feedback showed them.
 
     Why so little: asked with the whole diagnostic (answers, the user's words, the memory
     held), the 0.5B copied list items and memory lines (4 of 4 tries); with the question and
@@ -55,68 +55,61 @@ def failure_lines(feedback: str) -> str:
     added values as types ('index funds', 'school-age children', 'books a month' on the
     quickstart's seeds 13-15): a value files only the sentences that repeat it, and another
     user's values are other words."""
-    lines: list[str] = []
-    for line in feedback.splitlines():
-        stripped = line.strip()
-        if stripped.startswith("cause:"):
-            lines.append(f"   {_cause_without_values(stripped)}")
-        elif "question" in stripped.casefold():
-            lines.append(stripped)
-    return "\n".join(lines) if lines else feedback
+    return "\n".join(
+        _failure_lines(number, failure) for number, failure in enumerate(failures, start=1)
+    )
 
 
-def addable_failure_lines(feedback: str, current_list: str) -> str:
-    """`failure_lines` without the failures that no added type can fix: those whose facts were
-    in memory (use failures), and those whose missing facts `current_list` already names (their
-    statements were filed under another slot, or pushed out of their own by a later sentence).
+def addable_failures(
+    failures: Sequence[AnsweredQuestion], current_list: str
+) -> list[tuple[int, AnsweredQuestion]]:
+    """The failures (with their number in the feedback) that an added type can fix: not
+    those whose facts were in memory (use failures), nor those whose missing facts
+    `current_list` already names (their statements were filed under another slot, or pushed
+    out of their own by a later sentence).
 
     Why: shown such failures, the 1.5B added restatements of listed facts
     ('stained_glass_skills', 'staining_glass_skills' beside 'stained_glass_technique'; the
     quickstart's world, seed 15: 9 of its 14 added items, held-out +0.021 over the base); shown
     only the rest, it added the facts the list lacked (+0.229 on the same seed)."""
     listed = {_fact_key(item) for item in list_items(current_list)}
-    failures: list[list[str]] = []
-    for line in failure_lines(feedback).splitlines():
-        if line.startswith("   ") and failures:
-            failures[-1].append(line)  # a failure's cause, under its question
-        else:
-            failures.append([line])
-    kept = []
-    for failure in failures:
-        causes = [line.strip() for line in failure[1:] if line.strip().startswith("cause:")]
-        missing = [
-            fact
-            for cause in causes
-            if _NOT_IN_MEMORY in cause
-            for fact in cause.split(_NOT_IN_MEMORY, 1)[1].split(",")
-        ]
-        if causes and all(_fact_key(fact) in listed for fact in missing):
-            continue  # use failures (no missing fact) and failures of listed facts
-        kept.append("\n".join(failure))
-    return "\n".join(kept)
+    return [
+        (number, failure)
+        for number, failure in enumerate(failures, start=1)
+        if failure.diagnosis != Diagnosis.UTILIZATION
+        and not (
+            failure.missing_facts()
+            and all(_fact_key(fact) in listed for fact in failure.missing_facts())
+        )
+    ]
+
+
+def addable_failure_lines(failures: Sequence[AnsweredQuestion], current_list: str) -> str:
+    """`failure_lines` of the `addable_failures` only."""
+    return "\n".join(
+        _failure_lines(number, failure)
+        for number, failure in addable_failures(failures, current_list)
+    )
+
+
+def _failure_lines(number: int, failure: AnsweredQuestion) -> str:
+    question = " ".join(failure.question.split())
+    if len(question) > _QUESTION_CHARS:
+        question = question[: _QUESTION_CHARS - 3] + "..."
+    if failure.diagnosis == Diagnosis.UTILIZATION:
+        cause = "use - the facts were in memory, the answer was wrong"
+    else:
+        facts = ", ".join(failure.missing_facts()) or "the facts asked for"
+        cause = f"{failure.diagnosis.value} - {_NOT_IN_MEMORY} {facts}"
+    return f'{number}. Period {failure.period}, question: "{question}"\n   cause: {cause}'
 
 
 def _fact_key(name: str) -> str:
     return " ".join(name.replace("_", " ").casefold().split())
 
 
-# A diagnostic cause (evolve.optimize.feedback): "cause: write - pets is a cat, changed from
-# no pets this period; memory recalled nothing; sleep_quality is ..." or "cause: use - ...".
-_CAUSE = re.compile(r"^cause:\s*(?P<diagnosis>\w+)\s*-\s*(?P<causes>.*)$")
-_RECALLED = re.compile(r";\s*memory recalled [^;]*(?:;\s*|$)")
 _NOT_IN_MEMORY = "not in memory:"
-
-
-def _cause_without_values(line: str) -> str:
-    match = _CAUSE.match(line)
-    if match is None:
-        return line
-    diagnosis = match.group("diagnosis")
-    if diagnosis == "use":
-        return "cause: use - the facts were in memory, the answer was wrong"
-    facts = [part.split(" is ", 1)[0].strip() for part in _RECALLED.split(match["causes"])]
-    facts = [fact for fact in facts if fact]
-    return f"cause: {diagnosis} - {_NOT_IN_MEMORY} {', '.join(facts) or 'the facts asked for'}"
+_QUESTION_CHARS = 120
 
 
 class ListEditOperator(MutationOperator):
@@ -145,9 +138,13 @@ class ListEditOperator(MutationOperator):
         changed: dict[str, str] = {}
         detail: dict[str, Any] = {}
         for component in components:
-            feedback = proposal_feedback(records.get(component, []))
-            failures = addable_failure_lines(feedback, parent[component]) if feedback else ""
-            if feedback and not failures.strip():
+            component_records = records.get(component, [])
+            feedback = proposal_feedback(component_records)
+            shown = failures_of(component_records)
+            # A kind that diagnoses shows failures as data; any other kind's text (the blind
+            # control's request, the paper's questions) is what the reflector is shown.
+            failures = addable_failure_lines(shown, parent[component]) if shown else feedback
+            if shown and not failures.strip():
                 return OperatorProposal(
                     operator=self.name,
                     invalid="no failure an added type can fix (only use failures, or listed facts)",
@@ -219,8 +216,8 @@ register_operator(
 )
 
 
-# The built-in operators that call the reflector (dropped under feedback = "none"), and those
-# of them that own text components: list_edit the list ones, reflective every one.
+# The built-in operators that call the reflector (idle under a kind that proposes nothing), and
+# those of them that own text components: list_edit the list ones, reflective every one.
 _REFLECTIVE = frozenset({"reflective", "list_edit"})
 
 
@@ -235,13 +232,15 @@ def refuse_idle_operators(optimizer: Any) -> None:
     if not names or not set(names) <= _REFLECTIVE | {"parameter", "tuned"}:
         return
     listed = f"operators = {names}"
-    if optimizer.feedback == "none" and set(names) <= _REFLECTIVE:
+    proposes = feedback_kind(optimizer.feedback).proposes
+    if not proposes and set(names) <= _REFLECTIVE:
         raise ConfigError(
-            f'optimizer: {listed} all call the reflector, which feedback = "none" turns off, so '
-            'no generation would propose anything; for the unevolved control drop "operators" '
-            '(feedback = "none" then evaluates the base only), or choose another feedback'
+            f"optimizer: {listed} all call the reflector, which feedback = "
+            f"{optimizer.feedback!r} turns off, so no generation would propose anything; for "
+            'the unevolved control drop "operators" (feedback = "none" then evaluates the '
+            "base only), or choose another feedback"
         )
-    if "list_edit" not in names or optimizer.feedback == "none":
+    if "list_edit" not in names or not proposes:
         return
     owners: dict[str, str | None] = {}
     for component in optimizer.mutate_components:

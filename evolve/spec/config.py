@@ -13,6 +13,7 @@ from typing import Any
 
 from evolve.core.errors import ConfigError, EnvironmentDataError, shown_value
 from evolve.core.protocol import ProtocolRules
+from evolve.feedback import feedback_kind
 from evolve.simulator.environment import Environment
 from evolve.simulator.run_dir import config_hash
 from evolve.simulator.runner import EpisodeConfig
@@ -274,7 +275,7 @@ def _check_optimizer(optimizer: OptimizerSpec, base_policy: Any, label: str) -> 
             )
     if (
         optimizer.schedule == "per_period"
-        and optimizer.feedback != "none"
+        and feedback_kind(optimizer.feedback).proposes
         and not optimizer.mutate_components
     ):
         raise ConfigError(

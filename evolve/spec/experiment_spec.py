@@ -13,15 +13,24 @@ Paths inside a spec (`environment.file`, `policy.path`) are relative to the spec
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 
 from evolve.core.errors import ConfigError
 from evolve.core.files import folder_name_problem, read_toml_file
 from evolve.core.protocol import DEFAULT_PROTOCOL, DEFAULT_RULES, Protocol, RulesField, with_rules
 from evolve.core.spec_base import IntRange, format_validation_error, refuse_renamed_keys
 from evolve.core.spec_base import StrictTable as _Strict
+from evolve.feedback import BUILTIN_KINDS, feedback_kind
 from evolve.llm.config import LLMConfig
 from evolve.results.objective import Objective
 from evolve.simulator.runner import ProbeScope, probe_scope_problem
@@ -30,9 +39,20 @@ from evolve.stores.registered_names import registered_model_name_problem
 from evolve.stores.tracking_uri import DEFAULT_TRACKING_URI, resolve_tracking_uri
 
 ScheduleName = Literal["population", "per_period"]
-# complete / question_only: the paper's (no ground truth); diagnostic: ours (with the truth);
-# blind: no feedback (the selection-on-noise control); none: no evolution. evolve.optimize.feedback
-FeedbackKind = Literal["complete", "question_only", "diagnostic", "blind", "none"]
+# The feedback kinds a spec accepts are those registered (evolve.feedback): built-in are
+# complete / question_only (the paper's, no ground truth), diagnostic (ours, with the truth),
+# blind (no feedback: the selection-on-noise control) and none (no evolution); a plugin module
+# registers more. The JSON schema lists the built-in ones.
+
+
+def known_kind(name: str) -> str:
+    feedback_kind(name)  # raises ValueError naming the registered kinds
+    return name
+
+
+FeedbackKind = Annotated[
+    str, WithJsonSchema({"type": "string", "enum": list(BUILTIN_KINDS)}), AfterValidator(known_kind)
+]
 
 
 class EnvironmentSpec(_Strict):
@@ -302,7 +322,7 @@ class OptimizerSpec(_Strict):
         return self
 
     def reflective_enabled(self) -> bool:
-        return self.feedback != "none" and bool(self.mutate_components)
+        return feedback_kind(self.feedback).proposes and bool(self.mutate_components)
 
     def tunable_parameters(self) -> list[str]:
         """Numeric parameters a mutation can change (low < high)."""

@@ -25,8 +25,8 @@ from optimize.chain_world import SIGNATURES, World, run, token, write_world
 from optimize.evolve_helpers import output_fields, reflector_inputs, sections
 
 import memory_policies
+from evolve.feedback import BLIND_FEEDBACK
 from evolve.optimize import CandidateStatus
-from evolve.optimize.feedback import BLIND_FEEDBACK
 from evolve.spec.config import load_spec
 
 TESTS_DIR = Path(__file__).resolve().parents[1]

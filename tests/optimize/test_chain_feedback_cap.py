@@ -7,8 +7,8 @@ import random
 
 import pytest
 
+from evolve.feedback import build_feedback
 from evolve.optimize.chain_step import feedback_char_cap
-from evolve.optimize.feedback import build_feedback
 from evolve.simulator.records import ItemResult, PeriodResult
 from evolve.spec.config import spec_from_dict
 

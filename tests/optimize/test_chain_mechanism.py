@@ -41,8 +41,8 @@ from optimize.noise_world import BASE_TYPES, DOMAIN_OF, HELDOUT, ORACLE_TYPES, T
 from scripted_lm import ScriptedCall, ScriptedLM, scripted_role_lms, user_turn
 
 import memory_policies
+from evolve.feedback import Feedback
 from evolve.optimize import chain_step, evolve_policy
-from evolve.optimize.feedback import Feedback
 from evolve.simulator.environment import Environment, save_environment
 from evolve.simulator.runner import EpisodeConfig, run_evaluation
 from evolve.spec.config import load_spec

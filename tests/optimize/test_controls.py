@@ -19,8 +19,8 @@ from optimize.noise_world import BASE_TYPES, TRAIN, NoiseWorld
 from scripted_lm import ScriptedLM
 
 from evolve.core.spec_base import IntRange
+from evolve.feedback import BLIND_FEEDBACK
 from evolve.optimize import evolve_policy
-from evolve.optimize.feedback import BLIND_FEEDBACK
 from evolve.optimize.gepa_adapter import AMemGymAdapter
 from evolve.optimize.gepa_engine import GepaSettings, run_gepa
 from evolve.optimize.operators import build_operator

@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from evolve.feedback import AnsweredQuestion, FactCheck, Feedback, reflective_record
 from evolve.optimize.edits import (
     MAX_ADDED_ITEMS,
     ListEdit,
@@ -18,6 +19,7 @@ from evolve.optimize.edits import (
 from evolve.optimize.gepa_engine import TieKeepsContent
 from evolve.optimize.list_edit import ListEditOperator, addable_failure_lines, failure_lines
 from evolve.optimize.reflect import Reflector
+from evolve.simulator.records import Diagnosis
 from memory_policies.in_context import DEFAULT_TYPES_TO_REMEMBER
 from tests.scripted_lm import scripted_role_lms
 
@@ -121,6 +123,21 @@ def test_ties_accept_a_child_that_adds_but_not_one_that_drops():
     assert not rule.should_accept(_proposal([0.5], [0.4], {LIST: "1. A\n2. B\n3. C"}), state)
 
 
+def _records(failures=None):
+    """A list component's reflective record: `FEEDBACK`'s text with its failure as data."""
+    if failures is None:
+        failures = [
+            _failure(
+                1,
+                "What's the best way to track my spending?",
+                Diagnosis.WRITE,
+                ("budget_situation", "tight budget", None, False),
+            )
+        ]
+    feedback = Feedback(kind="diagnostic", text=FEEDBACK, failures=tuple(failures))
+    return {LIST: [reflective_record(feedback)]}
+
+
 def _operator(reply):
     lms = scripted_role_lms(reflector=lambda call: reply(call))
     return ListEditOperator(Reflector(lms, temperature=0.7, max_chars=2000)), lms
@@ -134,8 +151,7 @@ def test_list_edit_operator_applies_the_reflectors_edit():
         return {"add": ["budget", "pets"]}
 
     operator, _ = _operator(reply)
-    records = {LIST: [{"Feedback": FEEDBACK}]}
-    proposal = operator.propose({LIST: "1. Diet\n2. Work"}, [LIST], records, seed=3)
+    proposal = operator.propose({LIST: "1. Diet\n2. Work"}, [LIST], _records(), seed=3)
     assert proposal.invalid is None
     assert list_items(proposal.components[LIST]) == ["Diet", "Work", "budget", "pets"]
     assert proposal.detail[LIST]["added"] == ["budget", "pets"]
@@ -159,22 +175,45 @@ def test_items_offered_past_the_limit_are_recorded_not_applied():
     assert "beyond_limit" not in within.detail[LIST]
 
 
-def test_failure_lines_name_the_missing_facts_without_their_values():
-    feedback = (
-        "0 of 3 answers were correct.\nFailures:\n"
-        '1. Period 1, question: "What pets do I have right now?"\n'
-        '   answered "no pets"; correct "a cat"\n'
-        "   cause: write - pets is a cat, changed from no pets this period; memory recalled "
-        "nothing; children is teenagers; memory recalled no children\n"
-        '   the user had said: "We adopted a tabby."\n'
-        "   memory held: diet: vegan\n"
-        '2. Period 2, question: "How am I sleeping these days?"\n'
-        "   cause: read - sleep_quality is insomnia; memory recalled sleeps well\n"
-        '3. Period 2, question: "What is my diet?"\n'
-        "   cause: use - memory recalled every needed fact (diet=vegan), answer wrong"
+def _failure(period, question, diagnosis, *facts):
+    """A failed question as the feedback gives it: facts are (name, gold, recalled, held)."""
+    return AnsweredQuestion(
+        user_id="u",
+        period=period,
+        question=question,
+        options=["a", "b"],
+        gold=1,
+        chosen=2,
+        correct=False,
+        diagnosis=diagnosis,
+        required_facts=[fact[0] for fact in facts],
+        facts=[
+            FactCheck(variable=name, gold=gold, recalled=recalled, in_memory=held)
+            for name, gold, recalled, held in facts
+        ],
+        memory_held="diet: vegan",
+        answered_from="diet: vegan",
     )
-    lines = failure_lines(feedback).splitlines()
-    assert lines == [
+
+
+def test_failure_lines_name_the_missing_facts_without_their_values():
+    failures = [
+        _failure(
+            1,
+            "What pets do I have right now?",
+            Diagnosis.WRITE,
+            ("pets", "a cat", None, False),
+            ("children", "teenagers", "no children", False),
+        ),
+        _failure(
+            2,
+            "How am I sleeping these days?",
+            Diagnosis.READ,
+            ("sleep_quality", "insomnia", "sleeps well", False),
+        ),
+        _failure(2, "What is my diet?", Diagnosis.UTILIZATION, ("diet", "vegan", "vegan", True)),
+    ]
+    assert failure_lines(failures).splitlines() == [
         '1. Period 1, question: "What pets do I have right now?"',
         "   cause: write - not in memory: pets, children",
         '2. Period 2, question: "How am I sleeping these days?"',
@@ -182,39 +221,47 @@ def test_failure_lines_name_the_missing_facts_without_their_values():
         '3. Period 2, question: "What is my diet?"',
         "   cause: use - the facts were in memory, the answer was wrong",
     ]
-    # Feedback of other kinds: its question lines, else the whole text.
-    assert failure_lines("Period 0:\nQuestion 1: Any tips?\nMemory: x") == "Question 1: Any tips?"
-    assert failure_lines("No feedback is available.") == "No feedback is available."
 
 
-ADDABLE_FEEDBACK = (
-    "1 of 4 answers were correct.\nFailures:\n"
-    '1. Period 1, question: "What is on my knitting needles?"\n'
-    "   cause: write - knitting_project is socks; memory recalled a sweater\n"
-    '2. Period 2, question: "What kind of loom am I weaving on?"\n'
-    "   cause: write - weaving_loom is a rigid heddle loom; memory recalled nothing\n"
-    '3. Period 2, question: "Which calligraphy style am I practising?"\n'
-    "   cause: use - memory recalled every needed fact (calligraphy_style=italic), answer wrong\n"
-)
+ADDABLE_FAILURES = [
+    _failure(
+        1,
+        "What is on my knitting needles?",
+        Diagnosis.WRITE,
+        ("knitting_project", "socks", "a sweater", False),
+    ),
+    _failure(
+        2,
+        "What kind of loom am I weaving on?",
+        Diagnosis.WRITE,
+        ("weaving_loom", "a rigid heddle loom", None, False),
+    ),
+    _failure(
+        2,
+        "Which calligraphy style am I practising?",
+        Diagnosis.UTILIZATION,
+        ("calligraphy_style", "italic", "italic", True),
+    ),
+]
 
 
 def test_only_failures_an_added_type_can_fix_reach_the_reflector():
     listed = "1. Diet\n2. Knitting project\n3. calligraphy_style"
-    lines = addable_failure_lines(ADDABLE_FEEDBACK, listed).splitlines()
+    lines = addable_failure_lines(ADDABLE_FAILURES, listed).splitlines()
     # Knitting is listed (its statement was misfiled), calligraphy a use failure: both left out.
     assert lines == [
         '2. Period 2, question: "What kind of loom am I weaving on?"',
         "   cause: write - not in memory: weaving_loom",
     ]
     # With nothing listed, every write failure stays.
-    assert "knitting_project" in addable_failure_lines(ADDABLE_FEEDBACK, "1. Diet")
+    assert "knitting_project" in addable_failure_lines(ADDABLE_FAILURES, "1. Diet")
 
 
 def test_list_edit_operator_asks_nothing_when_no_added_type_can_fix_a_failure():
     calls = []
     operator, _ = _operator(lambda call: calls.append(call) or {"add": ["x"]})
     listed = "1. knitting_project\n2. weaving_loom"
-    records = {LIST: [{"Feedback": ADDABLE_FEEDBACK}]}
+    records = _records(ADDABLE_FAILURES)
     proposal = operator.propose({LIST: listed}, [LIST], records, seed=1)
     assert proposal.components == {} and "no failure an added type can fix" in proposal.invalid
     assert calls == []
@@ -229,7 +276,7 @@ def test_list_edit_operator_refuses_an_edit_that_changes_nothing_or_damages():
 
     copied = "What's the best way to track my spending?"
     operator, _ = _operator(lambda call: {"add": [copied[:40]]})
-    proposal = operator.propose({LIST: "1. Diet"}, [LIST], {LIST: [{"Feedback": FEEDBACK}]}, seed=1)
+    proposal = operator.propose({LIST: "1. Diet"}, [LIST], _records(), seed=1)
     assert proposal.components == {} and "question" in proposal.invalid
 
 

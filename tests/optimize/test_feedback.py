@@ -11,8 +11,9 @@ import random
 import pytest
 from optimize.evolve_helpers import World, write_environment
 
-from evolve.optimize.feedback import BLIND_FEEDBACK, build_feedback, load_period_results
+from evolve.feedback import BLIND_FEEDBACK, build_feedback
 from evolve.optimize.list_edit import failure_lines
+from evolve.results.objective import load_period_results
 from evolve.simulator.environment import load_environment
 from evolve.simulator.records import Diagnosis
 from evolve.simulator.runner import EpisodeConfig, run_evaluation
@@ -57,10 +58,10 @@ def test_diagnostic_feedback_names_answers_diagnosis_and_memory(results):
 
 
 def test_list_edits_see_each_cause_by_the_failed_facts_names_without_their_values(results):
-    # failure_lines reads this module's layout: a change of the cause line must show here.
+    # failure_lines reads the failures the feedback showed, as data.
     feedback = make(results, max_failures=12, max_chars=20000)
     causes = [
-        line.strip() for line in failure_lines(feedback.text).splitlines() if "cause:" in line
+        line.strip() for line in failure_lines(feedback.failures).splitlines() if "cause:" in line
     ]
     assert len(causes) == feedback.text.count("cause:") == feedback.failures_shown
     variables = {c.variable for r in results for item in r.items for c in item.variables}

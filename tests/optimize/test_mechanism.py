@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 from optimize.noise_world import BASE_TYPES, HELDOUT, ORACLE_TYPES, TRAIN, NoiseWorld
 
+from evolve.feedback import Feedback
 from evolve.optimize import gepa_adapter
-from evolve.optimize.feedback import Feedback
 from evolve.optimize.gepa_adapter import AMemGymAdapter
 from evolve.optimize.gepa_engine import GepaSettings, run_gepa
 from evolve.optimize.operators import build_operator

@@ -101,7 +101,7 @@ def idle_spec(tmp_path: Path, optimizer: str) -> Path:
         ('operators = ["list_edit"]\nmutate_components = ["use"]', "list_edit edits list"),
         (
             f'operators = ["list_edit"]\nfeedback = "none"\nmutate_components = ["{LIST}"]',
-            'feedback = "none" turns off',
+            "feedback = 'none' turns off",
         ),
         (
             f'operators = ["reflective", "list_edit"]\nmutate_components = ["{LIST}"]',

@@ -24,8 +24,7 @@ from tuning.tune_helpers import (
 
 from evolve.cli import main
 from evolve.core.errors import ConfigError, ResumeMismatchError
-from evolve.optimize.feedback import load_period_results
-from evolve.results.objective import objective_value
+from evolve.results.objective import load_period_results, objective_value
 from evolve.simulator.metrics import summarize_periods
 from evolve.tuning import format_result, load_study_spec, resolve_tuning, run_study
 from evolve.tuning.layout import TuningDir
@@ -239,9 +238,7 @@ def test_grid_study_finds_the_best_setting_prunes_and_checks_held_out(tmp_path):
     # Tuning's gain is a test on the same held-out questions, recomputed from their records.
     against = heldout["best"].against_base
     assert against is not None and heldout["base"].against_base is None
-    best_items = load_period_results(
-        store_root := tmp_path / "runs" / "tune" / heldout["best"].run_dir
-    )
+    best_items = load_period_results(tmp_path / "runs" / "tune" / heldout["best"].run_dir)
     base_items = load_period_results(tmp_path / "runs" / "tune" / heldout["base"].run_dir)
     key = lambda p, i: (p.user_id, p.period_index, i.question_index)  # noqa: E731
     best_right = {key(p, i): i.correct for p in best_items for i in p.items}
