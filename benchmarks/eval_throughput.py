@@ -27,7 +27,7 @@ from typing import Any
 
 from evolve.core.paths import use_toolkit_caches
 from evolve.llm import EndpointConfig, RoleLMs, build_lm
-from evolve.simulator.runner import EpisodeConfig, run_evaluation
+from evolve.simulator.evaluation import EpisodeConfig, run_evaluation
 from evolve.simulator.synthesis.offline import synthesize_environment
 from evolve.simulator.synthesis.presets import PRESETS
 from memory_policies import build_policy

@@ -50,7 +50,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from types_list_room import ideal_types_list  # noqa: E402
 
 from evolve.simulator.synthesis.catalogs import load_catalog  # noqa: E402
-from memory_policies.base import Message  # noqa: E402
 from memory_policies.common import MEMORY_TEXT_MAX_CHARS, latest_time  # noqa: E402
 from memory_policies.embed import default_embedder, embed_texts  # noqa: E402
 from memory_policies.in_context import MemoryEntry  # noqa: E402
@@ -65,6 +64,7 @@ from memory_policies.in_context_quotes import (  # noqa: E402
     type_items,
     user_sentences,
 )
+from memory_policies.messages import Message  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDS = ROOT / "benchmarks" / "records" / "types_list_room" / "lean-answer"

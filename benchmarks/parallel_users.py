@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from eval_throughput import role_lms, stub_server_class  # noqa: E402
 
 from evolve.core.paths import use_toolkit_caches  # noqa: E402
-from evolve.simulator.runner import EpisodeConfig, run_evaluation  # noqa: E402
+from evolve.simulator.evaluation import EpisodeConfig, run_evaluation  # noqa: E402
 from evolve.simulator.synthesis.offline import synthesize_environment  # noqa: E402
 from evolve.simulator.synthesis.presets import PRESETS
 from memory_policies import build_policy  # noqa: E402

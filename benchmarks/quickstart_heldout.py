@@ -42,10 +42,10 @@ from evolve import api
 from evolve.core.files import atomic_write_text
 from evolve.results.records import CandidateRecord, ExperimentResult
 from evolve.simulator.environment import Environment
+from evolve.simulator.evaluation import EvaluationReport
 from evolve.simulator.metrics import MetricSummary, memory_ratio
 from evolve.simulator.records import UserResult
 from evolve.simulator.run_dir import RunLayout
-from evolve.simulator.runner import EvaluationReport
 from evolve.simulator.synthesis.catalogs import Catalog, load_catalog
 from evolve.simulator.synthesis.offline import synthesize_users
 from evolve.simulator.synthesis.presets import get_preset

@@ -31,8 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from filing_replay import CachedEmbedder, holds, replayed_periods  # noqa: E402
 
 from evolve.simulator.synthesis.catalogs import load_catalog  # noqa: E402
-from memory_policies.base import render_options  # noqa: E402
 from memory_policies.in_context_quotes import TYPES_COMPONENT, InContextQuotesPolicy  # noqa: E402
+from memory_policies.messages import render_options  # noqa: E402
 
 
 def candidate(run: Path, candidate_id: str) -> dict:

@@ -26,7 +26,7 @@ from evolve.llm import LLMConfig
 from evolve.optimize.loop import LoopProgress
 from evolve.results.records import ExperimentResult
 from evolve.simulator.environment import Environment
-from evolve.simulator.runner import EpisodeConfig, EvaluationReport
+from evolve.simulator.evaluation import EpisodeConfig, EvaluationReport
 from evolve.spec.config import ExperimentSpec, ResolvedExperiment
 from evolve.spec.config import load_spec as _load_experiment_spec
 from evolve.tuning.records import TuningResult
@@ -115,7 +115,7 @@ def evaluate_policies(
     from evolve.llm import open_role_lms, protocol_llm_config
     from evolve.simulator.baselines import compute_upper_bound
     from evolve.simulator.environment import load_environment
-    from evolve.simulator.runner import run_evaluation
+    from evolve.simulator.evaluation import run_evaluation
     from memory_policies import build_policy
 
     use_toolkit_caches()

@@ -3,14 +3,7 @@
 Needs only `dspy` (and numpy; sentence-transformers for the default local embedder).
 """
 
-from memory_policies.base import (
-    BUNDLE_FILE,
-    BUNDLE_FORMAT_VERSION,
-    MemoryPolicy,
-    MemoryState,
-    Message,
-    PolicyAnswer,
-)
+from memory_policies.base import BUNDLE_FILE, BUNDLE_FORMAT_VERSION, MemoryPolicy
 from memory_policies.embed import (
     Embedder,
     HashingEmbedder,
@@ -30,6 +23,7 @@ from memory_policies.in_context import (
 from memory_policies.in_context_quotes import InContextQuotesPolicy
 from memory_policies.mem0_system import Mem0Policy
 from memory_policies.memory_system import MemorySystem, MemorySystemPolicy, MemorySystemState
+from memory_policies.messages import MemoryState, Message, PolicyAnswer
 from memory_policies.native import NativePolicy, NativeState
 from memory_policies.parameters import ParameterRule
 from memory_policies.raw_rag import RawRagPolicy, RawRagState

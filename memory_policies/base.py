@@ -13,17 +13,21 @@ import re
 import secrets
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 import dspy
 from dspy.utils.exceptions import AdapterParseError
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ValidationError
 
-from memory_policies.choice import lean_choice
-from memory_policies.common import capped_call_config
+from memory_policies.dialogue import CHAT_TURNS_DIALOGUE, FIELDS_DIALOGUE, Dialogue
 from memory_policies.errors import PolicyError
 from memory_policies.evolvable import EvolvableModule
-from memory_policies.paper import chat_turns, paper_chat, paper_question_prompt
+from memory_policies.messages import (
+    MemoryState,
+    Message,
+    PolicyAnswer,
+    parse_current_time,
+)
 from memory_policies.parameters import validate_parameters
 from memory_policies.variants import (
     DEFAULT_VARIANT,
@@ -43,200 +47,6 @@ BUNDLE_FORMAT = "memory_policies.bundle"
 # 2: the policy variant is recorded as "variant" (version 1 bundles say "preset"; both load).
 BUNDLE_FORMAT_VERSION = 2
 BUNDLE_FILE = "policy.json"
-
-
-_TIME_PATTERN = re.compile(r"\[Current Time:\s*([^\]\n]+?)\s*\]")
-
-
-class Message(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    role: Literal["user", "assistant"]
-    content: str
-
-
-class MemoryState(BaseModel):
-    """Everything a policy remembers about one user; JSON-serializable, passed in and returned."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    kind: str
-    short_term: list[Message] = Field(default_factory=list)
-    # Aligned with `short_term`: the session time in effect when each message arrived, so
-    # messages flushed after a session boundary are written with their own time, not the
-    # time of the session that pushed them out.
-    short_term_times: list[str | None] = Field(default_factory=list)
-    current_time: str | None = None
-    parse_failures: dict[str, int] = Field(default_factory=dict)
-
-    @model_validator(mode="after")
-    def _align_times(self) -> MemoryState:
-        missing = len(self.short_term) - len(self.short_term_times)
-        if missing < 0:
-            raise ValueError(
-                f"short_term_times has {len(self.short_term_times)} entries but short_term has "
-                f"{len(self.short_term)} messages; they must be aligned"
-            )
-        # States built by hand may omit the times: unknown times are older than the known ones.
-        if missing:
-            self.short_term_times = [None] * missing + self.short_term_times
-        return self
-
-
-class PolicyAnswer(BaseModel):
-    text: str
-    choice: int | None = None
-    parse_error: str | None = None
-    retrieved: list[str] = Field(default_factory=list)
-
-
-def parse_current_time(text: str) -> str | None:
-    """The time in a ``[Current Time: ...]`` header, or None when the message has none."""
-    match = _TIME_PATTERN.search(text)
-    return match.group(1) if match else None
-
-
-def strip_time_header(text: str) -> str:
-    """The message without its ``[Current Time: ...]`` header (noise for a similarity search)."""
-    stripped = _TIME_PATTERN.sub("", text, count=1).strip()
-    return stripped or text
-
-
-def render_conversation(messages: Sequence[Message]) -> str:
-    """Compact transcript: the small model pays for every token of it on every call."""
-    if not messages:
-        return "(no messages)"
-    names = {"user": "User", "assistant": "Assistant"}
-    return "\n".join(f"{names[m.role]}: {m.content}" for m in messages)
-
-
-def render_options(options: Sequence[str]) -> str:
-    return "\n".join(f"{i}. {option}" for i, option in enumerate(options, start=1))
-
-
-class Dialogue:
-    """How a policy asks its `use` predictor, chosen once per variant when the policy is built
-    (`MemoryPolicy.dialogue`): the on-policy reply and the answer to an evaluation question.
-    The policy supplies what `use` is shown (`_use_inputs`); the dialogue, how it is asked."""
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> Dialogue:
-        return self  # stateless: every copy of a policy shares its variant's dialogue
-
-    def pick(self, fields: Any, chat_turns: Any) -> Any:
-        """Of a kind's two versions of a part (e.g. its `use` signature), the one this
-        dialogue asks: `fields` under DSPy fields, `chat_turns` under raw chat turns."""
-        raise NotImplementedError
-
-    def reply(
-        self, policy: MemoryPolicy, state: MemoryState, user_msg: str
-    ) -> dspy.Prediction | None:
-        raise NotImplementedError
-
-    def answer(
-        self,
-        policy: MemoryPolicy,
-        state: MemoryState,
-        question: str,
-        options: Sequence[str] | None,
-    ) -> PolicyAnswer:
-        raise NotImplementedError
-
-
-class FieldsDialogue(Dialogue):
-    """variant=evolve: DSPy input fields (the recent messages as a rendered transcript), the
-    reply capped; a multiple-choice question through the kind's `choose_signature`."""
-
-    def pick(self, fields, chat_turns):
-        return fields
-
-    def reply(self, policy, state, user_msg):
-        extra, _ = policy._use_inputs(state, user_msg)
-        return policy._predict(
-            state,
-            "use",
-            policy.use,
-            **extra,
-            conversation=render_conversation(state.short_term),
-            user_message=user_msg,
-            config=capped_call_config(),
-        )
-
-    def answer(self, policy, state, question, options):
-        # The question and its options are the read's query, as under the paper's flow: the
-        # options name the values a memory must tell apart.
-        query = f"{question}\n{render_options(options)}" if options else question
-        extra, retrieved = policy._use_inputs(state, query)
-        conversation = render_conversation(state.short_term)
-        if not options:
-            try:
-                prediction = policy.use(**extra, conversation=conversation, user_message=question)
-            except AdapterParseError as exc:
-                return PolicyAnswer(text="", parse_error=_short_error(exc), retrieved=retrieved)
-            return PolicyAnswer(text=str(prediction.reply).strip(), retrieved=retrieved)
-        instructions = policy.use.signature.instructions
-        signature = policy.choose_signature.with_instructions(instructions)
-        try:
-            # Demos (if an optimizer added any) are free-text replies: wrong shape here.
-            with lean_choice():
-                prediction = policy.use(
-                    signature=signature,
-                    demos=[],
-                    **extra,
-                    conversation=conversation,
-                    question=question,
-                    options=render_options(options),
-                )
-        except AdapterParseError as exc:
-            text = str(exc.lm_response or "")
-            return PolicyAnswer(text=text, parse_error=_short_error(exc), retrieved=retrieved)
-        return _checked_choice(prediction.choice, str(prediction.choice), options, retrieved)
-
-
-class ChatTurnsDialogue(Dialogue):
-    """variant=paper, the reference code's: raw chat turns (see `memory_policies.paper`); with
-    options, one user message holding the question, the numbered options and the JSON
-    request, which is also the retrieval query."""
-
-    def pick(self, fields, chat_turns):
-        return chat_turns
-
-    def reply(self, policy, state, user_msg):
-        extra, _ = policy._use_inputs(state, user_msg)
-        with paper_chat():
-            return policy._predict(
-                state,
-                "use",
-                policy.use,
-                **extra,
-                history=chat_turns(state.short_term),
-                user_message=user_msg,
-            )
-
-    def answer(self, policy, state, question, options):
-        prompt = paper_question_prompt(question, options) if options else question
-        extra, retrieved = policy._use_inputs(state, prompt)
-        signature = policy.use.signature
-        if options:
-            signature = policy.paper_choose_signature.with_instructions(signature.instructions)
-        try:
-            with paper_chat():
-                prediction = policy.use(
-                    signature=signature,
-                    demos=[],
-                    **extra,
-                    history=chat_turns(state.short_term),
-                    user_message=prompt,
-                )
-        except AdapterParseError as exc:
-            text = str(exc.lm_response or "")
-            return PolicyAnswer(text=text, parse_error=_short_error(exc), retrieved=retrieved)
-        if not options:
-            return PolicyAnswer(text=str(prediction.reply).strip(), retrieved=retrieved)
-        return _checked_choice(prediction.choice, str(prediction.choice), options, retrieved)
-
-
-FIELDS_DIALOGUE = FieldsDialogue()
-CHAT_TURNS_DIALOGUE = ChatTurnsDialogue()
 
 
 class MemoryPolicy(EvolvableModule):
@@ -512,23 +322,6 @@ def _checked_provenance(provenance: Mapping[str, Any] | None) -> dict[str, Any]:
 
     walk(data, "")
     return data
-
-
-def _checked_choice(
-    choice: Any, text: str, options: Sequence[str], retrieved: list[str]
-) -> PolicyAnswer:
-    if not isinstance(choice, int) or isinstance(choice, bool) or not 1 <= choice <= len(options):
-        return PolicyAnswer(
-            text=text,
-            parse_error=f"choice {choice!r} is not an option number in 1..{len(options)}",
-            retrieved=retrieved,
-        )
-    return PolicyAnswer(text=text, choice=choice, retrieved=retrieved)
-
-
-def _short_error(exc: Exception) -> str:
-    text = " ".join(str(exc).split())
-    return text[:300]
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

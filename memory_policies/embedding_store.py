@@ -8,10 +8,11 @@ import dspy
 import numpy as np
 from pydantic import BaseModel, Field
 
-from memory_policies.base import MemoryPolicy, MemoryState, strip_time_header
+from memory_policies.base import MemoryPolicy
 from memory_policies.common import DEFAULT_MEMORY_USE, MemoryChoose, MemoryReply, timed_line
 from memory_policies.embed import UsesEmbedder, embed_texts, top_k_indices
 from memory_policies.errors import PolicyError
+from memory_policies.messages import MemoryState, strip_time_header
 from memory_policies.paper import PAPER_STORE_USE, StoreChatChoose, StoreChatReply
 from memory_policies.variants import VARIANTS, Variant
 

@@ -7,7 +7,6 @@ from typing import Any, ClassVar, Literal
 import dspy
 from pydantic import BaseModel, Field
 
-from memory_policies.base import MemoryState, render_conversation
 from memory_policies.common import MemoryText, latest_time
 from memory_policies.embedding_store import (
     EmbeddingRead,
@@ -15,6 +14,7 @@ from memory_policies.embedding_store import (
     StoredMemory,
     StoreState,
 )
+from memory_policies.messages import MemoryState, render_conversation
 from memory_policies.paper import (
     PAPER_FACT_EXTRACTION,
     PAPER_MEMORY_UPDATE,

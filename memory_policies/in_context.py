@@ -9,7 +9,7 @@ from typing import Any, ClassVar, Literal
 import dspy
 from pydantic import BaseModel, Field
 
-from memory_policies.base import MemoryPolicy, MemoryState, render_conversation
+from memory_policies.base import MemoryPolicy
 from memory_policies.common import (
     DEFAULT_MEMORY_USE,
     MemoryChoose,
@@ -20,6 +20,7 @@ from memory_policies.common import (
     timed_line,
 )
 from memory_policies.errors import PolicyError
+from memory_policies.messages import MemoryState, render_conversation
 from memory_policies.paper import (
     PAPER_IN_CONTEXT_USE,
     PAPER_IN_CONTEXT_WRITE,

@@ -54,7 +54,6 @@ from typing import ClassVar, Literal
 import dspy
 import numpy as np
 
-from memory_policies.base import MemoryState, Message
 from memory_policies.common import (
     DEFAULT_MEMORY_USE,
     MEMORY_TEXT_MAX_CHARS,
@@ -68,6 +67,7 @@ from memory_policies.in_context import (
     InContextState,
     MemoryEntry,
 )
+from memory_policies.messages import MemoryState, Message
 from memory_policies.variants import EVOLVE, Variant
 
 QUOTES_TYPES = "1. Diet and food\n2. Work and career"

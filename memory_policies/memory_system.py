@@ -37,9 +37,10 @@ from typing import Any, ClassVar
 import dspy
 from pydantic import Field
 
-from memory_policies.base import MemoryPolicy, MemoryState, Message, strip_time_header
+from memory_policies.base import MemoryPolicy
 from memory_policies.common import DEFAULT_MEMORY_USE, MemoryChoose, MemoryReply, latest_time
 from memory_policies.errors import PolicyError
+from memory_policies.messages import MemoryState, Message, strip_time_header
 from memory_policies.paper import PAPER_STORE_USE, StoreChatChoose, StoreChatReply
 from memory_policies.parameters import describe_parameters, validate_parameters
 from memory_policies.variants import VARIANTS, Variant, pop_variant

@@ -6,7 +6,7 @@ from typing import ClassVar, Literal
 
 import dspy
 
-from memory_policies.base import MemoryPolicy, MemoryState
+from memory_policies.base import MemoryPolicy
 from memory_policies.common import (
     CHOICE_DESC,
     OPTIONS_DESC,
@@ -15,6 +15,7 @@ from memory_policies.common import (
     USER_MESSAGE_DESC,
     PassThrough,
 )
+from memory_policies.messages import MemoryState
 from memory_policies.paper import NativeChatChoose, NativeChatReply
 from memory_policies.variants import VARIANTS, Variant
 

@@ -14,11 +14,13 @@ from memory_policies.errors import PolicyError
 
 
 class ParameterRule(NamedTuple):
-    """The valid range (inclusive) and meaning of one numeric policy parameter."""
+    """The valid range (inclusive), meaning and short name (for file names and plot labels,
+    e.g. `ue4-stl0`) of one numeric policy parameter."""
 
     low: int
     high: int
     meaning: str
+    short: str = ""
 
     def describe(self, name: str) -> str:
         return f"{name} ({self.low}..{self.high}: {self.meaning})"
@@ -32,13 +34,19 @@ class ParameterRule(NamedTuple):
 PARAMETER_MAX = 1000
 PARAMETER_RULES: dict[str, ParameterRule] = {
     "update_every": ParameterRule(
-        1, PARAMETER_MAX, "messages sent to `write` per memory update (paper: update_bsz)"
+        1, PARAMETER_MAX, "messages sent to `write` per memory update (paper: update_bsz)", "ue"
     ),
     "short_term_len": ParameterRule(
-        0, PARAMETER_MAX, "recent messages kept verbatim in context (paper: local_length)"
+        0, PARAMETER_MAX, "recent messages kept verbatim in context (paper: local_length)", "stl"
     ),
-    "top_k": ParameterRule(1, PARAMETER_MAX, "memories retrieved per read"),
+    "top_k": ParameterRule(1, PARAMETER_MAX, "memories retrieved per read", "k"),
 }
+
+
+def short_name(name: str) -> str:
+    """A parameter's short name (its rule's `short`); a parameter without one keeps its name."""
+    rule = PARAMETER_RULES.get(name)
+    return rule.short if rule is not None and rule.short else name
 
 
 def parameter_problem(name: str, value: int, rule: ParameterRule | None = None) -> str | None:

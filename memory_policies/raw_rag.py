@@ -6,9 +6,9 @@ from typing import Any, ClassVar, Literal
 
 import dspy
 
-from memory_policies.base import MemoryState, Message, render_conversation
 from memory_policies.common import latest_time
 from memory_policies.embedding_store import EmbeddingRead, EmbeddingStorePolicy, StoreState
+from memory_policies.messages import MemoryState, Message, render_conversation
 from memory_policies.paper import ROLE_PREFIXES
 from memory_policies.writes import WriteStrategy
 

@@ -10,12 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from memory_policies.base import (
-    BUNDLE_FILE,
-    BUNDLE_FORMAT,
-    BUNDLE_FORMAT_VERSION,
-    MemoryPolicy,
-)
+from memory_policies.base import BUNDLE_FILE, BUNDLE_FORMAT, BUNDLE_FORMAT_VERSION, MemoryPolicy
 from memory_policies.embed import Embedder
 from memory_policies.errors import PolicyError
 from memory_policies.external import ExternalPolicy

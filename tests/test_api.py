@@ -71,7 +71,7 @@ def test_evaluate_policies_runs_what_evolve_eval_runs(tmp_path):
     from evolve import api
     from evolve.commands.eval import run_dir_names
     from evolve.llm import EndpointConfig, LLMConfig
-    from evolve.simulator.runner import EpisodeConfig
+    from evolve.simulator.evaluation import EpisodeConfig
     from evolve.simulator.synthesis.offline import synthesize_environment
     from evolve.simulator.synthesis.presets import get_preset
 

@@ -10,7 +10,7 @@ from scripted_lm import ScriptedLM, scripted_role_lms
 from simulator.eval_helpers import agent_responder, simulator_responder
 from tuning.tune_helpers import PAPER_GRID, write_tune_spec
 
-from evolve.simulator.runner import run_evaluation
+from evolve.simulator.evaluation import run_evaluation
 from evolve.spec.config import load_spec, resolve
 from evolve.tuning import load_study_spec, resolve_tuning
 from evolve.tuning.study import job_from

@@ -12,7 +12,7 @@ from scripted_lm import ScriptedLM
 
 from evolve.llm import EndpointConfig, RoleLMs
 from evolve.optimize import evolve_policy
-from evolve.simulator.runner import ProgressSink
+from evolve.simulator.evaluation import ProgressSink
 from evolve.spec.config import load_spec
 from evolve.tracking import MLflowTracker, mlflow_client
 from evolve.tracking.tracing import EpisodeTracer, traces_wanted

@@ -29,8 +29,8 @@ from evolve.optimize.experiment_dir import ExperimentDir
 from evolve.optimize.loop import evolve_policy
 from evolve.results.records import ExperimentResult, fingerprint
 from evolve.simulator.baselines import compute_upper_bound
+from evolve.simulator.evaluation import run_evaluation
 from evolve.simulator.run_dir import config_hash, read_json
-from evolve.simulator.runner import run_evaluation
 from evolve.spec.config import load_spec
 from evolve.tracking import ExperimentTracker, NullTracker
 

@@ -11,7 +11,7 @@ from evolve.arms.spec import ArmsSpec
 from evolve.core.errors import ConfigError
 from evolve.core.seeds import derive_seed
 from evolve.simulator.environment import Environment
-from evolve.simulator.runner import EpisodeConfig
+from evolve.simulator.evaluation import EpisodeConfig
 from evolve.spec.config import ExperimentSpec, ResolvedExperiment, resolve
 
 

@@ -259,7 +259,7 @@ def warn_if_mixed_environments(directory: Path) -> None:
 
 
 def _compare_evaluations(directory: Path, plot: Path | None) -> int:
-    from evolve.simulator.runner import load_report
+    from evolve.simulator.evaluation import load_report
 
     warn_if_mixed_environments(directory)
     per_period: dict[str, list[MetricSummary]] = {}

@@ -39,15 +39,15 @@ from evolve.results.budget import SpendListener
 from evolve.results.objective import format_score
 from evolve.simulator.baselines import compute_upper_bound
 from evolve.simulator.environment import Environment, load_environment
-from evolve.simulator.metric_registry import View, metrics_in
-from evolve.simulator.metrics import MetricSummary
-from evolve.simulator.runner import (
+from evolve.simulator.evaluation import (
     EpisodeConfig,
     EvaluationReport,
     check_resumable,
     probe_scope_problem,
     run_evaluation,
 )
+from evolve.simulator.metric_registry import View, metrics_in
+from evolve.simulator.metrics import MetricSummary
 from evolve.simulator.synthesis.offline import synthesize_environment
 from evolve.simulator.synthesis.presets import PRESETS, get_preset
 from evolve.stats import QuestionOutcomes, outcomes_from_users

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from evolve.simulator.evaluation import ProgressSink
 from evolve.simulator.metrics import MetricSummary
-from evolve.simulator.runner import ProgressSink
 
 
 def stderr_is_terminal() -> bool:

@@ -32,7 +32,7 @@ from evolve.optimize.operators import check_operators
 from evolve.optimize.report import format_outcome
 from evolve.results.objective import scores_text
 from evolve.results.records import CandidateRecord
-from evolve.simulator.runner import ProgressSink
+from evolve.simulator.evaluation import ProgressSink
 from evolve.spec.config import ExperimentSpec, ResolvedExperiment, load_spec, resolve, spec_label
 from evolve.stores.tracking_uri import mlflow_ui_hint
 from evolve.tracking import ExperimentTracker, tracker_for

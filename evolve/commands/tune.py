@@ -31,7 +31,7 @@ from evolve.core.errors import ConfigError
 from evolve.core.locking import run_lock
 from evolve.llm import LLMConfig, open_role_lms, protocol_llm_config
 from evolve.results.objective import format_score, scores_text
-from evolve.simulator.runner import ProgressSink
+from evolve.simulator.evaluation import ProgressSink
 from evolve.stores.tracking_uri import masked_uri, mlflow_ui_hint
 from evolve.tuning import (
     HeldoutRecord,

@@ -46,7 +46,13 @@ class IntRange(StrictTable):
         return list(range(self.low, self.high + 1, self.step))
 
     def contains(self, value: int) -> bool:
-        return self.low <= value <= self.high and (value - self.low) % self.step == 0
+        return on_grid(value, self.low, self.high, self.step)
+
+
+def on_grid(value: int, low: int, high: int, step: int = 1) -> bool:
+    """`value` is one of low, low + step, ..., high: the one range check of a numeric
+    parameter's search space (spec bounds, Optuna distributions, mutation steps)."""
+    return low <= value <= high and (value - low) % step == 0
 
 
 def refuse_renamed_keys(data: object, renamed: Mapping[str, str]) -> object:

@@ -42,10 +42,10 @@ from evolve.results.records import (
     CandidateStatus,
     candidate_id,
 )
+from evolve.simulator.evaluation import EvaluationReport, run_evaluation
 from evolve.simulator.metrics import MetricSummary, summarize_periods
 from evolve.simulator.records import PeriodResult, UserResult
 from evolve.simulator.run_dir import safe_name
-from evolve.simulator.runner import EvaluationReport, run_evaluation
 
 
 class PerUserChains:

@@ -40,9 +40,9 @@ from evolve.results.records import (
     candidate_id,
     candidate_record,
 )
+from evolve.simulator.evaluation import run_evaluation
 from evolve.simulator.metrics import MetricSummary, summarize_periods
 from evolve.simulator.records import PeriodResult, UserResult
-from evolve.simulator.runner import run_evaluation
 from evolve.spec.config import ExperimentSpec, OptimizerSpec, ResolvedExperiment
 from evolve.stats import estimate, outcomes_from_periods
 from evolve.tracking import ExperimentTracker

@@ -2,7 +2,7 @@
 episodes are rollouts, our mutation operators propose.
 
 A GEPA data instance is one train user (its id). `evaluate(batch, candidate)` plays the
-candidate's on-policy episodes with `evolve.simulator.runner.run_evaluation`, one runner
+candidate's on-policy episodes with `evolve.simulator.evaluation.run_evaluation`, one runner
 directory per (candidate fingerprint, user), so a killed run resumes without re-evaluating
 a finished user. Per-user score = the spec's objective (`evolve.results.objective.objective_value`);
 a user whose memory score is undefined at its first evaluation (the base candidate, which
@@ -41,9 +41,9 @@ from evolve.optimize.operators import (
 from evolve.results.objective import objective_value
 from evolve.results.records import fingerprint
 from evolve.simulator.environment import Environment
+from evolve.simulator.evaluation import run_evaluation
 from evolve.simulator.metrics import summarize_periods
 from evolve.simulator.records import UserResult
-from evolve.simulator.runner import run_evaluation
 
 
 def seed_candidate(

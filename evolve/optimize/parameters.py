@@ -13,6 +13,8 @@ import random
 from collections.abc import Mapping
 from typing import Protocol
 
+from evolve.core.spec_base import on_grid
+
 
 class Bounds(Protocol):
     low: int
@@ -58,7 +60,7 @@ class RandomStepProposer(ParameterProposer):
         options = [
             value
             for value in range(current - self.max_step * step, current + self.max_step * step + 1)
-            if low <= value <= high and (value - low) % step == 0 and value != parent[name]
+            if on_grid(value, low, high, step) and value != parent[name]
         ]
         child[name] = rng.choice(options) if options else current
         return child

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from evolve.results.records import CandidateRecord
-from evolve.simulator.runner import ProgressSink
+from evolve.simulator.evaluation import ProgressSink
 
 
 class LoopProgress:

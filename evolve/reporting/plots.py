@@ -36,6 +36,7 @@ from evolve.simulator.metric_registry import METRICS
 from evolve.simulator.metrics import MetricSummary
 from evolve.stats import Interval
 from evolve.tuning.records import TrialRecord, TuningResult
+from memory_policies.parameters import short_name
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -307,7 +308,7 @@ def _trial_curves(axis: Axes, result: TuningResult, metric: str) -> None:
         steps.update(periods)
         style = "--" if record.state == "pruned" else "-"
         label = f"#{record.number} " + " ".join(
-            f"{_short(n)}={v}" for n, v in record.parameters.items()
+            f"{short_name(n)}={v}" for n, v in record.parameters.items()
         )
         axis.plot(periods, series, style, marker="o", markersize=3, label=label)
     style_score_axis(axis, metric, values)
@@ -316,10 +317,6 @@ def _trial_curves(axis: Axes, result: TuningResult, metric: str) -> None:
     axis.set_title("per-period value of each trial (dashed: pruned)")
     if axis.get_legend_handles_labels()[0]:
         axis.legend(fontsize=6, loc="best")
-
-
-def _short(name: str) -> str:
-    return {"update_every": "ue", "short_term_len": "stl", "top_k": "k"}.get(name, name)
 
 
 # ----- evolution run ----------------------------------------------------------------------------

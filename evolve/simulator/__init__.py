@@ -28,10 +28,10 @@ _EXPORTS: dict[str, str] = {
     "synthesize_environment": "synthesis",
     "synthesize_environment_llm": "synthesis",
     # episodes
-    "EpisodeConfig": "runner",
-    "EvaluationReport": "runner",
-    "ProgressSink": "runner",
-    "run_evaluation": "runner",
+    "EpisodeConfig": "evaluation",
+    "EvaluationReport": "evaluation",
+    "ProgressSink": "evaluation",
+    "run_evaluation": "evaluation",
     "SimulatedUser": "user",
     # results, metrics, baselines
     "Diagnosis": "records",
@@ -81,15 +81,15 @@ if TYPE_CHECKING:
         load_environment,
         save_environment,
     )
-    from evolve.simulator.metrics import MetricSummary, summarize_periods
-    from evolve.simulator.records import Diagnosis, PeriodResult, UserResult
-    from evolve.simulator.run_dir import RunLayout
-    from evolve.simulator.runner import (
+    from evolve.simulator.evaluation import (
         EpisodeConfig,
         EvaluationReport,
         ProgressSink,
         run_evaluation,
     )
+    from evolve.simulator.metrics import MetricSummary, summarize_periods
+    from evolve.simulator.records import Diagnosis, PeriodResult, UserResult
+    from evolve.simulator.run_dir import RunLayout
     from evolve.simulator.synthesis import (
         PRESETS,
         LLMSynthesisConfig,

@@ -35,13 +35,14 @@ from evolve.core.seeds import derive_seed
 from evolve.llm.response_cache import held_until_parsed
 from evolve.simulator.conversation_health import echo_of
 from evolve.simulator.records import SessionTranscript, TranscriptMessage
-from memory_policies.base import strip_time_header
 from memory_policies.common import capped_call_config
+from memory_policies.messages import strip_time_header
 
 if TYPE_CHECKING:
     from evolve.llm import RoleLMs
     from evolve.simulator.environment import EnvironmentItem, Period, Session
-    from memory_policies.base import MemoryPolicy, MemoryState
+    from memory_policies.base import MemoryPolicy
+    from memory_policies.messages import MemoryState
 
 # The small model pays for every prompt token; this bounds what one follow-up call reads.
 _PERSONA_CHARS = 1500

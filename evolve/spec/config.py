@@ -15,8 +15,8 @@ from evolve.core.errors import ConfigError, EnvironmentDataError, shown_value
 from evolve.core.protocol import ProtocolRules
 from evolve.feedback import feedback_kind
 from evolve.simulator.environment import Environment
+from evolve.simulator.evaluation import EpisodeConfig
 from evolve.simulator.run_dir import config_hash
-from evolve.simulator.runner import EpisodeConfig
 from evolve.spec.experiment_spec import (
     RETIRED_OPTIMIZER_KEYS,
     BudgetSpec,

@@ -33,7 +33,7 @@ from evolve.core.spec_base import StrictTable as _Strict
 from evolve.feedback import BUILTIN_KINDS, feedback_kind
 from evolve.llm.config import LLMConfig
 from evolve.results.objective import Objective
-from evolve.simulator.runner import ProbeScope, probe_scope_problem
+from evolve.simulator.evaluation import ProbeScope, probe_scope_problem
 from evolve.stores.mlflow_limits import description_problem, experiment_name_problem
 from evolve.stores.registered_names import registered_model_name_problem
 from evolve.stores.tracking_uri import DEFAULT_TRACKING_URI, resolve_tracking_uri

@@ -79,7 +79,7 @@ from evolve.tracking.traces import FINGERPRINT_TAG, TraceBook
 if TYPE_CHECKING:
     from evolve.llm.usage import Usage
     from evolve.results.records import CandidateRecord, ExperimentResult, GenerationRecord
-    from evolve.simulator.runner import ProgressSink
+    from evolve.simulator.evaluation import ProgressSink
     from evolve.spec.config import ExperimentSpec
 
 

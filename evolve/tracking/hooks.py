@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from evolve.llm.usage import Usage
     from evolve.results.records import CandidateRecord, ExperimentResult, GenerationRecord
-    from evolve.simulator.runner import ProgressSink
+    from evolve.simulator.evaluation import ProgressSink
     from evolve.spec.config import ExperimentSpec
     from evolve.stores.tracking_uri import TrackingLocation
 

@@ -65,8 +65,8 @@ from evolve.tracking.tags import (
 from evolve.tracking.traces import TraceBook
 
 if TYPE_CHECKING:
+    from evolve.simulator.evaluation import ProgressSink
     from evolve.simulator.metrics import MetricSummary
-    from evolve.simulator.runner import ProgressSink
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from evolve.tracking.tags import TAG_CANDIDATE
 
 if TYPE_CHECKING:
-    from evolve.simulator.runner import ProgressSink
+    from evolve.simulator.evaluation import ProgressSink
 
 FINGERPRINT_TAG = "evolve.fingerprint"
 

@@ -39,7 +39,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from evolve.llm import call_events
-from evolve.simulator.runner import ProgressSink
+from evolve.simulator.evaluation import ProgressSink
 from evolve.tracking.period_spans import (
     llm_span,
     period_accuracy,

@@ -23,9 +23,10 @@ from optuna.distributions import IntDistribution
 from optuna.trial import TrialState
 from pydantic import BaseModel, Field
 
+from evolve.core.spec_base import on_grid
 from evolve.llm import RoleLMs
 from evolve.simulator.environment import Environment
-from evolve.simulator.runner import EpisodeConfig
+from evolve.simulator.evaluation import EpisodeConfig
 from evolve.spec.config import BudgetSpec
 from evolve.tuning.records import TrialRecord
 from evolve.tuning.samplers import TrialSeededSampler
@@ -118,7 +119,7 @@ class OptunaParameterProposer:
             return
         values = {name: int(parameters[name]) for name in self.distributions}
         if not all(
-            dist.low <= values[name] <= dist.high and (values[name] - dist.low) % dist.step == 0
+            on_grid(values[name], dist.low, dist.high, dist.step)
             for name, dist in self.distributions.items()
         ):
             return  # outside the searched space: the sampler cannot use it

@@ -4,7 +4,7 @@ policy if asked) evaluated on the users no trial saw, then recorded on the study
 from __future__ import annotations
 
 from evolve.results.objective import objective_used, objective_value
-from evolve.simulator.runner import run_evaluation
+from evolve.simulator.evaluation import run_evaluation
 from evolve.stats import QuestionOutcomes, compare, estimate, outcomes_from_users
 from evolve.tuning.job import StudyRun
 from evolve.tuning.records import HeldoutRecord, best_trial_numbers, record_choice

@@ -15,8 +15,8 @@ from optuna.trial import TrialState
 from evolve.llm import RoleLMs
 from evolve.results.budget import Budget, SpendListener
 from evolve.simulator.environment import Environment
+from evolve.simulator.evaluation import EpisodeConfig, ProgressSink
 from evolve.simulator.run_dir import config_hash
-from evolve.simulator.runner import EpisodeConfig, ProgressSink
 from evolve.spec.config import BudgetSpec
 from evolve.tuning.layout import TuningDir, storage_label
 from evolve.tuning.records import (

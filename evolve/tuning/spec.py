@@ -51,7 +51,7 @@ from evolve.tuning.storage import (
     normalize_storage_url,
     prepare_storage_directory,
 )
-from memory_policies.parameters import PARAMETER_RULES, parameter_problem
+from memory_policies.parameters import PARAMETER_RULES, parameter_problem, short_name
 
 DEFAULT_STORAGE = "sqlite:///mlruns/optuna.db"
 COST_OBJECTIVE = "tokens"
@@ -443,5 +443,4 @@ def _cache_on(config: LLMConfig) -> bool:
 
 def parameter_slug(parameters: dict[str, int]) -> str:
     """A short, file-system-safe name for a parameter setting (e.g. ue4-stl0)."""
-    short = {"update_every": "ue", "short_term_len": "stl", "top_k": "k"}
-    return "-".join(f"{short.get(name, name)}{value}" for name, value in sorted(parameters.items()))
+    return "-".join(f"{short_name(name)}{value}" for name, value in sorted(parameters.items()))

@@ -1,7 +1,7 @@
 """The tuning worker: run trials of an Optuna study until it holds the requested number.
 
 Each trial evaluates the base policy with the trial's numeric parameters on-policy on the
-train users (`evolve.simulator.runner.run_evaluation`, one directory per trial, resumable).
+train users (`evolve.simulator.evaluation.run_evaluation`, one directory per trial, resumable).
 After every period (a barrier across users) the running objective is reported to Optuna with
 `step = period` and the pruner may stop the trial; its partial results stay on disk and its
 state is PRUNED. The objective is the memory score, or accuracy where the memory score is

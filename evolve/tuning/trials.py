@@ -23,8 +23,8 @@ from optuna.trial import FrozenTrial, TrialState
 from evolve.core.seeds import derive_seed
 from evolve.results.budget import BudgetExhausted
 from evolve.results.objective import load_period_results, objective_used, objective_value
+from evolve.simulator.evaluation import run_evaluation
 from evolve.simulator.metrics import MetricSummary, summarize_periods
-from evolve.simulator.runner import run_evaluation
 from evolve.tuning.job import FINISHED, StudyRun
 from evolve.tuning.layout import TuningDir
 from evolve.tuning.records import (

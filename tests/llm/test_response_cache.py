@@ -23,7 +23,7 @@ from evolve.simulator.baselines import compute_upper_bound
 from evolve.simulator.synthesis.offline import synthesize_environment
 from evolve.simulator.synthesis.presets import get_preset
 from evolve.simulator.user import play_session
-from memory_policies.base import MemoryState
+from memory_policies.messages import MemoryState
 
 
 class _Choice(dspy.Signature):

@@ -17,7 +17,7 @@ from simulator.eval_helpers import latest_mention_choice, make_environment, outp
 
 import memory_policies.registry as registry
 from evolve.core.errors import ConfigError
-from evolve.simulator.runner import EpisodeConfig, run_evaluation
+from evolve.simulator.evaluation import EpisodeConfig, run_evaluation
 from memory_policies import (
     MemorySystem,
     MemorySystemPolicy,

@@ -15,7 +15,7 @@ from simulator.eval_helpers import SCHEMA, make_environment, simulator_responder
 from evolve.commands.eval import build_eval_policies
 from evolve.core.errors import ConfigError
 from evolve.core.protocol import EVOLVE, PAPER
-from evolve.simulator.runner import (
+from evolve.simulator.evaluation import (
     QUESTION_HINT,
     EpisodeConfig,
     resolved_config,

@@ -115,7 +115,7 @@ def test_a_kind_follows_only_the_variants_it_declares() -> None:
 def test_the_variant_chooses_the_dialogue_once() -> None:
     """`respond` and `answer` have one path each: the dialogue the variant chose when the
     policy was built asks `use` (raw chat turns under paper, DSPy fields under evolve)."""
-    from memory_policies.base import CHAT_TURNS_DIALOGUE, FIELDS_DIALOGUE
+    from memory_policies.dialogue import CHAT_TURNS_DIALOGUE, FIELDS_DIALOGUE
 
     assert build_policy("in_context:variant=paper").dialogue is CHAT_TURNS_DIALOGUE
     assert build_policy("in_context:variant=evolve").dialogue is FIELDS_DIALOGUE

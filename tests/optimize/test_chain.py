@@ -252,7 +252,7 @@ def test_blind_chains_propose_without_feedback(tmp_path):
 def test_the_runner_guards_the_declared_schedule(tmp_path):
     from evolve.core.errors import ResumeMismatchError
     from evolve.simulator.environment import load_environment
-    from evolve.simulator.runner import EpisodeConfig, run_evaluation
+    from evolve.simulator.evaluation import EpisodeConfig, run_evaluation
 
     write_world(tmp_path)
     env = load_environment(tmp_path / "env.json")

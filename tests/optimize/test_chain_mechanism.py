@@ -44,7 +44,7 @@ import memory_policies
 from evolve.feedback import Feedback
 from evolve.optimize import chain_step, evolve_policy
 from evolve.simulator.environment import Environment, save_environment
-from evolve.simulator.runner import EpisodeConfig, run_evaluation
+from evolve.simulator.evaluation import EpisodeConfig, run_evaluation
 from evolve.spec.config import load_spec
 
 SEEDS = (0, 1, 2)

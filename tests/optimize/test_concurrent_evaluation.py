@@ -24,7 +24,7 @@ from evolve.optimize.gepa_engine import GepaSettings, run_gepa
 from evolve.optimize.operators import build_operator
 from evolve.optimize.reflect import Reflector
 from evolve.simulator.environment import Environment
-from evolve.simulator.runner import EpisodeConfig
+from evolve.simulator.evaluation import EpisodeConfig
 
 USERS = [f"user-{i}" for i in range(3)]
 

@@ -26,7 +26,7 @@ from evolve.optimize.gepa_engine import GepaSettings, run_gepa
 from evolve.optimize.operators import build_operator
 from evolve.optimize.parameters import RandomStepProposer
 from evolve.optimize.reflect import Reflector
-from evolve.simulator.runner import EpisodeConfig
+from evolve.simulator.evaluation import EpisodeConfig
 from evolve.spec.config import load_spec, resolve
 
 COMPONENT = "write.types_to_remember"

@@ -15,8 +15,8 @@ from evolve.feedback import BLIND_FEEDBACK, build_feedback
 from evolve.optimize.list_edit import failure_lines
 from evolve.results.objective import load_period_results
 from evolve.simulator.environment import load_environment
+from evolve.simulator.evaluation import EpisodeConfig, run_evaluation
 from evolve.simulator.records import Diagnosis
-from evolve.simulator.runner import EpisodeConfig, run_evaluation
 from memory_policies import build_policy
 
 

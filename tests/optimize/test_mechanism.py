@@ -29,7 +29,7 @@ from evolve.optimize.gepa_adapter import AMemGymAdapter
 from evolve.optimize.gepa_engine import GepaSettings, run_gepa
 from evolve.optimize.operators import build_operator
 from evolve.optimize.reflect import Reflector
-from evolve.simulator.runner import EpisodeConfig
+from evolve.simulator.evaluation import EpisodeConfig
 
 SEEDS = (0, 1, 2, 3, 4)
 GENERATIONS = 6

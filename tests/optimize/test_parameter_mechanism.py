@@ -22,7 +22,7 @@ from evolve.optimize.gepa_engine import GepaSettings, run_gepa
 from evolve.optimize.operators import build_operator
 from evolve.optimize.parameters import RandomStepProposer
 from evolve.simulator.environment import Environment
-from evolve.simulator.runner import EpisodeConfig
+from evolve.simulator.evaluation import EpisodeConfig
 from evolve.tuning import IntRange, OptunaParameterProposer
 
 PEAK = 2

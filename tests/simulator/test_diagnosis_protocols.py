@@ -21,6 +21,7 @@ from simulator.eval_helpers import (
 )
 from simulator.result_helpers import item, period
 
+from evolve.simulator.evaluation import EpisodeConfig, run_evaluation
 from evolve.simulator.metrics import summarize
 from evolve.simulator.original_format import (
     OriginalDiagnosisMetrics,
@@ -28,7 +29,6 @@ from evolve.simulator.original_format import (
     parse_diagnosis_results,
 )
 from evolve.simulator.records import Diagnosis, UserResult
-from evolve.simulator.runner import EpisodeConfig, run_evaluation
 from memory_policies import NativePolicy
 
 PAPER = EpisodeConfig(protocol="paper", rounds_initial=1, rounds_update=1, concurrency=1)

@@ -7,6 +7,7 @@ import pytest
 
 from evolve.commands.eval import format_original_table, format_table
 from evolve.reporting.plots import metric_label, score_limits
+from evolve.simulator.evaluation import EvaluationReport
 from evolve.simulator.metric_registry import (
     METRICS,
     MetricDeclaration,
@@ -14,7 +15,6 @@ from evolve.simulator.metric_registry import (
     metrics_in,
 )
 from evolve.simulator.metrics import MetricSummary
-from evolve.simulator.runner import EvaluationReport
 from evolve.tracking import per_period_table
 
 

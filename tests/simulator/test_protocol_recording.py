@@ -9,8 +9,8 @@ import pytest
 from scripted_lm import ScriptedLM, scripted_role_lms, user_turn
 from simulator.eval_helpers import agent_responder, make_environment, sections
 
+from evolve.simulator.evaluation import EpisodeConfig, run_evaluation
 from evolve.simulator.run_dir import RunLayout
-from evolve.simulator.runner import EpisodeConfig, run_evaluation
 from memory_policies import NativePolicy
 
 

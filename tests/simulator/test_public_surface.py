@@ -31,7 +31,7 @@ def test_an_unknown_simulator_name_is_an_attribute_error():
 def test_importing_the_environment_model_does_not_load_the_runner_or_dspy():
     code = (
         "import sys, evolve.simulator.environment; "
-        "print(sorted(m for m in ('dspy', 'evolve.simulator.runner') if m in sys.modules))"
+        "print(sorted(m for m in ('dspy', 'evolve.simulator.evaluation') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -30,6 +30,7 @@ import evolve.commands.eval as eval_command
 from evolve.cli import main
 from evolve.simulator import metrics
 from evolve.simulator.environment import EnvironmentItem, load_environment
+from evolve.simulator.evaluation import last_update_period
 from evolve.simulator.metrics import MetricSummary, summarize
 from evolve.simulator.original_format import (
     OriginalDiagnosisMetrics,
@@ -39,7 +40,6 @@ from evolve.simulator.original_format import (
     period_results_from_original,
 )
 from evolve.simulator.records import UserResult
-from evolve.simulator.runner import last_update_period
 from memory_policies.paper import load_reference_json
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "reference_output"

@@ -11,11 +11,11 @@ from scripted_lm import ScriptedLM, scripted_role_lms
 from simulator.eval_helpers import agent_responder, make_environment, simulator_responder
 
 from evolve.llm.usage import Usage
+from evolve.simulator.evaluation import EpisodeConfig, run_evaluation
 from evolve.simulator.evaluation.context import RunContext, RunOptions, UserRun
 from evolve.simulator.evaluation.identity import assign_dir_names
 from evolve.simulator.evaluation.unit import finish_unit
 from evolve.simulator.records import PeriodResult, SessionTranscript
-from evolve.simulator.runner import EpisodeConfig, run_evaluation
 from memory_policies import NativePolicy
 
 CONFIG = EpisodeConfig(rounds_initial=2, rounds_update=1, concurrency=1, seed=3)
@@ -106,7 +106,7 @@ def test_every_protocol_names_strategies_the_simulator_has():
     from evolve.optimize.reflect import REFLECTOR_PROMPTS
     from evolve.optimize.report import HEADLINES
     from evolve.simulator.baselines import UPPER_BOUND_PROMPTS
-    from evolve.simulator.runner import PROBE_STRATEGIES
+    from evolve.simulator.evaluation import PROBE_STRATEGIES
     from evolve.simulator.user import PaperUserView, StateAwareUserView, user_view_for
 
     item = make_environment(users=1).items[0]

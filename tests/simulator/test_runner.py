@@ -18,6 +18,7 @@ from simulator.eval_helpers import (
 
 from evolve.core.errors import EnvironmentDataError, ResumeMismatchError
 from evolve.simulator.baselines import compute_upper_bound
+from evolve.simulator.evaluation import EpisodeConfig, ProgressSink, run_evaluation
 from evolve.simulator.original_format import (
     OriginalDiagnosisMetrics,
     diagnosis_metrics,
@@ -25,7 +26,6 @@ from evolve.simulator.original_format import (
 )
 from evolve.simulator.records import Diagnosis
 from evolve.simulator.run_dir import RunLayout
-from evolve.simulator.runner import EpisodeConfig, ProgressSink, run_evaluation
 from memory_policies import NativePolicy
 
 

@@ -19,7 +19,7 @@ from evolve.simulator.user import opening_message
 
 if TYPE_CHECKING:
     from evolve.simulator.evaluation.context import RunContext, UserRun
-    from memory_policies.base import MemoryState
+    from memory_policies.messages import MemoryState
 
 
 def recorded_sessions_path(off_dir: Path, user_id: str, dir_name: str, period_index: int) -> Path:
@@ -86,7 +86,7 @@ def replay_period(
 ) -> tuple[list[SessionTranscript], MemoryState]:
     """Feed recorded sessions to the policy through `observe`, one round at a time (as the
     original feeds `add_msgs` a user/assistant pair)."""
-    from memory_policies.base import Message
+    from memory_policies.messages import Message
 
     item = user.item
     period = item.periods[period_index]

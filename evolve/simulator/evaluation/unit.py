@@ -33,7 +33,7 @@ from evolve.simulator.records import PeriodResult, SessionTranscript
 from evolve.simulator.user import derive_seed, play_session, user_view_for
 
 if TYPE_CHECKING:
-    from memory_policies.base import MemoryState
+    from memory_policies.messages import MemoryState
 
 
 def finish_unit(run: RunContext, user: UserRun, period_index: int) -> None:

@@ -16,9 +16,9 @@ from evolve.core.errors import ConfigError
 from evolve.optimize import objective_value
 from evolve.simulator.baselines import random_score
 from evolve.simulator.environment import save_environment
+from evolve.simulator.evaluation import EvaluationReport
 from evolve.simulator.metrics import summarize
 from evolve.simulator.records import Diagnosis, ItemResult, PeriodResult, UserResult
-from evolve.simulator.runner import EvaluationReport
 from evolve.simulator.synthesis.offline import synthesize_environment
 from evolve.simulator.synthesis.presets import get_preset
 from evolve.spec.config import resolve, spec_from_dict
