@@ -90,7 +90,7 @@ CHAMPION_VERSION_TAG = "evolve.champion_version"
 MODEL_NAME_IN_RUN = "memory_policy"
 EXPORTS_EXPERIMENT = "amemgym-evolve/exports"
 # What `memory_policies` needs at run time: the same as dist/memory-policies/pyproject.toml
-# (tests/test_export.py checks they agree), plus the local embedder for bundles that use it.
+# (tests/export/test_export.py checks they agree), plus the local embedder for bundles that use it.
 # The load-time settings of the model (`exported_model.CONFIG_KEYS`): MLflow only passes
 # `load_model(model_config=...)` keys that were logged, so each is logged, empty.
 MODEL_CONFIG_KEYS = ("model", "base_url", "api_key_env", "temperature", "max_tokens")

@@ -13,7 +13,7 @@ from evolve.llm.config import LLMConfig
 from evolve.spec.config import load_spec, resolve, spec_from_dict
 from evolve.stores.tracking_uri import DEFAULT_TRACKING_URI
 
-EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
+EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 
 
 # The paper specs need the published data file: tests/optimize/test_paper_specs.py resolves

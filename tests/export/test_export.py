@@ -22,7 +22,7 @@ from evolve.stats import PairedComparison, Verdict, compare, load_outcomes
 from evolve.tracking import MLflowTracker, mlflow_client
 from evolve.tracking.store import use_tracking_uri
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SEEDS = REPO / "benchmarks" / "records" / "quickstart_seeds-addable-failures"
 WITHIN_NOISE, BEATS = SEEDS / "quickstart-s13", SEEDS / "quickstart-s14"
 

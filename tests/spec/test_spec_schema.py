@@ -20,7 +20,7 @@ from evolve.simulator.synthesis.config import load_synthesis_config
 from evolve.spec.config import load_spec
 from evolve.tuning.spec import is_study_spec, load_study_spec
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SCHEMA_DIR = REPO / "docs" / "schema"
 SHIPPED_SPECS = sorted((REPO / "experiments").glob("*.toml"))
 REGENERATE = "regenerate them with `evolve schema --out docs/schema` and commit the result"

@@ -22,7 +22,7 @@ from evolve.tracking.intervals import (
 )
 from evolve.tracking.tags import TAG_HELDOUT_METHOD, TAG_HELDOUT_SEED, TAG_HELDOUT_VERDICT
 
-RECORDS = Path(__file__).resolve().parents[1] / "benchmarks" / "records"
+RECORDS = Path(__file__).resolve().parents[2] / "benchmarks" / "records"
 SEEDS = RECORDS / "quickstart_seeds-addable-failures"
 WITHIN_NOISE, BEATS = SEEDS / "quickstart-s13", SEEDS / "quickstart-s14"
 

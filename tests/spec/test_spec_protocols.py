@@ -15,7 +15,7 @@ from evolve.spec.config import load_spec, resolve
 from evolve.tuning import load_study_spec, resolve_tuning
 from evolve.tuning.study import job_from
 
-EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
+EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 GRID = f'sampler = "grid"\n[tuning.parameters]\n{PAPER_GRID}'
 
 
