@@ -13,7 +13,8 @@ from optimize.evolve_helpers import MARKER, World, make_agent, write_spec
 
 import memory_policies
 from evolve.core.errors import ConfigError
-from evolve.export.bundle import CHAMPION_ALIAS, export_policy
+from evolve.export.bundle import export_policy
+from evolve.export.registry import CHAMPION_ALIAS
 from evolve.optimize import ExperimentDir, evolve_policy
 from evolve.results.comparison import base_and_best
 from evolve.results.records import best_of
@@ -253,7 +254,7 @@ def _candidate_runs(uri: str) -> dict:
 def test_model_requirements_match_the_memory_policies_distribution():
     import tomllib
 
-    from evolve.export.bundle import LOCAL_EMBEDDING_REQUIREMENTS, POLICY_REQUIREMENTS
+    from evolve.export.registry import LOCAL_EMBEDDING_REQUIREMENTS, POLICY_REQUIREMENTS
 
     project = tomllib.loads((REPO / "dist" / "memory-policies" / "pyproject.toml").read_text())
     assert project["project"]["dependencies"] == POLICY_REQUIREMENTS
@@ -262,8 +263,8 @@ def test_model_requirements_match_the_memory_policies_distribution():
 
 
 def test_the_model_reads_its_lm_from_model_config_or_the_environment(monkeypatch):
-    from evolve.export.bundle import MODEL_CONFIG_KEYS
     from evolve.export.exported_model import CONFIG_KEYS, lm_from_settings
+    from evolve.export.registry import MODEL_CONFIG_KEYS
 
     assert MODEL_CONFIG_KEYS == CONFIG_KEYS  # every key can be given at load time
 
