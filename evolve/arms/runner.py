@@ -162,8 +162,8 @@ def _score_on_test(
                         f"{result.name} stopped before its last generation ({result.stopped}): "
                         "an arm is compared only once finished; raise run_budget and rerun"
                     )
-                store = ExperimentDir(directory / EXPERIMENTS_DIR / result.name)
-                policy = memory_policies.load(store.policy_dir(result.best_id))
+                experiment_dir = ExperimentDir(directory / EXPERIMENTS_DIR / result.name)
+                policy = memory_policies.load(experiment_dir.policy_dir(result.best_id))
                 unit_fields = {
                     "experiment": result.name, "best_id": result.best_id,
                     "optimizer_seed": result.candidate(result.best_id).seed,

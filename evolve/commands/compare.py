@@ -281,9 +281,9 @@ def _compare_evaluations(directory: Path, plot: Path | None) -> int:
         print("\nscores with 95% intervals (each on its own users' questions):")
         for line in format_interval_table(rows, baseline=None):
             print(line)
-    store = ExperimentDir(directory)
-    if store.journal_file.is_file():
-        _print_ledger(store.load_spend())
+    experiment_dir = ExperimentDir(directory)
+    if experiment_dir.journal_file.is_file():
+        _print_ledger(experiment_dir.load_spend())
     if plot is not None:
         from evolve.reporting.plots import plot_evaluations, save_figure
 

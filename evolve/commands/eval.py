@@ -279,11 +279,13 @@ def journal_spend(out: Path, lms: RoleLMs) -> Iterator[ExperimentDir]:
     when it ends, and each completed call with its tokens (the journal `evolve run` keeps,
     see `evolve.optimize.experiment_dir`): a killed eval leaves at worst requests of unknown
     outcome, counted as spent, and reruns add to it."""
-    store = ExperimentDir(out)
-    before = store.load_spend()
-    listener = SpendListener(lms.usage, store.open_journal(), wall_before=before.wall_time_s)
+    experiment_dir = ExperimentDir(out)
+    before = experiment_dir.load_spend()
+    listener = SpendListener(
+        lms.usage, experiment_dir.open_journal(), wall_before=before.wall_time_s
+    )
     try:
-        yield store
+        yield experiment_dir
     finally:
         listener.close(mark_wall_time=True)
 
@@ -310,7 +312,7 @@ def run_eval(args: argparse.Namespace) -> int:
     with (
         run_lock(args.out, "eval"),
         open_role_lms_from_args(args, rules=config.rules) as lms,
-        journal_spend(args.out, lms) as store,
+        journal_spend(args.out, lms) as experiment_dir,
     ):
         # A rerun with another environment or model is refused here, before any LLM call.
         for name, policy in zip(names, policies, strict=True):
@@ -365,10 +367,10 @@ def run_eval(args: argparse.Namespace) -> int:
             # The per-question records the summary was computed from, scored the same way.
             outcomes.append((name, outcomes_from_users(report.users, upper_bound=upper_bound)))
         usage = lms.usage.snapshot()
-    spend: Usage = store.load_spend()
+    spend: Usage = experiment_dir.load_spend()
     print(f"\nLLM usage of this invocation (cached responses cost nothing):\n{usage.table()}")
     print(
-        f"spend of every invocation into {args.out} ({store.journal_file.name}): "
+        f"spend of every invocation into {args.out} ({experiment_dir.journal_file.name}): "
         f"{spend.requests} LLM calls, {spend.tokens} tokens, {spend.wall_time_s:.1f}s"
     )
     print()

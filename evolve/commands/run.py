@@ -145,10 +145,13 @@ def _run_locked(
         from evolve.export.bundle import write_bundle
         from evolve.optimize.experiment_dir import ExperimentDir
 
-        store = ExperimentDir(args.runs_dir / spec.name)
+        experiment_dir = ExperimentDir(args.runs_dir / spec.name)
         best = result.candidate(result.best_id)
         path = write_bundle(
-            store.policy_dir(best.id), store.root / BEST_POLICY_DIR, spec.name, best
+            experiment_dir.policy_dir(best.id),
+            experiment_dir.root / BEST_POLICY_DIR,
+            spec.name,
+            best,
         )
         print(f"\nbest policy ({best.id}): {path.resolve()}")
         print(

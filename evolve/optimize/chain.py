@@ -77,21 +77,23 @@ class PerUserChains:
         return periods[max(periods)]
 
 
-def save_final_policies(store: ExperimentDir, items: list[Any], chains: PerUserChains) -> None:
+def save_final_policies(
+    experiment_dir: ExperimentDir, items: list[Any], chains: PerUserChains
+) -> None:
     """Each user's final policy as a bundle (a copy of its candidate's bundle)."""
-    root = store.root / "chain" / "final"
+    root = experiment_dir.root / "chain" / "final"
     index: dict[str, dict[str, str]] = {}
     for item in items:
         cid = chains.final(item.id)
         target = root / safe_name(str(item.id))
         if target.exists():
             shutil.rmtree(target)  # a rerun may extend the chain (more periods on disk)
-        shutil.copytree(store.policy_dir(cid), target)
+        shutil.copytree(experiment_dir.policy_dir(cid), target)
         index[item.id] = {
             "candidate": cid,
-            "bundle": str(target.relative_to(store.root)),
+            "bundle": str(target.relative_to(experiment_dir.root)),
         }
-    atomic_write_json(store.root / "chain" / "final_policies.json", index)
+    atomic_write_json(experiment_dir.root / "chain" / "final_policies.json", index)
 
 
 class ChainSchedule(Schedule):
@@ -108,7 +110,7 @@ class ChainSchedule(Schedule):
         base = context.base()
         items = list(context.resolved.train.items)
         periods = max(len(item.periods) for item in items)
-        run_dir = context.store.root / "chain" / "train"
+        run_dir = context.experiment_dir.root / "chain" / "train"
         operators = build_operators(context, context.policy(base))
         chains = PerUserChains(
             {
@@ -159,7 +161,7 @@ class ChainSchedule(Schedule):
         )
         self.summary = report.summary
         self._score_chain(context, report, run_dir, chains)
-        save_final_policies(context.store, items, chains)
+        save_final_policies(context.experiment_dir, items, chains)
         if context.resolved.heldout.items:
             finals = [chains.final(item.id) for item in items]
             if context.optimizer.heldout == "final":

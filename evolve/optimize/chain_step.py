@@ -136,9 +136,9 @@ def propose_chain_step(
         reflection_parse_failures=parse_failures,
         user_id=user_id,
     )
-    context.store.save_feedback(cid, feedback_text)
+    context.experiment_dir.save_feedback(cid, feedback_text)
     if status == CandidateStatus.PROPOSED:
-        policy.save(context.store.policy_dir(cid), provenance=context.provenance(record))
+        policy.save(context.experiment_dir.policy_dir(cid), provenance=context.provenance(record))
     return context.record_proposal(record)
 
 

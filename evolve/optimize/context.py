@@ -2,10 +2,11 @@
 
 A schedule (`population` on GEPA, the paper's `per_period` chain) is a class with
 `run(context)`. Everything it may use is a field of `EvolutionContext` (the resolved spec,
-the LMs, the store of results, the budget, the tracker, the progress hooks, the reflector,
-the upper bound, the candidate records) or one of its methods (store a proposal, evaluate a
-candidate on a split, score user results). The loop builds the context once per run, after
-opening the store and computing the upper bound; a schedule never reaches past it.
+the LMs, the experiment directory of results, the budget, the tracker, the progress hooks,
+the reflector, the upper bound, the candidate records) or one of its methods (store a
+proposal, evaluate a candidate on a split, score user results). The loop builds the context
+once per run, after opening the experiment directory and computing the upper bound; a
+schedule never reaches past it.
 
 The seams other parts hook into:
 
@@ -54,7 +55,7 @@ class EvolutionContext:
 
     resolved: ResolvedExperiment
     lms: RoleLMs
-    store: ExperimentDir
+    experiment_dir: ExperimentDir
     budget: Budget
     tracker: ExperimentTracker
     progress: LoopProgress
@@ -63,7 +64,7 @@ class EvolutionContext:
     proposer_factory: Callable[[], ParameterProposer]
     # The upper-bound table of train + held-out users (the runner accepts a superset).
     upper_bound: Any
-    # Every candidate record of the run by id, loaded from the store and kept in sync.
+    # Every candidate record of the run by id, loaded from the experiment directory, in sync.
     records: dict[str, CandidateRecord] = field(default_factory=dict)
     # The CLI's interrupt event: in-flight GEPA evaluations stop at their next unit.
     stop: threading.Event | None = None
@@ -81,8 +82,8 @@ class EvolutionContext:
     def save(self, record: CandidateRecord) -> CandidateRecord:
         """Store a record (and the spend so far) and keep it in `records`."""
         self.records[record.id] = record
-        self.store.save_candidate(record)
-        self.store.save_spend(self.budget.spent())
+        self.experiment_dir.save_candidate(record)
+        self.experiment_dir.save_spend(self.budget.spent())
         return record
 
     def record_proposal(self, record: CandidateRecord, **details: Any) -> CandidateRecord:
@@ -94,8 +95,8 @@ class EvolutionContext:
         self.tracker.log_proposal(
             record,
             parent=self.parent(record),
-            policy_dir=self.store.policy_dir(record.id),
-            feedback=self.store.load_feedback(record.id) or None,
+            policy_dir=self.experiment_dir.policy_dir(record.id),
+            feedback=self.experiment_dir.load_feedback(record.id) or None,
             **details,
         )
         return self.save(record)
@@ -104,7 +105,7 @@ class EvolutionContext:
         """The stored policy bundle of a candidate."""
         import memory_policies
 
-        return memory_policies.load(self.store.policy_dir(record.id))
+        return memory_policies.load(self.experiment_dir.policy_dir(record.id))
 
     def seen(self) -> dict[str, str]:
         """fingerprint -> id of every proposed policy (duplicates and invalid ones excluded)."""
@@ -130,7 +131,7 @@ class EvolutionContext:
             mutation=Mutation(kind="base"),
             seed=self.spec.seed,
         )
-        policy.save(self.store.policy_dir(base_id), provenance=self.provenance(record))
+        policy.save(self.experiment_dir.policy_dir(base_id), provenance=self.provenance(record))
         return self.record_proposal(record)
 
     def provenance(self, record: CandidateRecord) -> dict[str, Any]:
@@ -156,7 +157,7 @@ class EvolutionContext:
             "validation": self.resolved.validation,
             "heldout": self.resolved.heldout,
         }[split]
-        run_dir = self.store.candidate_dir(record.id) / split
+        run_dir = self.experiment_dir.candidate_dir(record.id) / split
         sink = self.tracker.evaluation_sink(
             split, self.progress.evaluation_started(record, split), record=record
         )
@@ -190,12 +191,12 @@ class EvolutionContext:
         (a resumed run replays no MLflow step); `compare_without` names the fields whose
         change alone does not count (the population schedule's current Pareto front)."""
         record = GenerationRecord(**fields)
-        stored = self.store.load_generation(record.generation)
+        stored = self.experiment_dir.load_generation(record.generation)
         if stored is not None:
             same = {name: getattr(record, name) for name in compare_without}
             if stored.model_copy(update=same) == record:
                 return stored
-        self.store.save_generation(record)
+        self.experiment_dir.save_generation(record)
         self.tracker.log_generation(record, spent=self.budget.spent())
         return record
 
@@ -209,8 +210,8 @@ class EvolutionContext:
             record,
             split=split,
             parent=self.parent(record),
-            policy_dir=self.store.policy_dir(record.id),
-            feedback=self.store.load_feedback(record.id),
+            policy_dir=self.experiment_dir.policy_dir(record.id),
+            feedback=self.experiment_dir.load_feedback(record.id),
         )
 
     def scores(
@@ -248,7 +249,7 @@ class EvolutionContext:
             per_user=per_user,
             summary=summary,
             per_period=per_period,
-            run_dir=str(run_dir.relative_to(self.store.root)),
+            run_dir=str(run_dir.relative_to(self.experiment_dir.root)),
             periods=list(periods) if periods is not None else None,
             wall_time_s=wall_time_s,
             estimate=estimate(outcomes_from_periods(all_periods, upper_bound=self.upper_bound))

@@ -255,9 +255,14 @@ class GepaProposalRecords:
             text for p in proposals for text in p.get("feedback", {}).values() if text
         )
         if feedback:
-            context.store.save_feedback(cid, feedback)
-        if status != CandidateStatus.INVALID and not context.store.policy_dir(cid).exists():
-            policy.save(context.store.policy_dir(cid), provenance=context.provenance(record))
+            context.experiment_dir.save_feedback(cid, feedback)
+        if (
+            status != CandidateStatus.INVALID
+            and not context.experiment_dir.policy_dir(cid).exists()
+        ):
+            policy.save(
+                context.experiment_dir.policy_dir(cid), provenance=context.provenance(record)
+            )
         return context.record_proposal(record, **self._rejection_details(record, candidate))
 
     def _rejection_details(

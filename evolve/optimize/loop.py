@@ -1,9 +1,9 @@
 """The self-evolution loop: P_{k+1} = G(P_k, F_k), with a population, held-out users and lineage.
 
-This module opens a run (its store, identity, budget, tracker and upper bound), builds the
-`EvolutionContext` the schedules share (`context`), runs the schedule the spec names and
-writes the experiment result. Each schedule is a class with `run(context)` in its own
-module, `population` (GEPA) and `chain` (the paper's per-period chain). Two schedules:
+This module opens a run (its experiment directory, identity, budget, tracker and upper
+bound), builds the `EvolutionContext` the schedules share (`context`), runs the schedule the
+spec names and writes the experiment result. Each schedule is a class with `run(context)` in
+its own module, `population` (GEPA) and `chain` (the paper's per-period chain). Two schedules:
 
 - ``population`` (default): GEPA (`gepa.optimize`, see `gepa_engine` and `gepa_adapter`)
   evolves the base policy's mutable components (text instructions and numeric parameters).
@@ -37,7 +37,7 @@ the budget over LLM calls/tokens/wall time (a GEPA stop callback) and the per-pe
 
 The simulated user is never mutated: it is not part of a policy. Every unit (a candidate's
 proposal, its evaluation on a split, a generation) is stored when finished and never
-recomputed (`store`); the budget is checked before each unit and at every period barrier.
+recomputed (`experiment_dir`); the budget is checked before each unit and at every period barrier.
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ def evolve_policy(
     run = _ExperimentRun(
         resolved,
         lms,
-        store=ExperimentDir(Path(runs_dir) / resolved.spec.name),
+        experiment_dir=ExperimentDir(Path(runs_dir) / resolved.spec.name),
         tracker=tracker or NullTracker(),
         progress=progress or LoopProgress(),
         proposer_factory=proposer_factory or (lambda: default_proposer(resolved.spec)),
@@ -145,7 +145,7 @@ def build_reflector(spec: ExperimentSpec, lms: RoleLMs) -> Reflector:
 
 
 class _ExperimentRun:
-    """One invocation: open the store, start tracking, prepare the context, run the
+    """One invocation: open the experiment directory, start tracking, prepare the context, run the
     schedule, write the result (also when the budget stops it)."""
 
     def __init__(
@@ -153,7 +153,7 @@ class _ExperimentRun:
         resolved: ResolvedExperiment,
         lms: RoleLMs,
         *,
-        store: ExperimentDir,
+        experiment_dir: ExperimentDir,
         tracker: ExperimentTracker,
         progress: LoopProgress,
         proposer_factory: Callable[[], ParameterProposer],
@@ -162,7 +162,7 @@ class _ExperimentRun:
         stop: threading.Event | None,
     ) -> None:
         self.resolved, self.spec, self.lms = resolved, resolved.spec, lms
-        self.store, self.tracker, self.progress = store, tracker, progress
+        self.experiment_dir, self.tracker, self.progress = experiment_dir, tracker, progress
         self.proposer_factory = proposer_factory
         self.upper_bound_cache = upper_bound_cache
         self.refresh_upper_bound = refresh_upper_bound
@@ -180,16 +180,16 @@ class _ExperimentRun:
                 "model": model_names.get(self.reflector.role),
                 "temperature": self.reflector.temperature,
             }
-        digest = self.store.open(identity)
-        records = {record.id: record for record in self.store.load_candidates()}
-        journal = self.store.open_journal()
-        budget = Budget(self.spec.budget, self.lms, self.store.load_spend(), journal)
+        digest = self.experiment_dir.open(identity)
+        records = {record.id: record for record in self.experiment_dir.load_candidates()}
+        journal = self.experiment_dir.open_journal()
+        budget = Budget(self.spec.budget, self.lms, self.experiment_dir.load_spend(), journal)
         self.tracker.start(
             TrackingContext(
                 name=self.spec.name,
                 config_hash=digest,
                 spec=self.spec,
-                run_dir=self.store.root.resolve(),
+                run_dir=self.experiment_dir.root.resolve(),
                 # The model that actually reflects (the agent's, under the paper's protocol).
                 model_names={**model_names, "reflector": model_names[self.reflector.role]},
                 environment=self.resolved.environment_description,
@@ -204,7 +204,7 @@ class _ExperimentRun:
             context = EvolutionContext(
                 resolved=self.resolved,
                 lms=self.lms,
-                store=self.store,
+                experiment_dir=self.experiment_dir,
                 budget=budget,
                 tracker=self.tracker,
                 progress=self.progress,
@@ -221,10 +221,10 @@ class _ExperimentRun:
             self.tracker.fail()
             raise
         finally:
-            self.store.save_spend(budget.spent())
+            self.experiment_dir.save_spend(budget.spent())
             budget.close()
         result = self._result(digest, stopped, records, budget)
-        self.store.save_result(result)
+        self.experiment_dir.save_result(result)
         self.tracker.finish(
             result,
             report=format_table(result, self.spec.rules) + "\n\n" + format_lineage(result) + "\n",
@@ -246,7 +246,7 @@ class _ExperimentRun:
             refresh=self.refresh_upper_bound,
             rules=self.spec.rules,
         )
-        self.store.save_spend(budget.spent())
+        self.experiment_dir.save_spend(budget.spent())
         return upper_bound
 
     def _result(
@@ -264,7 +264,7 @@ class _ExperimentRun:
             config_hash=digest,
             schedule=self.spec.optimizer.schedule,
             candidates=ordered,
-            generations=self.store.load_generations(),
+            generations=self.experiment_dir.load_generations(),
             best_id=best.id if best is not None else None,
             stopped=stopped,
             complete=stopped is None,
@@ -281,5 +281,5 @@ class _ExperimentRun:
             protocol=self.spec.protocol,
         )
         return result.model_copy(
-            update={"heldout_comparison": heldout_comparison(self.store.root, result)}
+            update={"heldout_comparison": heldout_comparison(self.experiment_dir.root, result)}
         )

@@ -63,7 +63,7 @@ def build_operators(context: EvolutionContext, base_policy: Any) -> list[Mutatio
         "environment": context.resolved.train,
         "lms": context.lms,
         "episode": context.resolved.episode,
-        "work_dir": context.store.root / "tuning",
+        "work_dir": context.experiment_dir.root / "tuning",
         "every": optimizer.tune_every,
         "trials": optimizer.tune_trials,
         "sampler": optimizer.tune_sampler,

@@ -44,7 +44,7 @@ def evaluate_heldout(run: StudyRun) -> None:
     for label, number, parameters in settings:
         run.budget.check()
         policy = job.base_policy.with_parameters(**parameters)
-        run_dir = run.store.heldout_dir(policy.parameters())
+        run_dir = run.study_dir.heldout_dir(policy.parameters())
         title = f"held-out {parameter_slug(parameters)}"
         report = run_evaluation(
             job.heldout,
@@ -67,7 +67,7 @@ def evaluate_heldout(run: StudyRun) -> None:
             score=objective_value(summary, tuning.objective),
             objective_used=objective_used(summary, tuning.objective),
             metrics=summary.flat_metrics(),
-            run_dir=run.store.relative(run_dir),
+            run_dir=run.study_dir.relative(run_dir),
             estimate=estimate(found) if found.questions else None,
         )
         run.heldout.append(record)

@@ -146,7 +146,7 @@ class StudyRun:
 
     job: TuningJob
     lms: RoleLMs
-    store: TuningDir
+    study_dir: TuningDir
     tracker: StudyTracker
     progress: TuneProgress
     study: optuna.Study

@@ -105,7 +105,7 @@ def run_study(
     worker = _Worker(
         job,
         lms,
-        store=TuningDir(Path(runs_dir) / job.name),
+        study_dir=TuningDir(Path(runs_dir) / job.name),
         tracker=tracker or NullStudyTracker(),
         progress=progress or TuneProgress(),
         upper_bound_cache=Path(upper_bound_cache) if upper_bound_cache else None,
@@ -126,7 +126,7 @@ class _Worker:
         job: TuningJob,
         lms: RoleLMs,
         *,
-        store: TuningDir,
+        study_dir: TuningDir,
         tracker: StudyTracker,
         progress: TuneProgress,
         upper_bound_cache: Path | None,
@@ -137,7 +137,7 @@ class _Worker:
         self.job = job
         self.tuning = job.tuning
         self.lms = lms
-        self.store = store
+        self.study_dir = study_dir
         self.tracker = tracker
         self.progress = progress
         self.upper_bound_cache = upper_bound_cache
@@ -175,7 +175,7 @@ class _Worker:
         # Spend journals of a stored study; an in-memory one (inside `evolve run`) has none:
         # it cannot resume, and the experiment journals the calls itself.
         journals = (
-            StudySpendJournals(self.store.root, self.job.study_name)
+            StudySpendJournals(self.study_dir.root, self.job.study_name)
             if self.job.storage_url is not None
             else None
         )
@@ -197,7 +197,7 @@ class _Worker:
         run = StudyRun(
             job=self.job,
             lms=self.lms,
-            store=self.store,
+            study_dir=self.study_dir,
             tracker=self.tracker,
             progress=self.progress,
             study=study,
@@ -219,7 +219,7 @@ class _Worker:
     ) -> TuningResult:
         # From the start: `evolve compare` reads the spend of an invocation killed before
         # its first trial ended.
-        self.store.save_result(run.result())
+        self.study_dir.save_result(run.result())
         self.tracker.start(
             StudyContext(
                 name=self.job.name,
@@ -227,7 +227,7 @@ class _Worker:
                 storage=storage_label(self.job.storage_url),
                 config_hash=run.digest,
                 spec=self.job.spec,
-                run_dir=self.store.root.resolve(),
+                run_dir=self.study_dir.root.resolve(),
                 model_names=model_names,
                 environment=self.job.environment_description,
                 train_users=[item.id for item in self.job.train.items],
@@ -251,7 +251,7 @@ class _Worker:
             self.tracker.fail()
             raise
         result = run.result(stopped)
-        self.store.save_result(result)
+        self.study_dir.save_result(result)
         self.tracker.finish(result)
         return result
 

@@ -201,7 +201,7 @@ class TrialLoop:
         # Never complete here, even after the last trial: the held-out check follows, and
         # a kill before it must leave a result that a rerun completes.
         result = self.run.result()
-        self.run.store.save_result(result.model_copy(update={"complete": False}))
+        self.run.study_dir.save_result(result.model_copy(update={"complete": False}))
         self.run.budget.check()  # raised out of `optimize`: no new trial starts over the budget
 
     def _report(self, trial: FrozenTrial) -> None:
@@ -231,11 +231,11 @@ class TrialLoop:
         run = self.run
         number = trial.number
         policy = self.job.base_policy.with_parameters(**parameters)
-        run_dir = failed_run_dir(run.study, run.store, parameters, number) or run.store.trial_dir(
-            self.job.study_name, number, parameters
-        )
+        run_dir = failed_run_dir(
+            run.study, run.study_dir, parameters, number
+        ) or run.study_dir.trial_dir(self.job.study_name, number, parameters)
         seed = derive_seed(self.job.seed, "trial", number)
-        trial.set_user_attr(ATTR_RUN_DIR, run.store.relative(run_dir))
+        trial.set_user_attr(ATTR_RUN_DIR, run.study_dir.relative(run_dir))
         trial.set_user_attr(ATTR_WORKER, f"{socket.gethostname()}:{os.getpid()}")
         trial.set_user_attr(ATTR_SEED, seed)
         run_id = run.tracker.trial_started(number, parameters, seed)
@@ -356,7 +356,7 @@ def suggest(trial: optuna.Trial, name: str, distribution: BaseDistribution) -> i
 
 
 def failed_run_dir(
-    study: optuna.Study, store: TuningDir, parameters: Mapping[str, int], number: int
+    study: optuna.Study, study_dir: TuningDir, parameters: Mapping[str, int], number: int
 ) -> Path | None:
     """The directory of an earlier failed (e.g. interrupted) trial with the same parameters:
     the runner resumes its finished user-periods instead of recomputing them."""
@@ -374,7 +374,7 @@ def failed_run_dir(
             and run_dir
             and run_dir not in in_use
             and {k: int(v) for k, v in t.params.items()} == dict(parameters)
-            and (store.root / run_dir).is_dir()
+            and (study_dir.root / run_dir).is_dir()
         ):
-            return store.root / run_dir
+            return study_dir.root / run_dir
     return None
