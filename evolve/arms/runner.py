@@ -118,12 +118,12 @@ def run_arms(
         evolved: dict[tuple[str, int], ExperimentResult] = {}
         for replicate in range(spec.replicates):
             for arm in (ARMS[name] for name in spec.arms if ARMS[name].evolves):
-                variant = replicate_spec(world, spec.name, arm.name, replicate,
+                experiment = replicate_spec(world, spec.name, arm.name, replicate,
                                          arm.experiment(world.experiment))  # fmt: skip
-                say(f"seed {seed}: {arm.name} replicate {replicate} ({variant.name})")
+                say(f"seed {seed}: {arm.name} replicate {replicate} ({experiment.name})")
                 evolved[(arm.name, replicate)] = evolve_policy(
-                    variant, lms, runs_dir=directory / EXPERIMENTS_DIR, tracker=trackers(variant),
-                    stop=stop,
+                    experiment, lms, runs_dir=directory / EXPERIMENTS_DIR,
+                    tracker=trackers(experiment), stop=stop,
                 )  # fmt: skip
         record = _score_on_test(spec, world, directory, lms, evolved, record, save, say, stop)
     return record

@@ -73,11 +73,11 @@ def seed_world(spec: ArmsSpec, experiment: ExperimentSpec, seed: int) -> SeedWor
 
 
 def replicate_spec(world: SeedWorld, arms_name: str, arm_name: str, replicate: int,
-                   variant: ExperimentSpec) -> ExperimentSpec:  # fmt: skip
+                   spec: ExperimentSpec) -> ExperimentSpec:  # fmt: skip
     """An evolving arm's experiment for one replicate: its own name and, past the first
     replicate, its own optimizer and reflector seed (so the reflector's requests, and their
     cache keys, differ); the simulated users stay the same."""
-    seed = variant.seed if replicate == 0 else derive_seed(variant.seed, "replicate", replicate)
-    return variant.model_copy(
+    seed = spec.seed if replicate == 0 else derive_seed(spec.seed, "replicate", replicate)
+    return spec.model_copy(
         update={"name": f"{arms_name}-{arm_name}-s{world.seed}-r{replicate}", "seed": seed}
     )

@@ -6,7 +6,7 @@ candidate's on-policy episodes with `evolve.simulator.evaluation.run_evaluation`
 directory per (candidate fingerprint, user), so a killed run resumes without re-evaluating
 a finished user. Per-user score = the spec's objective (`evolve.results.objective.objective_value`);
 a user whose memory score is undefined at its first evaluation (the base candidate, which
-GEPA evaluates first) is scored by accuracy for every candidate, recorded in `units`.
+GEPA evaluates first) is scored by accuracy for every candidate, recorded in `score_units`.
 
 Hand-written because GEPA's default adapters know neither episodes nor our operators: the
 reflective dataset is our per-component feedback (`evolve.feedback`), and
@@ -138,8 +138,9 @@ class AMemGymAdapter:
         self.validation_users = frozenset(validation_users)
         # (split, policy fingerprint) -> the runner's progress sink (the tracker's traces).
         self.progress_for: Callable[[str, str], Any] | None = None
-        # user -> "memory_score" | "accuracy": fixed at the user's first (base) evaluation.
-        self.units: dict[str, str] = {}
+        # user -> "memory_score" | "accuracy", the unit a user is scored in: fixed at the
+        # user's first (base) evaluation.
+        self.score_units: dict[str, str] = {}
         # What GEPA does not keep (proposals, discoveries, iterations); GEPA's callbacks
         # record the current iteration and parent here, which proposals read.
         self.lineage = GepaLineage()
@@ -155,7 +156,7 @@ class AMemGymAdapter:
     # ----- GEPA state persistence (gepa_state.bin in run_dir) ----------------------------------
     def get_adapter_state(self) -> dict[str, Any]:
         return {
-            "units": dict(self.units),
+            "score_units": dict(self.score_units),
             "observed": list(self.observed),
             **self.lineage.state(),
         }
@@ -164,7 +165,9 @@ class AMemGymAdapter:
         """GEPA restores its checkpoint at every (re)entry: `run_gepa` resumes it between
         iterations, so what this adapter already knows is kept and only what it has not
         seen (a resumed process) is replayed into its operators."""
-        self.units = {**state.get("units", {}), **self.units}
+        # ("units": checkpoints written before the name said what unit it means.)
+        stored = state.get("score_units", state.get("units", {}))
+        self.score_units = {**stored, **self.score_units}
         self.lineage.restore(state)
         for candidate, score in state.get("observed", [])[len(self.observed) :]:
             self.observe(dict(candidate), float(score))
@@ -198,12 +201,12 @@ class AMemGymAdapter:
 
     def user_scores(self, user: UserResult) -> dict[str, float]:
         summary = summarize_periods(user.periods, self.upper_bound)
-        if user.user_id not in self.units:
+        if user.user_id not in self.score_units:
             defined = self.objective == "memory_score" and summary.memory_score is not None
-            self.units[user.user_id] = "memory_score" if defined else "accuracy"
+            self.score_units[user.user_id] = "memory_score" if defined else "accuracy"
         # No separate memory score: an undefined one must not enter GEPA's frontier as 0.
         return {
-            "score": objective_value(summary, self.units[user.user_id]),
+            "score": objective_value(summary, self.score_units[user.user_id]),
             "accuracy": float(summary.accuracy or 0.0),
         }
 

@@ -237,7 +237,7 @@ class GepaOutcome(BaseModel):
     best_idx: int
     heldout: list[HeldoutScore]
     proposals: list[dict[str, Any]]
-    units: dict[str, str]
+    score_units: dict[str, str]
     metric_calls: int | None
     # GEPA iterations finished (generation numbers run 1..iterations) and the pool
     # indices on its valset Pareto front.
@@ -398,7 +398,7 @@ def _gepa_iterations(
         best_idx=result.best_idx,
         heldout=[],
         proposals=adapter.lineage.proposals,
-        units=adapter.units,
+        score_units=adapter.score_units,
         metric_calls=result.total_metric_calls,
         iterations=len(adapter.lineage.iterations),
         pareto_front=front,
