@@ -49,9 +49,11 @@ def read_text_file(
 def parse_json_text(
     text: str, source: str | os.PathLike[str], what: str, error: type[ToolkitError]
 ) -> Any:
-    """`json.loads` whose failures name `source`."""
+    """`json.loads` whose failures name `source`. A string holding a lone surrogate (an
+    escape such as `\\ud800` that no character stands for) is refused here, in one line:
+    it parses, but every later encode (a hash, a prompt, a file) would fail on it."""
     try:
-        return json.loads(text)
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise error(
             f"{source}: not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})"
@@ -60,6 +62,42 @@ def parse_json_text(
         raise error(f"{source}: {what} is nested too deeply to read") from None
     except ValueError as exc:  # e.g. an integer beyond Python's digit limit
         raise error(f"{source}: cannot read {what}: {_one_line(exc)}") from None
+    # Only an escape can make one (the text itself was decoded from UTF-8): skip the walk
+    # for files without any.
+    if _SURROGATE_ESCAPE.search(text):
+        where = _lone_surrogate(data, "")
+        if where is not None:
+            raise error(
+                f"{source}: {what} holds a lone surrogate escape (e.g. \\ud800, no character) at "
+                f"{where or 'the top level'}; remove it or write the character it stands for"
+            )
+    return data
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _lone_surrogate(value: Any, where: str) -> str | None:
+    """Where in parsed JSON a string (or key) holds a lone surrogate, or None."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return where
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = _lone_surrogate(key, f"{where}.{key!r} (key)") or _lone_surrogate(
+                item, f"{where}.{key}" if where else str(key)
+            )
+            if found is not None:
+                return found
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found = _lone_surrogate(item, f"{where}[{index}]")
+            if found is not None:
+                return found
+    return None
 
 
 def read_json_file(

@@ -68,3 +68,15 @@ def test_the_synthesis_work_dir_names_users_by_the_same_rule(tmp_path):
 
     work = WorkDir(tmp_path, "key", {"config": 1})
     assert work.user("../u 1.").directory.name == "u_1"
+
+
+def test_a_lone_surrogate_escape_is_refused_with_where_it_is():
+    from evolve.core.errors import ConfigError
+    from evolve.core.files import parse_json_text
+
+    with pytest.raises(ConfigError, match=r"lone surrogate .* at users\[1\]\.name"):
+        parse_json_text(
+            '{"users": [{"name": "a"}, {"name": "b\\udc00"}]}', "f.json", "x", ConfigError
+        )
+    # An escaped pair is one character (U+1F600): accepted.
+    assert parse_json_text('["\\ud83d\\ude00"]', "f.json", "x", ConfigError) == ["\U0001f600"]

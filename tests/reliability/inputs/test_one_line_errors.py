@@ -62,12 +62,19 @@ def write(path: Path, content: str | bytes) -> Path:
 
 HUGE_NUMBER = '[{"id": ' + "7" * 5000 + "}]"
 DEEP_JSON = "[" * 100_000 + "]" * 100_000
+# A lone surrogate escape parses but no character stands for it: every encode fails later.
+LONE_SURROGATE = '[{"id": "u1\\ud800", "start_time": "2024-01-01"}]'
 
 
 @pytest.mark.parametrize(
     ("content", "expected"),
-    [(BINARY, "UTF-8"), (HUGE_NUMBER, "digits"), (DEEP_JSON, "nested")],
-    ids=["binary", "5000-digit-number", "100k-deep"],
+    [
+        (BINARY, "UTF-8"),
+        (HUGE_NUMBER, "digits"),
+        (DEEP_JSON, "nested"),
+        (LONE_SURROGATE, "lone surrogate escape (e.g. \\ud800, no character) at [0].id"),
+    ],
+    ids=["binary", "5000-digit-number", "100k-deep", "lone-surrogate"],
 )
 def test_unreadable_environment_file(tmp_path, capsys, content, expected):
     env = write(tmp_path / "env.json", content)
