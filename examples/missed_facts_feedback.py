@@ -11,7 +11,6 @@ class MissedFactsFeedback(FeedbackKind):
     reads failures, not text) works with it as with `diagnostic`."""
 
     name = "missed_facts"
-    shows_truth = True  # it names the facts the answers needed
 
     def render(self, questions, *, component, max_failures, max_chars, rng):
         failures = [q for q in questions if not q.correct and q.missing_facts()]

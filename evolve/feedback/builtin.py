@@ -131,7 +131,6 @@ class DiagnosticFeedback(FeedbackKind):
     """`diagnostic` (ours): each failure with its truth, diagnosis and the memory held."""
 
     name = "diagnostic"
-    shows_truth = True
 
     def render(self, questions, *, component, max_failures, max_chars, rng) -> Feedback:
         failures = [question for question in questions if not question.correct]

@@ -40,8 +40,6 @@ class FeedbackKind:
     name: ClassVar[str]
     # False: no reflective proposal at all (the unevolved-instructions control).
     proposes: ClassVar[bool] = True
-    # True: the kind shows the truth (correct options, diagnoses), not only what happened.
-    shows_truth: ClassVar[bool] = False
 
     def render(
         self,
