@@ -25,7 +25,9 @@ Fault and accounting tests drive it through two extra routes:
   `non_json` (200 with content that is not JSON), `non_json_probes` (the same for diagnosis
   probes only, as `guess_role` tells them; every other request is answered normally),
   `truncated` (a body cut short before its declared length), `hang` (never answers; the
-  client must time out). `--fault MODE` sets the same at start.
+  client must time out), `trickle` (a 200 whose body comes one byte a second: no read ever
+  waits long, so only a deadline for the whole response ends it). `--fault MODE` sets the
+  same at start.
 
 `--port 0` picks a free port; the first line printed is always `stub server on URL`.
 
@@ -67,7 +69,7 @@ from typing import Any
 
 _ids = itertools.count(1)
 
-FAULT_MODES = ("none", "http500", "non_json", "non_json_probes", "truncated", "hang")
+FAULT_MODES = ("none", "http500", "non_json", "non_json_probes", "truncated", "hang", "trickle")
 
 
 class ServerState:
@@ -561,7 +563,13 @@ def make_handler(
                 state.excess_s += time.perf_counter() - self._chat_started - latency
             self._chat_started = None
 
-        def _send(self, status: int, payload: dict[str, Any], truncate: bool = False) -> None:
+        def _send(
+            self,
+            status: int,
+            payload: dict[str, Any],
+            truncate: bool = False,
+            trickle: bool = False,
+        ) -> None:
             self._finish_chat()
             body = json.dumps(payload).encode("utf-8")
             self.send_response(status)
@@ -573,6 +581,16 @@ def make_handler(
                 self.wfile.write(body[: len(body) // 2])
                 self.wfile.flush()
                 self.close_connection = True
+                return
+            if trickle:
+                for index in range(len(body)):
+                    try:
+                        self.wfile.write(body[index : index + 1])
+                        self.wfile.flush()
+                    except OSError:  # the client gave up: the point of the fault
+                        self.close_connection = True
+                        return
+                    time.sleep(1.0)
                 return
             self.wfile.write(body)
 
@@ -697,6 +715,7 @@ def make_handler(
                     },
                 },
                 truncate=fault == "truncated",
+                trickle=fault == "trickle",
             )
 
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002

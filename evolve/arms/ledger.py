@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evolve.core.files import atomic_write_json
-from evolve.simulator.run_dir import read_json
+from evolve.simulator.run_dir import read_object
 
 if TYPE_CHECKING:
     from evolve.arms.worlds import SeedWorld
@@ -24,7 +24,7 @@ def record_test_sets(runs_dir: Path, name: str, design: str, world: SeedWorld) -
     """Note that design `design` is scored on `world`'s test users; warnings for each other
     design scored on any of them before."""
     path = runs_dir / LEDGER_FILE
-    ledger: dict[str, Any] = read_json(path) if path.is_file() else {"test_sets": []}
+    ledger: dict[str, Any] = read_object(path) if path.is_file() else {"test_sets": []}
     preset = world.experiment.environment.preset
     users = [item.id for item in world.test.items]
     warnings = []

@@ -30,7 +30,7 @@ from evolve.optimize.loop import evolve_policy
 from evolve.results.records import ExperimentResult, fingerprint
 from evolve.simulator.baselines import compute_upper_bound
 from evolve.simulator.evaluation import run_evaluation
-from evolve.simulator.run_dir import config_hash, read_json
+from evolve.simulator.run_dir import config_hash, read_record
 from evolve.spec.config import load_spec
 from evolve.tracking import ExperimentTracker, NullTracker
 
@@ -75,7 +75,7 @@ def finished(spec: ArmsSpec, record: ArmsRecord | None) -> bool:
 
 def load_record(directory: Path) -> ArmsRecord | None:
     path = directory / RECORD_FILE
-    return ArmsRecord.model_validate(read_json(path)) if path.is_file() else None
+    return read_record(path, ArmsRecord) if path.is_file() else None
 
 
 def run_arms(

@@ -226,10 +226,13 @@ def _evaluation_dir(target: str) -> Path | None:
 def _evaluated_on(run_dir: Path) -> tuple[str, tuple[str, ...]] | None:
     """The environment hash and user ids a policy's run used (from its run header), or None
     when the header is missing or unreadable (e.g. a run from before headers existed)."""
-    from evolve.simulator.run_dir import RunLayout, read_json
+    from evolve.simulator.run_dir import RunLayout, read_object
 
+    run_file = RunLayout(run_dir).run_file
+    if not run_file.exists():
+        return None
     try:
-        config = read_json(RunLayout(run_dir).run_file)["config"]
+        config = read_object(run_file)["config"]
         return str(config["environment"]), tuple(str(user) for user in config["users"])
     except (OSError, ValueError, KeyError, TypeError):
         return None

@@ -9,7 +9,7 @@ Exit codes (the table of docs/reliability.md is written from this one):
 |---|---|
 | 0 | success |
 | 1 | internal error: a toolkit bug (e.g. the LM client failed inside this process) |
-| 2 | bad input: a config, spec, environment, bundle or command-line value was refused |
+| 2 | bad input: a config, spec, environment, bundle, run file or command-line value was refused |
 | 3 | LLM failure after retries: endpoint unreachable or failing, or outputs failing checks |
 | 4 | another evolve process is running the same run directory |
 | 5 | storage failed: read-only or full disk, unreachable or refused database |
@@ -82,6 +82,15 @@ class ServerStartError(ToolkitError):
 
 class EnvironmentDataError(ToolkitError):
     """An AMemGym environment file is inconsistent or malformed."""
+
+
+class DamagedRunFileError(ToolkitError):
+    """A file evolve wrote into a run directory cannot be read back: truncated, garbled, or
+    not the record evolve writes there. `fix` says what to do about it."""
+
+    def __init__(self, path: object, problem: str, fix: str) -> None:
+        self.path, self.problem, self.fix = path, problem, fix
+        super().__init__(f"damaged run file {path}: {problem}; {fix}")
 
 
 class ResumeMismatchError(ToolkitError):

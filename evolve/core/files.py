@@ -12,6 +12,7 @@ import json
 import os
 import re
 import secrets
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -98,6 +99,21 @@ def _lone_surrogate(value: Any, where: str) -> str | None:
             if found is not None:
                 return found
     return None
+
+
+def unused_path(path: Path) -> Path:
+    """`path`, or `path-2`, `path-3`, ... : the first that does not exist (to set a file
+    aside without replacing an earlier one)."""
+    candidate, number = path, 1
+    while candidate.exists():
+        number += 1
+        candidate = path.with_name(f"{path.name}-{number}")
+    return candidate
+
+
+def warn_damaged(path: object, problem: str, action: str) -> None:
+    """Say that a damaged run file is recomputed or rebuilt (`action`): never silently."""
+    print(f"evolve: warning: damaged run file {path}: {problem}; {action}", file=sys.stderr)
 
 
 def read_json_file(

@@ -47,7 +47,7 @@ from evolve.export.registry import (
 )
 from evolve.optimize.experiment_dir import ExperimentDir, experiment_dir_for
 from evolve.results.records import CandidateRecord, ExperimentResult
-from evolve.simulator.run_dir import read_json
+from evolve.simulator.run_dir import read_object
 from evolve.stores.registered_names import registered_model_name_problem
 from evolve.stores.tracking_uri import (
     ENV_VAR,
@@ -110,7 +110,7 @@ def _export_settings(
 
     experiment_dir = experiment_dir_for(target, runs_dir)
     state_file = experiment_dir / STATE_FILE if experiment_dir is not None else None
-    state = read_json(state_file) if state_file is not None and state_file.is_file() else {}
+    state = read_object(state_file) if state_file is not None and state_file.is_file() else {}
     spec_name = state.get("registered_model")
     # The spec's own setting as written, recorded by the run (not the absolute store the run
     # resolved: a moved or copied checkout exports into its own store).
@@ -263,7 +263,7 @@ def _candidate_run_id(experiment_dir: Path, candidate_id: str, tracking_uri: str
     state_file = experiment_dir / STATE_FILE
     if not state_file.exists():
         return None
-    state = read_json(state_file)
+    state = read_object(state_file)
     run_id = (state.get("candidates", {}).get(candidate_id) or {}).get("run_id")
     if not run_id:
         return None

@@ -13,13 +13,23 @@ The same place enforces the stop: once `STOP` is set (SIGINT / SIGTERM, see
 `evolve.commands.interrupt`, or a call that failed after its retries, see `evolve.core.stopping`),
 a request that has not started is refused before any byte is sent, whichever code path (a
 retry, DSPy's adapter fallback, the next module call) asks.
+
+And it gives every request a deadline for its whole response. The HTTP libraries' timeouts
+bound connecting and each read, so a server that sends its body a byte a second is never
+timed out by them; here the response body is cut once the request's timeout has passed since
+it was sent (at the next byte), with the library's own read-timeout error, which both
+clients treat as any timeout (retried, then reported). So `(retries + 1) x timeout` bounds a
+call, trickling servers included.
 """
 
 from __future__ import annotations
 
 import contextvars
+import functools
 import importlib
 import threading
+import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import openai
@@ -92,6 +102,7 @@ class RecordingTransport:
         if tracker is None:
             role, tracker = CALLER.get() or (None, None)
         started = tracker.request_started(role) if tracker is not None and role else None
+        sent_at = time.monotonic()
         try:
             response = self.inner.handle_request(request)
         except BaseException:
@@ -103,6 +114,12 @@ class RecordingTransport:
             # bill); the client decides whether to retry it.
             status = int(response.status_code)
             tracker.request_ended(started, failed=status >= 400, status=status)
+        limit = _response_deadline(request)
+        if limit is not None:
+            library = importlib.import_module(type(self.inner).__module__.split(".")[0])
+            response.stream = _deadline_stream_class(library)(
+                response.stream, sent_at + limit, limit, request
+            )
         return response
 
     def close(self) -> None:
@@ -114,6 +131,39 @@ class RecordingTransport:
 
     def __exit__(self, *exc: Any) -> None:
         self.inner.__exit__(*exc)
+
+
+def _response_deadline(request: Any) -> float | None:
+    """Seconds the whole response may take: the request's timeout (the read timeout, which
+    the clients set from the endpoint's `timeout`), or None when it has none."""
+    timeouts = request.extensions.get("timeout") or {}
+    limit = timeouts.get("read")
+    return float(limit) if limit else None
+
+
+@functools.cache
+def _deadline_stream_class(library: Any) -> type:
+    """A response body, of `library`'s own stream type (the client checks it), that raises
+    the library's `ReadTimeout` once the deadline has passed, checked at every chunk."""
+
+    class DeadlineStream(library.SyncByteStream):  # type: ignore[name-defined, misc]
+        def __init__(self, inner: Any, deadline: float, limit: float, request: Any) -> None:
+            self.inner, self.deadline, self.limit, self.request = inner, deadline, limit, request
+
+        def __iter__(self) -> Iterator[bytes]:
+            for chunk in self.inner:
+                if time.monotonic() > self.deadline:
+                    raise library.ReadTimeout(
+                        f"the response did not finish within the request's timeout "
+                        f"({self.limit:g} s)",
+                        request=self.request,
+                    )
+                yield chunk
+
+        def close(self) -> None:
+            self.inner.close()
+
+    return DeadlineStream
 
 
 def recording_http_client(timeout: float) -> tuple[Any, RecordingTransport]:

@@ -28,16 +28,16 @@ is short only by the calls that were in flight.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from evolve.core.files import atomic_write_json, atomic_write_text
+from evolve.core.errors import DamagedRunFileError
+from evolve.core.files import atomic_write_json, atomic_write_text, warn_damaged
 from evolve.core.protocol import DEFAULT_PROTOCOL
 from evolve.llm.usage import Usage
 from evolve.results.budget import SpendJournal, spend_json
 from evolve.results.records import CandidateRecord, ExperimentResult, GenerationRecord
-from evolve.simulator.run_dir import open_header, read_json
+from evolve.simulator.run_dir import open_header, read_object, read_record
 
 EXPERIMENT_FORMAT = "amemgym-evolve.experiment"
 EXPERIMENT_FORMAT_VERSION = 1
@@ -73,7 +73,7 @@ class ExperimentDir:
         return self.experiment_file.exists()
 
     def config_hash(self) -> str:
-        return str(read_json(self.experiment_file).get("config_hash", ""))
+        return str(read_object(self.experiment_file).get("config_hash", ""))
 
     # -- candidates ---------------------------------------------------------------------------
 
@@ -95,11 +95,11 @@ class ExperimentDir:
         path = self.candidate_dir(candidate_id) / "candidate.json"
         if not path.exists():
             return None
-        return CandidateRecord.model_validate(read_json(path))
+        return read_record(path, CandidateRecord)
 
     def load_candidates(self) -> list[CandidateRecord]:
         records = [
-            CandidateRecord.model_validate(read_json(path))
+            read_record(path, CandidateRecord)
             for path in (self.root / "candidates").glob("*/candidate.json")
         ]
         return sorted(records, key=lambda r: (r.generation, r.id))
@@ -121,11 +121,11 @@ class ExperimentDir:
 
     def load_generation(self, generation: int) -> GenerationRecord | None:
         path = self.generation_file(generation)
-        return GenerationRecord.model_validate(read_json(path)) if path.exists() else None
+        return read_record(path, GenerationRecord) if path.exists() else None
 
     def load_generations(self) -> list[GenerationRecord]:
         records = [
-            GenerationRecord.model_validate(read_json(path))
+            read_record(path, GenerationRecord)
             for path in (self.root / "generations").glob("gen_*.json")
         ]
         return sorted(records, key=lambda r: r.generation)
@@ -143,7 +143,7 @@ class ExperimentDir:
     def _ledger_spend(self) -> Usage:
         if not self.ledger_file.exists():
             return Usage()
-        return Usage.model_validate(read_json(self.ledger_file))
+        return read_record(self.ledger_file, Usage)
 
     def load_spend(self) -> Usage:
         """Spend of every invocation so far: the journal's sum (the ledger before journals)."""
@@ -176,9 +176,11 @@ class ExperimentDir:
         stored: dict[str, Any] = {}
         if self.result_file.exists():
             try:
-                stored = read_json(self.result_file)
-            except (OSError, json.JSONDecodeError):
-                stored = {}
+                stored = read_object(self.result_file)
+            except DamagedRunFileError as damaged:  # rebuilt from the records below
+                warn_damaged(
+                    damaged.path, damaged.problem, "rebuilding the result from the records"
+                )
         from evolve.results.records import select_best
 
         candidates = self.load_candidates()

@@ -30,13 +30,12 @@ from evolve.core.seeds import derive_seed
 from evolve.feedback import feedback_kind
 from evolve.optimize.edits import says_less
 from evolve.optimize.gepa_adapter import AMemGymAdapter
+from evolve.optimize.gepa_checkpoint import GEPA_STATE_FILE, check_gepa_state
 from evolve.optimize.gepa_lineage import GepaLineage
 from evolve.optimize.operators import is_parameter
 from evolve.results.budget import Budget
 from evolve.results.objective import format_score
 
-# GEPA's checkpoint in its run_dir (gepa.core.state): present once a run has started.
-GEPA_STATE_FILE = "gepa_state.bin"
 CANDIDATE_SELECTIONS = ("pareto", "current_best", "epsilon_greedy", "top_k_pareto")
 
 
@@ -367,6 +366,7 @@ def _gepa_iterations(
             return True
         return stop_when is not None and stop_when()
 
+    check_gepa_state(run_dir)  # GEPA unpickles it: nothing but builtins may be in it
     result = gepa_optimize(
         seed_candidate=seed_candidate,
         trainset=list(train_users),

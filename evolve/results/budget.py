@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from evolve.core.files import unused_path, warn_damaged
 from evolve.llm.usage import Usage
 
 if TYPE_CHECKING:
@@ -104,19 +105,40 @@ class SpendJournal:
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
+        self.unreadable_lines = 0  # by the last `total()`; a torn last line is not counted
         self._lock = threading.Lock()
         self._file: IO[str] | None = None
 
     def open(self, carried: Usage | None = None) -> SpendJournal:
         new = not self.path.exists()
+        if not new:
+            self._cut_torn_line()
+            spent = self.total()
+            if self.unreadable_lines:
+                # Set the damaged journal aside; the new one starts from what it could read.
+                aside = unused_path(self.path.with_name(f"{self.path.name}.damaged"))
+                os.replace(self.path, aside)
+                warn_damaged(
+                    self.path,
+                    f"{self.unreadable_lines} line(s) cannot be read",
+                    "the spend it records is short by what they held; continuing from the rest "
+                    f"(the damaged journal is kept as {aside.name})",
+                )
+                new, carried = True, spent
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed by close()
-        if not new and self.path.stat().st_size and not self._ends_with_newline():
-            self._file.write("\n")  # after a torn last line, start a fresh one
         if new and carried is not None and carried != Usage():
             self._write({"carried": spend_json(carried)})
         self.sync()
         return self
+
+    def _cut_torn_line(self) -> None:
+        """Drop a last line torn by a crash mid-write (it was never counted), so that the
+        journal goes on from a whole line and no torn line is ever inside it."""
+        with open(self.path, "rb+") as handle:
+            data = handle.read()
+            if data and not data.endswith(b"\n"):
+                handle.truncate(data.rfind(b"\n") + 1)
 
     def record_call(
         self,
@@ -196,11 +218,6 @@ class SpendJournal:
             self._file.write(line)
             self._file.flush()
 
-    def _ends_with_newline(self) -> bool:
-        with open(self.path, "rb") as handle:
-            handle.seek(-1, os.SEEK_END)
-            return handle.read(1) == b"\n"
-
     def total(self) -> Usage:
         """The spend the journal records: every request started (failed ones and those of
         unknown outcome included), calls of older journals without request lines (cache hits
@@ -209,14 +226,19 @@ class SpendJournal:
         carried = Usage()
         wall = 0.0
         open_requests: set[str] = set()
+        self.unreadable_lines = 0
         with open(self.path, encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                try:
-                    entry = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # torn by a crash mid-write
+            lines = handle.read().split("\n")
+        # The last piece is "" after a final newline; anything else there is a line torn
+        # by a crash mid-write, expected and skipped. Any other line that cannot be read
+        # is damage, counted.
+        for number, line in enumerate(lines):
+            if not line.strip():
+                continue
+            try:
+                entry = json.loads(line)
                 if not isinstance(entry, dict):
-                    continue
+                    raise TypeError(type(entry).__name__)
                 if "carried" in entry:
                     carried = carried + Usage.model_validate(entry["carried"])
                     continue
@@ -232,6 +254,9 @@ class SpendJournal:
                     requests += int(entry.get("requests", default))
                     prompt += int(entry.get("prompt", 0))
                     completion += int(entry.get("completion", 0))
+            except (ValueError, TypeError, AttributeError):  # ValidationError is a ValueError
+                if number < len(lines) - 1:
+                    self.unreadable_lines += 1
         return Usage(
             requests=carried.requests + requests,
             prompt_tokens=carried.prompt_tokens + prompt,

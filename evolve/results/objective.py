@@ -13,7 +13,7 @@ from typing import Literal
 
 from evolve.simulator.metrics import MetricSummary
 from evolve.simulator.records import PeriodResult
-from evolve.simulator.run_dir import read_json
+from evolve.simulator.run_dir import read_record
 
 # What a spec may optimize (experiment `optimizer.objective`, tuning `objectives[0]`).
 Objective = Literal["memory_score", "accuracy"]
@@ -45,7 +45,7 @@ def load_period_results(run_dir: Path, periods: Iterable[int] | None = None) -> 
     wanted = set(periods) if periods is not None else None
     results = []
     for path in sorted(Path(run_dir).glob("users/*/period_*/result.json")):
-        result = PeriodResult.model_validate(read_json(path))
+        result = read_record(path, PeriodResult)
         if wanted is None or result.period_index in wanted:
             results.append(result)
     return results

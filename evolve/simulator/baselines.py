@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 import dspy
 from dspy.utils.exceptions import AdapterParseError
 
-from evolve.core.errors import ToolkitError
+from evolve.core.errors import DamagedRunFileError, ToolkitError
 from evolve.core.files import atomic_write_json, safe_name
 from evolve.core.protocol import DEFAULT_PROTOCOL, DEFAULT_RULES, Protocol, ProtocolRules
 from evolve.llm.response_cache import held_until_parsed
@@ -50,7 +50,7 @@ from evolve.llm.response_cache import held_until_parsed
 # Defined with the metrics (original_format needs it and sits below this module); kept
 # importable from here, where the upper bound's counterpart lives.
 from evolve.simulator.metrics import random_score as random_score
-from evolve.simulator.run_dir import read_json
+from evolve.simulator.run_dir import read_record
 from evolve.simulator.upper_bound_table import (
     UPPER_BOUND_FORMAT_VERSION,
     UpperBoundEntry,
@@ -125,8 +125,8 @@ def _load_cached(path: Path, cache_key: str) -> dict[str, UpperBoundEntry]:
     if not path.exists():
         return {}
     try:
-        cached = UpperBoundTable.model_validate(read_json(path))
-    except (ValueError, OSError):
+        cached = read_record(path, UpperBoundTable)
+    except DamagedRunFileError:
         return {}  # unreadable or of an older format: recomputed and overwritten
     if cached.format_version != UPPER_BOUND_FORMAT_VERSION or cached.cache_key != cache_key:
         return {}

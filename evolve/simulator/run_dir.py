@@ -25,12 +25,21 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from evolve.core.errors import ResumeMismatchError
-from evolve.core.files import atomic_write_json, atomic_write_text
+from pydantic import BaseModel, ValidationError
+
+from evolve.core.errors import DamagedRunFileError, ResumeMismatchError, ToolkitError
+from evolve.core.files import (
+    atomic_write_json,
+    atomic_write_text,
+    parse_json_text,
+    read_text_file,
+    unused_path,
+)
 
 # Re-exported for the runner and the chain schedule, which name users' directories with it.
 from evolve.core.files import safe_name as safe_name
@@ -45,13 +54,61 @@ from evolve.simulator.records import (
 if TYPE_CHECKING:
     from evolve.simulator.upper_bound_table import UpperBoundTable
 
+
+class _StoredTranscript(BaseModel):
+    """transcript.json: a period's sessions and what they cost."""
+
+    sessions: list[SessionTranscript]
+    usage: Usage = Usage()
+
+
 RUN_FORMAT = "amemgym-evolve.run"
 RUN_FORMAT_VERSION = 1
 
 
-def read_json(path: Path) -> Any:
-    with open(path, encoding="utf-8") as handle:
-        return json.load(handle)
+Record = TypeVar("Record", bound=BaseModel)
+
+# What to do about a damaged file, when the reader cannot recompute it itself.
+DAMAGED_FILE_FIX = "delete it and rerun to recompute it, or delete the run directory to start over"
+
+
+def read_json(path: Path, *, fix: str = DAMAGED_FILE_FIX) -> Any:
+    """A JSON file evolve wrote into a run directory, read back. Anything unreadable
+    (truncated, garbled, not UTF-8) raises `DamagedRunFileError`: one line naming the file,
+    what is wrong and `fix`, never a decoder traceback."""
+    try:
+        text = read_text_file(path, "run file", error=_Unreadable)
+        return parse_json_text(text, path, "run file", _Unreadable)
+    except _Unreadable as exc:
+        raise DamagedRunFileError(path, str(exc).removeprefix(f"{path}: "), fix) from None
+
+
+class _Unreadable(ToolkitError):
+    """What the shared readers raise, before it becomes a `DamagedRunFileError`."""
+
+
+def read_object(path: Path, *, fix: str = DAMAGED_FILE_FIX) -> dict[str, Any]:
+    """`read_json` of a file that holds a JSON object."""
+    data = read_json(path, fix=fix)
+    if not isinstance(data, dict):
+        raise DamagedRunFileError(
+            path, f"expected a JSON object, found a {type(data).__name__}", fix
+        )
+    return data
+
+
+def read_record(path: Path, model: type[Record], *, fix: str = DAMAGED_FILE_FIX) -> Record:
+    """`read_json` validated as `model`: a file that parses but is not such a record (a
+    field missing or of the wrong type) is damaged too."""
+    data = read_json(path, fix=fix)
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "the top level"
+        raise DamagedRunFileError(
+            path, f"not a {model.__name__} record ({first['msg']} at {where})", fix
+        ) from None
 
 
 # ----- config hash -----------------------------------------------------------------------------
@@ -97,7 +154,7 @@ def open_header(
     """
     digest = config_hash(config)
     if path.exists():
-        stored = read_json(path)
+        stored = read_object(path)
         if stored.get("config_hash") != digest:
             differences = config_differences(stored.get(key, {}), config)
             shown = "; ".join(differences[:listed]) or "(stored header unreadable)"
@@ -196,7 +253,7 @@ class RunLayout:
         path = self.result_file(user_dir_name, period_index)
         if not path.exists():
             return None
-        return PeriodResult.model_validate(read_json(path))
+        return read_record(path, PeriodResult)
 
     def save_transcript(
         self,
@@ -221,16 +278,35 @@ class RunLayout:
         path = self.transcript_file(user_dir_name, period_index)
         if not path.exists():
             return None
-        data = read_json(path)
-        sessions = [SessionTranscript.model_validate(s) for s in data["sessions"]]
-        return sessions, Usage.model_validate(data.get("usage", {}))
+        stored = read_record(path, _StoredTranscript)
+        return stored.sessions, stored.usage
 
     def save_checkpoint(self, user_dir_name: str, period_index: int, state_json: str) -> None:
         atomic_write_text(self.checkpoint_file(user_dir_name, period_index), state_json + "\n")
 
     def load_checkpoint(self, user_dir_name: str, period_index: int) -> str | None:
+        """The policy state's JSON text (checked to be a JSON object; the policy parses it)."""
         path = self.checkpoint_file(user_dir_name, period_index)
-        return path.read_text(encoding="utf-8").strip() if path.exists() else None
+        if not path.exists():
+            return None
+        read_object(path)
+        return path.read_text(encoding="utf-8").strip()
+
+    def set_aside(self, user_dir_name: str, from_period: int) -> list[Path]:
+        """Move a user's period `from_period` and every later one out of the way, under
+        `set_aside/`, so that they are recomputed: a damaged unit, and the units that
+        continued from its memory. Kept, not deleted: nothing a run wrote is lost. Returns
+        where they went."""
+        moved = []
+        index = from_period
+        while (source := self.period_dir(user_dir_name, index)).exists():
+            # Not named period_NN there: nothing that gathers a run's units finds them.
+            target = unused_path(self.root / "set_aside" / user_dir_name / f"damaged-{source.name}")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(source, target)
+            moved.append(target)
+            index += 1
+        return moved
 
     def save_period_result(self, user_dir_name: str, result: PeriodResult) -> None:
         atomic_write_json(

@@ -18,7 +18,7 @@ import numpy as np
 from evolve.core.errors import ToolkitError
 from evolve.simulator.metrics import upper_bound_correct
 from evolve.simulator.records import ItemResult, PeriodResult, UserResult
-from evolve.simulator.run_dir import read_json
+from evolve.simulator.run_dir import read_record
 from evolve.simulator.upper_bound_table import UpperBoundTable
 
 QuestionKey = tuple[str, str, int, int]  # stratum, user, period, question
@@ -133,14 +133,12 @@ def load_outcomes(
     tables: dict[Path, UpperBoundTable | None] = {}
     outcomes: list[QuestionOutcomes] = []
     for path in sorted(run_dir.glob("**/period_*/result.json")):
-        period = PeriodResult.model_validate(read_json(path))
+        period = read_record(path, PeriodResult)
         run_root = path.parents[3]  # <run>/users/<user>/period_NN/result.json
         if run_root not in tables:
             table_file = run_root / "upper_bound.json"
             tables[run_root] = (
-                UpperBoundTable.model_validate(read_json(table_file))
-                if table_file.is_file()
-                else None
+                read_record(table_file, UpperBoundTable) if table_file.is_file() else None
             )
         outcomes.append(
             outcomes_from_periods(

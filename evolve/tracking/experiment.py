@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evolve.core.files import atomic_write_json
-from evolve.simulator.run_dir import read_json
+from evolve.simulator.run_dir import read_object
 from evolve.stores.tracking_uri import TrackingLocation, masked_uri
 from evolve.tracking.candidate_runs import CandidateRuns
 from evolve.tracking.content import (
@@ -327,7 +327,7 @@ def tracker_for(spec: ExperimentSpec, *, tracking_uri: str | None = None, enable
 def resumed_state(state_file: Path, identity: dict[str, str], client: Any) -> dict[str, Any]:
     """The tracker's state of an earlier invocation on the same store, experiment and
     configuration (its parent run still there), or a fresh one."""
-    state = read_json(state_file) if state_file.exists() else {}
+    state = read_object(state_file) if state_file.exists() else {}
     same_store = all(state.get(k) == v for k, v in identity.items()) and run_is_active(
         client, state.get("parent_run_id")
     )

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from evolve.core.files import atomic_write_json, safe_name
-from evolve.simulator.run_dir import read_json
+from evolve.simulator.run_dir import read_record
 from evolve.tuning.records import IN_MEMORY_STORAGE, TuningResult
 from evolve.tuning.spec import parameter_slug
 from evolve.tuning.storage import redact_storage_url
@@ -53,7 +53,7 @@ class TuningDir:
         atomic_write_json(self.result_file, result.model_dump(mode="json"))
 
     def load_result(self) -> TuningResult:
-        return TuningResult.model_validate(read_json(self.result_file))
+        return read_record(self.result_file, TuningResult)
 
     def relative(self, path: Path) -> str:
         return str(Path(path).relative_to(self.root))

@@ -51,7 +51,7 @@ from typing import Any
 from evolve.core.files import safe_name
 from evolve.llm.usage import Usage, UsageTracker
 from evolve.results.budget import Budget, SpendJournal, SpendListener
-from evolve.simulator.run_dir import read_json
+from evolve.simulator.run_dir import read_record
 from evolve.tuning.records import TrialRecord
 
 SPEND_DIR = "spend"
@@ -159,7 +159,7 @@ def recorded_spend(run_dir: str | Path, study_name: str | None = None) -> Usage:
     records: list[TrialRecord] = []
     result_file = run_dir / RESULT_FILE
     if result_file.is_file():
-        result = TuningResult.model_validate(read_json(result_file))
+        result = read_record(result_file, TuningResult)
         if study_name is None or study_name == result.study_name:
             study_name = result.study_name
             records = result.trials

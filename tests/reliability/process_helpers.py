@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -167,6 +168,27 @@ def run_cli(home: Path, *args: str, timeout: float = 120) -> subprocess.Complete
         text=True,
         timeout=timeout,
     )
+
+
+def run_timed(home: Path, *args: str) -> tuple[subprocess.Popen[str], list[tuple[float, str]]]:
+    """The CLI run to its end, with each stderr line and the wall-clock time it was read."""
+    process = start_cli(home, *args)
+    lines: list[tuple[float, str]] = []
+
+    def read() -> None:
+        assert process.stderr is not None
+        for line in process.stderr:
+            lines.append((time.time(), line.rstrip("\n")))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        process.wait(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    reader.join(timeout=10)
+    return process, lines
 
 
 def wait_for_requests(stub: StubServer, at_least: int, timeout: float = 60) -> int:

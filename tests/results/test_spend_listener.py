@@ -66,3 +66,34 @@ def test_a_redirected_block_gets_its_own_file_and_a_request_ends_where_it_starte
     assert [line.get("role") for line in main] == ["simulator"]
     spend = journals.trial_spend()[3]
     assert (spend.requests, spend.unknown_outcome) == (1, 1)
+
+
+def test_a_torn_last_line_is_cut_and_garbage_sets_the_journal_aside(tmp_path, capsys):
+    path = tmp_path / "spend.jsonl"
+    journal = SpendJournal(path).open()
+    journal.record_call(
+        role="agent",
+        prompt_tokens=5,
+        completion_tokens=2,
+        cache_hit=False,
+        failed=False,
+        wall_time_s=1.0,
+    )
+    journal.close()
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write('{"role": "agent", "prom')  # a crash mid-write
+    assert SpendJournal(path).total().tokens == 7
+    SpendJournal(path).open().close()  # the torn line is cut, silently: it is expected
+    assert capsys.readouterr().err == ""
+    assert path.read_text(encoding="utf-8").endswith("}\n")
+
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write("\x00garbage\n")  # damage, not a crash
+    journal = SpendJournal(path)
+    assert journal.total().tokens == 7 and journal.unreadable_lines == 1
+    journal.open().close()
+    warning = capsys.readouterr().err
+    assert "damaged run file" in warning and "spend.jsonl" in warning
+    assert (tmp_path / "spend.jsonl.damaged").exists()
+    fresh = SpendJournal(path)
+    assert fresh.total().tokens == 7 and fresh.unreadable_lines == 0

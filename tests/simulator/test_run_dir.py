@@ -6,11 +6,15 @@ import json
 
 import pytest
 
-from evolve.core.errors import ResumeMismatchError
+from evolve.core.errors import DamagedRunFileError, ResumeMismatchError
+from evolve.llm.usage import Usage
 from evolve.simulator.run_dir import (
     RunLayout,
     config_differences,
     config_hash,
+    read_json,
+    read_object,
+    read_record,
     safe_name,
 )
 
@@ -49,3 +53,57 @@ def test_layout_paths_and_safe_user_names(tmp_path):
     assert layout.result_file("u", 3) == tmp_path / "users" / "u" / "period_03" / "result.json"
     assert safe_name("a/b c:d") == "a_b_c_d"
     assert safe_name("..") == "user"
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (b'{"requests": 3, "prompt_tok', "not valid JSON"),
+        (b"\x00\xff{garbage", "not a UTF-8 text file"),
+        (b"", "not valid JSON"),
+        (b'{"requests": "many"}', "not a Usage record"),
+        (b"[1, 2]", "not a Usage record"),
+    ],
+    ids=["truncated", "garbled", "empty", "wrong field", "wrong shape"],
+)
+def test_a_damaged_run_file_is_one_line_naming_it(tmp_path, content, problem):
+    path = tmp_path / "ledger.json"
+    path.write_bytes(content)
+    with pytest.raises(DamagedRunFileError) as damaged:
+        read_record(path, Usage)
+    message = str(damaged.value)
+    assert "\n" not in message and str(path) in message and problem in message
+    assert damaged.value.path == path and "delete it and rerun" in damaged.value.fix
+
+
+def test_readers_say_what_they_expected(tmp_path):
+    path = tmp_path / "report.json"
+    path.write_text("[]", encoding="utf-8")
+    assert read_json(path) == []
+    with pytest.raises(DamagedRunFileError, match="expected a JSON object, found a list"):
+        read_object(path)
+    path.write_text('{"requests": 2}', encoding="utf-8")
+    assert read_record(path, Usage).requests == 2
+
+
+def test_a_damaged_unit_is_set_aside_with_the_later_ones(tmp_path):
+    layout = RunLayout(tmp_path / "run")
+    for period in range(3):
+        layout.save_checkpoint("u", period, '{"memory": []}')
+    layout.save_checkpoint("v", 0, '{"memory": []}')
+    moved = layout.set_aside("u", 1)
+    assert [path.name for path in moved] == ["damaged-period_01", "damaged-period_02"]
+    assert layout.load_checkpoint("u", 0) is not None
+    assert layout.load_checkpoint("u", 1) is None and layout.load_checkpoint("v", 0)
+    # Set aside again later: the earlier copies are kept beside the new ones.
+    layout.save_checkpoint("u", 1, '{"memory": []}')
+    assert layout.set_aside("u", 1)[0].name == "damaged-period_01-2"
+    # Gathering a run's units never finds what was set aside.
+    assert not list((layout.root / "set_aside").glob("**/period_*/checkpoint.json"))
+
+
+def test_a_checkpoint_must_be_a_json_object(tmp_path):
+    layout = RunLayout(tmp_path)
+    layout.save_checkpoint("u", 0, '{"memory": [')
+    with pytest.raises(DamagedRunFileError, match="checkpoint.json"):
+        layout.load_checkpoint("u", 0)

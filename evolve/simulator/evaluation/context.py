@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import copy
+import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -58,6 +59,12 @@ class ProgressSink:
 
     def run_started(self, *, users: int, periods: int, finished_units: int) -> None:
         """`finished_units` user-periods were already on disk (a resumed run)."""
+
+    def recomputing_damaged(self, message: str) -> None:
+        """A unit's file could not be read back, so the unit (and the user's later units,
+        which continued from its memory) was set aside to be recomputed; `message` names the
+        file. Printed to stderr unless a sink says it another way: never silent."""
+        print(f"evolve: warning: {message}", file=sys.stderr)
 
     def kept_failed_units(self, *, units: int, answers: int, run_dir: Path) -> None:
         """A resumed run kept `units` finished user-periods of an earlier invocation holding
@@ -111,6 +118,10 @@ class UnitFiles(TypingProtocol):
 
     def period_dir(self, user_dir_name: str, period_index: int) -> Path:
         """Where the unit's files are (named in error messages)."""
+        ...
+
+    def set_aside(self, user_dir_name: str, from_period: int) -> list[Path]:
+        """Move a damaged unit and the user's later units away, to be recomputed."""
         ...
 
 

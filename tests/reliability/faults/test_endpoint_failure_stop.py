@@ -10,8 +10,6 @@ within one request timeout plus 2 s of the error line.
 
 from __future__ import annotations
 
-import subprocess
-import threading
 import time
 from pathlib import Path
 
@@ -19,7 +17,7 @@ import pytest
 from dspy.utils.exceptions import LMServerError
 from reliability.process_helpers import (
     TUNE_SPEC,
-    start_cli,
+    run_timed,
     write_small_environment,
     write_tiny_spec,
 )
@@ -43,27 +41,6 @@ def short_flags(stub: StubServer, client: str) -> list[str]:
         *("--base-url", stub.base_url, "--model", "stub", "--no-llm-cache", "--client", client),
         *("--timeout", str(TIMEOUT_S), "--retries", str(RETRIES)),
     ]
-
-
-def run_timed(home: Path, *args: str) -> tuple[subprocess.Popen[str], list[tuple[float, str]]]:
-    """The CLI run to its end, with each stderr line and the wall-clock time it was read."""
-    process = start_cli(home, *args)
-    lines: list[tuple[float, str]] = []
-
-    def read() -> None:
-        assert process.stderr is not None
-        for line in process.stderr:
-            lines.append((time.time(), line.rstrip("\n")))
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    try:
-        process.wait(timeout=120)
-    finally:
-        if process.poll() is None:
-            process.kill()
-    reader.join(timeout=10)
-    return process, lines
 
 
 def command(kind: str, home: Path) -> tuple[list[str], Path]:
