@@ -57,7 +57,7 @@ def parse_json_text(
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise error(
-            f"{source}: not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})"
+            f"{source}: not valid JSON ({exc.msg}: line {exc.lineno}, column {exc.colno})"
         ) from None
     except RecursionError:
         raise error(f"{source}: {what} is nested too deeply to read") from None

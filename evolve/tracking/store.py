@@ -29,6 +29,7 @@ from evolve.stores.tracking_uri import (
     sqlite_file,
 )
 from evolve.tracking.sqlite_store import ensure_complete_store
+from evolve.tracking.store_location import rebase_moved_store
 from evolve.tracking.tags import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, NOTE_TAG
 
 if TYPE_CHECKING:
@@ -190,6 +191,9 @@ def mlflow_client(tracking_uri: str):
             note = ensure_complete_store(db_path)
             if note:
                 logger.warning("evolve: note: %s", note)
+            moved = rebase_moved_store(db_path)
+            if moved:
+                logger.warning("evolve: note: %s", moved)
         client = MlflowClient(tracking_uri=uri, registry_uri=uri)
         client.search_experiments(max_results=1)  # opens the store: schema created here
     return client
