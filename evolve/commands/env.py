@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from evolve.commands.env_llm import add_llm_synthesize_arguments, run_llm_synthesize
+from evolve.commands.flags import seed_value
 from evolve.core.errors import ConfigError, EnvironmentDataError
 from evolve.simulator.environment import (
     PROBLEMS_KEPT,
@@ -81,7 +82,7 @@ SYNTHESIZE_DESCRIPTION = (
 
 def add_synthesize_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", choices=sorted(PRESETS), default="tiny")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=seed_value, default=0)
     parser.add_argument(
         "--users", type=int, default=None, help="number of users (default: 20 for v1.*, 4 for tiny)"
     )

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from evolve.commands.flags import seed_value
 from evolve.commands.progress import stderr_is_terminal
 from evolve.core.errors import ConfigError, LLMOutputError
 from evolve.core.files import atomic_write_json
@@ -54,7 +55,7 @@ def add_llm_synthesize_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add("--lang", help="language of generated text, e.g. en, zh (identifiers stay ASCII)")
     add("--users", type=int, default=None, help="number of users (default: the config's)")
-    add("--seed", type=int, default=0)
+    add("--seed", type=seed_value, default=0)
     add("--out", type=Path, help="environment file to write")
     add(
         "--work-dir",

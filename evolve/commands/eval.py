@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from evolve.commands import interrupt
-from evolve.commands.flags import add_no_progress, add_upper_bound_flags
+from evolve.commands.flags import add_no_progress, add_upper_bound_flags, seed_value
 from evolve.commands.llm_flags import add_llm_arguments, open_role_lms_from_args
 from evolve.commands.progress import EvalBars, make_bar
 from evolve.commands.protocol_start import check_embedder, print_protocol_start
@@ -70,7 +70,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--preset", choices=sorted(PRESETS), help="synthesize the environment from a preset"
     )
     parser.add_argument(
-        "--seed", type=int, default=0, help="seed of the generated environment and the episodes"
+        "--seed",
+        type=seed_value,
+        default=0,
+        help="seed of the generated environment and the episodes",
     )
     parser.add_argument(
         "--policy",

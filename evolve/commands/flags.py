@@ -10,8 +10,20 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from evolve.core.errors import shown_value
+
 # Where `run` and `tune` keep runs/<name>/ (and where `compare` and `export` look for them).
 DEFAULT_RUNS_DIR = Path("runs")
+
+
+def seed_value(text: str) -> int:
+    """An integer seed; argparse's own `int` would echo a 5,000-digit value whole."""
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected an integer seed, got {shown_value(text, limit=40)}"
+        ) from None
 
 
 def add_runs_dir(parser: argparse.ArgumentParser) -> None:

@@ -209,7 +209,19 @@ def folder_name_problem(name: str) -> str | None:
             f"{shown_value(name)} must start with a letter or digit and contain only letters, "
             "digits, '.', '_' and '-' (no spaces, slashes or control characters)"
         )
+    # Windows drops a trailing dot (`r1.` and `r1` would share a folder) and reserves the
+    # device names, with any extension: a project must open on every system.
+    if name.endswith("."):
+        return f"{shown_value(name)} must not end with '.'"
+    if name.split(".")[0].upper() in _RESERVED_NAMES:
+        return f"{shown_value(name)} is a device name reserved on Windows; choose another"
     return None
+
+
+_RESERVED_NAMES = frozenset(
+    ["CON", "PRN", "AUX", "NUL"]
+    + [f"{port}{number}" for port in ("COM", "LPT") for number in range(1, 10)]
+)
 
 
 def safe_name(text: str, *, fallback: str = "user", max_length: int = 120) -> str:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from evolve.core.errors import RunBusyError, StorageError
+from evolve.core.errors import ConfigError, RunBusyError, StorageError
 
 RUN_LOCK_FILE = ".evolve.lock"
 
@@ -83,6 +83,11 @@ class RunLock:
         self._fd: int | None = None
 
     def acquire(self) -> RunLock:
+        if self.directory.exists() and not self.directory.is_dir():
+            raise ConfigError(
+                f"{self.directory} is a file, not a directory: `evolve {self.command}` keeps its "
+                "run there; pass a directory (a new one is created)"
+            )
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from evolve.tracking.store import filter_literal
 from evolve.tracking.tags import TAG_HELDOUT_VERDICT
 
 # On a registered version: the digest of what it was made of (`export_digest`).
@@ -44,7 +45,7 @@ def registered_version_with_digest(client: Any, name: str, digest: str) -> str |
     from mlflow.exceptions import MlflowException
 
     try:
-        versions = client.search_model_versions(f"name = '{name}'")
+        versions = client.search_model_versions(f"name = {filter_literal(name)}")
     except MlflowException:  # no such model yet
         return None
     for version in versions:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, get_args
 
-from evolve.core.errors import ConfigError, ModelFileError
+from evolve.core.errors import ConfigError, ModelFileError, shown_value
 from evolve.llm.model_files import BundledModel, bundled_model, bundled_model_path
 from evolve.llm.model_hub import (
     PROBE_TIMEOUT_SECONDS,
@@ -63,7 +63,9 @@ def model_source_setting(configured: str | None = None) -> ModelSource:
     value = configured or os.environ.get(MODEL_SOURCE_ENV) or DEFAULT_MODEL_SOURCE
     if value not in MODEL_SOURCES:
         origin = model_source_origin(configured)
-        raise ConfigError(f"{origin} is {value!r}; choose one of {', '.join(MODEL_SOURCES)}")
+        raise ConfigError(
+            f"{origin} is {shown_value(value)}; choose one of {', '.join(MODEL_SOURCES)}"
+        )
     return value  # type: ignore[return-value]
 
 

@@ -11,7 +11,12 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from evolve.tracking.store import get_or_create_experiment, mlflow_client, run_context_tags
+from evolve.tracking.store import (
+    filter_literal,
+    get_or_create_experiment,
+    mlflow_client,
+    run_context_tags,
+)
 
 TAG_KIND = "evolve.kind"
 TAG_ARMS = "evolve.arms"
@@ -58,7 +63,7 @@ def log_arms_run(
     experiment_id = get_or_create_experiment(client, experiment_name, tracking_uri)
     found = client.search_runs(
         [experiment_id],
-        filter_string=f"tags.`{TAG_ARMS}` = '{name}' and tags.`{TAG_KIND}` = 'arms'",
+        filter_string=f"tags.`{TAG_ARMS}` = {filter_literal(name)} and tags.`{TAG_KIND}` = 'arms'",
         max_results=1,
     )
     if found:

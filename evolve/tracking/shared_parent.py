@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from evolve.tracking.store import filter_literal
 from evolve.tracking.study_records import KIND_TUNING, TAG_STUDY
 from evolve.tracking.tags import PARENT_RUN_TAG, TAG_CONFIG_HASH, TAG_KIND
 
@@ -150,10 +151,6 @@ class SharedParentRun:
         identity = self.identity_tags().items()
         runs = self.client.search_runs(
             [self.experiment_id],
-            filter_string=" and ".join(f"tags.`{k}` = '{_quoted(v)}'" for k, v in identity),
+            filter_string=" and ".join(f"tags.`{k}` = {filter_literal(v)}" for k, v in identity),
         )
         return sorted(runs, key=lambda run: (run.info.start_time, run.info.run_id))
-
-
-def _quoted(text: str) -> str:
-    return text.replace("'", "\\'")

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from evolve.core.errors import ConfigError, StorageError
+from evolve.core.errors import ConfigError, StorageError, shown_value
 from evolve.core.locking import exclusive_file_lock
 from evolve.stores.tracking_uri import (
     TrackingLocation,
@@ -222,6 +222,20 @@ def tracking_location(flag: str | None, spec: RunSpec) -> TrackingLocation:
     normalized before any LLM call."""
     location = resolve_tracking_uri(flag, spec.tracking.tracking_uri)
     return TrackingLocation(prepare_tracking_uri(location.uri), location.source)
+
+
+def filter_literal(value: str) -> str:
+    """`value` as a string literal of an MLflow search filter. MLflow's filter parser takes
+    no escapes (a backslash before a quote matches nothing), so the literal is quoted with
+    the kind of quote `value` does not hold; a value holding both cannot be searched for."""
+    if "'" not in value:
+        return f"'{value}'"
+    if '"' not in value:
+        return f'"{value}"'
+    raise ConfigError(
+        f"{shown_value(value)} holds both kinds of quote (' and \"), which MLflow's search "
+        "cannot match; choose a name without one of them"
+    )
 
 
 def now_ms() -> int:

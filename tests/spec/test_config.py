@@ -222,6 +222,10 @@ def test_retired_population_keys_name_their_replacement(tmp_path, key, replaceme
         ("r1\n", "control characters"),  # `$` matched before a final newline
         ("../r1", "must start with a letter or digit"),
         ("r" * 5000, "has 5000 characters"),
+        ("r1.", "must not end with '.'"),  # Windows drops it: r1. and r1 would be one folder
+        ("r1..", "must not end with '.'"),
+        ("CON", "reserved on Windows"),
+        ("lpt3.x", "reserved on Windows"),
     ],
 )
 def test_run_names_that_would_break_their_folder_are_refused(name, message):

@@ -14,7 +14,8 @@ import pytest
 from reliability.process_helpers import write_tiny_spec
 
 from evolve.cli import main
-from evolve.core.errors import EXIT_BAD_INPUT, EXIT_STORAGE
+from evolve.core.errors import EXIT_BAD_INPUT, EXIT_STORAGE, ConfigError
+from evolve.llm.model_source import model_source_setting
 
 UNREACHABLE = ["--base-url", "http://127.0.0.1:9/v1", "--model", "stub"]
 BINARY = bytes(range(256)) * 4
@@ -120,6 +121,20 @@ def test_eval_refuses_out_of_range_numbers_in_one_line(tmp_path, capsys, flag, v
     args = ["eval", "--preset", "tiny", "--policy", "in_context", flag, value, *UNREACHABLE]
     line = error_line(capsys, EXIT_BAD_INPUT, main([*args, "--out", str(tmp_path / "o")]))
     assert flag in line and value in line and "at least" in line
+
+
+def test_long_values_are_cut_in_messages(tmp_path, capsys, monkeypatch):
+    args = ["eval", "--preset", "tiny", "--policy", "in_context", *UNREACHABLE]
+    args += ["--out", str(tmp_path / "o")]
+    with pytest.raises(SystemExit) as exited:
+        main([*args, "--seed", "9" * 5000])
+    assert exited.value.code == EXIT_BAD_INPUT
+    printed = capsys.readouterr().err
+    assert "5000 characters" in printed.splitlines()[-1] and len(printed) < 2000
+    monkeypatch.setenv("EVOLVE_MODEL_SOURCE", "x" * 100_000)
+    with pytest.raises(ConfigError) as refused:
+        model_source_setting()
+    assert "EVOLVE_MODEL_SOURCE" in str(refused.value) and len(str(refused.value)) < 400
 
 
 # ----- storage ---------------------------------------------------------------------------------

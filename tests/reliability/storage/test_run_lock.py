@@ -151,3 +151,13 @@ def test_two_processes_create_a_fresh_mlflow_db_at_once(tmp_path):
     for process, (_out, err) in zip(processes, outcomes, strict=True):
         assert process.returncode == 0, err[-2000:]
     assert len({out.strip() for out, _ in outcomes}) == 1  # one experiment, seen by all
+
+
+def test_a_file_where_the_run_directory_goes_is_refused_in_one_line(tmp_path, capsys):
+    write_small_environment(tmp_path / "env.json")
+    (tmp_path / "taken").write_text("a file\n", encoding="utf-8")
+    args = ["eval", "--env", "env.json", "--policy", "in_context", "--out", "taken"]
+    assert run_in_process(tmp_path, *args, "--base-url", "http://127.0.0.1:9/v1") == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "taken is a file, not a directory" in error
+    assert (tmp_path / "taken").read_text(encoding="utf-8") == "a file\n"
