@@ -329,6 +329,11 @@ class OptimizerSpec(_Strict):
         return [name for name, bounds in self.parameters.items() if bounds.low < bounds.high]
 
 
+# More generations than this need a [budget]: each generation is a train evaluation (an hour
+# or more on the bundled model), so a larger number is a typo or a run with no end.
+GENERATIONS_WITHOUT_BUDGET = 100
+
+
 class BudgetSpec(_Strict):
     """Limits over the whole experiment (cumulated across resumed invocations).
 
@@ -443,6 +448,22 @@ class RunSpec(_Strict):
                 f"the description {problem}; shorten it (put long notes in a file next to the spec)"
             )
         return value
+
+    @model_validator(mode="after")
+    def _bounded(self) -> RunSpec:
+        budget = self.budget
+        unbounded = all(
+            limit is None
+            for limit in (budget.max_llm_calls, budget.max_tokens, budget.max_wall_time_s)
+        )
+        if unbounded and self.optimizer.generations > GENERATIONS_WITHOUT_BUDGET:
+            raise ValueError(
+                f"optimizer.generations = {self.optimizer.generations} with no [budget]: on a "
+                f"local model that runs for weeks; set a limit in [budget] (max_llm_calls, "
+                f"max_tokens or max_wall_time_s: the run stops cleanly there and a rerun with "
+                f"a higher one continues), or at most {GENERATIONS_WITHOUT_BUDGET} generations"
+            )
+        return self
 
     @model_validator(mode="after")
     def _valid_name(self) -> RunSpec:

@@ -265,3 +265,13 @@ def test_a_huge_user_count_is_refused_in_one_line_at_once():
     with pytest.raises(ConfigError, match="at most 10000") as refused:
         resolve(spec_from_dict(base_spec(environment={"preset": "tiny", "users": 10**1000})))
     assert len(str(refused.value)) < 400  # a huge value is cut, not echoed whole
+
+
+def test_generations_without_any_budget_are_bounded():
+    with pytest.raises(ConfigError, match=r"generations = 1000000000 with no \[budget\]"):
+        spec_from_dict(base_spec(optimizer={"generations": 1_000_000_000}))
+    spec = spec_from_dict(
+        base_spec(optimizer={"generations": 1_000_000_000}, budget={"max_llm_calls": 5000})
+    )
+    assert spec.optimizer.generations == 1_000_000_000
+    assert spec_from_dict(base_spec(optimizer={"generations": 100})).optimizer.generations == 100
