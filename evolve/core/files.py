@@ -9,15 +9,17 @@ Python's 4300-digit limit (`ValueError`), and deeply nested arrays (`RecursionEr
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import secrets
-import sys
 import tomllib
 from pathlib import Path
 from typing import Any
 
 from evolve.core.errors import ConfigError, ToolkitError, shown_value
+
+logger = logging.getLogger(__name__)
 
 
 def read_text_file(
@@ -112,8 +114,10 @@ def unused_path(path: Path) -> Path:
 
 
 def warn_damaged(path: object, problem: str, action: str) -> None:
-    """Say that a damaged run file is recomputed or rebuilt (`action`): never silently."""
-    print(f"evolve: warning: damaged run file {path}: {problem}; {action}", file=sys.stderr)
+    """Say that a damaged run file is recomputed or rebuilt (`action`): never silently. A
+    log warning, which reaches stderr with no logging set up (the CLI's case); only the
+    commands print."""
+    logger.warning("evolve: warning: damaged run file %s: %s; %s", path, problem, action)
 
 
 def read_json_file(
