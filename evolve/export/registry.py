@@ -34,7 +34,7 @@ from evolve.tracking import (
     normalize_tracking_uri,
     quiet_mlflow,
 )
-from evolve.tracking.store import use_tracking_uri
+from evolve.tracking.store import filter_literal, use_tracking_uri
 from memory_policies import LocalMiniLMEmbedder
 
 CHAMPION_ALIAS = "champion"
@@ -139,11 +139,16 @@ def _log_and_register(
             ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
         )
         model_code = Path(shutil.copyfile(MODEL_CODE, Path(tmp) / MODEL_CODE.name))
+        _delete_unfinished_models(client, experiment_id, digest)
         logged = mlflow.initialize_logged_model(
             name=MODEL_NAME_IN_RUN,
             source_run_id=run_id,
             experiment_id=experiment_id,
-            tags={**scores, "evolve.policy_kind": str(bundle.get("kind", ""))},
+            tags={
+                **scores,
+                "evolve.policy_kind": str(bundle.get("kind", "")),
+                CONTENT_DIGEST_TAG: digest,
+            },
         )
         info = mlflow.pyfunc.log_model(
             name=MODEL_NAME_IN_RUN,
@@ -168,6 +173,22 @@ def _log_and_register(
         tags = {**scores, CONTENT_DIGEST_TAG: digest}
         version = mlflow.register_model(info.model_uri, name, tags=tags)
     return str(version.version)
+
+
+def _delete_unfinished_models(client: Any, experiment_id: str, digest: str) -> None:
+    """Delete the LoggedModels of the same content that an interrupted export left without
+    a registered version (PENDING when stopped while logging, READY when stopped just before
+    registering): the rerun makes the one that counts."""
+    import mlflow
+
+    content = f"tags.`{CONTENT_DIGEST_TAG}` = {filter_literal(digest)}"
+    registered = {version.source for version in client.search_model_versions(content)}
+    logged = mlflow.search_logged_models(
+        experiment_ids=[experiment_id], filter_string=content, output_format="list"
+    )
+    for model in logged:
+        if f"models:/{model.model_id}" not in registered:
+            client.delete_logged_model(model.model_id)
 
 
 def alias_champion_prompts(

@@ -451,3 +451,48 @@ def test_a_within_noise_best_is_registered_with_its_verdict_and_a_warning(tmp_pa
     memory = comparison.memory_score_difference
     assert f"Memory score difference {memory.format(signed=True)}" in description
     assert exported.heldout.warning.startswith("warning: the best")
+
+
+def test_an_interrupted_registration_leaves_no_pending_model(experiment, monkeypatch):
+    import mlflow
+
+    tmp_path, uri, _, _ = experiment
+    register = mlflow.register_model
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt  # Ctrl-C after the model was logged, before its version
+
+    monkeypatch.setattr(mlflow, "register_model", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        export_policy(
+            "exp",
+            tmp_path / "pending",
+            runs_dir=tmp_path / "runs",
+            tracking_uri=uri,
+            registered_name="exp-pending",
+        )
+    monkeypatch.setattr(mlflow, "register_model", register)
+    exported = export_policy(
+        "exp",
+        tmp_path / "pending",
+        runs_dir=tmp_path / "runs",
+        tracking_uri=uri,
+        registered_name="exp-pending",
+    )
+    client = mlflow_client(uri)
+    version = client.get_model_version("exp-pending", exported.registered_version)
+    digest = version.tags["evolve.content_digest"]
+    with use_tracking_uri(uri):
+        models = mlflow.search_logged_models(
+            filter_string=f"tags.`evolve.content_digest` = '{digest}'",
+            experiment_ids=[e.experiment_id for e in client.search_experiments()],
+            output_format="list",
+        )
+    # Other exports of the same candidate (under other names) share the content: every
+    # model of it is one a version was registered from, and none is left PENDING.
+    registered = {
+        v.source for v in client.search_model_versions(f"tags.`evolve.content_digest` = '{digest}'")
+    }
+    assert version.source in registered
+    assert {f"models:/{model.model_id}" for model in models} == registered
+    assert {str(model.status) for model in models} == {"READY"}
