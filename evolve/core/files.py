@@ -183,6 +183,11 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
             stream.flush()
             os.fsync(stream.fileno())
         os.replace(temporary, path)
+    except OSError as error:
+        temporary.unlink(missing_ok=True)
+        if error.filename is None:  # a write or fsync on the descriptor names no file
+            error.filename = str(path)
+        raise
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise

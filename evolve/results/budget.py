@@ -215,8 +215,12 @@ class SpendJournal:
             if self._file is None:
                 return  # closed: the run is over and its ledger written
             # One write + flush per line: a killed process loses at most the call in flight.
-            self._file.write(line)
-            self._file.flush()
+            try:
+                self._file.write(line)
+                self._file.flush()
+            except OSError as error:  # a full disk: say which file
+                error.filename = error.filename or str(self.path)
+                raise
 
     def total(self) -> Usage:
         """The spend the journal records: every request started (failed ones and those of

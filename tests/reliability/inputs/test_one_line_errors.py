@@ -147,7 +147,7 @@ def test_disk_full_while_writing_is_a_storage_error(tmp_path, capsys, monkeypatc
     monkeypatch.setattr(os, "replace", full)
     out = tmp_path / "env.json"
     line = error_line(capsys, EXIT_STORAGE, main(["env", "synthesize", "--out", str(out)]))
-    assert "No space left on device" in line
+    assert "No space left on device" in line and str(out) in line  # which file it was
 
 
 def test_read_only_output_directory_is_a_storage_error(tmp_path, capsys, immutable):
