@@ -170,7 +170,10 @@ class OptimizerSpec(_Strict):
         "the paper's single chain, one mutation after each period of the train run.",
     )
     generations: int = Field(
-        default=3, ge=0, description="GEPA iterations; each proposes (at most) one candidate."
+        default=3,
+        ge=0,
+        description="GEPA iterations; each proposes (at most) one candidate. More than 100 "
+        "need a [budget] limit.",
     )
     candidate_selection: Literal["pareto", "current_best", "epsilon_greedy", "top_k_pareto"] = (
         Field(
@@ -450,22 +453,6 @@ class RunSpec(_Strict):
         return value
 
     @model_validator(mode="after")
-    def _bounded(self) -> RunSpec:
-        budget = self.budget
-        unbounded = all(
-            limit is None
-            for limit in (budget.max_llm_calls, budget.max_tokens, budget.max_wall_time_s)
-        )
-        if unbounded and self.optimizer.generations > GENERATIONS_WITHOUT_BUDGET:
-            raise ValueError(
-                f"optimizer.generations = {self.optimizer.generations} with no [budget]: on a "
-                f"local model that runs for weeks; set a limit in [budget] (max_llm_calls, "
-                f"max_tokens or max_wall_time_s: the run stops cleanly there and a rerun with "
-                f"a higher one continues), or at most {GENERATIONS_WITHOUT_BUDGET} generations"
-            )
-        return self
-
-    @model_validator(mode="after")
     def _valid_name(self) -> RunSpec:
         problem = folder_name_problem(self.name)
         if problem:
@@ -497,6 +484,22 @@ class ExperimentSpec(RunSpec):
     """An evolution experiment (`evolve run`): a run spec plus the optimizer."""
 
     optimizer: OptimizerSpec = OptimizerSpec()
+
+    @model_validator(mode="after")
+    def _bounded(self) -> ExperimentSpec:
+        budget = self.budget
+        unbounded = all(
+            limit is None
+            for limit in (budget.max_llm_calls, budget.max_tokens, budget.max_wall_time_s)
+        )
+        if unbounded and self.optimizer.generations > GENERATIONS_WITHOUT_BUDGET:
+            raise ValueError(
+                f"optimizer.generations = {self.optimizer.generations} with no [budget]: on a "
+                f"local model that runs for weeks; set a limit in [budget] (max_llm_calls, "
+                f"max_tokens or max_wall_time_s: the run stops cleanly there and a rerun with "
+                f"a higher one continues), or at most {GENERATIONS_WITHOUT_BUDGET} generations"
+            )
+        return self
 
     def identity(self) -> dict[str, Any]:
         """What results depend on: the resume guard hashes this.
