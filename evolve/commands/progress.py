@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from pathlib import Path
 
 from tqdm import tqdm
 
 from evolve.simulator.evaluation import ProgressSink
 from evolve.simulator.metrics import MetricSummary
+
+# Where no bar is drawn, a plain progress line at least this often (while calls go on).
+HEARTBEAT_S = 60.0
 
 
 def stderr_is_terminal() -> bool:
@@ -50,12 +54,36 @@ class EvaluationBar:
     check); `sink(label)` gives the runner a `ProgressSink` that drives it.
     """
 
-    def __init__(self, enabled: bool = True) -> None:
+    def __init__(self, enabled: bool = True, heartbeat_s: float = HEARTBEAT_S) -> None:
         self.enabled = enabled
         self._lock = threading.Lock()
         self._bar: tqdm | None = None
         # Evaluations of one command resume one after another: the first says it, once.
         self._kept_said = False
+        # Where no bar is drawn (a log, a pipe): a plain line at least every `heartbeat_s`
+        # while work goes on, so that a quiet log does not look like a hung run.
+        self.heartbeat_s = heartbeat_s
+        self._label, self._total, self._done, self._initial, self._calls = "", 0, 0, 0, 0
+        self._started = self._last_line = time.monotonic()
+
+    def _heartbeat(self) -> None:
+        """The evaluation's progress as a plain line, when no bar shows it and the last
+        line is `heartbeat_s` old (called with the lock held)."""
+        now = time.monotonic()
+        if (self.enabled and stderr_is_terminal()) or now - self._last_line < self.heartbeat_s:
+            return
+        self._last_line = now
+        done_here = self._done - self._initial
+        left = ""
+        if done_here > 0 and self._done < self._total:
+            seconds = (now - self._started) / done_here * (self._total - self._done)
+            left = f", about {seconds / 60:.0f} min left in this evaluation"
+        print(
+            f"    ... {self._label}: {self._done}/{self._total} user-periods, "
+            f"{self._calls} LLM calls so far{left}",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def set_postfix(self, text: str) -> None:
         with self._lock:
@@ -68,6 +96,9 @@ class EvaluationBar:
         class Sink(ProgressSink):
             def run_started(self, *, users: int, periods: int, finished_units: int) -> None:
                 with owner._lock:
+                    owner._label, owner._total = label, users * periods
+                    owner._done = owner._initial = finished_units
+                    owner._started = time.monotonic()
                     if owner._bar is not None:
                         owner._bar.close()
                     owner._bar = make_bar(
@@ -90,11 +121,16 @@ class EvaluationBar:
             def unit_finished(self, user_id: str, period_index: int, *, resumed: bool) -> None:
                 if not resumed:
                     with owner._lock:
+                        owner._done += 1
                         if owner._bar is not None:
                             owner._bar.update(1)
+                        owner._heartbeat()
 
             def llm_calls(self, total: int) -> None:
                 owner.set_postfix(f"{total} LLM calls")
+                with owner._lock:
+                    owner._calls = total
+                    owner._heartbeat()
 
             def period_finished(self, period_index: int, summary: MetricSummary) -> None:
                 pass
