@@ -22,6 +22,7 @@ from evolve.core.protocol import rules_for
 from evolve.llm.usage import Usage
 from evolve.optimize import ExperimentDir, format_lineage, format_table
 from evolve.optimize.experiment_dir import experiment_dir_for
+from evolve.optimize.report import format_outcome
 from evolve.reporting.intervals import (
     IntervalRow,
     estimate_of,
@@ -119,6 +120,8 @@ def run_compare(args: argparse.Namespace) -> int:
         print(line)
     print()
     print(format_lineage(result))
+    print()
+    print(format_outcome(result))  # what `evolve run` ends with: what changed, the verdict
     _print_ledger(ExperimentDir(directory).load_spend())
     if args.plot is not None:
         from evolve.reporting.plots import plot_evolution, save_figure

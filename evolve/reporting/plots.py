@@ -350,7 +350,8 @@ def plot_evolution(result: ExperimentResult) -> Figure:
     _candidate_points(scores_axis, result, metric, step)
     _heldout_versus_train(versus_axis, result, metric)
     _breakdown(breakdown_axis, result, step)
-    figure.suptitle(f"{result.name}: {len(_scored(result))} candidates evaluated")
+    scored = len(_scored(result))
+    figure.suptitle(f"{result.name}: {scored} candidate{'' if scored == 1 else 's'} evaluated")
     return figure
 
 

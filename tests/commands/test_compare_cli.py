@@ -307,3 +307,16 @@ def _interval(outcomes: QuestionOutcomes) -> tuple[float, float]:
 def _same_bars(drawn: set, expected: set) -> bool:
     matched = [any(np.allclose(d, e) for d in drawn) for e in expected]
     return len(drawn) == len(expected) and all(matched)
+
+
+def test_compare_ends_as_the_run_did_with_what_changed_and_the_verdict(tmp_path, capsys):
+    from evolve.optimize import ExperimentDir
+    from evolve.optimize.report import format_outcome
+
+    runs = tmp_path / "runs"
+    shutil.copytree(QUICKSTART, runs / QUICKSTART.name)
+    assert main(["compare", QUICKSTART.name, "--runs-dir", str(runs)]) == 0
+    printed = capsys.readouterr().out
+    outcome = format_outcome(ExperimentDir(runs / QUICKSTART.name).load_result())
+    assert outcome.startswith("what changed: ") and "held-out" in outcome
+    assert outcome in printed
