@@ -128,10 +128,16 @@ def episode_lms_embedded(embedded_endpoint: EndpointConfig) -> Iterator[RoleLMs]
 
 
 @pytest.fixture(autouse=True)
-def _no_ambient_tracking_uri(monkeypatch: pytest.MonkeyPatch) -> None:
+def _no_ambient_tracking_uri(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Commands honour MLFLOW_TRACKING_URI: a developer's (a team server) must not receive
-    the test runs. Tests of the variable set it themselves."""
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    the test runs. Tests of the variable set it themselves. MLflow's `set_tracking_uri` and
+    `set_registry_uri` write these variables too: what one test set must not reach the next
+    test's subprocesses."""
+    for name in ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI"):
+        monkeypatch.delenv(name, raising=False)
+    yield
+    for name in ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI"):
+        os.environ.pop(name, None)
 
 
 @pytest.fixture(autouse=True)

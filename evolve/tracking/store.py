@@ -247,16 +247,31 @@ def now_ms() -> int:
 def use_tracking_uri(uri: str) -> Iterator[None]:
     """MLflow's process-wide tracking URI set to `uri` for the block, then restored, and
     `MLFLOW_TRACKING_URI` as it was: MLflow's own restore unsets the variable when no URI was
-    set in-process, and the user's choice of store would be gone for the next command."""
+    set in-process, and the user's choice of store would be gone for the next command.
+
+    The model registry follows the same store for the block: a registry URI set elsewhere
+    (`MLFLOW_REGISTRY_URI`, or an earlier `mlflow.set_registry_uri`, which also sets that
+    variable) would register the model in another store than the one holding its files."""
+    from mlflow.tracking._model_registry import utils as registry
     from mlflow.tracking._tracking_service.utils import _use_tracking_uri as use_uri
 
     saved = os.environ.get("MLFLOW_TRACKING_URI")
+    saved_registry, saved_registry_env = registry._registry_uri, os.environ.get(REGISTRY_ENV)
     try:
         with use_uri(uri):
+            registry._registry_uri = uri
             yield
     finally:
+        registry._registry_uri = saved_registry
+        if saved_registry_env is None:
+            os.environ.pop(REGISTRY_ENV, None)
+        else:
+            os.environ[REGISTRY_ENV] = saved_registry_env
         if saved is not None:
             os.environ["MLFLOW_TRACKING_URI"] = saved
+
+
+REGISTRY_ENV = "MLFLOW_REGISTRY_URI"
 
 
 def run_is_active(client: Any, run_id: str | None) -> bool:

@@ -4,6 +4,7 @@ and the up-front checks of a URI and of MLflow's name and length limits."""
 from __future__ import annotations
 
 import http.server
+import os
 import socket
 import sqlite3
 import subprocess
@@ -254,3 +255,17 @@ def test_postgresql_without_its_driver_names_the_extra(monkeypatch):
     with pytest.raises(ConfigError, match=r"pip install 'amemgym-evolve\[postgres\]'") as error:
         check_tracking_uri("postgresql://me@127.0.0.1/db")
     assert "\n" not in str(error.value) and "me@" not in str(error.value)
+
+
+def test_the_registry_follows_the_store_in_use(tmp_path, monkeypatch):
+    import mlflow
+
+    from evolve.tracking.store import use_tracking_uri
+
+    elsewhere = f"sqlite:///{tmp_path / 'team.db'}"
+    monkeypatch.setenv("MLFLOW_REGISTRY_URI", elsewhere)  # a user's, or one a test leaked
+    ours = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    with use_tracking_uri(ours):
+        assert mlflow.get_registry_uri() == ours  # where the model's files are logged
+    assert mlflow.get_registry_uri() == elsewhere
+    assert os.environ["MLFLOW_REGISTRY_URI"] == elsewhere
