@@ -259,10 +259,12 @@ def test_postgresql_without_its_driver_names_the_extra(monkeypatch):
 
 def test_the_registry_follows_the_store_in_use(tmp_path, monkeypatch):
     import mlflow
+    from mlflow.tracking._model_registry import utils as registry
 
     from evolve.tracking.store import use_tracking_uri
 
     elsewhere = f"sqlite:///{tmp_path / 'team.db'}"
+    monkeypatch.setattr(registry, "_registry_uri", None)  # none set in this process
     monkeypatch.setenv("MLFLOW_REGISTRY_URI", elsewhere)  # a user's, or one a test leaked
     ours = f"sqlite:///{tmp_path / 'mlflow.db'}"
     with use_tracking_uri(ours):
