@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from optimize.evolve_helpers import write_spec
@@ -257,17 +258,22 @@ def test_postgresql_without_its_driver_names_the_extra(monkeypatch):
     assert "\n" not in str(error.value) and "me@" not in str(error.value)
 
 
-def test_the_registry_follows_the_store_in_use(tmp_path, monkeypatch):
-    import mlflow
-    from mlflow.tracking._model_registry import utils as registry
-
-    from evolve.tracking.store import use_tracking_uri
-
-    elsewhere = f"sqlite:///{tmp_path / 'team.db'}"
-    monkeypatch.setattr(registry, "_registry_uri", None)  # none set in this process
-    monkeypatch.setenv("MLFLOW_REGISTRY_URI", elsewhere)  # a user's, or one a test leaked
+def test_the_registry_follows_the_store_in_use(tmp_path):
+    # In a fresh interpreter: earlier tests may have set a registry URI in this process.
+    elsewhere = f"sqlite:///{tmp_path / 'team.db'}"  # a user's MLFLOW_REGISTRY_URI
     ours = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    with use_tracking_uri(ours):
-        assert mlflow.get_registry_uri() == ours  # where the model's files are logged
-    assert mlflow.get_registry_uri() == elsewhere
-    assert os.environ["MLFLOW_REGISTRY_URI"] == elsewhere
+    script = (
+        "import os, mlflow\n"
+        "from evolve.tracking.store import use_tracking_uri\n"
+        f"with use_tracking_uri({ours!r}):\n"
+        "    inside = mlflow.get_registry_uri()\n"
+        "print(inside, mlflow.get_registry_uri(), os.environ['MLFLOW_REGISTRY_URI'])\n"
+    )
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "MLFLOW_REGISTRY_URI": elsewhere, "PYTHONPATH": str(repo)}
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    # Inside: the store the model's files go to; after: the user's choice, untouched.
+    assert done.stdout.split() == [ours, elsewhere, elsewhere]
