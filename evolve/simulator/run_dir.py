@@ -76,9 +76,14 @@ def read_json(path: Path, *, fix: str = DAMAGED_FILE_FIX) -> Any:
     """A JSON file evolve wrote into a run directory, read back. Anything unreadable
     (truncated, garbled, not UTF-8) raises `DamagedRunFileError`: one line naming the file,
     what is wrong and `fix`, never a decoder traceback."""
+    return _read_json_text(path, fix)[1]
+
+
+def _read_json_text(path: Path, fix: str) -> tuple[str, Any]:
+    """The file's text and what it parses to (see `read_json`)."""
     try:
         text = read_text_file(path, "run file", error=_Unreadable)
-        return parse_json_text(text, path, "run file", _Unreadable)
+        return text, parse_json_text(text, path, "run file", _Unreadable)
     except _Unreadable as exc:
         raise DamagedRunFileError(path, str(exc).removeprefix(f"{path}: "), fix) from None
 
@@ -89,7 +94,10 @@ class _Unreadable(ToolkitError):
 
 def read_object(path: Path, *, fix: str = DAMAGED_FILE_FIX) -> dict[str, Any]:
     """`read_json` of a file that holds a JSON object."""
-    data = read_json(path, fix=fix)
+    return _json_object(path, read_json(path, fix=fix), fix)
+
+
+def _json_object(path: Path, data: Any, fix: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise DamagedRunFileError(
             path, f"expected a JSON object, found a {type(data).__name__}", fix
@@ -289,8 +297,9 @@ class RunLayout:
         path = self.checkpoint_file(user_dir_name, period_index)
         if not path.exists():
             return None
-        read_object(path)
-        return path.read_text(encoding="utf-8").strip()
+        text, state = _read_json_text(path, DAMAGED_FILE_FIX)
+        _json_object(path, state, DAMAGED_FILE_FIX)  # a policy state
+        return text.strip()
 
     def set_aside(self, user_dir_name: str, from_period: int) -> list[Path]:
         """Move a user's period `from_period` and every later one out of the way, under

@@ -65,7 +65,10 @@ def _inferred_location(connection: sqlite3.Connection, here: Path) -> Path | Non
         return None
     for (location,) in connection.execute("SELECT artifact_location FROM experiments"):
         path = _as_path(location or "")
-        if path is not None and path.name == "artifacts" and path.parent != here:
+        # Only a store directory of the same name (mlruns/ moved with its project): an
+        # experiment a user put in some other `.../artifacts` must not be taken for ours.
+        ours = path is not None and path.name == "artifacts" and path.parent.name == here.name
+        if ours and path.parent != here:
             return path.parent
     return None
 

@@ -65,3 +65,11 @@ def test_a_store_from_before_the_record_is_judged_by_its_experiments(tmp_path):
     db = _store(new, old)  # made elsewhere, moved here, no record
     assert rebase_moved_store(db) is not None
     assert _rows(db)[1] == (new / "artifacts").as_uri()
+
+
+def test_an_experiment_elsewhere_is_not_taken_for_the_stores_old_place(tmp_path):
+    here = tmp_path / "project" / "mlruns"
+    db = _store(here, tmp_path / "data")  # a user's experiment under /data/artifacts
+    before = _rows(db)
+    assert rebase_moved_store(db) is None
+    assert _rows(db) == before

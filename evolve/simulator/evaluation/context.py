@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import copy
-import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -59,13 +58,6 @@ class ProgressSink:
 
     def run_started(self, *, users: int, periods: int, finished_units: int) -> None:
         """`finished_units` user-periods were already on disk (a resumed run)."""
-
-    def recomputing_damaged(self, message: str) -> None:
-        """A unit's file could not be read back, so the unit (and the user's later units,
-        which continued from its memory) was set aside to be recomputed; `message` names the
-        file. A log warning (stderr, with no logging set up) unless a sink says it another
-        way: never silent."""
-        logging.getLogger(__name__).warning("evolve: warning: %s", message)
 
     def kept_failed_units(self, *, units: int, answers: int, run_dir: Path) -> None:
         """A resumed run kept `units` finished user-periods of an earlier invocation holding

@@ -36,23 +36,18 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, Field
 
 from evolve.core.errors import DamagedRunFileError, EnvironmentDataError
+from evolve.core.files import warn_damaged
 from evolve.core.protocol import DEFAULT_PROTOCOL, Protocol
 from evolve.core.stopping import endpoint_failure
 from evolve.llm.response_cache import recording_writes
-from evolve.simulator.evaluation.context import (
-    ProgressSink,
-    RunContext,
-    RunOptions,
-    UnitFiles,
-    UserRun,
-)
+from evolve.simulator.evaluation.context import RunContext, RunOptions, UnitFiles, UserRun
 from evolve.simulator.evaluation.episode import EpisodeConfig
 from evolve.simulator.evaluation.identity import (
     assign_dir_names,
     missing_upper_bound_entries,
     run_identity,
 )
-from evolve.simulator.evaluation.unit import finish_unit
+from evolve.simulator.evaluation.unit import finish_unit, set_aside_damaged
 from evolve.simulator.metrics import (
     MetricSummary,
     summarize,
@@ -171,7 +166,7 @@ def _run_evaluation(
     items = list(env.items[: config.max_users] if config.max_users else env.items)
     users = assign_dir_names(items)
     digest = layout.open_run(run_identity(env, policy, lms, users, config, options))
-    if _stored_copy(layout.environment_file, options.progress or ProgressSink()) is None:
+    if _stored_copy(layout.environment_file) is None:
         atomic_write_json(layout.environment_file, [item.to_original() for item in items])
     upper_bound = options.upper_bound
     upper_bound_changed = False
@@ -187,12 +182,12 @@ def _run_evaluation(
         table = upper_bound.model_dump(mode="json")
         # Rewritten only when it changed: a resumed run's copy is the same table, maybe in
         # another order.
-        if _stored_copy(layout.upper_bound_file, options.progress or ProgressSink()) != table:
+        if _stored_copy(layout.upper_bound_file) != table:
             upper_bound_changed = True
             atomic_write_json(layout.upper_bound_file, table)
 
     run = RunContext(policy, lms, layout, config, options)
-    finished = _load_finished(layout, users, run.progress)
+    finished = _load_finished(layout, users)
     failed_answers = [
         sum(item.parse_failed for item in result.items) for user in users for result in user.results
     ]
@@ -210,10 +205,10 @@ def _run_evaluation(
     keep_written_report = (
         finished == sum(len(u.item.periods) for u in users)
         and not upper_bound_changed
-        and _written_report_is_complete(layout, run.progress)
+        and _written_report_is_complete(layout)
     )
     # The original layout is written with the report; kept with it, it is checked.
-    repair_original = keep_written_report and _original_layout_damaged(layout, run.progress)
+    repair_original = keep_written_report and _original_layout_damaged(layout)
 
     def report(complete: bool) -> EvaluationReport:
         user_results = [UserResult(user_id=u.item.id, periods=list(u.results)) for u in users]
@@ -271,23 +266,7 @@ def _run_evaluation(
     return latest if latest is not None and latest.complete else report(complete=True)
 
 
-def set_aside_damaged(
-    files: UnitFiles,
-    progress: ProgressSink,
-    user_dir_name: str,
-    period_index: int,
-    damaged: DamagedRunFileError,
-) -> None:
-    """Move a damaged unit (and the user's later units) away and say so: it is recomputed."""
-    moved = files.set_aside(user_dir_name, period_index)
-    where = moved[0].parent if moved else files.period_dir(user_dir_name, period_index)
-    progress.recomputing_damaged(
-        f"damaged run file {damaged.path}: {damaged.problem}; recomputing {user_dir_name} "
-        f"from period {period_index} (the damaged files are kept under {where})"
-    )
-
-
-def _stored_copy(path: Path, progress: ProgressSink) -> Any:
+def _stored_copy(path: Path) -> Any:
     """A file the run writes again from what it holds in memory (None when absent); a
     damaged copy is reported and reads as None, so it is written again."""
     if not path.exists():
@@ -295,26 +274,24 @@ def _stored_copy(path: Path, progress: ProgressSink) -> Any:
     try:
         return read_json(path)
     except DamagedRunFileError as damaged:
-        progress.recomputing_damaged(
-            f"damaged run file {damaged.path}: {damaged.problem}; writing it again"
-        )
+        warn_damaged(damaged.path, damaged.problem, "writing it again")
         return None
 
 
-def _written_report_is_complete(layout: RunLayout, progress: ProgressSink) -> bool:
-    report = _stored_copy(layout.report_file, progress)  # damaged: written again
+def _written_report_is_complete(layout: RunLayout) -> bool:
+    report = _stored_copy(layout.report_file)  # damaged: written again
     return isinstance(report, dict) and report.get("complete") is True
 
 
-def _original_layout_damaged(layout: RunLayout, progress: ProgressSink) -> bool:
+def _original_layout_damaged(layout: RunLayout) -> bool:
     """Whether any file of the original layout cannot be read back (each one is named)."""
     damaged = False
     for path in sorted(layout.original_dir.rglob("*.json")):
-        damaged = _stored_copy(path, progress) is None or damaged
+        damaged = _stored_copy(path) is None or damaged
     return damaged
 
 
-def _load_finished(files: UnitFiles, users: Sequence[UserRun], progress: ProgressSink) -> int:
+def _load_finished(files: UnitFiles, users: Sequence[UserRun]) -> int:
     """Load each user's finished periods (in order, up to the first missing); their count.
     A finished unit whose result, transcript or checkpoint cannot be read back is set
     aside with the user's later units, and they are recomputed (with a warning)."""
@@ -327,7 +304,7 @@ def _load_finished(files: UnitFiles, users: Sequence[UserRun], progress: Progres
                     files.load_transcript(user.dir_name, period_index)
                     files.load_checkpoint(user.dir_name, period_index)
             except DamagedRunFileError as damaged:
-                set_aside_damaged(files, progress, user.dir_name, period_index, damaged)
+                set_aside_damaged(files, user.dir_name, period_index, damaged)
                 stored = None
             if stored is None:
                 break

@@ -17,11 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 import dspy
 
-from evolve.core.errors import EnvironmentDataError
+from evolve.core.errors import DamagedRunFileError, EnvironmentDataError
+from evolve.core.files import warn_damaged
 from evolve.llm import call_events
 from evolve.llm.usage import tracked_usage
 from evolve.llm.usage_callback import label_predictor_calls
-from evolve.simulator.evaluation.context import RunContext, UserRun
+from evolve.simulator.evaluation.context import RunContext, UnitFiles, UserRun
 from evolve.simulator.evaluation.probes import (
     PROBE_STRATEGIES,
     answer_question,
@@ -46,6 +47,21 @@ def finish_unit(run: RunContext, user: UserRun, period_index: int) -> None:
     run.progress.unit_finished(user.item.id, period_index, resumed=False)
 
 
+def set_aside_damaged(
+    files: UnitFiles, user_dir_name: str, period_index: int, damaged: DamagedRunFileError
+) -> None:
+    """Move a unit with a damaged file (and the user's later units, which continued from
+    its memory) away, and say so: they are recomputed."""
+    moved = files.set_aside(user_dir_name, period_index)
+    where = moved[0].parent if moved else files.period_dir(user_dir_name, period_index)
+    warn_damaged(
+        damaged.path,
+        damaged.problem,
+        f"recomputing {user_dir_name} from period {period_index} (the damaged files are kept "
+        f"under {where})",
+    )
+
+
 def run_unit(run: RunContext, user: UserRun, period_index: int) -> PeriodResult:
     """Sessions, checkpoint, questions and probes for one user in one period."""
     started = time.perf_counter()
@@ -65,8 +81,12 @@ def run_unit(run: RunContext, user: UserRun, period_index: int) -> PeriodResult:
             )
         state_in = policy.state_from_json(previous)
 
-    stored = files.load_transcript(user.dir_name, period_index)
-    checkpoint = files.load_checkpoint(user.dir_name, period_index)
+    try:
+        stored = files.load_transcript(user.dir_name, period_index)
+        checkpoint = files.load_checkpoint(user.dir_name, period_index)
+    except DamagedRunFileError as damaged:  # a unit stopped after its sessions
+        set_aside_damaged(files, user.dir_name, period_index, damaged)
+        stored, checkpoint = None, None
     if stored is not None and checkpoint is not None:
         # Interrupted after the sessions: they cost nothing now, their usage was recorded.
         sessions, session_usage = stored

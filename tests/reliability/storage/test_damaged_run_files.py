@@ -207,3 +207,21 @@ def test_resuming_a_crafted_gepa_state_never_runs_it(
     assert "gepa_state.bin" in stderr.strip().splitlines()[-1]
     assert "Traceback" not in stderr
     assert not marker.exists()
+
+
+def test_a_unit_stopped_after_its_sessions_with_a_damaged_transcript_is_replayed(
+    pristine: Path, tmp_path: Path, stub: StubServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    home = tmp_path / "home"
+    shutil.copytree(pristine, home, symlinks=True)
+    period = next((home / "evals").glob("*/users/user-0/period_01"))
+    (period / "result.json").unlink()  # stopped after its sessions, before its questions
+    _garble(period / "transcript.json")
+    code, stderr = _run(home, *_eval_args(stub))
+    assert code == 0 and "Traceback" not in stderr, stderr[-3000:]
+    warned = [r.getMessage() for r in caplog.records if "damaged run file" in r.getMessage()]
+    assert any(
+        "transcript.json" in line and "recomputing user-0 from period 1" in line for line in warned
+    ), warned
+    assert _readable(period / "transcript.json") and (period / "result.json").is_file()
+    assert (period.parents[2] / "set_aside" / "user-0" / "damaged-period_01").is_dir()
