@@ -30,7 +30,18 @@ from evolve.core.spec_base import format_validation_error
 from evolve.core.stopping import endpoint_failure, reset_stop
 from memory_policies.errors import PolicyError
 
-COMMAND_MODULES = ["doctor", "env", "eval", "run", "compare", "export", "tune", "arms", "schema"]
+COMMAND_MODULES = [
+    "doctor",
+    "env",
+    "eval",
+    "run",
+    "compare",
+    "export",
+    "tune",
+    "arms",
+    "ui",
+    "schema",
+]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -34,8 +34,8 @@ from evolve.results.objective import scores_text
 from evolve.results.records import CandidateRecord
 from evolve.simulator.evaluation import ProgressSink
 from evolve.spec.config import ExperimentSpec, ResolvedExperiment, load_spec, resolve, spec_label
-from evolve.stores.tracking_uri import mlflow_ui_hint
 from evolve.tracking import ExperimentTracker, tracker_for
+from evolve.tracking.runs_view import mlflow_ui_hint
 
 BEST_POLICY_DIR = "best_policy"
 
@@ -161,7 +161,7 @@ def _run_locked(
     if result.stopped:
         print(f"stopped early: {result.stopped}; raise the budget and rerun to continue")
     if tracker.location is not None:
-        print(mlflow_ui_hint(tracker.location.uri, tracker.experiment_id))
+        print(mlflow_ui_hint(tracker.location.uri, tracker.experiment_id, args.spec))
     return 0
 
 

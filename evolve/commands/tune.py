@@ -32,7 +32,8 @@ from evolve.core.locking import run_lock
 from evolve.llm import LLMConfig, open_role_lms, protocol_llm_config
 from evolve.results.objective import format_score, scores_text
 from evolve.simulator.evaluation import ProgressSink
-from evolve.stores.tracking_uri import masked_uri, mlflow_ui_hint
+from evolve.stores.tracking_uri import masked_uri
+from evolve.tracking.runs_view import mlflow_ui_hint
 from evolve.tuning import (
     HeldoutRecord,
     TrialRecord,
@@ -180,7 +181,7 @@ def _tune_locked(
             f"MLflow: experiment {spec.mlflow_experiment_name()!r} at "
             f"{masked_uri(tracker.location.uri)}"
         )
-        print(mlflow_ui_hint(tracker.location.uri, tracker.experiment_id))
+        print(mlflow_ui_hint(tracker.location.uri, tracker.experiment_id, args.spec))
     return 0
 
 

@@ -31,10 +31,7 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
-import shutil
 import sqlite3
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -309,38 +306,3 @@ def check_tracking_uri(uri: str) -> None:
         check_sqlite_database(db_path)
     elif urlparse(uri).scheme in ("http", "https"):
         check_server_reachable(uri)
-
-
-# `mlflow ui`'s own address; the query opens the experiment on its runs table.
-UI_ADDRESS = "http://127.0.0.1:5000"
-# MLflow 3.17's UI ignores the experiment's `mlflow.experimentKind` tag: it shows an
-# experiment as a GenAI app (an empty Overview) or as model training (the runs) by this URL
-# parameter, else by the browser's last choice in the sidebar's GenAI / Model training
-# switch, GenAI for a new browser.
-RUNS_VIEW_QUERY = "?workflowType=machine_learning"
-# LiteLLM, imported by the server, otherwise fetches its model cost map from GitHub at
-# start (warnings and a long wait offline); one worker starts in a fraction of the time of 4.
-FAST_UI_ENV = "LITELLM_LOCAL_MODEL_COST_MAP=True"
-
-
-def mlflow_ui_hint(uri: str, experiment_id: str | None) -> str:
-    """How to see `experiment_id` of the store `uri`, as the last lines of a command: for a
-    local store the exact `mlflow ui` command and the URL to open, for a server its URL."""
-    route = f"/#/experiments/{experiment_id}{RUNS_VIEW_QUERY}" if experiment_id else "/"
-    if urlparse(uri).scheme in ("http", "https"):
-        return f"MLflow UI: {masked_uri(uri).rstrip('/')}{route}"
-    command = (
-        f"{FAST_UI_ENV} {shlex.quote(_mlflow_executable())} ui --backend-store-uri "
-        f"{shlex.quote(masked_uri(uri))} --workers 1"
-    )
-    return f"MLflow UI: {command}\n  then open {UI_ADDRESS}{route}"
-
-
-def _mlflow_executable() -> str:
-    """`mlflow` when that is the one next to this interpreter (or none is found), else the
-    full path of the one installed with the toolkit (e.g. `.venv/bin/mlflow`)."""
-    beside = Path(sys.executable).with_name("mlflow")
-    found = shutil.which("mlflow")
-    if not beside.is_file() or (found is not None and Path(found).resolve() == beside.resolve()):
-        return "mlflow"
-    return str(beside)

@@ -160,8 +160,10 @@ def generation_metrics(
             values[name] = value
     # Held-out evaluations are reported to the tracker as they finish (the loop scores
     # only promising candidates there): the mean over the kept population's scored ones.
+    # With one scored, the mean would only repeat `best_heldout_score` under another name.
     scored = [heldout_scores[c] for c in record.population if c in heldout_scores]
-    if scored:
+    values["heldout_candidates_scored"] = len(scored)
+    if len(scored) > 1:
         values["mean_heldout_score"] = sum(scored) / len(scored)
     return values
 
@@ -392,6 +394,23 @@ def candidate_tags(
     return tags
 
 
+def best_scores(best: CandidateRecord | None) -> dict[str, float]:
+    """The best candidate's scores under its own run's names (`heldout_accuracy`, ...), so
+    that the parent's row shows them in the same runs-table columns as its candidates'; the
+    tag `evolve.best_candidate` and the run name say which candidate they are."""
+    values: dict[str, float] = {}
+    for split in ("train", "validation", "heldout"):
+        scores = getattr(best, split, None) if best is not None else None
+        if scores is None:
+            continue
+        values[f"{split}_score"] = scores.score
+        for name in ("accuracy", "memory_score"):
+            value = getattr(scores.summary, name)
+            if value is not None and math.isfinite(value):
+                values[f"{split}_{name}"] = value
+    return values
+
+
 def final_metrics(result: ExperimentResult, best: CandidateRecord | None) -> dict[str, float]:
     """The parent run's totals at the end of an invocation, and the held-out test of the best
     against the base (`heldout_difference` with its bounds, McNemar's p, ...)."""
@@ -406,6 +425,7 @@ def final_metrics(result: ExperimentResult, best: CandidateRecord | None) -> dic
         metrics["final_best_train_score"] = best.train.score
     if best is not None and best.heldout is not None:
         metrics["final_best_heldout_score"] = best.heldout.score
+    metrics.update(best_scores(best))
     if result.chain_summary is not None:
         metrics.update(result.chain_summary.flat_metrics("chain_"))
     if result.heldout_comparison is not None:  # the best minus the base, as a test

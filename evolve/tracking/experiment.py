@@ -52,6 +52,7 @@ from evolve.tracking.content import (
 from evolve.tracking.hooks import ExperimentTracker, NullTracker, TrackingContext
 from evolve.tracking.intervals import comparison_tags, heldout_verdict_text
 from evolve.tracking.prompts import PromptVersions
+from evolve.tracking.runs_view import publish_runs_view
 from evolve.tracking.store import (
     describe_experiment,
     get_or_create_experiment,
@@ -213,6 +214,8 @@ class MLflowTracker(ExperimentTracker):
             self.client.log_text(run_id, report, "compare.txt")
         replace_table(self.client, run_id, table, CANDIDATES_TABLE)
         self.client.update_run(run_id, name=experiment_run_name(self.context.name, best))
+        # The address the command ends with opens the runs with these score columns.
+        publish_runs_view(self.client, self.experiment_id)
         self.client.set_terminated(run_id, "FINISHED")
 
     def _forget_verdict(self, run_id: str) -> None:

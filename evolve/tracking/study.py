@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from evolve.stores.tracking_uri import TrackingLocation
 from evolve.tracking.content import experiment_params
 from evolve.tracking.hooks import TrackingContext
+from evolve.tracking.runs_view import publish_runs_view
 from evolve.tracking.shared_parent import SharedParentRun
 from evolve.tracking.store import (
     describe_experiment,
@@ -325,6 +326,8 @@ class MLflowStudyTracker(StudyTracker):
         self.client.log_text(run_id, json.dumps(best_doc, indent=2) + "\n", "best_parameters.json")
         assert self.context is not None
         self.client.update_run(run_id, name=study_run_name(self.context.study_name, result))
+        if self.experiment_id is not None:  # the address the command ends with shows scores
+            publish_runs_view(self.client, str(self.experiment_id))
         active = any(r.state in ("running", "waiting") for r in result.trials)
         if not active:
             self.client.set_terminated(run_id, "FINISHED")

@@ -56,19 +56,24 @@ def test_quickstart_runs_end_to_end_on_scripted_lms(tmp_path, monkeypatch, injec
     assert configs[0].needs_embedded_server()  # the quickstart names no endpoint
     calls = worlds[0].calls()
     assert calls["reflector"] >= 3 and calls["agent"] > 100
-    # It ends with the exact command that shows these runs and the address that opens the
-    # experiment on its runs table (not MLflow's GenAI overview), no "..." to fill in.
+    # It ends with the command that shows these runs (`evolve ui`, the default store) and,
+    # by hand, `mlflow ui` and the address of the experiment's scored runs view (not
+    # MLflow's GenAI overview), no "..." to fill in.
     store = (tmp_path / "mlruns" / "mlflow.db").resolve()
     experiment = mlflow_client(f"sqlite:///{store}").get_experiment_by_name(
         "amemgym-evolve/quickstart"
     )
-    command, address = out.rstrip().splitlines()[-2:]
-    assert command.startswith("MLflow UI: LITELLM_LOCAL_MODEL_COST_MAP=True ")
-    assert command.endswith(f" ui --backend-store-uri sqlite:///{store} --workers 1")
-    assert address == (
-        f"  then open http://127.0.0.1:5000/#/experiments/{experiment.experiment_id}"
-        "?workflowType=machine_learning"
+    evolve_ui, by_hand = out.rstrip().splitlines()[-2:]
+    assert evolve_ui.startswith("MLflow UI: ") and evolve_ui.endswith(
+        f" ui {QUICKSTART}   (serves this store, opens the scored runs)"
     )
+    assert by_hand.startswith("  or by hand: LITELLM_LOCAL_MODEL_COST_MAP=True ")
+    assert " ui --backend-store-uri " in by_hand and "mlflow.db --workers 1, then open" in by_hand
+    assert by_hand.endswith(
+        f"http://127.0.0.1:5000/#/experiments/{experiment.experiment_id}/runs"
+        "?viewStateShareKey=evolve-scores&workflowType=machine_learning"
+    )
+    assert "..." not in out
 
     assert main(["compare", str(QUICKSTART), "--plot", "scores.png"]) == 0
     compared = capsys.readouterr().out

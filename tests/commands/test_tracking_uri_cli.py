@@ -16,6 +16,7 @@ from evolve.cli import main
 from evolve.core.errors import EXIT_BAD_INPUT, EXIT_STORAGE
 from evolve.spec.config import load_spec
 from evolve.tracking import mlflow_client, tracker_for
+from evolve.tracking.runs_view import runs_view_route
 
 
 @pytest.fixture
@@ -95,12 +96,12 @@ def test_tune_lands_in_the_environments_store(tmp_path, team_store, opened, caps
     runs = mlflow_client(team_store).search_runs([experiment.experiment_id])
     assert sum(r.data.tags.get("evolve.kind") == "tuning" for r in runs) == 1
     assert not (tmp_path / "mlruns" / "mlflow.db").exists()
-    # It ends with the exact command and address, not a "..." to fill in.
-    command, address = captured.out.rstrip().splitlines()[-2:]
-    assert command.endswith(f" ui --backend-store-uri {team_store} --workers 1")
-    assert address.endswith(
-        f"#/experiments/{experiment.experiment_id}?workflowType=machine_learning"
-    )
+    # It ends with the exact commands and address, not a "..." to fill in: the store is
+    # named (it is not the default), and the address opens the scored runs view.
+    evolve_ui, by_hand = captured.out.rstrip().splitlines()[-2:]
+    assert f" ui {spec} --tracking-uri {team_store} " in evolve_ui
+    assert f" ui --backend-store-uri {team_store} --workers 1, then open " in by_hand
+    assert by_hand.endswith(runs_view_route(experiment.experiment_id))
     assert "..." not in captured.out
 
 

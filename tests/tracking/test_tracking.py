@@ -266,7 +266,11 @@ def test_parent_logs_best_and_mean_scores_per_generation_and_counts_only_grow(tr
     generations = [g.generation for g in result.generations]
     for name in ("best_train_score", "mean_train_score", "best_heldout_score"):
         assert [m.step for m in client.get_metric_history(run_id, name)] == generations
-    assert client.get_metric_history(run_id, "mean_heldout_score")
+    # The held-out mean is a mean only where more than one candidate was scored there.
+    scored = client.get_metric_history(run_id, "heldout_candidates_scored")
+    assert [m.step for m in scored] == generations
+    means = client.get_metric_history(run_id, "mean_heldout_score")
+    assert {m.step for m in means} == {m.step for m in scored if m.value > 1}
     counts = client.get_metric_history(run_id, "candidates_evaluated")
     assert [m.step for m in counts] == generations
     values = [m.value for m in counts]
@@ -275,6 +279,35 @@ def test_parent_logs_best_and_mean_scores_per_generation_and_counts_only_grow(tr
     # Totals are logged once, at the last generation's step, never at step 0.
     for name in ("total_llm_calls", "total_candidates_evaluated"):
         assert [m.step for m in client.get_metric_history(run_id, name)] == [generations[-1]]
+
+
+def test_the_parent_carries_its_best_candidates_scores_under_the_candidate_runs_names(tracked):
+    # One set of runs-table columns then shows the parent's best and every candidate.
+    _, uri, _, _, _ = tracked
+    _, parents, children = runs_by_kind(uri, "amemgym-evolve/exp")
+    parent = parents[0]
+    best_id = parent.data.tags["evolve.best_candidate"]
+    best = next(c for c in children if c.data.tags["evolve.candidate_id"] == best_id)
+    names = [
+        f"{split}_{name}"
+        for split in ("train", "validation", "heldout")
+        for name in ("accuracy", "memory_score", "score")
+    ]
+    carried = [name for name in names if name in best.data.metrics]
+    assert "heldout_accuracy" in carried and "train_accuracy" in carried
+    for name in carried:
+        assert parent.data.metrics[name] == pytest.approx(best.data.metrics[name])
+
+
+def test_a_finished_experiment_publishes_its_scored_runs_view(tracked):
+    # The address `evolve run` ends with opens this view; it must exist without `evolve ui`.
+    from evolve.tracking.runs_view import SHARE_KEY, SHARED_VIEW_TAG_PREFIX
+
+    _, uri, _, _, _ = tracked
+    experiment = mlflow_client(uri).get_experiment_by_name("amemgym-evolve/exp")
+    state = json.loads(experiment.tags[SHARED_VIEW_TAG_PREFIX + SHARE_KEY])
+    assert "metrics.`heldout_accuracy`" in state["selectedColumns"]
+    assert "metrics.`train_accuracy`" in state["selectedColumns"]
 
 
 def test_descriptions_and_source_tags_as_the_fluent_api_sets_them(tracked):

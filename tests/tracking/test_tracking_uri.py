@@ -24,7 +24,6 @@ from evolve.stores.tracking_uri import (
     DEFAULT_TRACKING_URI,
     check_tracking_uri,
     masked_uri,
-    mlflow_ui_hint,
     resolve_tracking_uri,
 )
 from evolve.tracking import tracker_for
@@ -217,38 +216,6 @@ def test_a_description_at_the_limit_is_accepted(tmp_path):
     long_description = "d" * mlflow_limits.DESCRIPTION_MAX_CHARS
     spec = load_spec(write_spec(tmp_path, f'description = "{long_description}"'))
     assert len(spec.description) == mlflow_limits.DESCRIPTION_MAX_CHARS
-
-
-def test_the_ui_hint_is_the_exact_command_and_the_runs_address(tmp_path, monkeypatch):
-    store = f"sqlite:///{tmp_path}/my store/mlflow.db"
-    hint = mlflow_ui_hint(store, "7")
-    command, address = hint.splitlines()
-    # Quoted for the shell (a space in the path), fast offline, nothing left to fill in.
-    assert command.startswith("MLflow UI: LITELLM_LOCAL_MODEL_COST_MAP=True ")
-    assert command.endswith(f" ui --backend-store-uri '{store}' --workers 1")
-    assert "..." not in hint
-    # MLflow 3.17 opens an experiment on its GenAI overview unless the address asks for runs.
-    assert (
-        address == "  then open http://127.0.0.1:5000/#/experiments/7?workflowType=machine_learning"
-    )
-    # A server is its own UI; its credentials are never printed.
-    assert mlflow_ui_hint("https://bob:secret@mlflow.example:5000/", "3") == (
-        "MLflow UI: https://***@mlflow.example:5000/#/experiments/3?workflowType=machine_learning"
-    )
-
-
-def test_the_ui_hint_names_the_mlflow_installed_with_the_toolkit(tmp_path, monkeypatch):
-    venv = tmp_path / "venv" / "bin"
-    venv.mkdir(parents=True)
-    (venv / "mlflow").write_text("#!/bin/sh\n")
-    (venv / "mlflow").chmod(0o755)
-    monkeypatch.setattr(tracking_uri.sys, "executable", str(venv / "python"))
-    monkeypatch.setenv("PATH", str(tmp_path / "elsewhere"))  # no mlflow on PATH
-    assert f" {venv / 'mlflow'} ui " in mlflow_ui_hint("sqlite:///x.db", None)
-    monkeypatch.setenv("PATH", str(venv))  # the same one on PATH: its short name
-    assert mlflow_ui_hint("sqlite:///x.db", None).startswith(
-        "MLflow UI: LITELLM_LOCAL_MODEL_COST_MAP=True mlflow ui "
-    )
 
 
 def test_postgresql_without_its_driver_names_the_extra(monkeypatch):
