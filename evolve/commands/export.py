@@ -10,6 +10,7 @@ from evolve.commands.compare import note_if_running
 from evolve.commands.flags import DEFAULT_RUNS_DIR
 from evolve.core.errors import ConfigError
 from evolve.optimize.experiment_dir import experiment_dir_for
+from evolve.tracking.runs_view import registered_model_hint
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -68,6 +69,7 @@ def run_export(args: argparse.Namespace) -> int:
     if args.name is not None and not args.no_register:
         check_registered_model_name(args.name)
     check_target(args.target, args.runs_dir)
+    location = None
     if not args.no_register:
         location = export_tracking_location(
             args.target, runs_dir=args.runs_dir, tracking_uri=args.tracking_uri
@@ -99,4 +101,10 @@ def run_export(args: argparse.Namespace) -> int:
         print(result.heldout.warning, file=sys.stderr)
     elif result.heldout is not None:
         print(result.heldout.text)
+    if location is not None and result.registered_name is not None:
+        print(
+            registered_model_hint(
+                location.uri, result.registered_name, result.registered_version, args.target
+            )
+        )
     return 0

@@ -34,7 +34,7 @@ from evolve.tracking import (
     normalize_tracking_uri,
     quiet_mlflow,
 )
-from evolve.tracking.store import filter_literal, use_tracking_uri
+from evolve.tracking.store import filter_literal, metric_value, use_tracking_uri
 from memory_policies import LocalMiniLMEmbedder
 
 CHAMPION_ALIAS = "champion"
@@ -166,7 +166,10 @@ def _log_and_register(
                 # The model's metrics live on its source run (MLflow's LoggedModel rule):
                 # the same values at the same step as the candidate's own points.
                 mlflow.log_metrics(
-                    metrics, step=candidate.generation, run_id=run_id, model_id=logged.model_id
+                    {key: metric_value(value) for key, value in metrics.items()},
+                    step=candidate.generation,
+                    run_id=run_id,
+                    model_id=logged.model_id,
                 )
         for figure in figures:
             client.log_model_artifact(logged.model_id, str(figure), "figures")

@@ -14,6 +14,7 @@ from typing import Any
 from evolve.tracking.store import (
     filter_literal,
     get_or_create_experiment,
+    metric_value,
     mlflow_client,
     run_context_tags,
 )
@@ -72,7 +73,7 @@ def log_arms_run(
         tags = {**run_context_tags(), TAG_KIND: "arms", TAG_ARMS: name, TAG_DESIGN: design}
         run_id = client.create_run(experiment_id, tags=tags, run_name=f"arms {name}").info.run_id
     for key, value in arms_metrics(rows).items():
-        client.log_metric(run_id, key, value)
+        client.log_metric(run_id, key, metric_value(value))
     client.log_text(run_id, table, "arms.md")
     client.log_text(
         run_id, json.dumps([row.model_dump(mode="json") for row in rows], indent=2), "arms.json"

@@ -43,7 +43,7 @@ from evolve.tracking.content import (
     proposal_status,
 )
 from evolve.tracking.intervals import score_interval_metrics
-from evolve.tracking.store import now_ms, run_is_active
+from evolve.tracking.store import logged_metric, now_ms, run_is_active
 from evolve.tracking.tags import TAG_CANDIDATE_STATUS, TAG_EXPERIMENT
 
 if TYPE_CHECKING:
@@ -89,7 +89,6 @@ class CandidateRuns:
     ) -> None:
         """The proposal's status; a proposal that will not be evaluated gets its whole run
         here (see `ExperimentTracker.log_proposal`)."""
-        from mlflow.entities import Metric
 
         status, reason = proposal_status(record, reason)
         entry = self._entry(record)
@@ -107,7 +106,7 @@ class CandidateRuns:
         log_candidate_artifacts(self.client, run_id, record, parent, policy_dir, feedback)
         if scores:
             timestamp = now_ms()
-            metrics = [Metric(k, float(v), timestamp, record.generation) for k, v in scores.items()]
+            metrics = [logged_metric(k, v, timestamp, record.generation) for k, v in scores.items()]
             self.client.log_batch(run_id, metrics=metrics)
         run_status = "FAILED" if status == INVALID else "FINISHED"
         self.client.set_terminated(run_id, run_status, end_time=window[1] if window else None)
@@ -125,7 +124,6 @@ class CandidateRuns:
     ) -> None:
         """`record`'s evaluation on `split` ("train" or "heldout"), once: its scores and
         per-period curves, and on the first one its artifacts and prompt versions."""
-        from mlflow.entities import Metric
 
         scores: EvaluationScores | None = getattr(record, split)
         if scores is None:
@@ -153,7 +151,7 @@ class CandidateRuns:
             values["reflection_llm_calls"] = record.reflection_calls
             values["reflection_tokens"] = record.reflection_tokens
             values["reflection_parse_failures"] = record.reflection_parse_failures
-        metrics = [Metric(k, float(v), timestamp, record.generation) for k, v in values.items()]
+        metrics = [logged_metric(k, v, timestamp, record.generation) for k, v in values.items()]
         metrics += per_period_metrics(scores, split, timestamp)
         self.client.log_batch(run_id, metrics=metrics)
         if split == "heldout":

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from evolve.results.objective import format_score
 from evolve.simulator.metric_registry import metrics_in
 from evolve.tracking.intervals import comparison_metrics
+from evolve.tracking.store import logged_metric
 from evolve.tracking.tags import (
     NOTE_TAG,
     PARENT_RUN_TAG,
@@ -170,8 +171,6 @@ def generation_metrics(
 
 def per_period_metrics(scores: EvaluationScores, split: str, timestamp: int) -> list[Any]:
     """`<split>_period/<name>` with step = period: the curves a researcher compares."""
-    from mlflow.entities import Metric
-
     periods = scores.periods if scores.periods is not None else range(len(scores.per_period))
     metrics = []
     for period, summary in zip(periods, scores.per_period, strict=False):
@@ -180,15 +179,9 @@ def per_period_metrics(scores: EvaluationScores, split: str, timestamp: int) -> 
         for name, value in values.items():
             # Undefined (e.g. the memory score of a degenerate period): no point at all.
             if value is not None and math.isfinite(value):
-                metrics.append(Metric(f"{split}_period/{name}", float(value), timestamp, period))
-        metrics.append(
-            Metric(
-                f"{split}_period/parse_failures",
-                float(summary.parse_failures_total),
-                timestamp,
-                period,
-            )
-        )
+                metrics.append(logged_metric(f"{split}_period/{name}", value, timestamp, period))
+        failures = float(summary.parse_failures_total)
+        metrics.append(logged_metric(f"{split}_period/parse_failures", failures, timestamp, period))
     return metrics
 
 

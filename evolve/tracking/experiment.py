@@ -56,6 +56,7 @@ from evolve.tracking.runs_view import publish_runs_view
 from evolve.tracking.store import (
     describe_experiment,
     get_or_create_experiment,
+    logged_metric,
     mlflow_client,
     normalize_tracking_uri,
     now_ms,
@@ -168,7 +169,7 @@ class MLflowTracker(ExperimentTracker):
             atomic_write_json(self._state_file, self._state)
 
     def finish(self, result: ExperimentResult, *, report: str = "") -> None:
-        from mlflow.entities import Metric, RunTag
+        from mlflow.entities import RunTag
 
         run_id = self.parent_run_id
         assert run_id is not None and self.context is not None
@@ -204,7 +205,7 @@ class MLflowTracker(ExperimentTracker):
         }
         self.client.log_batch(
             run_id,
-            metrics=[Metric(k, v, timestamp, last_step) for k, v in changed.items()],
+            metrics=[logged_metric(k, v, timestamp, last_step) for k, v in changed.items()],
             tags=tags,
         )
         self._state["final_metrics"] = {k: [last_step, float(v)] for k, v in metrics.items()}
@@ -303,7 +304,6 @@ class MLflowTracker(ExperimentTracker):
         )
 
     def log_generation(self, record: GenerationRecord, *, spent: Usage) -> None:
-        from mlflow.entities import Metric
 
         key = str(record.generation)
         digest = record.model_dump_json()
@@ -313,7 +313,7 @@ class MLflowTracker(ExperimentTracker):
         evaluated[key] = len(record.evaluated_ids)
         values = generation_metrics(record, spent, evaluated, self._state["heldout_scores"])
         timestamp = now_ms()
-        metrics = [Metric(k, float(v), timestamp, record.generation) for k, v in values.items()]
+        metrics = [logged_metric(k, v, timestamp, record.generation) for k, v in values.items()]
         self.client.log_batch(self.parent_run_id, metrics=metrics)
         self._state["generations"][key] = digest
         self._save_state()

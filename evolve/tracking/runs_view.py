@@ -130,3 +130,23 @@ def mlflow_ui_hint(uri: str, experiment_id: str | None, target: str | Path | Non
         f"  or by hand: {environment} {shlex.join(by_hand)} --workers 1, then open "
         f"{UI_ADDRESS}{route}"
     )
+
+
+def registered_model_hint(
+    uri: str, name: str, version: str | None, target: str | Path | None = None
+) -> str:
+    """The last lines of `evolve export`: the UI command (as `mlflow_ui_hint`) and the
+    registered version's page."""
+    from urllib.parse import quote
+
+    from evolve.stores.tracking_uri import masked_uri
+
+    page = f"/#/models/{quote(name, safe='')}" + (f"/versions/{version}" if version else "")
+    server = urlparse(uri).scheme in ("http", "https")
+    base = masked_uri(uri).rstrip("/") if server else UI_ADDRESS
+    first = mlflow_ui_hint(uri, None, target).splitlines()[0]
+    return (
+        f"{first}\n  the registered model: {base}{page}"
+        if not server
+        else f"MLflow UI: {base}{page}"
+    )

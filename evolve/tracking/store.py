@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import math
 import os
 import re
 import time
@@ -302,3 +303,21 @@ def replace_table(
     entry = {"path": artifact_file, "type": "table"}
     if entry not in listed:
         client.set_tag(run_id, LOGGED_ARTIFACTS_TAG, json.dumps([*listed, entry]))
+
+
+def metric_value(value: float) -> float:
+    """A metric as the runs table shows it: counts as they are, other values to 7 significant
+    digits: `0.3333333`, never the summing noise of `0.33333333333333354`. That is finer than
+    any score, interval or p the toolkit computes can resolve, so comparisons keep their
+    precision."""
+    number = float(value)
+    if not math.isfinite(number) or number.is_integer():
+        return number
+    return float(f"{number:.7g}")
+
+
+def logged_metric(key: str, value: float, timestamp: int, step: int) -> Any:
+    """An MLflow `Metric` with its value as `metric_value` gives it."""
+    from mlflow.entities import Metric
+
+    return Metric(key, metric_value(value), timestamp, step)

@@ -36,6 +36,7 @@ from evolve.tracking.shared_parent import SharedParentRun
 from evolve.tracking.store import (
     describe_experiment,
     get_or_create_experiment,
+    logged_metric,
     mlflow_client,
     normalize_tracking_uri,
     now_ms,
@@ -244,7 +245,6 @@ class MLflowStudyTracker(StudyTracker):
         return run.info.run_id
 
     def trial_period(self, number: int, period: int, summary: MetricSummary, value: float) -> None:
-        from mlflow.entities import Metric
 
         run_id = self._trial_runs.get(number)
         if run_id is None:
@@ -256,11 +256,11 @@ class MLflowStudyTracker(StudyTracker):
             if metric is not None:
                 values[f"running_{name}"] = float(metric)
         values["running_tokens"] = float(summary.tokens)
-        metrics = [Metric(k, float(v), timestamp, period) for k, v in values.items()]
+        metrics = [logged_metric(k, v, timestamp, period) for k, v in values.items()]
         self.client.log_batch(run_id, metrics=metrics)
 
     def trial_finished(self, record: TrialRecord) -> None:
-        from mlflow.entities import Metric, RunTag
+        from mlflow.entities import RunTag
 
         run_id = self._trial_runs.pop(record.number, None) or record.mlflow_run_id
         if run_id is None:
@@ -282,7 +282,7 @@ class MLflowStudyTracker(StudyTracker):
             tags.append(RunTag("evolve.note", record.note[:500]))
         self.client.log_batch(
             run_id,
-            metrics=[Metric(k, float(v), timestamp, step) for k, v in values.items()],
+            metrics=[logged_metric(k, v, timestamp, step) for k, v in values.items()],
             tags=tags,
         )
         status = "FINISHED" if record.state in ("complete", "pruned") else "FAILED"
@@ -300,14 +300,13 @@ class MLflowStudyTracker(StudyTracker):
         self._parent.write(lambda run_id: self._write_summary(run_id, result))
 
     def _write_summary(self, run_id: str, result: TuningResult) -> None:
-        from mlflow.entities import Metric
 
         timestamp = now_ms()
         metrics, tags = study_summary(result)
         self.client.log_batch(
             run_id,
             metrics=[
-                Metric(k, float(v), timestamp, result.finished_trials) for k, v in metrics.items()
+                logged_metric(k, v, timestamp, result.finished_trials) for k, v in metrics.items()
             ],
             tags=tags,
         )

@@ -84,6 +84,12 @@ def test_quickstart_runs_end_to_end_on_scripted_lms(tmp_path, monkeypatch, injec
     assert main(["export", "quickstart", "--out", "exported"]) == 0
     exported = capsys.readouterr().out
     assert "registered quickstart-memory-policy version 1 as models:/" in exported
+    # It ends by naming the UI and the registered version's page.
+    evolve_ui, page = exported.rstrip().splitlines()[-2:]
+    assert evolve_ui.startswith("MLflow UI: ") and " ui quickstart" in evolve_ui
+    assert page == (
+        "  the registered model: http://127.0.0.1:5000/#/models/quickstart-memory-policy/versions/1"
+    )
     result = ExperimentDir(tmp_path / "runs" / "quickstart").load_result()
     best = result.candidate(result.best_id)
     policy = memory_policies.load(tmp_path / "exported")

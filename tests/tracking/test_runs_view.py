@@ -120,3 +120,14 @@ def test_a_taken_port_is_refused_in_one_line():
         port = holder.getsockname()[1]
         with pytest.raises(ConfigError, match=f"127.0.0.1:{port}.*pass --port"):
             ui_server.check_port_free("127.0.0.1", port)
+
+
+def test_metric_values_lose_their_summing_noise_but_counts_and_small_p_values_are_kept():
+    from evolve.tracking.store import metric_value
+
+    assert metric_value(0.33333333333333354) == 0.3333333
+    assert metric_value(0.1 + 0.2) == 0.3
+    assert metric_value(145431) == 145431.0  # a count, never rounded
+    assert metric_value(1.23456789e-06) == 1.234568e-06  # a McNemar p stays informative
+    assert metric_value(0.03125) == 0.03125
+    assert metric_value(float("nan")) != metric_value(float("nan"))  # passed through
