@@ -109,7 +109,26 @@ def check_role(lms: RoleLMs, role: str) -> list[str]:
     return lines
 
 
+def default_model_size(args: argparse.Namespace) -> str | None:
+    """The bundled model to check when none is named: the largest installed, which is the
+    quickstart's (`scripts/install.sh` installs the 1.5B; `--test` installs only the 0.5B
+    the tests use). None when an endpoint, a model file or a size was given."""
+    if args.model_size or args.model_path or args.model:
+        return None
+    if any(getattr(args, f"{role}_model", None) for role in ROLES):
+        return None
+    installed = [size for size, present in installed_model_sizes().items() if present]
+    return max(installed, key=lambda size: float(size.rstrip("b"))) if installed else None
+
+
 def run_doctor(args: argparse.Namespace) -> int:
+    chosen = default_model_size(args)
+    if chosen is not None:
+        args.model_size = chosen
+        print(
+            f"checking the bundled model {chosen}, the largest installed (the quickstart "
+            "runs the 1.5b); --model-size picks another"
+        )
     config = llm_config_from_args(args)
     print("Resolved LLM configuration:")
     print("\n".join(describe_config(config)))

@@ -201,3 +201,24 @@ def test_the_configuration_names_the_model_serving_each_role():
         assert "embedded llama.cpp: Qwen2.5-Coder-0.5B-Instruct" in by_role[role]
         assert "model size 0.5b" in by_role[role]
     assert "gpt-4.1-mini" in by_role["reflector"] and "embedded" not in by_role["reflector"]
+
+
+@pytest.mark.parametrize(
+    ("installed", "flags", "expected"),
+    [
+        ({"0.5b": True, "1.5b": True}, [], "1.5b"),  # a full install: the quickstart's model
+        ({"0.5b": True, "1.5b": False}, [], "0.5b"),  # `install.sh --test`: the tests' model
+        ({"0.5b": True, "1.5b": True}, ["--model-size", "0.5b"], None),  # named: kept
+        ({"0.5b": True, "1.5b": True}, ["--model", "m", "--base-url", "http://h/v1"], None),
+        ({"0.5b": False, "1.5b": False}, [], None),
+    ],
+)
+def test_doctor_checks_the_largest_installed_bundled_model_unless_told(
+    monkeypatch, installed, flags, expected
+):
+    from evolve.cli import build_parser
+    from evolve.commands import doctor
+
+    monkeypatch.setattr(doctor, "installed_model_sizes", lambda: installed)
+    args = build_parser().parse_args(["doctor", *flags])
+    assert doctor.default_model_size(args) == expected
