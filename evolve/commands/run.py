@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 from tqdm import tqdm
@@ -109,6 +110,7 @@ def _run_locked(
         reflector_role, _ = reflector_setup(spec)
         roles = ("simulator", "agent", reflector_role)
         print_protocol_start(spec.protocol, lms, roles, embeds=embeds)
+        started = time.monotonic()
         try:
             result = evolve_policy(
                 resolved,
@@ -130,6 +132,7 @@ def _run_locked(
     print()
     print(format_outcome(result))
     print(f"\nLLM usage of this invocation (cached responses cost nothing):\n{usage.table()}")
+    print(f"wall time of this invocation: {time.monotonic() - started:.0f} s")
     questions = sum(
         scores.summary.n_items
         for record in result.candidates

@@ -144,6 +144,17 @@ def add_usage(target: dict[str, Usage], source: Mapping[str, Usage]) -> None:
         target[name] = target.get(name, Usage()) + usage
 
 
+# Printed under every usage table: what each column counts, in which unit.
+USAGE_LEGEND = (
+    "calls: LM calls made; cached: of them, answered from the response cache (free); sent: "
+    "HTTP requests sent, retries included (what `spent` counts); failed: calls that raised",
+    "tokens: evaluated = prompt tokens the server computed, reused = prompt tokens it took "
+    "from its prompt cache, decoded = completion tokens",
+    "slot time: the calls' summed durations; concurrent calls overlap, so it can exceed the "
+    "wall time by up to the number of slots",
+)
+
+
 class UsageSummary(BaseModel):
     """Usage per role (role -> `Usage`)."""
 
@@ -198,20 +209,19 @@ class UsageSummary(BaseModel):
         return metrics
 
     def table(self) -> str:
-        # "cached": calls answered from DSPy's response cache; "reused": prompt tokens the
-        # server took from its prompt cache rather than evaluating them.
-        # "evaluated": prompt tokens the server computed; "decoded": completion tokens;
-        # "call time": the role's calls' summed wall time (calls overlap when concurrent).
-        lines = [f"{'role':<10} {'calls':>6} {'cached':>6} {'failed':>6} {'evaluated':>9} "
-                 f"{'reused':>8} {'decoded':>8} {'call time':>10}"]  # fmt: skip
+        """Per role: calls (cached ones included), cache hits, requests sent, failures,
+        prompt tokens evaluated and reused, completion tokens, and slot time; then the
+        legend (`USAGE_LEGEND`)."""
+        lines = [f"{'role':<10} {'calls':>6} {'cached':>6} {'sent':>6} {'failed':>6} "
+                 f"{'evaluated':>9} {'reused':>8} {'decoded':>8} {'slot time':>10}"]  # fmt: skip
         for role, usage in self.roles.items():
             lines.append(
-                f"{role:<10} {usage.calls:>6} {usage.cache_hits:>6} {usage.failures:>6} "
-                f"{usage.prompt_tokens - usage.prompt_tokens_cached:>9} "
+                f"{role:<10} {usage.calls:>6} {usage.cache_hits:>6} {usage.requests:>6} "
+                f"{usage.failures:>6} {usage.prompt_tokens - usage.prompt_tokens_cached:>9} "
                 f"{usage.prompt_tokens_cached:>8} {usage.completion_tokens:>8} "
                 f"{usage.latency_s:>9.1f}s"
             )
-        return "\n".join(lines)
+        return "\n".join([*lines, *USAGE_LEGEND])
 
     def per_question(self, questions: int) -> str | None:
         """Tokens per scored question over every role (None without questions)."""

@@ -34,7 +34,7 @@ from typing import Any
 from evolve.core.files import atomic_write_json
 from evolve.optimize.chain_step import propose_chain_step, refuse_unowned_components
 from evolve.optimize.context import EvolutionContext, Schedule
-from evolve.optimize.experiment_dir import ExperimentDir
+from evolve.optimize.experiment_dir import HELDOUT_STAGE, ExperimentDir
 from evolve.optimize.operator_set import build_operators, operators_for_ownership
 from evolve.results.objective import load_period_results, objective_value
 from evolve.results.records import (
@@ -168,8 +168,9 @@ class ChainSchedule(Schedule):
                 finalists = [base.id, *finals]
             else:
                 finalists = [cid for item in items for cid in chains.in_effect[item.id].values()]
-            for cid in dict.fromkeys(finalists):
-                context.evaluate(context.records[cid], "heldout")
+            with context.experiment_dir.spend_stage(HELDOUT_STAGE, context.budget.spent):
+                for cid in dict.fromkeys(finalists):
+                    context.evaluate(context.records[cid], "heldout")
         for generation in range(periods):
             self._store_chain_generation(context, generation, items, chains, report)
 

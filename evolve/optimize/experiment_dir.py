@@ -14,6 +14,8 @@ Layout::
     chain/final/<user>/             per_period schedule: each user's final policy bundle
     chain/final_policies.json       per_period schedule: user -> final candidate and bundle
     generations/gen_NN.json         GenerationRecord: written when the generation is finished
+    stages.json                     spend of the work outside the generations, by stage (the
+                                    upper bound, the final held-out tests), all invocations
     result.json                     ExperimentResult of the latest invocation
 
 Every file is written atomically; a finished unit (candidate split, generation) is never
@@ -28,6 +30,8 @@ is short only by the calls that were in flight.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +45,10 @@ from evolve.simulator.run_dir import open_header, read_object, read_record
 
 EXPERIMENT_FORMAT = "amemgym-evolve.experiment"
 EXPERIMENT_FORMAT_VERSION = 1
+
+# The stages whose spend `stages.json` holds, as the report names their rows.
+UPPER_BOUND_STAGE = "upper bound"
+HELDOUT_STAGE = "held-out tests"
 
 
 class ExperimentDir:
@@ -163,6 +171,41 @@ class ExperimentDir:
             self._journal.sync()
 
     @property
+    def stages_file(self) -> Path:
+        return self.root / "stages.json"
+
+    def load_stage_spend(self) -> dict[str, Usage]:
+        """Spend per stage outside the generations (`add_stage_spend`); a damaged file is
+        set aside with a warning: the report then shows that spend as in no row."""
+        if not self.stages_file.exists():
+            return {}
+        try:
+            stored = read_object(self.stages_file)
+            return {name: Usage.model_validate(spend) for name, spend in stored.items()}
+        except (DamagedRunFileError, ValueError) as damaged:
+            problem = getattr(damaged, "problem", "not a spend per stage")
+            warn_damaged(self.stages_file, problem, "its spend is reported in no row")
+            return {}
+
+    @contextlib.contextmanager
+    def spend_stage(self, stage: str, spent: Callable[[], Usage]) -> Iterator[None]:
+        """Count the spend made inside (`spent()` after minus before) as `stage`'s, also
+        when the work inside is interrupted: the report's rows then add up to the total."""
+        before = spent()
+        try:
+            yield
+        finally:
+            self.add_stage_spend(stage, spent() - before)
+
+    def add_stage_spend(self, stage: str, spend: Usage) -> None:
+        """Add one invocation's spend in `stage` to the stored total (summed over resumes)."""
+        stages = self.load_stage_spend()
+        stages[stage] = stages.get(stage, Usage()) + spend
+        atomic_write_json(
+            self.stages_file, {name: spend_json(usage) for name, usage in stages.items()}
+        )
+
+    @property
     def result_file(self) -> Path:
         return self.root / "result.json"
 
@@ -202,6 +245,7 @@ class ExperimentDir:
             reflection_parse_failures=sum(r.reflection_parse_failures for r in candidates),
             max_tokens=stored.get("max_tokens", {}),
             protocol=stored.get("protocol", DEFAULT_PROTOCOL),
+            stage_spend=self.load_stage_spend(),
         )
         from evolve.results.comparison import heldout_comparison
 

@@ -119,8 +119,14 @@ class GepaRecords:
         best = select_best(known)
         scores = [r.train.score for r in known if r.train is not None]
         if generation == 0:
+            # GEPA's start: the base on the train and validation users, and on the held-out
+            # users where they are scored every generation; a final held-out test is spent
+            # in its own stage (`HELDOUT_STAGE`), never counted twice.
             base = context.records[candidate_id(0, 0)]
-            spent = [s for s in (base.train, base.heldout) if s is not None]
+            splits = [base.train, base.validation]
+            if context.optimizer.heldout == "every_generation":
+                splits.append(base.heldout)
+            spent = [s for s in splits if s is not None]
             calls = sum(s.summary.llm_calls for s in spent)
             tokens = sum(s.summary.tokens for s in spent)
         else:

@@ -50,7 +50,7 @@ from typing import Any
 from evolve.llm import RoleLMs
 from evolve.optimize.chain import ChainSchedule
 from evolve.optimize.context import EvolutionContext, Schedule
-from evolve.optimize.experiment_dir import ExperimentDir
+from evolve.optimize.experiment_dir import UPPER_BOUND_STAGE, ExperimentDir
 from evolve.optimize.list_edit import refuse_idle_operators
 from evolve.optimize.operators import check_operators
 from evolve.optimize.parameters import ParameterProposer
@@ -238,14 +238,15 @@ class _ExperimentRun:
         self.progress.stage("upper bound")
         # One table for train, validation and held-out users (the runner accepts a superset).
         users = Environment(items=self.resolved.evaluated_items())
-        upper_bound = compute_upper_bound(
-            users,
-            self.lms,
-            self.upper_bound_cache or cache_dir() / "upper_bound",
-            concurrency=self.spec.concurrency,
-            refresh=self.refresh_upper_bound,
-            rules=self.spec.rules,
-        )
+        with self.experiment_dir.spend_stage(UPPER_BOUND_STAGE, budget.spent):
+            upper_bound = compute_upper_bound(
+                users,
+                self.lms,
+                self.upper_bound_cache or cache_dir() / "upper_bound",
+                concurrency=self.spec.concurrency,
+                refresh=self.refresh_upper_bound,
+                rules=self.spec.rules,
+            )
         self.experiment_dir.save_spend(budget.spent())
         return upper_bound
 
@@ -279,6 +280,7 @@ class _ExperimentRun:
                 "reflector": self.lms.identity(self.reflector.role).get("max_tokens"),
             },
             protocol=self.spec.protocol,
+            stage_spend=self.experiment_dir.load_stage_spend(),
         )
         return result.model_copy(
             update={"heldout_comparison": heldout_comparison(self.experiment_dir.root, result)}

@@ -12,6 +12,7 @@ calls/tokens/wall time (a GEPA stop callback) and the interrupt event (GEPA know
 from __future__ import annotations
 
 from evolve.optimize.context import EvolutionContext, Schedule
+from evolve.optimize.experiment_dir import HELDOUT_STAGE
 from evolve.optimize.gepa_adapter import AMemGymAdapter, seed_candidate
 from evolve.optimize.gepa_engine import GepaSettings, budget_stop, run_gepa
 from evolve.optimize.gepa_records import GepaRecords
@@ -112,7 +113,8 @@ class PopulationSchedule(Schedule):
         )
         if not every_generation and heldout:
             records.final_heldout = {0, outcome.best_by_score()}
-            records.sync(outcome)
+            with context.experiment_dir.spend_stage(HELDOUT_STAGE, context.budget.spent):
+                records.sync(outcome)
         if context.budget.exhausted() is not None:
             raise BudgetExhausted(context.budget.exhausted() or "budget exhausted")
 

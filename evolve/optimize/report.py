@@ -86,7 +86,7 @@ def format_table(result: ExperimentResult, rules: ProtocolRules) -> str:
     header = (
         f"{'gen':>3} {'cands':>5} {'best':<8} {'best train':>10} {'mean train':>10} "
         f"{'held-out':>8} {''.join(f'{column:>5} ' for column in diagnosis)}{'parse':>5} "
-        f"{'tokens':>9} {'calls':>6}"
+        f"{SPEND_COLUMNS[1:]}"
     )
     lines = [f"experiment {result.name} ({result.schedule}; score = {score_unit(result)})", header]
     for row in generation_rows(result):
@@ -101,6 +101,7 @@ def format_table(result: ExperimentResult, rules: ProtocolRules) -> str:
         )
     if not result.generations:
         lines.append("  (no finished generation yet)")
+    lines.extend(spend_rows(result, width=len(header) - len(SPEND_COLUMNS)))
     references = _references(result)
     if references:
         lines.append(references)
@@ -116,10 +117,39 @@ def format_table(result: ExperimentResult, rules: ProtocolRules) -> str:
         lines.append(chain_headline(result.chain_summary, rules))
     status = "complete" if result.complete else f"stopped: {result.stopped or 'interrupted'}"
     lines.append(
-        f"spent: {result.llm_calls} LLM calls, {result.tokens} tokens, "
-        f"{result.wall_time_s:.0f} s ({status})"
+        f"spent: {result.llm_calls} LLM calls sent, {result.tokens} tokens, "
+        f"{result.wall_time_s:.0f} s wall time ({status}; every invocation of the run)"
     )
     return "\n".join(lines)
+
+
+SPEND_COLUMNS = f" {'tokens':>9} {'calls':>6}"
+
+
+def spend_rows(result: ExperimentResult, *, width: int) -> list[str]:
+    """The rows under the generations that make the calls and tokens columns add up to the
+    run's spend: each stage outside the generations (the upper bound, the held-out tests),
+    the rest when something was spent in no row, and the total."""
+    rows = [
+        (f"  {stage}", usage.tokens, usage.requests) for stage, usage in result.stage_spend.items()
+    ]
+    counted_calls = sum(g.llm_calls for g in result.generations) + sum(r[2] for r in rows)
+    counted_tokens = sum(g.tokens for g in result.generations) + sum(r[1] for r in rows)
+    if (result.llm_calls, result.tokens) != (counted_calls, counted_tokens):
+        rows.append(
+            (
+                "  in no row: redone or replayed work",
+                result.tokens - counted_tokens,
+                result.llm_calls - counted_calls,
+            )
+        )
+    rows.append(("  total = spent", result.tokens, result.llm_calls))
+    lines = [f"{label:<{width}} {tokens:>9} {calls:>6}" for label, tokens, calls in rows]
+    lines.append(
+        "calls: LLM calls sent to the endpoint, retries included (response-cache hits are free "
+        "and not counted); tokens: their prompt + completion tokens"
+    )
+    return lines
 
 
 def conversation_lines(result: ExperimentResult) -> list[str]:

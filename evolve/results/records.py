@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from evolve.core.protocol import DEFAULT_PROTOCOL
+from evolve.llm.usage import Usage
 from evolve.simulator.metrics import MetricSummary
 from evolve.simulator.run_dir import canonical_json
 from evolve.stats import PairedComparison, ScoreEstimate
@@ -185,6 +186,11 @@ class ExperimentResult(_Frozen):
         "chooses which memory score is the per-period chain's headline.",
     )
 
+    stage_spend: dict[str, Usage] = Field(
+        default_factory=dict,
+        description="Spend outside the generations, by stage (upper bound, held-out tests), "
+        "in the unit of `llm_calls` and `tokens`: with the generations' it adds up to them.",
+    )
     heldout_comparison: PairedComparison | None = Field(
         default=None,
         description="The best minus the base on the held-out users: paired, clustered by "

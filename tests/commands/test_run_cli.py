@@ -4,6 +4,7 @@ with scripted LMs injected where the command opens its LMs."""
 from __future__ import annotations
 
 import contextlib
+import re
 from pathlib import Path
 
 import pytest
@@ -46,6 +47,17 @@ def test_quickstart_runs_end_to_end_on_scripted_lms(tmp_path, monkeypatch, injec
     assert "what changed: " in out
     assert "held-out (2 users, 48 questions): " in out
     assert "accuracy references: chance 0.333" in out
+    # The table's calls and tokens add up: every generation's row plus the named stages'
+    # (the upper bound, the held-out tests) is the total spent, and nothing is in no row.
+    table = out[out.index("gen cands best") : out.index("  total = spent")].splitlines()[1:]
+    rows = [line for line in table if re.match(r"\s*\d+ ", line)]
+    stages = [line for line in table if line.startswith("  ") and not re.match(r"\s*\d+ ", line)]
+    assert [line.split()[0:2] for line in stages] == [["upper", "bound"], ["held-out", "tests"]]
+    tokens, calls = (sum(int(line.split()[-k]) for line in rows + stages) for k in (2, 1))
+    total = out[out.index("total = spent") :].splitlines()[0].split()
+    assert [int(total[-2]), int(total[-1])] == [tokens, calls] and calls > 0
+    assert f"spent: {calls} LLM calls sent, {tokens} tokens" in out
+    assert "in no row" not in out
     for generation in range(4):
         assert f"\n  {generation} " in out
     bundle = tmp_path / "runs" / "quickstart" / "best_policy"

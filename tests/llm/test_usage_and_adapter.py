@@ -79,7 +79,19 @@ def test_the_usage_table_splits_evaluated_from_reused_prompt_tokens_and_gives_pe
         }  # fmt: skip
     )
     agent_row = next(line for line in usage.table().splitlines() if line.startswith("agent"))
-    assert agent_row.split()[4:7] == ["3000", "6000", "1200"]  # evaluated, reused, decoded
+    assert agent_row.split()[5:8] == ["3000", "6000", "1200"]  # evaluated, reused, decoded
+    # Every column is explained under the table.
+    legend = usage.table().splitlines()[-3:]
+    for column in (
+        "calls:",
+        "cached:",
+        "sent:",
+        "failed:",
+        "evaluated =",
+        "reused =",
+        "slot time:",
+    ):
+        assert any(column in line for line in legend), column
     line = usage.per_question(20)
     assert line == (
         "per scored question (20): 2.0 calls, 300 prompt tokens evaluated, 300 reused (50%), "
