@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -35,12 +36,12 @@ from evolve.tracking import (
     quiet_mlflow,
 )
 from evolve.tracking.store import filter_literal, metric_value, use_tracking_uri
+from evolve.tracking.tags import NOTE_TAG
 from memory_policies import LocalMiniLMEmbedder
 
 CHAMPION_ALIAS = "champion"
 # On a prompt: the version its champion uses (the candidate: `evolve.candidate_id`).
 CHAMPION_VERSION_TAG = "evolve.champion_version"
-MODEL_NAME_IN_RUN = "memory_policy"
 EXPORTS_EXPERIMENT = "amemgym-evolve/exports"
 # What `memory_policies` needs at run time: the same as dist/memory-policies/pyproject.toml
 # (tests/export/test_export.py checks they agree), plus the local embedder for bundles that use it.
@@ -140,18 +141,23 @@ def _log_and_register(
         )
         model_code = Path(shutil.copyfile(MODEL_CODE, Path(tmp) / MODEL_CODE.name))
         _delete_unfinished_models(client, experiment_id, digest)
+        model_name = logged_model_name(name, candidate)
         logged = mlflow.initialize_logged_model(
-            name=MODEL_NAME_IN_RUN,
+            name=model_name,
             source_run_id=run_id,
             experiment_id=experiment_id,
+            # The policy's numeric parameters as the model's params, as MLflow users expect.
+            params={key: str(value) for key, value in bundle.get("parameters", {}).items()},
+            model_type="memory-policy",
             tags={
                 **scores,
+                NOTE_TAG: logged_model_description(bundle, candidate, verdict),
                 "evolve.policy_kind": str(bundle.get("kind", "")),
                 CONTENT_DIGEST_TAG: digest,
             },
         )
         info = mlflow.pyfunc.log_model(
-            name=MODEL_NAME_IN_RUN,
+            name=model_name,
             python_model=str(model_code),
             code_paths=[str(code)],
             artifacts={"policy": str(staged)},
@@ -176,6 +182,33 @@ def _log_and_register(
         tags = {**scores, CONTENT_DIGEST_TAG: digest}
         version = mlflow.register_model(info.model_uri, name, tags=tags)
     return str(version.version)
+
+
+def logged_model_name(registered_name: str, candidate: CandidateRecord | None) -> str:
+    """The LoggedModel's name: the registered model's and the candidate's (`quickstart-
+    memory-policy-g03-c0`), in the characters MLflow allows in an artifact path."""
+    suffix = f"-{candidate.id}" if candidate is not None else ""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{registered_name}{suffix}")
+
+
+def logged_model_description(
+    bundle: dict[str, Any], candidate: CandidateRecord | None, verdict: HeldoutVerdict | None
+) -> str:
+    """What the model page says: which policy, from which candidate, its parameters, and
+    the held-out verdict with what it rests on."""
+    provenance = bundle.get("provenance", {})
+    parameters = ", ".join(f"{k}={v}" for k, v in sorted(bundle.get("parameters", {}).items()))
+    lines = [
+        f"An evolved `{bundle.get('kind', '?')}` memory policy: candidate "
+        f"{provenance.get('candidate', candidate.id if candidate else '?')} of experiment "
+        f"{provenance.get('experiment', '?')} (generation {provenance.get('generation', '?')}, "
+        f"{provenance.get('mutation', '?')}); parameters {parameters or 'none'}.",
+        "Load it with `mlflow.pyfunc.load_model(...)` or `memory_policies.load(DIR)` on the "
+        "exported bundle; its evolved instructions are the linked prompts.",
+    ]
+    if verdict is not None:
+        lines.append(verdict.text)
+    return "\n\n".join(lines)
 
 
 def _delete_unfinished_models(client: Any, experiment_id: str, digest: str) -> None:

@@ -192,6 +192,13 @@ def test_registered_model_carries_metrics_figures_and_its_prompts(experiment):
     )
     metrics = {m.key: m.value for m in logged.metrics}
     assert metrics["heldout_score"] == pytest.approx(best.heldout.score)
+    # Named after the registered model and the candidate, with the policy's parameters as
+    # its params and a description that says what it is and the verdict.
+    assert logged.name == f"{exported.registered_name}-{best.id}"
+    assert logged.params == {key: str(value) for key, value in best.parameters.items()}
+    assert logged.params  # update_every, short_term_len, top_k, ...
+    description = logged.tags["mlflow.note.content"]
+    assert best.id in description and exported.heldout.text in description
     comparison = recomputed_comparison(tmp_path / "runs" / "exp", result)
     assert logged.tags["evolve.heldout_verdict"] == comparison.verdict.value
     assert metrics["heldout_difference"] == pytest.approx(comparison.difference.value)
