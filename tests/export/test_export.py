@@ -8,6 +8,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import dspy
+import mlflow
 import pytest
 from optimize.evolve_helpers import MARKER, World, make_agent, write_spec
 
@@ -247,6 +248,39 @@ def test_a_copied_checkout_exports_into_its_own_store(experiment, tmp_path, monk
     export_policy("exp", copy / "out2", runs_dir="runs", registered_name="teamed")
     assert mlflow_client(team).get_registered_model("teamed").name == "teamed"
     assert not copied.search_registered_models("name = 'teamed'")
+
+
+def test_a_copy_of_a_checkout_whose_original_is_deleted_exports_and_loads(
+    experiment, tmp_path, monkeypatch
+):
+    """A checkout used once (its store's artifacts under its own path), copied elsewhere and
+    deleted: the copy registers its policy and MLflow loads it from the copy alone."""
+    import shutil
+
+    source, _, _, result = experiment
+    first = tmp_path / "first"
+    for name in ("runs", "mlruns"):
+        shutil.copytree(source / name, first / name)
+    monkeypatch.chdir(first)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    export_policy("exp", first / "out", runs_dir="runs", registered_name="moved")
+    second = tmp_path / "second"
+    shutil.copytree(first, second)
+    shutil.rmtree(first)
+    monkeypatch.chdir(second)
+    exported = export_policy("exp", second / "out2", runs_dir="runs", registered_name="moved")
+    store = f"sqlite:///{second / 'mlruns' / 'mlflow.db'}"
+    with use_tracking_uri(store):
+        model = mlflow.pyfunc.load_model(f"models:/moved/{exported.registered_version}")
+        model_dir = Path(mlflow.artifacts.download_artifacts(f"models:/moved@{CHAMPION_ALIAS}"))
+    assert model is not None and not str(model_dir).startswith(str(first))
+    policy = memory_policies.load(second / "out2")
+    best = result.candidate(result.best_id)
+    assert policy.components() == best.components and policy.parameters() == best.parameters
+    # Nothing of the copy's store points at the deleted checkout.
+    client = mlflow_client(store)
+    for experiment_record in client.search_experiments():
+        assert str(first) not in experiment_record.artifact_location
 
 
 def _candidate_runs(uri: str) -> dict:
