@@ -36,7 +36,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -114,18 +113,6 @@ def _wait_for_line(log: Path, pattern: str, timeout_s: float) -> re.Match[str]:
             return match
         time.sleep(0.2)
     raise SystemExit(f"screenshots: no {pattern!r} in {log} after {timeout_s:.0f} s")
-
-
-def _wait_for_http(url: str, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url, timeout=5) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            time.sleep(1.0)
-    raise SystemExit(f"screenshots: {url} did not answer within {timeout_s:.0f} s")
 
 
 def _evolve(demo: Path, env: dict[str, str], *args: str) -> None:
@@ -309,11 +296,18 @@ async def _shoot_pages(devtools: str, base: str, pages: list[Page], out: Path) -
                 (out / name).write_bytes(base64.b64decode(shot["data"]))
 
 
-def screenshots(demo: Path, env: dict[str, str], out: Path, chromium: str, port: int) -> None:
-    tracking_uri = f"sqlite:///{demo / 'mlruns' / 'mlflow.db'}"
+def screenshots(
+    demo: Path, env: dict[str, str], out: Path, chromium: str, port: int, *, store: Path
+) -> None:
+    tracking_uri = f"sqlite:///{store / 'mlflow.db'}"
     pages = _pages(tracking_uri)
-    mlflow = [str(Path(PYTHON).parent / "mlflow"), "ui", "--backend-store-uri", tracking_uri]
-    mlflow += ["--host", "127.0.0.1", "--port", str(port)]
+    if store != demo / "mlruns":  # the tuning study comes from the demo's store
+        pages = [page for page in pages if page[0] != "mlflow-tuning-runs.png"]
+    from evolve.tracking.ui_server import running_ui
+
+    # A new user's browser: no column, workflow or panel choice kept from an earlier run.
+    profile = demo / "chromium-profile"
+    shutil.rmtree(profile, ignore_errors=True)
     browser = [
         chromium,
         "--headless=new",
@@ -323,13 +317,13 @@ def screenshots(demo: Path, env: dict[str, str], out: Path, chromium: str, port:
         "--hide-scrollbars",
         f"--window-size={WINDOW}",
         "--remote-debugging-port=0",
-        f"--user-data-dir={demo / 'chromium-profile'}",
+        f"--user-data-dir={profile}",
         "about:blank",
     ]
     chromium_log = demo / "chromium.log"
-    with _process(mlflow, cwd=demo, env=env, log=demo / "mlflow-ui.log"):
+    # The server `evolve ui` starts, started the same way.
+    with running_ui(tracking_uri, host="127.0.0.1", port=port):
         base = f"http://127.0.0.1:{port}/"
-        _wait_for_http(base, 240)
         with _process(browser, cwd=demo, env=env, log=chromium_log):
             devtools = _wait_for_line(chromium_log, r"DevTools listening on ws://([^/\s]+)/", 60)
             asyncio.run(_shoot_pages(devtools.group(1), base, pages, out))
@@ -342,6 +336,12 @@ def main() -> int:
     )
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "img")
     parser.add_argument("--fresh", action="store_true", help="delete the demo run and redo it")
+    parser.add_argument(
+        "--store",
+        type=Path,
+        help="shoot this checkout's mlruns/ (e.g. a fresh clone's after its quickstart and "
+        "export) instead of the stub demo's; the tuning page still comes from the demo",
+    )
     parser.add_argument("--traces", choices=["heldout", "all"], help="record traces in the demo")
     parser.add_argument("--no-figures", action="store_true", help="only the mlflow ui shots")
     parser.add_argument("--port", type=int, default=5077)
@@ -363,9 +363,38 @@ def main() -> int:
         demo_run(demo, env, args.traces)
     if not args.no_figures:
         figures(demo, env, out)
-    screenshots(demo, env, out, args.chromium, args.port)
+    store = args.store.resolve() if args.store else demo / "mlruns"
+    screenshots(demo, env, out, args.chromium, args.port, store=store)
+    record_provenance(store, demo)
     _log(f"written to {out}")
     return 0
+
+
+PROVENANCE_LINE = re.compile(r"(?m)^Screenshots taken on .*$")
+
+
+def record_provenance(store: Path, demo: Path) -> None:
+    """Say in docs/mlflow.md when, at which commit and from which store the shots were taken."""
+    commit = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    source = (
+        "a stub-server demo run (the numbers show the layout only)"
+        if store == demo / "mlruns"
+        else "a fresh clone's quickstart on the bundled 1.5B and its export (the tuning study: "
+        "a stub-server demo)"
+    )
+    line = (
+        f"Screenshots taken on {time.strftime('%Y-%m-%d')} at commit {commit or 'unknown'} by "
+        f"`scripts/screenshots.py`, from {source}."
+    )
+    page = REPO / "docs" / "mlflow.md"
+    text = page.read_text(encoding="utf-8")
+    if PROVENANCE_LINE.search(text):
+        page.write_text(PROVENANCE_LINE.sub(line, text, count=1), encoding="utf-8")
 
 
 if __name__ == "__main__":
