@@ -199,7 +199,7 @@ def logged_model_description(
     provenance = bundle.get("provenance", {})
     parameters = ", ".join(f"{k}={v}" for k, v in sorted(bundle.get("parameters", {}).items()))
     lines = [
-        f"An evolved `{bundle.get('kind', '?')}` memory policy: candidate "
+        f"A `{bundle.get('kind', '?')}` memory policy: candidate "
         f"{provenance.get('candidate', candidate.id if candidate else '?')} of experiment "
         f"{provenance.get('experiment', '?')} (generation {provenance.get('generation', '?')}, "
         f"{provenance.get('mutation', '?')}); parameters {parameters or 'none'}.",
