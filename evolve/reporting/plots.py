@@ -383,6 +383,7 @@ def _candidate_points(axis: Axes, result: ExperimentResult, metric: str, step: s
             values += [scores.score, *per_user]
     values += _reference_lines(axis, result, metric)
     style_score_axis(axis, metric, values)
+    _unscored_proposals(axis, result)
     axis.set_xlabel(step)
     integer_ticks(axis, {record.generation for record in result.candidates})
     axis.set_title("candidates (bar: 95% interval; dots: users)")
@@ -482,15 +483,40 @@ def _heldout_versus_train(axis: Axes, result: ExperimentResult, metric: str) -> 
     axis.legend(fontsize=8, loc="upper left")
 
 
+def _unscored_proposals(axis: Axes, result: ExperimentResult) -> None:
+    """Proposals never scored (invalid, duplicate) as grey crosses along the bottom of the
+    score axis at their generation: a generation that proposed and failed is not empty."""
+    unscored = [r for r in result.candidates if r.train is None and r.heldout is None]
+    if not unscored:
+        return
+    axis.scatter(
+        [r.generation for r in unscored],
+        [0.04] * len(unscored),
+        marker="x",
+        s=30,
+        color="#7f7f7f",
+        transform=axis.get_xaxis_transform(),  # x: generation, y: the axis' own height
+        label=f"not scored ({', '.join(sorted({str(r.status) for r in unscored}))})",
+    )
+
+
 def _breakdown(axis: Axes, result: ExperimentResult, step: str) -> None:
+    """One bar per generation that changed the best: a generation that kept it would only
+    repeat the bar before it, so it is marked `same best` instead."""
     generations: list[int] = []
+    kept: list[int] = []
     parts: dict[str, list[float]] = {name: [] for name, _, _ in _BREAKDOWN}
+    previous: str | None = None
     for generation in result.generations:
         if generation.best_id is None:
             continue
         record = result.candidate(generation.best_id)
         if record.train is None:
             continue
+        if generation.best_id == previous and record.train.periods is None:
+            kept.append(generation.generation)
+            continue
+        previous = generation.best_id
         summary = _generation_summary(record, generation.generation)
         generations.append(generation.generation)
         for name, _, _ in _BREAKDOWN:
@@ -499,10 +525,12 @@ def _breakdown(axis: Axes, result: ExperimentResult, step: str) -> None:
     for name, label, colour in _BREAKDOWN:
         axis.bar(generations, parts[name], bottom=bottom, color=colour, label=label, width=0.7)
         bottom = [b + v for b, v in zip(bottom, parts[name], strict=True)]
+    for generation in kept:
+        axis.text(generation, 0.02, "same\nbest", ha="center", va="bottom", fontsize=7)
     axis.set_ylim(0.0, 1.0)
     axis.set_ylabel("share of answers (best candidate, train)")
     axis.set_xlabel(step)
-    axis.set_xticks(generations)
+    axis.set_xticks(sorted(generations + kept))
     axis.set_title("correct + write / read / utilization failures")
     axis.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
 

@@ -286,6 +286,38 @@ def test_evolution_figure_intervals_heldout_versus_train_and_breakdown(tmp_path)
     assert all(p.stat().st_size > 1000 for p in written)
 
 
+def test_unscored_proposals_are_drawn_and_a_kept_best_repeats_no_bar():
+    result = _experiment()
+    invalid = result.candidates[0].model_copy(
+        update={
+            "id": "c4",
+            "generation": 3,
+            "status": CandidateStatus.INVALID,
+            "train": None,
+            "heldout": None,
+        }
+    )
+    result = result.model_copy(
+        update={
+            "candidates": [*result.candidates, invalid],
+            "generations": [
+                *result.generations,
+                GenerationRecord(generation=3, candidate_ids=["c4"], best_id="c3"),
+            ],
+        }
+    )
+    scores_axis, _, breakdown_axis = plot_evolution(result).axes
+    # The invalid proposal of generation 3: a cross at its generation, named in the legend.
+    crosses = [c for c in scores_axis.collections if c.get_label().startswith("not scored")]
+    assert len(crosses) == 1 and crosses[0].get_label() == "not scored (invalid)"
+    assert list(crosses[0].get_offsets()[:, 0]) == [3]
+    # Generation 3 kept c3: no second bar of c3's answers, a "same best" mark instead.
+    centres = {round(bar.get_x() + bar.get_width() / 2, 6) for bar in breakdown_axis.patches}
+    assert centres == {0.0, 1.0, 2.0}
+    assert [t.get_text() for t in breakdown_axis.texts] == ["same\nbest"]
+    assert list(breakdown_axis.get_xticks()) == [0, 1, 2, 3]
+
+
 def test_evaluation_curves_one_line_per_policy(tmp_path):
     per_period = {
         "in_context": [_summary(0.4, 0.2, 0.2), _summary(0.6, 0.1, 0.1)],
