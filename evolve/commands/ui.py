@@ -29,6 +29,7 @@ from evolve.stores.tracking_uri import (
 DEFAULT_PORT = 5000
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_EXPERIMENT = "0"  # MLflow's "Default", never one of ours
+DEFAULT_EXPERIMENT_PREFIX = "amemgym-evolve/"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -84,7 +85,11 @@ def find_experiment(client: Any, name_or_id: str | None, uri: str) -> Any:
         if e.experiment_id != DEFAULT_EXPERIMENT
     ]
     if name_or_id is not None:
-        found = client.get_experiment_by_name(name_or_id)
+        # As given, else as `evolve run` names an experiment's (`[tracking] experiment_name`
+        # unset): `quickstart` is `amemgym-evolve/quickstart`.
+        found = client.get_experiment_by_name(name_or_id) or client.get_experiment_by_name(
+            f"{DEFAULT_EXPERIMENT_PREFIX}{name_or_id}"
+        )
         if found is None and name_or_id.isdigit():
             try:
                 found = client.get_experiment(name_or_id)

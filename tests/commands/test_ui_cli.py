@@ -50,6 +50,18 @@ def test_an_unknown_experiment_is_refused_naming_the_stores_experiments(tmp_path
     assert "no MLflow experiment 'nope'" in error and "it has: amemgym-evolve/demo" in error
 
 
+def test_an_experiment_is_found_by_the_name_its_run_directory_has(tmp_path):
+    from evolve.commands.ui import find_experiment
+
+    uri = _store(tmp_path)
+    client = mlflow.MlflowClient(uri)
+    # `evolve export demo` ends naming `evolve ui demo`: the run's name, not MLflow's.
+    assert find_experiment(client, "demo", uri).name == "amemgym-evolve/demo"
+    assert find_experiment(client, "amemgym-evolve/demo", uri).name == "amemgym-evolve/demo"
+    assert find_experiment(client, "1", uri).name == "amemgym-evolve/demo"
+    assert find_experiment(client, None, uri).name == "amemgym-evolve/demo"
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
