@@ -54,7 +54,7 @@ class EvaluationBar:
     check); `sink(label)` gives the runner a `ProgressSink` that drives it.
     """
 
-    def __init__(self, enabled: bool = True, heartbeat_s: float = HEARTBEAT_S) -> None:
+    def __init__(self, enabled: bool = True, heartbeat_s: float | None = None) -> None:
         self.enabled = enabled
         self._lock = threading.Lock()
         self._bar: tqdm | None = None
@@ -62,7 +62,7 @@ class EvaluationBar:
         self._kept_said = False
         # Where no bar is drawn (a log, a pipe): a plain line at least every `heartbeat_s`
         # while work goes on, so that a quiet log does not look like a hung run.
-        self.heartbeat_s = heartbeat_s
+        self.heartbeat_s = HEARTBEAT_S if heartbeat_s is None else heartbeat_s
         self._label, self._total, self._done, self._initial, self._calls = "", 0, 0, 0, 0
         self._started = self._last_line = time.monotonic()
 

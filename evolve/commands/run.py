@@ -207,6 +207,9 @@ class _Bars(CommandBars, LoopProgress):
     def evaluation_started(self, record: CandidateRecord, split: str) -> ProgressSink | None:
         return self.evaluation.sink(f"{record.id} {split}")
 
+    def unrecorded_evaluation_started(self, label: str) -> ProgressSink | None:
+        return self.evaluation.sink(label)
+
     def evaluation_finished(self, record: CandidateRecord, split: str) -> None:
         scores = getattr(record, split)
         if scores is None:

@@ -67,9 +67,12 @@ class PopulationSchedule(Schedule):
             stop=context.stop,
             validation_users=validation,
         )
-        # Traces of GEPA's own evaluations (before a candidate has a record: by fingerprint).
+        # GEPA's own evaluations (before a candidate has a record): the bars and the
+        # progress lines of a log follow them too, and the tracker records their traces.
         adapter.progress_for = lambda split, fingerprint: context.tracker.evaluation_sink(
-            split, None, fingerprint=fingerprint
+            split,
+            context.progress.unrecorded_evaluation_started(f"{split} {fingerprint[:8]}"),
+            fingerprint=fingerprint,
         )
         # feedback = "none": no reflective mutation (the unevolved-instructions control).
         texts = optimizer.mutate_components if optimizer.reflective_enabled() else []

@@ -22,5 +22,10 @@ class LoopProgress:
         """An evaluation starts; the returned sink receives the runner's events."""
         return None
 
+    def unrecorded_evaluation_started(self, label: str) -> ProgressSink | None:
+        """An evaluation of a policy that has no record yet starts (GEPA scores a proposal
+        before the toolkit stores it); `label` names it."""
+        return None
+
     def evaluation_finished(self, record: CandidateRecord, split: str) -> None:
         """The evaluation is stored (`record` carries its scores)."""

@@ -112,6 +112,24 @@ def test_quickstart_runs_end_to_end_on_scripted_lms(tmp_path, monkeypatch, injec
     assert worlds[1].calls() == {"agent": 0, "reflector": 0, "simulator": 0}
 
 
+def test_a_run_logged_to_a_file_says_how_far_gepas_evaluations_are(
+    tmp_path, inject, capsys, monkeypatch
+):
+    # Output to a log (capsys: not a terminal): GEPA's own evaluations, which make most of a
+    # run's calls before a candidate is stored, print progress lines too.
+    from evolve.commands import progress
+
+    monkeypatch.setattr(progress, "HEARTBEAT_S", 0.0)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("EVOLVE_CACHE_DIR", str(tmp_path / "cache"))
+    assert main(["run", str(QUICKSTART), "--no-progress", "--no-tracking"]) == 0
+    err = capsys.readouterr().err
+    gepa = re.findall(
+        r"(?m)^    \.\.\. (?:train|validation) [0-9a-f]{8}: \d+/\d+ user-periods", err
+    )
+    assert gepa, err[-2000:]
+
+
 def test_run_finds_the_marker_and_prints_lineage(tmp_path, inject, capsys):
     spec = write_spec(tmp_path)
     args = ["run", str(spec), "--runs-dir", str(tmp_path / "runs"), "--no-tracking"]
