@@ -48,6 +48,8 @@ WINDOW = "1440,900"
 # Real seconds the single-page app gets to fetch and draw a page, then to react to the clicks.
 RENDER_WAIT_S = 12.0
 SETTLE_WAIT_S = 3.0
+# The tuning study's page: always from the stub demo (a real run's store has no study).
+TUNING_PAGE = "mlflow-tuning-runs.png"
 
 
 def _log(text: str) -> None:
@@ -245,7 +247,7 @@ def _pages(tracking_uri: str) -> list[Page]:
     if tuning is not None:
         publish_runs_view(client, tuning.experiment_id)
         route = runs_view_route(tuning.experiment_id).lstrip("/")
-        pages.append(("mlflow-tuning-runs.png", route, "", EXPAND_PARENT_RUN))
+        pages.append((TUNING_PAGE, route, "", EXPAND_PARENT_RUN))
     return pages
 
 
@@ -297,12 +299,21 @@ async def _shoot_pages(devtools: str, base: str, pages: list[Page], out: Path) -
 
 
 def screenshots(
-    demo: Path, env: dict[str, str], out: Path, chromium: str, port: int, *, store: Path
+    demo: Path,
+    env: dict[str, str],
+    out: Path,
+    chromium: str,
+    port: int,
+    *,
+    store: Path,
+    only: set[str] | None = None,
 ) -> None:
     tracking_uri = f"sqlite:///{store / 'mlflow.db'}"
     pages = _pages(tracking_uri)
     if store != demo / "mlruns":  # the tuning study comes from the demo's store
-        pages = [page for page in pages if page[0] != "mlflow-tuning-runs.png"]
+        pages = [page for page in pages if page[0] != TUNING_PAGE]
+    elif only is not None:
+        pages = [page for page in pages if page[0] in only]
     from evolve.tracking.ui_server import running_ui
 
     # A new user's browser: no column, workflow or panel choice kept from an earlier run.
@@ -365,6 +376,10 @@ def main() -> int:
         figures(demo, env, out)
     store = args.store.resolve() if args.store else demo / "mlruns"
     screenshots(demo, env, out, args.chromium, args.port, store=store)
+    if store != demo / "mlruns":  # the tuning study's page, from the demo
+        screenshots(
+            demo, env, out, args.chromium, args.port, store=demo / "mlruns", only={TUNING_PAGE}
+        )
     record_provenance(store, demo)
     _log(f"written to {out}")
     return 0
