@@ -48,8 +48,11 @@ WINDOW = "1440,900"
 # Real seconds the single-page app gets to fetch and draw a page, then to react to the clicks.
 RENDER_WAIT_S = 12.0
 SETTLE_WAIT_S = 3.0
-# The tuning study's page: always from the stub demo (a real run's store has no study).
+# The tuning study's page and a trace: from the stub demo when a real run's store is shot
+# (the quickstart runs no study and records no trace).
 TUNING_PAGE = "mlflow-tuning-runs.png"
+TRACE_PAGE = "mlflow-trace.png"
+DEMO_ONLY_PAGES = {TUNING_PAGE, TRACE_PAGE}
 
 
 def _log(text: str) -> None:
@@ -229,7 +232,7 @@ def _pages(tracking_uri: str) -> list[Page]:
         if traces:
             trace_id = traces[0].info.trace_id
             route = f"#/experiments/{eid}/traces?selectedEvaluationId={trace_id}"
-            pages.append(("mlflow-trace.png", route, "", SELECT_LLM_CALL))
+            pages.append((TRACE_PAGE, route, "", SELECT_LLM_CALL))
     for model in client.search_registered_models():
         if model.name.startswith("quickstart"):
             version = max(
@@ -310,8 +313,8 @@ def screenshots(
 ) -> None:
     tracking_uri = f"sqlite:///{store / 'mlflow.db'}"
     pages = _pages(tracking_uri)
-    if store != demo / "mlruns":  # the tuning study comes from the demo's store
-        pages = [page for page in pages if page[0] != TUNING_PAGE]
+    if store != demo / "mlruns":  # the study and the traces come from the demo's store
+        pages = [page for page in pages if page[0] not in DEMO_ONLY_PAGES]
     elif only is not None:
         pages = [page for page in pages if page[0] in only]
     from evolve.tracking.ui_server import running_ui
@@ -376,9 +379,10 @@ def main() -> int:
         figures(demo, env, out)
     store = args.store.resolve() if args.store else demo / "mlruns"
     screenshots(demo, env, out, args.chromium, args.port, store=store)
-    if store != demo / "mlruns":  # the tuning study's page, from the demo
+    if store != demo / "mlruns":  # the study's page and a trace, from the demo
+        demo_store = demo / "mlruns"
         screenshots(
-            demo, env, out, args.chromium, args.port, store=demo / "mlruns", only={TUNING_PAGE}
+            demo, env, out, args.chromium, args.port, store=demo_store, only=DEMO_ONLY_PAGES
         )
     record_provenance(store, demo)
     _log(f"written to {out}")
@@ -399,8 +403,8 @@ def record_provenance(store: Path, demo: Path) -> None:
     source = (
         "a stub-server demo run (the numbers show the layout only)"
         if store == demo / "mlruns"
-        else "a fresh clone's quickstart on the bundled 1.5B and its export (the tuning study: "
-        "a stub-server demo)"
+        else "a fresh clone's quickstart on the bundled 1.5B and its export (the tuning study "
+        "and the trace: a stub-server demo run with traces)"
     )
     line = (
         f"Screenshots taken on {time.strftime('%Y-%m-%d')} at commit {commit or 'unknown'} by "
