@@ -385,7 +385,10 @@ def _candidate_points(axis: Axes, result: ExperimentResult, metric: str, step: s
     style_score_axis(axis, metric, values)
     _unscored_proposals(axis, result)
     axis.set_xlabel(step)
-    integer_ticks(axis, {record.generation for record in result.candidates})
+    generations = {record.generation for record in result.candidates}
+    integer_ticks(axis, generations)
+    if generations:  # every generation in view, one that only made unscored proposals too
+        axis.set_xlim(min(generations) - 0.5, max(generations) + 0.5)
     axis.set_title("candidates (bar: 95% interval; dots: users)")
     if axis.get_legend_handles_labels()[0]:
         axis.legend(fontsize=8)
@@ -530,7 +533,10 @@ def _breakdown(axis: Axes, result: ExperimentResult, step: str) -> None:
     axis.set_ylim(0.0, 1.0)
     axis.set_ylabel("share of answers (best candidate, train)")
     axis.set_xlabel(step)
-    axis.set_xticks(sorted(generations + kept))
+    shown = sorted(generations + kept)
+    axis.set_xticks(shown)
+    if shown:
+        axis.set_xlim(shown[0] - 0.5, shown[-1] + 0.5)
     axis.set_title("correct + write / read / utilization failures")
     axis.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
 

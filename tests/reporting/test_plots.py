@@ -311,6 +311,7 @@ def test_unscored_proposals_are_drawn_and_a_kept_best_repeats_no_bar():
     crosses = [c for c in scores_axis.collections if c.get_label().startswith("not scored")]
     assert len(crosses) == 1 and crosses[0].get_label() == "not scored (invalid)"
     assert list(crosses[0].get_offsets()[:, 0]) == [3]
+    assert scores_axis.get_xlim() == (-0.5, 3.5)  # in view, not cut at the edge
     # Generation 3 kept c3: no second bar of c3's answers, a "same best" mark instead.
     centres = {round(bar.get_x() + bar.get_width() / 2, 6) for bar in breakdown_axis.patches}
     assert centres == {0.0, 1.0, 2.0}
