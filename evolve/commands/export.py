@@ -8,9 +8,9 @@ from pathlib import Path
 
 from evolve.commands.compare import note_if_running
 from evolve.commands.flags import DEFAULT_RUNS_DIR
+from evolve.commands.ui import registered_model_hint
 from evolve.core.errors import ConfigError
 from evolve.optimize.experiment_dir import experiment_dir_for
-from evolve.tracking.runs_view import registered_model_hint
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

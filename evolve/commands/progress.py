@@ -58,8 +58,9 @@ class EvaluationBar:
         self.enabled = enabled
         self._lock = threading.Lock()
         self._bar: tqdm | None = None
-        # Evaluations of one command resume one after another: the first says it, once.
-        self._kept_said = False
+        # Evaluations of one command resume one after another: the first says it, once
+        # (not at all where the command said it already, for the whole run).
+        self.kept_units_said = False
         # Where no bar is drawn (a log, a pipe): a plain line at least every `heartbeat_s`
         # while work goes on, so that a quiet log does not look like a hung run.
         self.heartbeat_s = HEARTBEAT_S if heartbeat_s is None else heartbeat_s
@@ -113,9 +114,9 @@ class EvaluationBar:
 
             def kept_failed_units(self, *, units: int, answers: int, run_dir: Path) -> None:
                 with owner._lock:
-                    if owner._kept_said:
+                    if owner.kept_units_said:
                         return
-                    owner._kept_said = True
+                    owner.kept_units_said = True
                 print(kept_failed_units_line(units, answers, run_dir), file=sys.stderr)
 
             def unit_finished(self, user_id: str, period_index: int, *, resumed: bool) -> None:

@@ -25,6 +25,7 @@ from evolve.commands.flags import (
 from evolve.commands.llm_flags import add_llm_arguments, llm_config_from_args
 from evolve.commands.progress import CommandBars, make_bar
 from evolve.commands.protocol_start import check_embedder, print_protocol_start
+from evolve.commands.ui import mlflow_ui_hint
 from evolve.core.locking import run_lock
 from evolve.llm import LLMConfig, open_role_lms, protocol_llm_config
 from evolve.optimize import LoopProgress, evolve_policy, format_lineage, format_table
@@ -36,7 +37,6 @@ from evolve.results.records import CandidateRecord
 from evolve.simulator.evaluation import ProgressSink
 from evolve.spec.config import ExperimentSpec, ResolvedExperiment, load_spec, resolve, spec_label
 from evolve.tracking import ExperimentTracker, tracker_for
-from evolve.tracking.runs_view import mlflow_ui_hint
 
 BEST_POLICY_DIR = "best_policy"
 
@@ -104,6 +104,8 @@ def _run_locked(
         # Optuna's per-trial INFO lines would break the progress bars; ours report the same.
         optuna.logging.set_verbosity(optuna.logging.WARNING)
     progress = _Bars(enabled=not args.no_progress)
+    # The line above said it for the run; no unit-level repeat of it.
+    progress.evaluation.kept_units_said = bool(kept)
     embeds = resolved.base_policy.uses_embedder
     check_embedder(spec.protocol, [embeds])
     with open_role_lms(llm_config) as lms:

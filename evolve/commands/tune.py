@@ -27,13 +27,13 @@ from evolve.commands.flags import (
 from evolve.commands.llm_flags import add_llm_arguments, llm_config_from_args
 from evolve.commands.progress import CommandBars, make_bar
 from evolve.commands.protocol_start import check_embedder, print_protocol_start
+from evolve.commands.ui import mlflow_ui_hint
 from evolve.core.errors import ConfigError
 from evolve.core.locking import run_lock
 from evolve.llm import LLMConfig, open_role_lms, protocol_llm_config
 from evolve.results.objective import format_score, scores_text
 from evolve.simulator.evaluation import ProgressSink
 from evolve.stores.tracking_uri import masked_uri
-from evolve.tracking.runs_view import mlflow_ui_hint
 from evolve.tuning import (
     HeldoutRecord,
     TrialRecord,

@@ -11,6 +11,7 @@ Ctrl-C, like `mlflow ui`.
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 import webbrowser
 from pathlib import Path
@@ -19,12 +20,14 @@ from urllib.parse import urlparse
 
 from evolve.core.errors import ConfigError
 from evolve.stores.tracking_uri import (
+    DEFAULT_TRACKING_URI,
     SOURCE_SPEC,
     check_tracking_uri,
     masked_uri,
     resolve_tracking_uri,
     sqlite_file,
 )
+from evolve.tracking.runs_view import runs_view_route
 
 DEFAULT_PORT = 5000
 DEFAULT_HOST = "127.0.0.1"
@@ -113,7 +116,7 @@ def find_experiment(client: Any, name_or_id: str | None, uri: str) -> Any:
 def run_ui(args: argparse.Namespace) -> int:
     import mlflow
 
-    from evolve.tracking.runs_view import publish_runs_view, runs_view_route
+    from evolve.tracking.runs_view import publish_runs_view
     from evolve.tracking.ui_server import running_ui
 
     spec_experiment, configured = _spec_settings(args.target)
@@ -164,3 +167,49 @@ def _show(address: str, experiment: Any, columns: list[str], no_browser: bool) -
             "  no browser opened: open the address in one (from another machine: "
             "`ssh -L PORT:127.0.0.1:PORT HOST` first, PORT as in the address)"
         )
+
+
+# The server `mlflow ui` and `evolve ui` start by default.
+UI_ADDRESS = "http://127.0.0.1:5000"
+
+
+def mlflow_ui_hint(uri: str, experiment_id: str | None, target: str | Path | None = None) -> str:
+    """The last lines of a command that logged to `uri`: for a server its address of the
+    scored runs view; for a local store `evolve ui` (which starts `mlflow ui` and opens
+    that view) and, for MLflow users, the `mlflow ui` command and the address by hand."""
+    from evolve.tracking.store import normalize_tracking_uri
+    from evolve.tracking.ui_server import FAST_UI_ENV, installed_executable
+
+    route = runs_view_route(experiment_id) if experiment_id else "/"
+    if urlparse(uri).scheme in ("http", "https"):
+        return f"MLflow UI: {masked_uri(uri).rstrip('/')}{route}"
+    evolve_ui = [installed_executable(prog="evolve"), "ui"]
+    if target:
+        evolve_ui.append(str(target))
+    if uri not in (DEFAULT_TRACKING_URI, normalize_tracking_uri(DEFAULT_TRACKING_URI)):
+        evolve_ui += ["--tracking-uri", masked_uri(uri)]
+    environment = " ".join(f"{key}={value}" for key, value in FAST_UI_ENV.items())
+    by_hand = [installed_executable(prog="mlflow"), "ui", "--backend-store-uri", masked_uri(uri)]
+    return (
+        f"MLflow UI: {shlex.join(evolve_ui)}   (serves this store, opens the scored runs)\n"
+        f"  or by hand: {environment} {shlex.join(by_hand)} --workers 1, then open "
+        f"{UI_ADDRESS}{route}"
+    )
+
+
+def registered_model_hint(
+    uri: str, name: str, version: str | None, target: str | Path | None = None
+) -> str:
+    """The last lines of `evolve export`: the UI command (as `mlflow_ui_hint`) and the
+    registered version's page."""
+    from urllib.parse import quote
+
+    page = f"/#/models/{quote(name, safe='')}" + (f"/versions/{version}" if version else "")
+    server = urlparse(uri).scheme in ("http", "https")
+    base = masked_uri(uri).rstrip("/") if server else UI_ADDRESS
+    first = mlflow_ui_hint(uri, None, target).splitlines()[0]
+    return (
+        f"{first}\n  the registered model: {base}{page}"
+        if not server
+        else f"MLflow UI: {base}{page}"
+    )

@@ -17,11 +17,8 @@ candidate's scores under the same metric names (`final_metrics`).
 from __future__ import annotations
 
 import json
-import shlex
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 SHARE_KEY = "evolve-scores"
 SHARED_VIEW_TAG_PREFIX = "mlflow.sharedViewState."
@@ -101,52 +98,3 @@ def publish_runs_view(client: Any, experiment_id: str) -> list[str]:
     if client.get_experiment(experiment_id).tags.get(tag) != value:
         client.set_experiment_tag(experiment_id, tag, value)
     return metrics
-
-
-# The server `mlflow ui` and `evolve ui` start by default.
-UI_ADDRESS = "http://127.0.0.1:5000"
-
-
-def mlflow_ui_hint(uri: str, experiment_id: str | None, target: str | Path | None = None) -> str:
-    """The last lines of a command that logged to `uri`: for a server its address of the
-    scored runs view; for a local store `evolve ui` (which starts `mlflow ui` and opens
-    that view) and, for MLflow users, the `mlflow ui` command and the address by hand."""
-    from evolve.stores.tracking_uri import DEFAULT_TRACKING_URI, masked_uri
-    from evolve.tracking.store import normalize_tracking_uri
-    from evolve.tracking.ui_server import FAST_UI_ENV, installed_executable
-
-    route = runs_view_route(experiment_id) if experiment_id else "/"
-    if urlparse(uri).scheme in ("http", "https"):
-        return f"MLflow UI: {masked_uri(uri).rstrip('/')}{route}"
-    evolve_ui = [installed_executable("evolve"), "ui"]
-    if target:
-        evolve_ui.append(str(target))
-    if uri not in (DEFAULT_TRACKING_URI, normalize_tracking_uri(DEFAULT_TRACKING_URI)):
-        evolve_ui += ["--tracking-uri", masked_uri(uri)]
-    environment = " ".join(f"{key}={value}" for key, value in FAST_UI_ENV.items())
-    by_hand = [installed_executable("mlflow"), "ui", "--backend-store-uri", masked_uri(uri)]
-    return (
-        f"MLflow UI: {shlex.join(evolve_ui)}   (serves this store, opens the scored runs)\n"
-        f"  or by hand: {environment} {shlex.join(by_hand)} --workers 1, then open "
-        f"{UI_ADDRESS}{route}"
-    )
-
-
-def registered_model_hint(
-    uri: str, name: str, version: str | None, target: str | Path | None = None
-) -> str:
-    """The last lines of `evolve export`: the UI command (as `mlflow_ui_hint`) and the
-    registered version's page."""
-    from urllib.parse import quote
-
-    from evolve.stores.tracking_uri import masked_uri
-
-    page = f"/#/models/{quote(name, safe='')}" + (f"/versions/{version}" if version else "")
-    server = urlparse(uri).scheme in ("http", "https")
-    base = masked_uri(uri).rstrip("/") if server else UI_ADDRESS
-    first = mlflow_ui_hint(uri, None, target).splitlines()[0]
-    return (
-        f"{first}\n  the registered model: {base}{page}"
-        if not server
-        else f"MLflow UI: {base}{page}"
-    )

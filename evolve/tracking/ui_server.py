@@ -29,14 +29,14 @@ START_TIMEOUT_S = 240.0
 STOP_TIMEOUT_S = 20.0
 
 
-def installed_executable(name: str) -> str:
-    """`name` when that is the one next to this interpreter (or none is found there), else
-    the full path of the one installed with the toolkit (e.g. `.venv/bin/mlflow`): what a
-    printed command should say to run the toolkit's own copy."""
-    beside = Path(sys.executable).with_name(name)
-    found = shutil.which(name)
+def installed_executable(prog: str) -> str:
+    """The program `prog` when that is the one next to this interpreter (or none is found
+    there), else the full path of the one installed with the toolkit (e.g.
+    `.venv/bin/mlflow`): what a printed command should say to run the toolkit's own copy."""
+    beside = Path(sys.executable).with_name(prog)
+    found = shutil.which(prog)
     if not beside.is_file() or (found is not None and Path(found).resolve() == beside.resolve()):
-        return name
+        return prog
     return str(beside)
 
 
@@ -60,7 +60,7 @@ def running_ui(tracking_uri: str, *, host: str, port: int) -> Iterator[subproces
     its whole process group is stopped on exit. Its output goes to a temporary log whose
     tail is quoted when it does not start."""
     check_port_free(host, port)
-    command = [installed_executable("mlflow"), "ui", "--backend-store-uri", tracking_uri]
+    command = [installed_executable(prog="mlflow"), "ui", "--backend-store-uri", tracking_uri]
     command += ["--host", host, "--port", str(port), "--workers", "1"]
     with tempfile.TemporaryFile(mode="w+", prefix="evolve-mlflow-ui-") as log:
         process = subprocess.Popen(

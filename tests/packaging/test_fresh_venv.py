@@ -32,7 +32,7 @@ pytestmark = pytest.mark.slow_install
 
 REPO = Path(__file__).resolve().parents[2]
 DISTRIBUTION = REPO / "dist" / "memory-policies"
-SNIPPET_BUNDLE = 'memory_policies.load("exported_policy")'
+SNIPPET_BUNDLE = 'memory_policies.load("runs/exported_policy")'
 SNIPPET_LM = 'dspy.LM("openai/gpt-4.1-mini")'
 
 

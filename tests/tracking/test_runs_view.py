@@ -9,11 +9,11 @@ from pathlib import Path
 import mlflow
 import pytest
 
+from evolve.commands.ui import mlflow_ui_hint
 from evolve.tracking import runs_view, ui_server
 from evolve.tracking.runs_view import (
     SHARE_KEY,
     SHARED_VIEW_TAG_PREFIX,
-    mlflow_ui_hint,
     publish_runs_view,
     runs_view_route,
     score_columns,
@@ -105,7 +105,7 @@ def test_printed_commands_name_the_copies_installed_with_the_toolkit(tmp_path, m
     hint = mlflow_ui_hint("sqlite:///x.db", None)
     assert f"{venv / 'evolve'} ui" in hint and f"{venv / 'mlflow'} ui" in hint
     monkeypatch.setenv("PATH", str(venv))  # the same ones on PATH: their short names
-    assert ui_server.installed_executable("evolve") == "evolve"
+    assert ui_server.installed_executable(prog="evolve") == "evolve"
     assert mlflow_ui_hint("sqlite:///x.db", None).startswith("MLflow UI: evolve ui ")
 
 
