@@ -155,6 +155,8 @@ class CommandBars:
     def __init__(self, enabled: bool = True) -> None:
         self.enabled = enabled
         self.evaluation = EvaluationBar(enabled)
+        self._stage_lock = threading.Lock()
+        self._stage_line_at = time.monotonic()
 
     def _write(self, text: str) -> None:
         """A plain line on stderr; above the bars when they are drawn. --no-progress hides
@@ -166,6 +168,19 @@ class CommandBars:
 
     def stage(self, text: str) -> None:
         self._write(f"... {text}")
+        self._stage_line_at = time.monotonic()
+
+    def stage_step(self, text: str, done: int) -> None:
+        """Where no bar is drawn, a line at least every `HEARTBEAT_S` while a stage (the
+        upper bound) goes on: how many of its calls have answered."""
+        if self.enabled and stderr_is_terminal():
+            return
+        with self._stage_lock:
+            now = time.monotonic()
+            if now - self._stage_line_at < HEARTBEAT_S:
+                return
+            self._stage_line_at = now
+        print(f"    ... {text}: {done} answers so far", file=sys.stderr, flush=True)
 
     def close(self) -> None:
         self.evaluation.close()

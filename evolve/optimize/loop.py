@@ -42,6 +42,7 @@ recomputed (`experiment_dir`); the budget is checked before each unit and at eve
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -238,12 +239,14 @@ class _ExperimentRun:
         self.progress.stage("upper bound")
         # One table for train, validation and held-out users (the runner accepts a superset).
         users = Environment(items=self.resolved.evaluated_items())
+        answered = itertools.count(1)  # count's next() is atomic under the GIL
         with self.experiment_dir.spend_stage(UPPER_BOUND_STAGE, budget.spent):
             upper_bound = compute_upper_bound(
                 users,
                 self.lms,
                 self.upper_bound_cache or cache_dir() / "upper_bound",
                 concurrency=self.spec.concurrency,
+                on_entry=lambda _: self.progress.stage_step(UPPER_BOUND_STAGE, next(answered)),
                 refresh=self.refresh_upper_bound,
                 rules=self.spec.rules,
             )

@@ -12,6 +12,10 @@ class LoopProgress:
     def stage(self, text: str) -> None:
         """A preparatory step started (e.g. computing the upper bound)."""
 
+    def stage_step(self, text: str, done: int) -> None:
+        """The stage under way made `done` steps so far (e.g. upper-bound answers): for a
+        progress line where no bar shows the work (called from worker threads)."""
+
     def generation_started(self, generation: int, total: int) -> None:
         """`total` is the number of generations (periods for the per_period schedule)."""
 

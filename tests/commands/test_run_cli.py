@@ -128,6 +128,8 @@ def test_a_run_logged_to_a_file_says_how_far_gepas_evaluations_are(
         r"(?m)^    \.\.\. (?:train|validation) [0-9a-f]{8}: \d+/\d+ user-periods", err
     )
     assert gepa, err[-2000:]
+    # And the upper bound, the stage before them.
+    assert re.search(r"(?m)^    \.\.\. upper bound: \d+ answers so far$", err), err[:2000]
 
 
 def test_run_finds_the_marker_and_prints_lineage(tmp_path, inject, capsys):
