@@ -32,7 +32,6 @@ import contextlib
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -70,8 +69,10 @@ def _env(demo: Path) -> dict[str, str]:
 
 @contextlib.contextmanager
 def _process(command: list[str], *, cwd: Path, env: dict[str, str], log: Path) -> Iterator:
-    """A background process in its own process group (mlflow ui starts workers), stopped
-    with its whole group: SIGTERM, then SIGKILL to what is left after 20 s."""
+    """A background process in its own process group, stopped with its whole group as
+    `evolve ui` stops its server (`stop_process_group`)."""
+    from evolve.tracking.ui_server import stop_process_group
+
     with open(log, "w") as output:
         process = subprocess.Popen(
             command,
@@ -85,29 +86,7 @@ def _process(command: list[str], *, cwd: Path, env: dict[str, str], log: Path) -
         try:
             yield process
         finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-            _wait_for_group_exit(process.pid)
-
-
-def _wait_for_group_exit(group: int, timeout_s: float = 20.0) -> None:
-    """mlflow ui's job consumers outlive it by seconds: wait for the whole group to end and
-    kill what is left, so the script never leaves a process behind."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(group, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.5)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(group, signal.SIGKILL)
+            stop_process_group(process)
 
 
 def _wait_for_line(log: Path, pattern: str, timeout_s: float) -> re.Match[str]:

@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from evolve.core.errors import ConfigError
+from evolve.spec.experiment_spec import MLFLOW_EXPERIMENT_PREFIX
 from evolve.stores.tracking_uri import (
     DEFAULT_TRACKING_URI,
     SOURCE_SPEC,
@@ -32,7 +33,6 @@ from evolve.tracking.runs_view import runs_view_route
 DEFAULT_PORT = 5000
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_EXPERIMENT = "0"  # MLflow's "Default", never one of ours
-DEFAULT_EXPERIMENT_PREFIX = "amemgym-evolve/"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -79,7 +79,7 @@ def _spec_settings(target: str | None) -> tuple[str | None, str | None]:
 
 def find_experiment(client: Any, name_or_id: str | None, uri: str) -> Any:
     """The experiment named (or numbered) `name_or_id`, else the most recently updated one
-    with runs; one line naming the store's experiments when there is none."""
+    other than MLflow's Default; one line naming the store's experiments when none is found."""
     from mlflow.exceptions import MlflowException
 
     experiments = [
@@ -91,7 +91,7 @@ def find_experiment(client: Any, name_or_id: str | None, uri: str) -> Any:
         # As given, else as `evolve run` names an experiment's (`[tracking] experiment_name`
         # unset): `quickstart` is `amemgym-evolve/quickstart`.
         found = client.get_experiment_by_name(name_or_id) or client.get_experiment_by_name(
-            f"{DEFAULT_EXPERIMENT_PREFIX}{name_or_id}"
+            f"{MLFLOW_EXPERIMENT_PREFIX}{name_or_id}"
         )
         if found is None and name_or_id.isdigit():
             try:

@@ -54,6 +54,9 @@ FeedbackKind = Annotated[
     str, WithJsonSchema({"type": "string", "enum": list(BUILTIN_KINDS)}), AfterValidator(known_kind)
 ]
 
+# An experiment's MLflow experiment unless `[tracking] experiment_name` names one.
+MLFLOW_EXPERIMENT_PREFIX = "amemgym-evolve/"
+
 
 class EnvironmentSpec(_Strict):
     """Where the users come from and how they are split."""
@@ -469,7 +472,7 @@ class RunSpec(_Strict):
         return self._source.parent if self._source is not None else Path.cwd()
 
     def mlflow_experiment_name(self) -> str:
-        return self.tracking.experiment_name or f"amemgym-evolve/{self.name}"
+        return self.tracking.experiment_name or f"{MLFLOW_EXPERIMENT_PREFIX}{self.name}"
 
     def registered_model_name(self) -> str:
         return self.tracking.registered_model or self.name
