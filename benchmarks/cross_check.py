@@ -133,6 +133,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--ctx-per-slot", type=int, default=16384, help="embedded server context per slot"
     )
+    parser.add_argument(
+        "--rounds-init", type=int, default=1, help="rounds per period-0 session (v1.base: 1)"
+    )
+    parser.add_argument(
+        "--rounds-update", type=int, default=2, help="rounds per later session (v1.base: 2)"
+    )
     parser.add_argument("--no-upper-bound", action="store_true", help="skip both upper bounds")
     parser.add_argument(
         "--sequential",
@@ -187,9 +193,11 @@ def reference_configs(
     embedding_model: str = "text-embedding-3-small",
     embeddings_base_url: str | None = None,
     evolution: Sequence[str] = (),
+    rounds: tuple[int, int] = (1, 2),
 ) -> dict[str, Path]:
-    """Its env config (v1.base settings), one agent config per compared agent (AWE as its
-    configs/agent/awe-2-4-30.json) and one AWI evolution config per feedback in `evolution`
+    """Its env config (v1.base settings; `rounds`: its initial and update session rounds),
+    one agent config per compared agent (AWE as its configs/agent/awe-2-4-30.json) and one AWI
+    evolution config per feedback in `evolution`
     (key `evolution <feedback>`)."""
     config_dir.mkdir(parents=True, exist_ok=True)
 
@@ -202,8 +210,8 @@ def reference_configs(
         }
 
     env_config = {
-        "num_rounds_init": 1,
-        "num_rounds_update": 2,
+        "num_rounds_init": rounds[0],
+        "num_rounds_update": rounds[1],
         "llm_config_low_temp": llm(0.2, "env:interaction"),
         "llm_config_high_temp": llm(1.0, "env:interaction"),
     }
@@ -273,6 +281,7 @@ def run_reference(
         args.embedding_model,
         args.embeddings_base_url,
         args.evolution,
+        (args.rounds_init, args.rounds_update),
     )
     environ = os.environ | {
         "OPENAI_BASE_URL": base_url,
@@ -414,6 +423,8 @@ def run_ours(
         command += ["--protocol", "paper", "--base-url", base_url, "--model", model]
         command += ["--out", str(args.out / "ours"), "--concurrency", "1", "--no-llm-cache"]
         command += ["--max-tokens", str(args.max_tokens)]  # the reference's completion limit
+        command += ["--rounds-init", str(args.rounds_init)]
+        command += ["--rounds-update", str(args.rounds_update)]
         command += ["--upper-bound-cache", str(args.out / "ours-upper-bound")]
         command += ["--policy", spec]
         if args.no_upper_bound:

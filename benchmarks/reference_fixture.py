@@ -5,7 +5,8 @@
 
 Copies only data the tests need, never the reference's code or prompt text:
 
-- `environment.json` (ours, the run's input) and `random_metrics.json`;
+- `environment.json` (ours, the run's input), `random_metrics.json` and `settings.json` (the
+  session rounds the reference ran with, from its env config);
 - per agent (native, awi, awe, rag) and user: `interactions/`, `overall_results.json`,
   `overall_metrics.json`, `diagnosis_results.json` (its `query`, the reference probe prompt
   verbatim, replaced by a placeholder) and `diagnosis_metrics.json`;
@@ -38,6 +39,7 @@ from request_reduction import load_request_log, reduce_log  # noqa: E402
 AGENTS = ("native", "awi", "awe", "rag")
 README = "README.md"
 CHECKSUMS = "SHA256SUMS"
+ROUND_SETTINGS = ("num_rounds_init", "num_rounds_update")
 PROBE_PLACEHOLDER = "(the reference's probe prompt; not kept)"
 
 
@@ -96,6 +98,9 @@ def build(run: Path, target: Path) -> None:
             shutil.rmtree(old) if old.is_dir() else old.unlink()
     dump(target / "environment.json", environment)
     dump(target / "random_metrics.json", load(reference / "random_metrics.json"))
+    # The session rounds the reference ran with (its env config): our side must run the same.
+    env_config = load(run / "reference-configs" / "env.json")
+    dump(target / "settings.json", {key: env_config[key] for key in ROUND_SETTINGS})
     users = [item["id"] for item in environment]
     for agent in AGENTS:
         for user in users:

@@ -16,7 +16,9 @@ compared by what they carry, found by looking for the environment's own data in 
 | `question` | a question of the environment |
 | `system_message` | a non-empty system message |
 
-and by the call parameters `temperature`, `max_tokens` and `response_format` (its type). An
+and by the call parameters `temperature`, `max_tokens`, `response_format` (its type), `top_p`,
+`stop` and `seed` ("set" when one is sent; "unset" where the request leaves them to the
+server). An
 embeddings request is reduced to its `embedding_model` and `headed_inputs`, how many of its
 texts carry a session time header (a search query sent as the message was, or stripped).
 
@@ -29,11 +31,15 @@ mem0 memory operation, the latest user-period before it in its run; else '-') an
 `turns` (earlier conversation turns it quotes), `memories` (distinct `MEMO-` marks), `facts`
 (distinct `FACT-` marks), `turn_labels` (stored turns shown with the reference RAG's speaker
 labels), `own_period_end` and `start_date` (1 when it shows its own period's end date, the
-simulated user's "today", or its user's start date) and `memory_order` (1 when the memories it
-shows are oldest first; not for AWE and RAG). A group is summarised by its number of calls, its
-calls per user- period (`calls_per_user_period`), the union of its items, how many requests
-carry each item set (`items_per_request`, not unioned), the set of each parameter's values, the
-distribution of each count over its requests, and the same item sets and counts per user-period
+simulated user's "today", or its user's start date), `memory_order` (1 when the memories it
+shows are oldest first; not for AWE and RAG) and, for a policy's replies and answers, `shown`
+(a digest of the marked memories, facts, turns and session openings it shows, as a set: which
+ones, not only how many; the stub marks content alike in both codebases).
+
+A group is summarised by its number of calls, its calls per user-period
+(`calls_per_user_period`), the union of its items, how many requests carry each item set
+(`items_per_request`, not unioned), the set of each parameter's values, the distribution of
+each count over its requests, and the same item sets and counts per user-period
 (`<name>_by_user_period`, compared where the group's distribution and calls per user-period
 agree); `compare` lists every difference between two summaries, each with the kept row of the
 deviation table that states exactly it (same role, policy, item and value on each side) or
@@ -48,6 +54,7 @@ for another file, both validated): `compare` takes its rows.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -69,7 +76,8 @@ ITEMS = (
     "question",
     "system_message",
 )
-PARAMETERS = ("temperature", "max_tokens", "response_format")
+UNSET = "unset"  # a parameter the request does not set
+PARAMETERS = ("temperature", "max_tokens", "response_format", "top_p", "seed", "stop")
 POLICIES = ("native", "awi", "awe", "rag")
 # The stub's call guesses that are the policy's own calls (the role is then the policy).
 POLICY_CALLS = ("reply", "answer", "write", "extract", "update")
@@ -94,6 +102,7 @@ QUANTITIES = (
     "start_date",
     "memory_order",
     "turn_labels",
+    "shown",
 )
 # How the reference's RAG stores a conversation turn: the speaker's label before its text.
 TURN_LABELS = re.compile(r"\b(?:USER INPUT|ASSISTANT RESPONSE): ")
@@ -101,6 +110,13 @@ TURN_LABELS = re.compile(r"\b(?:USER INPUT|ASSISTANT RESPONSE): ")
 BY_USER_PERIOD = "_by_user_period"
 CONVERSATION_MARKS = re.compile(r"\((reply|follow-up) \d+\)")
 OPENING_MARKS = re.compile(r"\[Current Time: [^\]]+\]")
+# Everything the stub marks alike in both codebases (its `_CONTENT_MARK`): stored memories,
+# facts, scripted replies and follow-ups, session openings.
+CONTENT_MARKS = re.compile(
+    r"MEMO-\d+|FACT-\d+|\((?:reply|follow-up) \d+\)|\[Current Time: [^\]]+\]"
+)
+# The policy's own calls whose content is compared item by item (`shown`).
+SHOWN_CALLS = ("reply", "answer")
 
 
 def load_request_log(path: Path) -> list[dict[str, Any]]:
@@ -236,6 +252,18 @@ def request_quantities(entry: Mapping[str, Any]) -> dict[str, int]:
 OPENING_TIME = re.compile(r"\[Current Time: ([^\]]+)\]")
 
 
+def shown_digest(entry: Mapping[str, Any]) -> str:
+    """Which marked content a request shows, as a short digest of its sorted content marks
+    (`CONTENT_MARKS`: the memories, facts, turns and session openings): two requests with
+    the same digest show the same memories and turns, whatever their order or wording. The
+    stub's marks are functions of content, never of wording, so the digests of the two
+    codebases' requests are comparable (a memory kept, dropped or retrieved differently
+    changes it)."""
+    full = "\n".join(_text(m) for m in entry.get("messages") or [])
+    marks = "\n".join(sorted(set(CONTENT_MARKS.findall(full))))
+    return hashlib.sha256(marks.encode("utf-8")).hexdigest()[:12]
+
+
 def request_user_period(entry: Mapping[str, Any], strings: Mapping[str, Any]) -> str:
     """The user-period a request belongs to: that of the latest session opening it quotes
     (every conversation, history or transcript starts with one), or '-' when it quotes none
@@ -290,12 +318,20 @@ def reduce_request(entry: Mapping[str, Any], strings: Mapping[str, Any]) -> dict
         return reduced
     reduced["items"] = request_items(entry, strings)
     reduced.update(request_quantities(entry))
+    if call in SHOWN_CALLS:
+        reduced["shown"] = shown_digest(entry)
     reduced["user_period"] = request_user_period(entry, strings)
     reduced["own_period_end"] = shows_own_period_end(entry, strings, reduced["user_period"])
     reduced["start_date"] = shows_start_date(entry, strings, reduced["user_period"])
     reduced["temperature"] = entry.get("temperature")
     reduced["max_tokens"] = entry.get("max_tokens")
     reduced["response_format"] = _response_format(entry.get("response_format"))
+    # "unset": the request leaves it to the server (a word, not null: the deviation table is
+    # TOML, which has no null).
+    for name in ("top_p", "stop"):
+        reduced[name] = UNSET if entry.get(name) is None else entry[name]
+    # Whether a seed is sent, not its value (each request's own: a list of them says nothing).
+    reduced["seed"] = UNSET if entry.get("seed") is None else "set"
     return reduced
 
 

@@ -33,7 +33,7 @@ Fault and accounting tests drive it through two extra routes:
 
 `--scripted` answers every request as its role expects, for this toolkit and for the reference
 AMemGym code alike (see `guess_role`): plain text for chat replies and simulated-user follow-
-ups, a fenced `{"answer": n}` for multiple-choice prompts (about one in four unparseable, so
+ups, a fenced `{"answer": n}` for multiple-choice prompts (one in eight unparseable, so
 the reference's random fallback runs; with `--environment FILE`, the upper bound answers the
 option the shown state makes right, about one in five wrong as another option, 0, -1, `true` or
 no JSON), the asked-for variables for diagnosis probes (real keys with values picked by
@@ -55,6 +55,7 @@ import argparse
 import hashlib
 import itertools
 import json
+import math
 import os
 import re
 import subprocess
@@ -62,7 +63,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -200,6 +201,8 @@ ROLE_GUESSES = (
 _OPTION_LINE = re.compile(r"^\d+: ", re.M)
 # Placeholder keys of the kind a template shows: a probe reply that copies them fills no variable.
 PLACEHOLDER_PROBE = {"info_type1": "choice", "info_type2": "choice"}
+# Request settings logged when present, beyond temperature, max_tokens and response_format.
+SAMPLING_SETTINGS = ("seed", "top_p", "stop", "n", "presence_penalty", "frequency_penalty")
 EMBEDDING_DIMS = 1536  # text-embedding-3-small's size, which mem0's defaults assume
 
 
@@ -316,6 +319,22 @@ def option_numbers_in(text: str) -> list[int]:
 
 
 _FACT_MARK = re.compile(r"FACT-\d+")
+_REPLY_MARK = re.compile(r"\(reply \d+\)")
+# What names a piece of content alike in both codebases: a stored memory, an extracted fact,
+# a scripted reply or follow-up, a session opening's time. Marks, not wording, key every
+# scripted answer that depends on what a role is shown.
+_CONTENT_MARK = re.compile(
+    r"MEMO-\d+|FACT-\d+|\((?:reply|follow-up) \d+\)|\[Current Time: [^\]]+\]"
+)
+# One fact extraction in this many finds no fact.
+NO_FACT_EVERY = 7
+
+
+def marks_in(text: str) -> list[str]:
+    """The distinct content marks in `text`, sorted."""
+    return sorted(set(_CONTENT_MARK.findall(text)))
+
+
 # Stored memories an update request shows with their ids: this toolkit's `[id] text` lines
 # and mem0's Python-repr list (`{'id': '0', 'text': '...'}`).
 _LISTED_MEMORY = re.compile(r"^\[(\d+)\] (MEMO-\d+[^\n]*)$", re.M)
@@ -348,10 +367,12 @@ class OptionStates:
 
     def __init__(self, path: Path | None = None) -> None:
         self.questions: dict[tuple[str, ...], tuple[list[str], list[tuple[str, ...]]]] = {}
+        self.queries: list[str] = []  # the questions' texts, for `hashed_vector`
         if path is None:
             return
         for item in json.loads(path.read_text(encoding="utf-8")):
             for qa in item.get("qas", []):
+                self.queries.append(qa["query"])
                 options = tuple(choice["answer"] for choice in qa["answer_choices"])
                 states = [tuple(choice["state"]) for choice in qa["answer_choices"]]
                 self.questions[options] = (list(qa["required_info"]), states)
@@ -375,6 +396,10 @@ def _fenced(value: Any) -> str:
 # `true` (the reference reads option 1) and no JSON at all (its random fallback).
 WRONG_UPPER_BOUND_FORMS = ("next", 0, -1, True, "unparseable")
 UNPARSEABLE = "I cannot tell which option fits best."
+# One answer in this many is unparseable (the reference's random fallback runs): rare enough
+# that most user-periods of 8 questions have none, where the paper's number is compared as
+# it stands.
+UNPARSEABLE_EVERY = 8
 
 
 class Script:
@@ -416,13 +441,15 @@ class Script:
         if role == "reply":
             return role, f"Here is one suggestion that could work for you (reply {mark})."
         if role in ("answer", "upper_bound"):
-            return role, self._choose(role, last, properties)
+            return role, self._choose(role, last, properties, texts[:-1])
         if role == "probe":
             schema = probe_schema(last) or {}
-            # The latest session time shown tells the periods apart (a probe answered alike in
-            # every period could never show a read failure).
-            times = sorted(_SESSION_TIME.findall("\n".join(texts)))
-            key = content_key(role, json.dumps(schema, sort_keys=True), *times[-1:])
+            # The latest reply shown (else the latest session time) tells the periods apart (a
+            # probe answered alike in every period could never show a read failure). Both
+            # codebases quote the latest exchange last, whatever memory they show before it.
+            shown = "\n".join(texts)
+            latest = _REPLY_MARK.findall(shown)[-1:] or sorted(_SESSION_TIME.findall(shown))[-1:]
+            key = content_key(role, json.dumps(schema, sort_keys=True), *latest)
             if key % 5 == 4:
                 return role, _fenced(PLACEHOLDER_PROBE)
             values = {
@@ -435,6 +462,9 @@ class Script:
         if role == "extract":
             # A fact is marked FACT-, a stored memory MEMO-: a request quoting both is counted
             # right (facts to decide on, memories related to them).
+            # Some extractions find nothing (mem0 then adds nothing; so must ours).
+            if mark % NO_FACT_EVERY == 0:
+                return role, json.dumps({"facts": []})
             return role, json.dumps({"facts": [f"FACT-{mark}: the user shared a preference"]})
         if role == "update":
             # Several memories per update, so a user's store outgrows the paper's top_k (30)
@@ -447,7 +477,10 @@ class Script:
             # UPDATE that kept the old memory would show in the counts.
             ours = '"events"' in last or "events" in properties  # this toolkit's event list
             stored = (_LISTED_MEMORY if ours else _REPR_MEMORY).findall(last)
-            updated = stored[0] if len(stored) >= ADDS_PER_UPDATE else None
+            # The stored memory with the lowest mark: the two codebases list the related
+            # memories in different orders (kept row store_ties), so "the first" would not do.
+            lowest = min(stored, key=lambda memory: int(memory[1][5:].split(":")[0]), default=None)
+            updated = lowest if len(stored) >= ADDS_PER_UPDATE else None
             if ours:
                 events = [{"event": "ADD", "id": 0, "text": text} for text in texts]
                 if updated is not None:
@@ -468,24 +501,36 @@ class Script:
 
     @staticmethod
     def _marked_content(role: str, texts: list[str]) -> list[str]:
-        """What a role's mark is a function of: the whole request, except where a store's
-        retrieval order (ties between near-identical memories) would change it from run to
-        run: a reply depends on the current turn only, a memory update on the facts it
-        decides on."""
+        """What a role's mark is a function of: the marks of the content it is shown
+        (`marks_in`), never its prompt's wording, so that the two codebases, whose prompts
+        differ by design, make the same mark for the same content: a reply depends on the
+        current turn, a follow-up on the reply it answers, a memory update on the facts it
+        decides on, a memory write, a fact extraction and a proposal on everything marked
+        that they are shown."""
         if role == "reply":
-            return texts[-1:]
+            return marks_in(texts[-1]) or texts[-1:]
+        if role == "user":
+            replies = _REPLY_MARK.findall("\n".join(texts))
+            return replies[-1:] or marks_in("\n".join(texts))
         if role == "update":
             return sorted(set(_FACT_MARK.findall("\n".join(texts))))
+        if role in ("write", "extract", "reflector"):
+            return marks_in("\n".join(texts))
         return texts
 
-    def _choose(self, role: str, last: str, properties: set[str]) -> str:
-        """A multiple-choice answer: the agent's by the question and options alone (every
-        fourth key unparseable); the upper bound's the option the state makes right when the
-        environment is known, every fifth key wrong in one of `WRONG_UPPER_BOUND_FORMS`."""
+    def _choose(self, role: str, last: str, properties: set[str], shown: list[str]) -> str:
+        """A multiple-choice answer: the agent's by the question, its options and the marks
+        of everything it is shown (one key in `UNPARSEABLE_EVERY` unparseable); the upper
+        bound's the option the state makes right when the environment is known, every fifth
+        key wrong in one of `WRONG_UPPER_BOUND_FORMS`."""
         options = options_in(last)
         numbers = option_numbers_in(last) or [1]
         count = len(numbers)
         parts = [role, question_in(last), *options]
+        if role == "answer":
+            # What the policy is shown (history, memories, retrieved turns): a memory stored,
+            # dropped or retrieved differently changes the answer, as it would a model's.
+            parts += marks_in("\n".join(shown))
         if role == "upper_bound":
             parts += [f"{k}={v}" for k, v in sorted(state_in(last).items())]
         key = content_key(*parts)
@@ -501,7 +546,7 @@ class Script:
         choice: Any = numbers[picked] if form is None else form
         if properties:
             return json.dumps({"choice": choice})
-        if choice == "unparseable" or (role == "answer" and (key >> 16) % 4 == 3):
+        if choice == "unparseable" or (role == "answer" and (key >> 16) % UNPARSEABLE_EVERY == 0):
             return UNPARSEABLE
         return _fenced({"answer": choice})
 
@@ -527,17 +572,21 @@ class Script:
         texts = request.get("input", [])
         texts = [texts] if isinstance(texts, str) else list(texts)
         dims = int(request.get("dimensions") or EMBEDDING_DIMS)
-        return [hashed_vector(str(text), dims) for text in texts]
+        return [hashed_vector(str(text), dims, self.option_states.queries) for text in texts]
 
 
-def hashed_vector(text: str, dims: int) -> list[float]:
-    """A deterministic unit-free vector from the text's words (similar texts share words)."""
+def hashed_vector(text: str, dims: int, questions: Sequence[str] = ()) -> list[float]:
+    """A unit vector that depends only on the content marks `text` carries (`marks_in`), or,
+    for a text without marks, on the environment's question it quotes (one of `questions`):
+    its angle in the first two dimensions is a hash of them (angle 0 for neither). So a
+    question ranks every stored memory in a strict order of its own (no ties for a store to
+    break its own way), unit length makes L2 (mem0's Milvus default) and cosine (ours) rank
+    alike, and a search does not depend on the wording around the marks or the question (the
+    two codebases' queries are worded differently by design)."""
+    marks = marks_in(text) or [query for query in questions if query in text][:1]
+    angle = (math.pi / 2) * (content_key("embedding", *marks) / 2**64) if marks else 0.0
     vector = [0.0] * dims
-    for word in re.findall(r"[a-z0-9]+", text.lower()):
-        digest = hashlib.sha256(word.encode()).digest()
-        vector[int.from_bytes(digest[:4], "big") % dims] += 1.0
-    if not any(vector):
-        vector[0] = 1.0
+    vector[0], vector[1] = math.cos(angle), math.sin(angle)
     return vector
 
 
@@ -680,6 +729,12 @@ def make_handler(
                             "max_tokens", request.get("max_completion_tokens")
                         ),
                         "response_format": request.get("response_format"),
+                        # Sampling settings the request sets (absent: the server's default).
+                        **{
+                            name: request[name]
+                            for name in SAMPLING_SETTINGS
+                            if request.get(name) is not None
+                        },
                     }
                 )
             time.sleep(latency)

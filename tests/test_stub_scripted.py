@@ -43,12 +43,30 @@ def test_answers_are_a_function_of_the_question_not_of_the_order_requests_arrive
     script = Script()
     again = [_answer(script.chat(r)[1]) for r in reversed(requests)][::-1]
     assert again == first == [_answer(script.chat(r)[1]) for r in requests]
-    # The conversation before the question does not change the answer; every option is
-    # picked, and about one in four answers is unparseable (the reference's random fallback).
+    # Unmarked conversation before the question does not change the answer; every option is
+    # picked, and about one answer in eight is unparseable (the reference's random fallback).
     elsewhere = chat(("user", "other history"), ("user", questions[0]))
     assert _answer(Script().chat(elsewhere)[1]) == first[0]
     assert {1, 2, 3} <= set(first)
-    assert 5 <= first.count(None) <= 16
+    assert 2 <= first.count(None) <= 10
+
+
+def test_an_answer_depends_on_which_marked_memories_are_shown_not_on_their_wording():
+    """A memory stored, dropped or retrieved differently changes answers, as it would a
+    model's; the same memories in another codebase's wording and order do not."""
+    questions = [
+        paper_question_prompt(f"Which gift suits me, case {k}?", ["book", "plant", "tea", "pen"])
+        for k in range(40)
+    ]
+
+    def answers(system: str) -> list[int | None]:
+        return [_answer(Script().chat(chat(("system", system), ("user", q)))[1]) for q in questions]
+
+    shown = answers("Memories:\n- MEMO-11: likes tea\n- MEMO-12: has a garden")
+    reworded = answers("Relevant user memories (earliest first):\nMEMO-12: x\nMEMO-11: y")
+    one_dropped = answers("Memories:\n- MEMO-11: likes tea")
+    assert reworded == shown
+    assert sum(a != b for a, b in zip(shown, one_dropped, strict=True)) >= 10
 
 
 def test_the_upper_bound_answers_the_option_the_shown_state_makes_right(tmp_path):
@@ -150,10 +168,13 @@ def test_the_log_records_each_request_with_its_tag_and_embeddings_are_served(tmp
             "/chat/completions",
             chat(("user", "Any tips?"), model="m", temperature=0.2, max_tokens=64),
         )
-        vectors = post("/embeddings", {"model": "e", "input": ["a cat", "a cat", "a dog"]})
+        texts = ["MEMO-1: a cat", "The memory MEMO-1 says: cat", "MEMO-2: a cat"]
+        vectors = post("/embeddings", {"model": "e", "input": texts})
     assert re.search(r"\(reply \d+\)", reply["choices"][0]["message"]["content"])
     first, second, third = (row["embedding"] for row in vectors["data"])
+    # A vector is a function of the marks a text carries, not of its wording; unit length.
     assert len(first) == 1536 and first == second and first != third
+    assert abs(sum(x * x for x in third) - 1.0) < 1e-9
     entries = [json.loads(line) for line in log.read_text().splitlines()]
     assert [(e["tag"], e["role"]) for e in entries] == [
         ("reference native overall", "reply"),
@@ -172,8 +193,10 @@ def test_an_answer_is_the_number_printed_next_to_the_option_picked():
     assert _answer(Script().chat(chat(("user", shifted)))[1]) == as_printed - 1
 
 
-def test_an_update_shown_five_stored_memories_rewrites_the_first_instead_of_adding_a_fifth():
-    stored = "\n".join(f"[{k}] MEMO-{10 + k}: a stored memory" for k in range(1, 6))
+def test_an_update_shown_five_stored_memories_rewrites_the_lowest_marked_one():
+    """Instead of adding a fifth memory; the lowest mark, not the first listed, because the
+    two codebases list related memories in different orders."""
+    stored = "\n".join(f"[{k}] MEMO-{10 + k}: a stored memory" for k in (3, 4, 1, 5, 2))
     ours = chat(
         ("user", f'Decide ADD, UPDATE, DELETE or NONE; "events" list.\n{stored}\nFACT-3: new'),
         response_format={"type": "json_object"},
@@ -182,7 +205,9 @@ def test_an_update_shown_five_stored_memories_rewrites_the_first_instead_of_addi
     assert [e["event"] for e in events] == ["UPDATE", "ADD", "ADD", "ADD", "ADD"]
     assert events[0]["id"] == 1 and "MEMO-" in events[0]["text"]
     # mem0's prompt lists the stored memories as a Python repr; fewer than five: only ADDs.
-    listed = str([{"id": str(k), "text": f"MEMO-{10 + k}: a stored memory"} for k in range(5)])
+    listed = str(
+        [{"id": str(k), "text": f"MEMO-{10 + k}: a stored memory"} for k in (2, 0, 1, 3, 4)]
+    )
     reference = chat(
         ("user", f"Decide ADD, UPDATE, DELETE or NONE per event.\n{listed}\nFACT-3: new"),
         response_format={"type": "json_object"},
@@ -195,3 +220,64 @@ def test_an_update_shown_five_stored_memories_rewrites_the_first_instead_of_addi
         response_format={"type": "json_object"},
     )
     assert {m["event"] for m in json.loads(Script().chat(fewer)[1])["memory"]} == {"ADD"}
+
+
+def test_the_embedding_of_an_unmarked_text_is_that_of_the_environment_question_it_quotes(
+    tmp_path,
+):
+    """Two codebases word their search queries differently around the same question: both
+    get the question's vector, and every stored memory ranks in one strict order."""
+    environment = tmp_path / "env.json"
+    qa = {"query": "Which hobby suits me?", "required_info": [], "answer_choices": []}
+    environment.write_text(json.dumps([{"qas": [qa]}]))
+    script = Script(environment=environment)
+
+    def vector(text: str) -> list[float]:
+        return script.embed({"input": [text], "dimensions": 4})[0]
+
+    ours = vector("Which hobby suits me?\n\nFrom the options below, pick one:\n1: chess")
+    theirs = vector("Which hobby suits me?  Please select the most suitable answer: 1: chess")
+    assert ours == theirs != vector("no question here")
+    memories = [vector(f"MEMO-{k}: the same words") for k in range(50)]
+    scores = [sum(a * b for a, b in zip(ours, m, strict=True)) for m in memories]
+    assert len(set(scores)) == len(scores)  # no ties
+
+
+def test_a_probe_is_answered_by_its_variables_and_the_latest_reply_shown():
+    """Whatever memory a codebase shows before the latest exchange (ours shows a RAG probe its
+    retrieved turns, the reference's shows none), the latest reply dates the probe."""
+    probe = json.dumps(SCHEMA)
+    latest = ("user", "(follow-up 5)"), ("assistant", "(reply 9)")
+    bare = chat(*latest, ("user", f"Which values hold? {probe}"))
+    with_memory = chat(
+        ("system", "[Current Time: 2021-03-01 10:00:00] (reply 3)"),
+        *latest,
+        ("user", f"Which values hold? {probe}"),
+    )
+    assert guess_role(bare) == guess_role(with_memory) == "probe"
+    assert Script().chat(bare)[1] == Script().chat(with_memory)[1]
+
+
+def test_some_fact_extractions_find_nothing():
+    extractions = [
+        chat(
+            ("user", f'Extract "facts" from: hi (reply {k})'),
+            response_format={"type": "json_object"},
+        )
+        for k in range(60)
+    ]
+    facts = [json.loads(Script().chat(r)[1])["facts"] for r in extractions]
+    assert any(f == [] for f in facts) and any(f for f in facts)
+
+
+def test_the_log_records_the_sampling_settings_a_request_sets(tmp_path):
+    log = tmp_path / "requests.jsonl"
+    with StubServer(latency=0.0, scripted=True, log=log) as stub:
+        request = urllib.request.Request(
+            f"{stub.base_url}/chat/completions",
+            data=json.dumps(chat(("user", "Any tips?"), seed=7, top_p=0.1)).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        urllib.request.urlopen(request, timeout=5).read()
+    (entry,) = [json.loads(line) for line in log.read_text().splitlines()]
+    assert entry["seed"] == 7 and entry["top_p"] == 0.1 and "stop" not in entry

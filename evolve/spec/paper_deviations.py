@@ -53,6 +53,9 @@ ITEMS = (
     "temperature",
     "max_tokens",
     "response_format",
+    "top_p",
+    "seed",
+    "stop",
     "model",
     "embedding_model",
     "parsing",
@@ -68,6 +71,7 @@ ITEMS = (
     "memory_order",  # whether the memories a request shows are oldest first
     "headed_inputs",  # texts of an embeddings request that carry a session time header
     "turn_labels",  # stored conversation turns shown with their speaker's label
+    "shown",  # which marked memories, facts and turns a reply or answer request shows
 )
 # The items the request comparison measures: a kept row covering one of them states the
 # value expected on each side (`expect`), and only that exact difference is accepted.
@@ -84,6 +88,9 @@ COMPARED_ITEMS = (
     "temperature",
     "max_tokens",
     "response_format",
+    "top_p",
+    "seed",
+    "stop",
     "embedding_model",
     "calls",
     "calls_per_user_period",
@@ -96,6 +103,7 @@ COMPARED_ITEMS = (
     "memory_order",
     "headed_inputs",
     "turn_labels",
+    "shown",
 )
 DEVIATIONS_FILE = "paper_deviations.toml"
 

@@ -12,6 +12,7 @@ Used by `test_reference_requests.py` (what each role was shown) and `test_paper_
 
 from __future__ import annotations
 
+import json
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,9 @@ from evolve.spec.config import ExperimentSpec, spec_from_dict
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "tests" / "fixtures" / "reference_output"
 ENVIRONMENT = FIXTURE / "environment.json"
+# The session rounds the reference ran with (period 0, later periods).
+SETTINGS = json.loads((FIXTURE / "settings.json").read_text(encoding="utf-8"))
+ROUNDS = (SETTINGS["num_rounds_init"], SETTINGS["num_rounds_update"])
 # Our policy spec per reference agent (the paper variant is the default under --protocol paper).
 POLICIES = {"native": "native", "awi": "in_context", "awe": "external", "rag": "raw_rag"}
 # The shipped Table-3 spec per reference chain (fixture directory `evolution-<feedback>`).
@@ -52,6 +56,7 @@ def chain_spec(spec_path: Path, base_url: str, uncapped: bool = False) -> Experi
     data["environment"] = {"file": str(ENVIRONMENT), "train_users": 3, "heldout_users": 0}
     data["tracking"] = {"enabled": False}
     data["concurrency"] = 1
+    data.setdefault("episode", {}).update(rounds_initial=ROUNDS[0], rounds_update=ROUNDS[1])
     for endpoint in data["llm"].values():
         endpoint["base_url"] = base_url
         endpoint["cache"] = False  # every request must reach the stub's log
@@ -82,6 +87,7 @@ def paper_run(tmp_path_factory) -> PaperRun:
                 argv = ["eval", "--env", str(ENVIRONMENT), "--policy", spec]
                 argv += ["--protocol", "paper", "--base-url", stub.base_url, "--model", "agent"]
                 argv += ["--out", str(directory / "eval"), "--concurrency", "1", "--no-progress"]
+                argv += ["--rounds-init", str(ROUNDS[0]), "--rounds-update", str(ROUNDS[1])]
                 argv += [
                     "--no-llm-cache",
                     "--upper-bound-cache",

@@ -205,6 +205,25 @@ PRESETS: dict[str, OfflineSynthesisConfig] = {
         rounds_update=1,
         num_users=4,
     ),
+    # The reference fixture's world (benchmarks/cross_check.py --preset fidelity): 8 questions
+    # a user, so that the margin rule defines a memory score in most user-periods; 4 periods
+    # with at least 2 options a question, so questions have 2, 3 and 4 options (every state
+    # the trajectory visits is one); run with 3-round later sessions, so that memory stores
+    # outgrow the paper's top_k of 30.
+    "fidelity": OfflineSynthesisConfig(
+        name="fidelity",
+        num_periods=3,
+        num_questions=8,
+        states_per_question=2,
+        choices_per_state=(2, 3),
+        changes_per_period=(4, 6),
+        max_changes_per_state=2,
+        min_state_variants=2,
+        period_length=1,
+        rounds_initial=1,
+        rounds_update=3,
+        num_users=3,
+    ),
     # Not AMemGym's questions: direct questions about one variable's current value, so that a
     # 0.5B model's memory is measurable (it answers them well when told the state, at chance
     # otherwise). 8 variables from 8 of the 10 everyday domains (4 variables each); about half
