@@ -32,9 +32,9 @@ mem0 memory operation, the latest user-period before it in its run; else '-') an
 (distinct `FACT-` marks), `turn_labels` (stored turns shown with the reference RAG's speaker
 labels), `own_period_end` and `start_date` (1 when it shows its own period's end date, the
 simulated user's "today", or its user's start date), `memory_order` (1 when the memories it
-shows are oldest first; not for AWE and RAG) and, for a policy's replies and answers, `shown`
-(a digest of the marked memories, facts, turns and session openings it shows, as a set: which
-ones, not only how many; the stub marks content alike in both codebases).
+shows are oldest first; not for AWE and RAG) and, for a policy's own calls and the simulated
+user's, `shown` (a digest of the marked memories, facts, turns and session openings it shows,
+as a set: which ones, not only how many; the stub marks content alike in both codebases).
 
 A group is summarised by its number of calls, its calls per user-period
 (`calls_per_user_period`), the union of its items, how many requests carry each item set
@@ -115,8 +115,10 @@ OPENING_MARKS = re.compile(r"\[Current Time: [^\]]+\]")
 CONTENT_MARKS = re.compile(
     r"MEMO-\d+|FACT-\d+|\((?:reply|follow-up) \d+\)|\[Current Time: [^\]]+\]"
 )
-# The policy's own calls whose content is compared item by item (`shown`).
-SHOWN_CALLS = ("reply", "answer")
+# The calls whose marked content is compared item by item (`shown`): the policy's own and the
+# simulated user's (a diagnosis probe is not: the reference's AWE and RAG probes see an empty
+# store, kept row awe_rag_diagnosis_store, and its counts already show that).
+SHOWN_CALLS = ("reply", "answer", "write", "extract", "update", "user")
 
 
 def load_request_log(path: Path) -> list[dict[str, Any]]:

@@ -71,7 +71,7 @@ ITEMS = (
     "memory_order",  # whether the memories a request shows are oldest first
     "headed_inputs",  # texts of an embeddings request that carry a session time header
     "turn_labels",  # stored conversation turns shown with their speaker's label
-    "shown",  # which marked memories, facts and turns a reply or answer request shows
+    "shown",  # which marked memories, facts and turns a policy's or the user's request shows
 )
 # The items the request comparison measures: a kept row covering one of them states the
 # value expected on each side (`expect`), and only that exact difference is accepted.
