@@ -33,19 +33,23 @@ Fault and accounting tests drive it through two extra routes:
 
 `--scripted` answers every request as its role expects, for this toolkit and for the reference
 AMemGym code alike (see `guess_role`): plain text for chat replies and simulated-user follow-
-ups, a fenced `{"answer": n}` for multiple-choice prompts (one in eight unparseable, so
-the reference's random fallback runs; with `--environment FILE`, the upper bound answers the
-option the shown state makes right, about one in five wrong as another option, 0, -1, `true` or
-no JSON), the asked-for variables for diagnosis probes (real keys with values picked by
-content, so some are right and some wrong, and about one in five with placeholder keys), JSON
-memory writes (marked `MEMO-<n>`), mem0-style fact lists (one fact marked `FACT-<n>`) and
-memory events (five memories marked `MEMO-<n>`: ADDs, the first an UPDATE of a stored memory
-when five are shown), reflector proposals, and deterministic vectors on `POST /v1/embeddings`.
-Each answer is a function of the request's content, never of the order requests arrive in (see
-`Script`), so both codebases get the same answers for the same question.
+ups, a fenced `{"answer": n}` for multiple-choice prompts (a function of the question, its
+options and the marks of everything shown; one in eight unparseable, so the reference's random
+fallback runs; with `--environment FILE`, the upper bound answers the option the shown state
+makes right, about one in five wrong as another option, 0, -1, `true` or no JSON), the
+asked-for variables for diagnosis probes (real keys with values picked by content, so some are
+right and some wrong, and about one in five with placeholder keys), JSON memory writes (marked
+`MEMO-<n>`), mem0-style fact lists (one fact marked `FACT-<n>`, or none) and memory events (five
+memories marked `MEMO-<n>`: ADDs, the first an UPDATE of the lowest-marked stored memory when
+five are shown), reflector proposals, and unit vectors on `POST /v1/embeddings` (see
+`hashed_vector`). Each answer is a function of the request's content, never of the order
+requests arrive in (see `Script`), and every mark is a function of the marks a request shows,
+never of its wording (`marks_in`), so both codebases get the same answers and make the same
+marks for the same content.
 
 `--log FILE` appends one JSON line per chat or embeddings request (role guess, messages,
-temperature, max_tokens, response_format, model; for embeddings the input texts) with the
+temperature, max_tokens, response_format, model, and seed, top_p, stop and the penalties where
+the request sets them; for embeddings the input texts) with the
 current tag, which `POST /log/tag` `{"tag": "native"}` sets (the run a request belongs to).
 """
 
@@ -291,10 +295,13 @@ MEMORY_TEXT = (
 )
 # Marks (`MEMO-<n>`, `(reply <n>)`, ...) are content keys below this bound.
 MARK_RANGE = 10**9
-# Mixed into every content key. The fixture's 3 users ask 6 questions; this salt is one for
-# which they reach every branch (an unparseable answer, a wrong upper-bound answer of each
-# form, write and read failures; `tests/simulator/test_reference_fixture.py` checks it).
-SCRIPT_SALT = "stub-122"
+# Mixed into every content key. This salt is one for which the reference fixture
+# (tests/fixtures/reference_output/) reaches every branch its tests need: unparseable
+# answers, upper-bound answers of every wrong form, write and read failures, and user-periods
+# on every side of the memory score's margin, two of them between a 1- and a 2-standard-error
+# margin (so a weaker margin shows). `tests/simulator/test_reference_fixture.py` and
+# `test_paper_run_per_item.py` check each.
+SCRIPT_SALT = "stub-139"
 
 
 def content_key(*parts: str) -> int:

@@ -374,12 +374,32 @@ def test_the_fixture_has_wrong_answers_of_every_kind_and_mixed_variables():
     assert mixed
 
 
-def margin(random_scores: list[float]) -> float:
+def margin(random_scores: list[float], standard_errors: float = 2.0) -> float:
     """The least share of questions by which the upper bound must beat random for a memory
     score to exist, written out: 2 questions and 2 binomial standard errors of the random
     score (kept row memory_score_margin)."""
     spread = sum(p * (1 - p) for p in random_scores) ** 0.5
-    return max(2.0, 2.0 * spread) / len(random_scores)
+    return max(2.0, standard_errors * spread) / len(random_scores)
+
+
+def test_the_fixture_has_user_periods_on_every_side_of_the_margin():
+    """Some user-periods clear the margin and some fall short of it but clear a
+    1-standard-error one: a margin computed with fewer standard errors (or none) would define
+    a memory score there, and the period mean would show it."""
+    groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for item in reference_items("native"):  # the upper bound and random are every agent's
+        groups.setdefault((item["user"], item["period"]), []).append(item)
+    sides = set()
+    for group in groups.values():
+        randoms = [i["random"] for i in group]
+        room = statistics.fmean(i["upper"] for i in group) - statistics.fmean(randoms)
+        if room >= margin(randoms) - 1e-12:
+            sides.add("defined")
+        elif room >= margin(randoms, standard_errors=1.0) - 1e-12:
+            sides.add("between")
+        else:
+            sides.add("short")
+    assert {"defined", "between"} <= sides
 
 
 def period_terms(items: list[dict[str, Any]], score: str) -> dict[tuple[str, int], float | None]:
