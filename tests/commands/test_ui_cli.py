@@ -109,6 +109,9 @@ def test_it_serves_the_store_with_the_scored_view_until_ctrl_c(tmp_path):
         process.send_signal(signal.SIGINT)
         code = process.wait(timeout=60)
     assert code == 0
-    # The server and its workers are gone: the port is free again.
+    # The server and its workers are gone: the port is free again. SO_REUSEADDR: connections
+    # the server closed may linger in TIME_WAIT on that port (seen on a loaded machine), which
+    # says nothing about a listener; a socket still listening there refuses the bind anyway.
     with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         probe.bind(("127.0.0.1", port))

@@ -448,12 +448,14 @@ def test_the_period_mean_and_the_papers_number_equal_the_references_items_under_
 
 
 def test_the_papers_number_is_defined_in_most_user_periods_and_equals_the_references():
-    """Where our margin defines the paper's number for a user-period, it equals the
-    reference's realised term computed from its metric files (utils/plot_figure.py), once
-    the kept rows are applied to the reference's side: its random draws scored at their
-    expected value (paper_number_expected_value) and its upper-bound readings of 0, -1 and
-    `true` as ours (upper_bound_parsing, answer_index). In the user-periods that need
-    neither, the two terms are equal as they stand."""
+    """Our margin defines the paper's number in at least half of the user-periods. Where it
+    does and the kept rows leave the period untouched (no unparseable answer, whose random
+    draw the reference scores as drawn: paper_number_expected_value; every upper-bound reply
+    an option number: upper_bound_parsing, answer_index), our term equals the reference's
+    realised term from its metric files (utils/plot_figure.py) as it stands. Elsewhere the
+    kept rows' differences are checked exactly by test_reference_fixture.py (the draws) and
+    `expected_upper_bound` (the upper bound); our code's number over all the defined
+    user-periods by the test above."""
     untouched = 0
     for agent in POLICIES:
         items = reference_items(agent)
