@@ -111,7 +111,7 @@ class TrialLoop:
         grid = self.tuning.sampler == "grid"
         announced = False
         while True:
-            fail_stale_trials(run.study)
+            fail_stale_trials(run.study, self.job.storage_url, self.tuning.heartbeat_grace_s)
             if grid:
                 enqueue_grid_points(run.study, self.job.space, self.job.seed, requested)
             finished = run.finished()

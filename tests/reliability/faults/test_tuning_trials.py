@@ -181,3 +181,30 @@ def test_fail_running_recovers_a_journal_study_left_running(tmp_path):
     assert more.trial(orphan.number).state == "failed"
     finished = [tuple(sorted(r.parameters.items())) for r in more.trials if r.finished]
     assert len(set(finished)) == 4
+
+
+@pytest.mark.timeout(120)  # before the fix, the main invocation waited forever
+def test_a_trial_killed_before_its_first_heartbeat_is_retried_after_the_grace(tmp_path):
+    """A worker killed between creating a trial and its first heartbeat leaves a RUNNING
+    trial Optuna never counts stale; the main invocation fails and retries it after
+    `heartbeat_grace_s` instead of waiting for it forever."""
+    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    spec_path = write_tune_spec(
+        tmp_path, f'storage = "{url}"\ntrials = 2\nheldout = "none"\nheartbeat_grace_s = 2\n{GRID}'
+    )
+    spec = load_study_spec(spec_path)
+    world = TuneWorld()
+    run = {"runs_dir": tmp_path / "runs", "upper_bound_cache": tmp_path / "ub"}
+    first = run_study(spec, world.lms, **run, worker_only=True)
+    assert first.finished_trials == 2
+    # `ask` creates the trial without a heartbeat row, as a worker killed at that moment.
+    study = optuna.load_study(study_name="tune", storage=url)
+    orphan = study.ask({"update_every": optuna.distributions.CategoricalDistribution((2, 4, 8))})
+    started = time.monotonic()
+    more = run_study(resolve_tuning(spec, trials=3), world.lms, **run, worker_only=False)
+    assert time.monotonic() - started >= 2, "a trial younger than the grace was failed"
+    assert more.complete and more.finished_trials == 3
+    assert more.trial(orphan.number).state == "failed"
+    finished = [tuple(sorted(r.parameters.items())) for r in more.trials if r.finished]
+    assert len(set(finished)) == 3
+    assert not study.get_trials(states=(TrialState.RUNNING, TrialState.WAITING))

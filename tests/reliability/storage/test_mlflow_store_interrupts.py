@@ -263,7 +263,10 @@ def test_the_first_evolve_tune_interrupted_while_creating_the_store_reruns(tmp_p
         home = tmp_path / f"tune-{index}"
         write_small_environment(home / "env.json")
         spec = home / "tune.toml"
-        spec.write_text(TUNE_SPEC.replace("enabled = false", "enabled = true"), "utf-8")
+        # A trial the kill leaves RUNNING is retried after the grace: keep the rerun short.
+        tuned = TUNE_SPEC.replace("enabled = false", "enabled = true")
+        tuned = tuned.replace("[tuning]\n", "[tuning]\nheartbeat_grace_s = 10\n")
+        spec.write_text(tuned, "utf-8")
         args = ["tune", str(spec), "--no-progress", "--runs-dir", "runs"]
         runs = interrupt_command_then_rerun(home, args, offset, SIGNALS[(index + 1) % 2])
         assert ("amemgym-evolve/tiny-tune", "FINISHED") in runs, runs
