@@ -108,12 +108,12 @@ QUANTITIES = (
 TURN_LABELS = re.compile(r"\b(?:USER INPUT|ASSISTANT RESPONSE): ")
 # A measure's distribution over [user-period, value] pairs is named with this suffix.
 BY_USER_PERIOD = "_by_user_period"
-CONVERSATION_MARKS = re.compile(r"\((reply|follow-up) \d+\)")
+CONVERSATION_MARKS = re.compile(r"\((?:reply|follow-up) \d+\)")
 OPENING_MARKS = re.compile(r"\[Current Time: [^\]]+\]")
 # Everything the stub marks alike in both codebases (its `_CONTENT_MARK`): stored memories,
 # facts, scripted replies and follow-ups, session openings.
 CONTENT_MARKS = re.compile(
-    r"MEMO-\d+|FACT-\d+|\((?:reply|follow-up) \d+\)|\[Current Time: [^\]]+\]"
+    "|".join(m.pattern for m in (MEMORY_MARKS, FACT_MARKS, CONVERSATION_MARKS, OPENING_MARKS))
 )
 # The calls whose marked content is compared item by item (`shown`): the policy's own and the
 # simulated user's (a diagnosis probe is not: the reference's AWE and RAG probes see an empty
