@@ -775,6 +775,11 @@ def make_handler(
                         "completion_tokens": completion_tokens,
                         "total_tokens": prompt_tokens + completion_tokens,
                     },
+                    # llama-server's per-request timings: the latency, split between the
+                    # prompt and decoding in proportion to their tokens (the prompt's whole:
+                    # its reused part depends on the order requests arrive in, and a run's
+                    # records must not).
+                    "timings": stub_timings(latency, prompt_tokens, completion_tokens),
                 },
                 truncate=fault == "truncated",
                 trickle=fault == "trickle",
@@ -784,6 +789,18 @@ def make_handler(
             pass  # one line per request would dominate the benchmark's output
 
     return Handler
+
+
+def stub_timings(latency: float, evaluated: int, decoded: int) -> dict[str, float | int]:
+    """Timings in llama-server's shape (`prompt_ms`, `predicted_ms`) that add up to the
+    latency."""
+    total = max(1, evaluated + decoded)
+    return {
+        "prompt_n": evaluated,
+        "prompt_ms": round(1000 * latency * evaluated / total, 3),
+        "predicted_n": decoded,
+        "predicted_ms": round(1000 * latency * decoded / total, 3),
+    }
 
 
 class _Server(ThreadingHTTPServer):

@@ -138,6 +138,7 @@ def run_llm_synthesize(args: argparse.Namespace) -> int:
     print(report.user_table())
     print("\nLLM calls made by this run (all roles):")
     print(run_usage.table())
+    print(run_usage.bill())
     print(report.cost_summary())
     report_path = out.with_name(f"{out.stem}.report.json")
     atomic_write_json(report_path, report.model_dump(mode="json"), indent=1, final_newline=False)

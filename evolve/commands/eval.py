@@ -372,6 +372,7 @@ def run_eval(args: argparse.Namespace) -> int:
         usage = lms.usage.snapshot()
     spend: Usage = experiment_dir.load_spend()
     print(f"\nLLM usage of this invocation (cached responses cost nothing):\n{usage.table()}")
+    print(usage.bill())
     print(
         f"spend of every invocation into {args.out} ({experiment_dir.journal_file.name}): "
         f"{spend.requests} LLM calls, {spend.tokens} tokens, {spend.wall_time_s:.1f}s"

@@ -126,6 +126,13 @@ def add_llm_arguments(parser: argparse.ArgumentParser) -> None:
         help="requests the embedded server decodes at once (default 4)",
     )
     group.add_argument(
+        "--speculative",
+        choices=["off", "draft", "ngram"],
+        help="speculative decoding of the embedded server (default off): draft (the bundled "
+        "0.5B drafts for the served model) or ngram (drafts from the context); greedy outputs "
+        "stay the model's own",
+    )
+    group.add_argument(
         "--ctx-per-slot",
         type=_positive_int,
         help="context tokens per slot of the embedded server (default 4096; mem0's prompts "
@@ -200,6 +207,8 @@ def llm_config_from_args(args: argparse.Namespace, base: LLMConfig | None = None
         embedded_updates["model_source"] = args.model_source
     if getattr(args, "slots", None) is not None:
         embedded_updates["slots"] = args.slots
+    if getattr(args, "speculative", None):
+        embedded_updates["speculative"] = args.speculative
     if getattr(args, "ctx_per_slot", None) is not None:
         embedded_updates["ctx_per_slot"] = args.ctx_per_slot
     if getattr(args, "no_llm_cache", False):

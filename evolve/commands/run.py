@@ -134,6 +134,7 @@ def _run_locked(
     print()
     print(format_outcome(result))
     print(f"\nLLM usage of this invocation (cached responses cost nothing):\n{usage.table()}")
+    print(usage.bill())
     print(f"wall time of this invocation: {time.monotonic() - started:.0f} s")
     questions = sum(
         scores.summary.n_items

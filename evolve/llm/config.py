@@ -258,6 +258,20 @@ class EmbeddedModelConfig(BaseModel):
         "llama.cpp's 50 is a little faster on idle cores and far slower beside one "
         "(benchmarks/embedded_threads.py).",
     )
+    speculative: Literal["off", "draft", "ngram"] = Field(
+        default="off",
+        description="Speculative decoding, which leaves greedy outputs the model's own: draft "
+        "(the bundled 0.5B drafts tokens the served model checks; for the 1.5B), ngram "
+        "(drafts from n-grams already in the context, no second model), or off. "
+        "benchmarks/speculative_decoding.py measures each on this machine.",
+    )
+    draft_tokens: int = Field(
+        default=4,
+        ge=1,
+        le=32,
+        description="Most tokens drafted per step under speculative = draft "
+        "(llama-server --spec-draft-n-max).",
+    )
     port: int | None = Field(default=None, ge=1, le=65535, description="Unset: a free port.")
     startup_timeout: float = Field(default=240.0, gt=0)
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)

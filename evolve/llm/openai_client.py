@@ -245,4 +245,5 @@ def _free_copy(response: dict[str, Any]) -> dict[str, Any]:
     """A response served without a request: a copy that reports no usage (it cost nothing)."""
     copied = copy.deepcopy(response)
     copied["usage"] = {}
+    copied.pop("timings", None)  # llama-server's: the server spent nothing on this one
     return copied

@@ -36,6 +36,8 @@ LLAMA_SERVER_ENV = "EVOLVE_LLAMA_SERVER"
 # Host-RAM copies of idle slots' prompt caches (llama-server's default is 8 GiB per server):
 # enough for a few dozen 4k-token prompts of the bundled models.
 PROMPT_CACHE_RAM_MIB = 1024
+# The bundled model that drafts under speculative = "draft" (same tokenizer as the 1.5B).
+DRAFT_MODEL_SIZE = "0.5b"
 
 
 def llama_server_binary() -> Path:
@@ -146,6 +148,7 @@ class EmbeddedServer:
         self.config = config or EmbeddedModelConfig()
         self.model_path: Path | None = None
         self.bundled_file: ResolvedModelFile | None = None  # a model size's file and its source
+        self.draft_path: Path | None = None  # the draft model's file (speculative = draft)
         self.model_name = served_model_name(
             bundled_model(self.config.model_size).name, self.config.slots
         )
@@ -199,12 +202,31 @@ class EmbeddedServer:
             # The context size is ours, never shrunk to fit a device's free memory.
             "--fit", "off",
             "--no-webui",
+            *self.speculative_flags(),
         ]  # fmt: skip
+
+    def speculative_flags(self) -> list[str]:
+        """llama-server's flags for `speculative` (the draft model must be resolved)."""
+        if self.config.speculative == "draft":
+            assert self.draft_path is not None
+            threads = self.config.threads or usable_cores()
+            return [
+                "--spec-type", "draft-simple",
+                "--model-draft", str(self.draft_path),
+                "--spec-draft-n-max", str(self.config.draft_tokens),
+                "--threads-draft", str(threads),
+                "--threads-batch-draft", str(threads),
+            ]  # fmt: skip
+        if self.config.speculative == "ngram":
+            return ["--spec-type", "ngram-simple"]
+        return []
 
     def start(self) -> EmbeddedServer:
         if self.process is not None:
             return self
         self.model_path = self.resolve_model()  # the user's input is checked first
+        if self.config.speculative == "draft":
+            self.draft_path = resolve_bundled_model(DRAFT_MODEL_SIZE, self.config.model_source).path
         binary = llama_server_binary()
         if self.config.port is not None and port_in_use(self.config.port):
             raise ServerStartError(

@@ -7,6 +7,7 @@ import itertools
 import os
 import secrets
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -57,6 +58,10 @@ class Usage(BaseModel):
     # usage.prompt_tokens_details.cached_tokens) instead of evaluating them again.
     prompt_tokens_cached: int = 0
     completion_tokens: int = 0
+    # Seconds the server spent evaluating prompts and decoding completions, as it reports
+    # them (llama-server's `timings`); 0 from endpoints that report none. Summed over slots.
+    prompt_eval_s: float = 0.0
+    decode_s: float = 0.0
     # Summed duration of the calls (concurrent calls overlap) ...
     latency_s: float = 0.0
     # ... and the elapsed time of the run that made them (summed over its invocations).
@@ -127,6 +132,15 @@ def response_usage(usage: Mapping[str, object] | None) -> Usage:
     )
 
 
+def server_seconds(response: object) -> tuple[float, float]:
+    """Prompt-evaluation and decoding seconds a response reports: llama-server's `timings`
+    (`prompt_ms`, `predicted_ms`); (0, 0) for a server that reports none."""
+    timings = response.get("timings") if isinstance(response, Mapping) else None
+    if not isinstance(timings, Mapping):
+        return 0.0, 0.0
+    return _as_ms(timings.get("prompt_ms")) / 1000, _as_ms(timings.get("predicted_ms")) / 1000
+
+
 def tracked_usage(tracker: Any) -> Usage:
     """The LM calls a `dspy.track_usage()` block saw, in the calling thread (so per user and
     unit even when they run concurrently). DSPy's tracker sees only the calls the server
@@ -151,7 +165,8 @@ USAGE_LEGEND = (
     "tokens: evaluated = prompt tokens the server computed, reused = prompt tokens it took "
     "from its prompt cache, decoded = completion tokens",
     "slot time: the calls' summed durations; concurrent calls overlap, so it can exceed the "
-    "wall time by up to the number of slots",
+    "wall time by up to the number of slots; prompt s / decode s: of the server's time, "
+    "evaluating prompts and decoding, as it reports them (llama-server; 0 where not reported)",
 )
 
 
@@ -159,6 +174,10 @@ class UsageSummary(BaseModel):
     """Usage per role (role -> `Usage`)."""
 
     roles: dict[str, Usage] = {}
+    # Seconds since the tracker began, and of them those with at least one HTTP request in
+    # flight: the rest is the toolkit's own time (or idle), nothing for the server to do.
+    elapsed_s: float = 0.0
+    endpoint_busy_s: float = 0.0
 
     def total(self) -> Usage:
         return sum(self.roles.values(), Usage())
@@ -184,13 +203,19 @@ class UsageSummary(BaseModel):
             roles={
                 role: usage.minus(other.roles.get(role, Usage()))
                 for role, usage in self.roles.items()
-            }
+            },
+            elapsed_s=self.elapsed_s - other.elapsed_s,
+            endpoint_busy_s=self.endpoint_busy_s - other.endpoint_busy_s,
         )
 
     def plus(self, other: UsageSummary) -> UsageSummary:
         roles = dict(self.roles)
         add_usage(roles, other.roles)
-        return UsageSummary(roles=roles)
+        return UsageSummary(
+            roles=roles,
+            elapsed_s=self.elapsed_s + other.elapsed_s,
+            endpoint_busy_s=self.endpoint_busy_s + other.endpoint_busy_s,
+        )
 
     def flat_metrics(self, prefix: str = "") -> dict[str, float]:
         """Flat name -> number mapping for MLflow and tables."""
@@ -206,20 +231,52 @@ class UsageSummary(BaseModel):
             metrics[f"{prefix}{role}_prompt_tokens_cached"] = usage.prompt_tokens_cached
             metrics[f"{prefix}{role}_completion_tokens"] = usage.completion_tokens
             metrics[f"{prefix}{role}_latency_s"] = round(usage.latency_s, 3)
+            metrics[f"{prefix}{role}_prompt_eval_s"] = round(usage.prompt_eval_s, 3)
+            metrics[f"{prefix}{role}_decode_s"] = round(usage.decode_s, 3)
+        share = self.toolkit_share()
+        if share is not None:
+            metrics[f"{prefix}toolkit_share"] = round(share, 4)
         return metrics
+
+    def toolkit_share(self) -> float | None:
+        """Share of the elapsed time with no request in flight: the toolkit's own work (None
+        when no request was sent, e.g. every call was cached or the LM is scripted)."""
+        if self.total_requests == 0 or self.elapsed_s <= 0:
+            return None
+        return max(0.0, 1.0 - self.endpoint_busy_s / self.elapsed_s)
+
+    def bill(self) -> str:
+        """One line: the server's prompt-evaluation and decoding seconds (summed over its
+        slots) and the share of the elapsed time that was the toolkit's own."""
+        total = self.total()
+        share = self.toolkit_share()
+        server = (
+            f"server time {total.prompt_eval_s:.0f} s evaluating prompts, "
+            f"{total.decode_s:.0f} s decoding (summed over slots)"
+            if total.prompt_eval_s or total.decode_s
+            else "server time not reported by the endpoint"
+        )
+        toolkit = (
+            f"; no request in flight for {share:.0%} of {self.elapsed_s:.0f} s "
+            "(the toolkit's own share)"
+            if share is not None
+            else ""
+        )
+        return f"bill: {server}{toolkit}"
 
     def table(self) -> str:
         """Per role: calls (cached ones included), cache hits, requests sent, failures,
         prompt tokens evaluated and reused, completion tokens, and slot time; then the
         legend (`USAGE_LEGEND`)."""
         lines = [f"{'role':<10} {'calls':>6} {'cached':>6} {'sent':>6} {'failed':>6} "
-                 f"{'evaluated':>9} {'reused':>8} {'decoded':>8} {'slot time':>10}"]  # fmt: skip
+                 f"{'evaluated':>9} {'reused':>8} {'decoded':>8} {'slot time':>10} "
+                 f"{'prompt s':>9} {'decode s':>9}"]  # fmt: skip
         for role, usage in self.roles.items():
             lines.append(
                 f"{role:<10} {usage.calls:>6} {usage.cache_hits:>6} {usage.requests:>6} "
                 f"{usage.failures:>6} {usage.prompt_tokens - usage.prompt_tokens_cached:>9} "
                 f"{usage.prompt_tokens_cached:>8} {usage.completion_tokens:>8} "
-                f"{usage.latency_s:>9.1f}s"
+                f"{usage.latency_s:>9.1f}s {usage.prompt_eval_s:>8.1f}s {usage.decode_s:>8.1f}s"
             )
         return "\n".join([*lines, *USAGE_LEGEND])
 
@@ -252,6 +309,9 @@ class CompletedCall:
     # HTTP requests this record stands for: 0 when its requests are recorded one by one as
     # `RequestEvent`s (or it was a cache hit), else 1.
     requests: int = 1
+    # The server's seconds for it, as it reports them (`server_seconds`).
+    prompt_eval_s: float = 0.0
+    decode_s: float = 0.0
 
 
 class RequestState(StrEnum):
@@ -282,6 +342,12 @@ class UsageTracker:
         self._lock = threading.Lock()
         self._roles: dict[str, Usage] = {}
         self._listeners: list[CallListener] = []
+        # Time with requests in flight: their count, since when it was above 0, and the sum
+        # of the closed stretches.
+        self._started = time.perf_counter()
+        self._in_flight = 0
+        self._busy_since = 0.0
+        self._busy_s = 0.0
 
     def add_listener(self, listener: CallListener) -> None:
         """Call `listener` with each event, in the calling thread: a `RequestEvent` before a
@@ -301,10 +367,13 @@ class UsageTracker:
         *,
         failed: bool = False,
         requests_recorded: bool = False,
+        server_s: tuple[float, float] = (0.0, 0.0),
     ) -> None:
         """Record one finished LM call; `requests_recorded`: its HTTP requests were recorded
-        one by one (`request_started` / `request_ended`), so the call adds none."""
+        one by one (`request_started` / `request_ended`), so the call adds none; `server_s`:
+        the server's prompt-evaluation and decoding seconds for it (`server_seconds`)."""
         tokens = response_usage(usage)
+        prompt_eval_s, decode_s = server_s if usage else (0.0, 0.0)  # a cache hit cost none
         prompt, completion = tokens.prompt_tokens, tokens.completion_tokens
         reused = tokens.prompt_tokens_cached
         # DSPy reports empty usage exactly for responses served from its cache.
@@ -322,9 +391,21 @@ class UsageTracker:
             current.prompt_tokens += prompt
             current.prompt_tokens_cached += reused
             current.completion_tokens += completion
+            current.prompt_eval_s += prompt_eval_s
+            current.decode_s += decode_s
             listeners = self._listeners
         if listeners:
-            call = CompletedCall(role, prompt, completion, cache_hit, failed, latency_s, requests)
+            call = CompletedCall(
+                role,
+                prompt,
+                completion,
+                cache_hit,
+                failed,
+                latency_s,
+                requests,
+                prompt_eval_s=prompt_eval_s,
+                decode_s=decode_s,
+            )
             self._tell(listeners, call)
 
     def request_started(self, role: str) -> RequestEvent:
@@ -332,6 +413,9 @@ class UsageTracker:
         event = RequestEvent(role, new_request_id(), RequestState.STARTED)
         with self._lock:
             self._roles.setdefault(role, Usage()).requests += 1
+            if self._in_flight == 0:
+                self._busy_since = time.perf_counter()
+            self._in_flight += 1
             listeners = self._listeners
         self._tell(listeners, event)
         return event
@@ -339,6 +423,9 @@ class UsageTracker:
     def request_ended(self, started: RequestEvent, *, failed: bool, status: int | None) -> None:
         state = RequestState.FAILED if failed else RequestState.FINISHED
         with self._lock:
+            self._in_flight = max(0, self._in_flight - 1)
+            if self._in_flight == 0:
+                self._busy_s += time.perf_counter() - self._busy_since
             listeners = self._listeners
         self._tell(listeners, RequestEvent(started.role, started.request_id, state, status))
 
@@ -349,9 +436,17 @@ class UsageTracker:
 
     def snapshot(self) -> UsageSummary:
         with self._lock:
+            now = time.perf_counter()
+            busy = self._busy_s + (now - self._busy_since if self._in_flight else 0.0)
             return UsageSummary(
-                roles={role: usage.model_copy() for role, usage in self._roles.items()}
+                roles={role: usage.model_copy() for role, usage in self._roles.items()},
+                elapsed_s=now - self._started,
+                endpoint_busy_s=busy,
             )
+
+
+def _as_ms(value: object) -> float:
+    return float(value) if isinstance(value, int | float) and value > 0 else 0.0
 
 
 def _as_int(value: object) -> int:

@@ -14,7 +14,7 @@ from dspy.utils.callback import BaseCallback
 
 from evolve.llm import call_events
 from evolve.llm.attempts import CALLER
-from evolve.llm.usage import UsageTracker
+from evolve.llm.usage import UsageTracker, server_seconds
 
 
 class UsageCallback(BaseCallback):
@@ -33,6 +33,7 @@ class UsageCallback(BaseCallback):
         token = CALLER.set((self.role, self.tracker))
         self._starts()[call_id] = (time.perf_counter(), token)
         self._local.usage = None
+        self._local.server_s = (0.0, 0.0)
         if call_events.observed():  # e.g. traces are on: the call becomes a span
             self._sent()[call_id] = (time.time_ns(), call_events.sent_messages(inputs))
 
@@ -49,6 +50,7 @@ class UsageCallback(BaseCallback):
             latency,
             failed=exception is not None,
             requests_recorded=self.requests_recorded,
+            server_s=getattr(self._local, "server_s", (0.0, 0.0)),
         )
         sent = self._sent().pop(call_id, None)
         if sent is not None:
@@ -71,6 +73,7 @@ class UsageCallback(BaseCallback):
 
     def note_history_entry(self, entry: dict[str, Any]) -> None:
         self._local.usage = dict(entry.get("usage") or {})
+        self._local.server_s = server_seconds(entry.get("response"))
 
     def _sent(self) -> dict[str, tuple[int, list[dict[str, Any]]]]:
         if not hasattr(self._local, "sent"):

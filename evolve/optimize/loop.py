@@ -276,6 +276,9 @@ class _ExperimentRun:
             llm_calls=spend.requests,
             tokens=spend.tokens,
             wall_time_s=spend.wall_time_s,
+            prompt_eval_s=round(spend.prompt_eval_s, 3),
+            decode_s=round(spend.decode_s, 3),
+            toolkit_share=self.lms.usage.snapshot().toolkit_share(),
             reflection_parse_failures=sum(r.reflection_parse_failures for r in ordered),
             max_tokens={
                 "simulator": self.lms.identity("simulator").get("max_tokens"),

@@ -97,6 +97,7 @@ class SpendJournal:
     - ``{"role", "prompt", "completion", "cache_hit", "failed", "requests", "wall_s"}``: a
       completed LLM call, for its tokens; `requests` is the number of requests it stands for
       (0 when they have their own lines; absent in older journals: 1 unless a cache hit);
+      `prompt_s` and `decode_s` when the server reported its seconds for the call;
     - ``{"wall_s"}``: a checkpoint.
 
     `wall_s` is the run's total wall time when the line was written, so the latest one is the
@@ -166,17 +167,19 @@ class SpendJournal:
         wall = round(wall_time_s, 3)
         request_id = getattr(event, "request_id", None)  # duck-typed: this module stays a leaf
         if request_id is None:
-            self._write(
-                {
-                    "role": event.role,
-                    "prompt": event.prompt_tokens,
-                    "completion": event.completion_tokens,
-                    "cache_hit": event.cache_hit,
-                    "failed": event.failed,
-                    "requests": event.requests,
-                    "wall_s": wall,
-                }
-            )
+            entry = {
+                "role": event.role,
+                "prompt": event.prompt_tokens,
+                "completion": event.completion_tokens,
+                "cache_hit": event.cache_hit,
+                "failed": event.failed,
+                "requests": event.requests,
+                "wall_s": wall,
+            }
+            if event.prompt_eval_s or event.decode_s:
+                entry["prompt_s"] = round(event.prompt_eval_s, 4)
+                entry["decode_s"] = round(event.decode_s, 4)
+            self._write(entry)
         elif event.state == "started":
             self._write(
                 {"request": request_id, "role": event.role, "state": "started", "wall_s": wall}
@@ -227,6 +230,7 @@ class SpendJournal:
         unknown outcome included), calls of older journals without request lines (cache hits
         cost nothing), the tokens of completed calls."""
         requests = prompt = completion = 0
+        prompt_eval_s = decode_s = 0.0
         carried = Usage()
         wall = 0.0
         open_requests: set[str] = set()
@@ -258,6 +262,8 @@ class SpendJournal:
                     requests += int(entry.get("requests", default))
                     prompt += int(entry.get("prompt", 0))
                     completion += int(entry.get("completion", 0))
+                    prompt_eval_s += float(entry.get("prompt_s", 0.0))
+                    decode_s += float(entry.get("decode_s", 0.0))
             except (ValueError, TypeError, AttributeError):  # ValidationError is a ValueError
                 if number < len(lines) - 1:
                     self.unreadable_lines += 1
@@ -265,6 +271,8 @@ class SpendJournal:
             requests=carried.requests + requests,
             prompt_tokens=carried.prompt_tokens + prompt,
             completion_tokens=carried.completion_tokens + completion,
+            prompt_eval_s=carried.prompt_eval_s + prompt_eval_s,
+            decode_s=carried.decode_s + decode_s,
             wall_time_s=max(wall, carried.wall_time_s),
             unknown_outcome=carried.unknown_outcome + len(open_requests),
         )
@@ -284,6 +292,8 @@ def spend_of(usage: Usage, *, wall_time_s: float) -> Usage:
         requests=usage.requests,
         prompt_tokens=usage.prompt_tokens,
         completion_tokens=usage.completion_tokens,
+        prompt_eval_s=usage.prompt_eval_s,
+        decode_s=usage.decode_s,
         wall_time_s=wall_time_s,
     )
 

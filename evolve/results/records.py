@@ -174,6 +174,19 @@ class ExperimentResult(_Frozen):
     llm_calls: int = 0
     tokens: int = 0
     wall_time_s: float = 0.0
+    prompt_eval_s: float = Field(
+        default=0.0,
+        description="Server seconds evaluating prompts over the run, summed over its slots, "
+        "as the endpoint reports them (llama-server's timings; 0 where not reported).",
+    )
+    decode_s: float = Field(
+        default=0.0, description="Server seconds decoding over the run, likewise."
+    )
+    toolkit_share: float | None = Field(
+        default=None,
+        description="Of the wall time of the invocation that wrote this result, the share with "
+        "no LLM request in flight: the toolkit's own work (None: no request was sent).",
+    )
     reflection_parse_failures: int = 0
     max_tokens: dict[str, int | None] = Field(
         default_factory=dict,

@@ -411,9 +411,13 @@ def final_metrics(result: ExperimentResult, best: CandidateRecord | None) -> dic
         "total_llm_calls": result.llm_calls,
         "total_tokens": result.tokens,
         "total_wall_time_s": result.wall_time_s,
+        "total_prompt_eval_s": result.prompt_eval_s,
+        "total_decode_s": result.decode_s,
         "reflection_parse_failures": result.reflection_parse_failures,
         "total_candidates_evaluated": sum(r.train is not None for r in result.candidates),
     }
+    if result.toolkit_share is not None:
+        metrics["toolkit_share"] = result.toolkit_share
     if best is not None and best.train is not None:
         metrics["final_best_train_score"] = best.train.score
     if best is not None and best.heldout is not None:

@@ -12,6 +12,7 @@ import dspy
 import pytest
 
 from evolve.llm.adapter import response_format_for
+from evolve.llm.usage import server_seconds
 
 pytestmark = pytest.mark.integration
 
@@ -57,6 +58,13 @@ def test_max_tokens_is_honoured(embedded_server):
     answer = chat(embedded_server, "Count from 1 to 100, separated by commas.", max_tokens=7)
     assert answer["usage"]["completion_tokens"] <= 7
     assert answer["choices"][0]["finish_reason"] == "length"
+
+
+def test_the_server_reports_its_prompt_and_decoding_seconds(embedded_server):
+    """The run's bill reads these timings: the embedded server must keep sending them."""
+    answer = chat(embedded_server, "Name three colours.", max_tokens=12)
+    prompt_s, decode_s = server_seconds(answer)
+    assert prompt_s > 0 and decode_s > 0
 
 
 def test_requests_are_decoded_together(embedded_server):

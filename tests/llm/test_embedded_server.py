@@ -46,6 +46,41 @@ def test_command_serves_slots_on_loopback_with_a_context_per_slot(tmp_path):
     assert option(command, "--alias") == server.model_name
 
 
+@pytest.mark.parametrize(
+    ("mode", "expected"),
+    [
+        ("off", None),
+        ("ngram", "ngram-simple"),
+        ("draft", "draft-simple"),
+    ],
+)
+def test_speculative_decoding_flags(tmp_path, mode, expected):
+    server = EmbeddedServer(EmbeddedModelConfig(speculative=mode, draft_tokens=6, threads=2))
+    server.model_path, server.port = tmp_path / "m.gguf", 8123
+    server.draft_path = tmp_path / "draft.gguf"
+    command = server.command(Path("/opt/llama-server"))
+    if expected is None:
+        assert not any(flag.startswith("--spec") or "draft" in flag for flag in command)
+        return
+    assert option(command, "--spec-type") == expected
+    if mode == "draft":
+        assert option(command, "--model-draft") == str(tmp_path / "draft.gguf")
+        assert option(command, "--spec-draft-n-max") == "6"
+        assert option(command, "--threads-draft") == "2"
+    else:
+        assert "--model-draft" not in command
+
+
+def test_the_speculative_flag_reaches_the_embedded_config():
+    parser = argparse.ArgumentParser()
+    add_llm_arguments(parser)
+    config = llm_config_from_args(parser.parse_args(["--speculative", "draft"]))
+    assert config.embedded.speculative == "draft"
+    assert llm_config_from_args(parser.parse_args([])).embedded.speculative == "off"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--speculative", "eagle"])
+
+
 def test_served_name_records_server_kind_and_slot_count():
     one = EmbeddedServer(EmbeddedModelConfig(slots=1)).model_name
     four = EmbeddedServer(EmbeddedModelConfig()).model_name

@@ -119,7 +119,11 @@ def test_parent_metrics_per_generation(tracked):
     )
     heldout = client.get_metric_history(run_id, "best_heldout_score")
     assert [m.step for m in heldout] == [0, 1, 2]
-    assert "total_llm_calls" in client.get_run(run_id).data.metrics
+    metrics = client.get_run(run_id).data.metrics
+    assert "total_llm_calls" in metrics
+    # The bill: a scripted LM reports no server time, and sends no request to share time with.
+    assert metrics["total_prompt_eval_s"] == metrics["total_decode_s"] == 0
+    assert "toolkit_share" not in metrics and result.toolkit_share is None
 
 
 def test_candidate_artifacts(tracked):

@@ -21,6 +21,7 @@ from stub_server import StubServer
 # What differs between two runs of the same work: spend, timing and locations.
 VOLATILE = frozenset(
     {"wall_time_s", "usage", "llm_calls", "tokens", "cache_hits", "run_dir", "latency_s"}
+    | {"prompt_eval_s", "decode_s", "toolkit_share"}
 )
 
 
