@@ -16,7 +16,10 @@ greedy (temperature 0). It prints per mode and slot count:
 Only ratios mean something on a shared machine; run it on idle cores.
 
     .venv/bin/python benchmarks/speculative_decoding.py [--model-size 1.5b]
-        [--modes off draft ngram] [--slots 1 2 4] [--max-tokens 128]
+        [--modes off draft ngram] [--slots 1 2 4] [--max-tokens 128] [--draft-tokens 4]
+
+`--modes off off ...` repeats the baseline: batched decoding is itself not bit-reproducible
+across runs, and the repeat shows how many outputs differ from that alone.
 """
 
 from __future__ import annotations
@@ -99,8 +102,16 @@ def chat(base_url: str, model: str, prompt: str, max_tokens: int) -> dict:
         return json.load(response)
 
 
-def measure(mode: str, slots: int, model_size: str, max_tokens: int) -> Measurement:
-    config = EmbeddedModelConfig(model_size=model_size, slots=slots, speculative=mode, cache=False)
+def measure(
+    mode: str, slots: int, model_size: str, max_tokens: int, draft_tokens: int
+) -> Measurement:
+    config = EmbeddedModelConfig(
+        model_size=model_size,
+        slots=slots,
+        speculative=mode,
+        draft_tokens=draft_tokens,
+        cache=False,
+    )
     prompts = [*REPLIES, *WRITES]
     with EmbeddedServer(config) as server:
         chat(server.base_url, server.model_name, "Say hello.", 8)  # warm-up, untimed
@@ -128,8 +139,9 @@ def main() -> None:
     parser.add_argument("--modes", nargs="+", default=["off", "draft", "ngram"])
     parser.add_argument("--slots", nargs="+", type=int, default=[1, 2, 4])
     parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--draft-tokens", type=int, default=4)
     args = parser.parse_args()
-    if "off" not in args.modes:
+    if args.modes[0] != "off":
         args.modes.insert(0, "off")
     print(f"model {args.model_size}; {len(REPLIES) + len(WRITES)} prompts, greedy, "
           f"max_tokens {args.max_tokens}")  # fmt: skip
@@ -138,8 +150,8 @@ def main() -> None:
     for slots in args.slots:
         baseline: Measurement | None = None
         for mode in args.modes:
-            found = measure(mode, slots, args.model_size, args.max_tokens)
-            if mode == "off":
+            found = measure(mode, slots, args.model_size, args.max_tokens, args.draft_tokens)
+            if baseline is None:  # the first `off`; a second one shows batching's own noise
                 baseline = found
             assert baseline is not None
             same = sum(a == b for a, b in zip(found.outputs, baseline.outputs, strict=True))

@@ -109,11 +109,18 @@ def contention_warning(others: list[int], threads: int, cores: int) -> str | Non
     )
 
 
-def served_model_name(model_stem: str, slots: int) -> str:
-    """The name the server answers to. It carries the server kind and slot count because
-    batched decoding can change outputs slightly: runs record the model names in their
-    identity, and DSPy's cache keys on them, so results of different setups never mix."""
-    return f"{model_stem}@{SERVER_KIND}-{slots}slots"
+def served_model_name(model_stem: str, config: EmbeddedModelConfig) -> str:
+    """The name the server answers to. It carries the server kind, the slot count and any
+    speculative decoding because each can change greedy outputs slightly (batched decoding;
+    a draft's batched verification: benchmarks/records/speculative-decoding.txt): runs record
+    the model names in their identity, and DSPy's cache keys on them, so results of
+    different setups never mix."""
+    name = f"{model_stem}@{SERVER_KIND}-{config.slots}slots"
+    if config.speculative == "draft":
+        return f"{name}-draft{config.draft_tokens}"
+    if config.speculative == "ngram":
+        return f"{name}-ngram"
+    return name
 
 
 def free_loopback_port() -> int:
@@ -149,9 +156,7 @@ class EmbeddedServer:
         self.model_path: Path | None = None
         self.bundled_file: ResolvedModelFile | None = None  # a model size's file and its source
         self.draft_path: Path | None = None  # the draft model's file (speculative = draft)
-        self.model_name = served_model_name(
-            bundled_model(self.config.model_size).name, self.config.slots
-        )
+        self.model_name = served_model_name(bundled_model(self.config.model_size).name, self.config)
         self.port: int | None = None
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = cache_dir() / "server" / f"llama-server-{os.getpid()}.log"
@@ -165,7 +170,7 @@ class EmbeddedServer:
     def resolve_model(self) -> Path:
         if self.config.model_path is not None:
             path = check_gguf_file(self.config.model_path)
-            self.model_name = served_model_name(path.stem, self.config.slots)
+            self.model_name = served_model_name(path.stem, self.config)
             return path
         self.bundled_file = resolve_bundled_model(self.config.model_size, self.config.model_source)
         if self.bundled_file.note:

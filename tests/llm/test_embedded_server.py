@@ -88,6 +88,11 @@ def test_served_name_records_server_kind_and_slot_count():
     assert one == "qwen2.5-coder-0.5b-instruct@llama-server-1slots"
     assert four == "qwen2.5-coder-0.5b-instruct@llama-server-4slots"
     assert large == "qwen2.5-coder-1.5b-instruct@llama-server-4slots"
+    # Speculative decoding can change greedy outputs too: its results get their own name.
+    draft = EmbeddedServer(EmbeddedModelConfig(speculative="draft", draft_tokens=2)).model_name
+    ngram = EmbeddedServer(EmbeddedModelConfig(speculative="ngram")).model_name
+    assert draft == "qwen2.5-coder-0.5b-instruct@llama-server-4slots-draft2"
+    assert ngram == "qwen2.5-coder-0.5b-instruct@llama-server-4slots-ngram"
 
 
 def test_missing_binary_says_how_to_build_it(tmp_path, monkeypatch):
