@@ -240,8 +240,9 @@ class UsageSummary(BaseModel):
 
     def toolkit_share(self) -> float | None:
         """Share of the elapsed time with no request in flight: the toolkit's own work (None
-        when no request was sent, e.g. every call was cached or the LM is scripted)."""
-        if self.total_requests == 0 or self.elapsed_s <= 0:
+        when no request was seen in flight: every call was cached, or the LM's requests are
+        not observed one by one, as a scripted LM's)."""
+        if self.endpoint_busy_s <= 0 or self.elapsed_s <= 0:
             return None
         return max(0.0, 1.0 - self.endpoint_busy_s / self.elapsed_s)
 

@@ -185,7 +185,7 @@ class ExperimentResult(_Frozen):
     toolkit_share: float | None = Field(
         default=None,
         description="Of the wall time of the invocation that wrote this result, the share with "
-        "no LLM request in flight: the toolkit's own work (None: no request was sent).",
+        "no LLM request in flight: the toolkit's own work (None: no request was seen in flight).",
     )
     reflection_parse_failures: int = 0
     max_tokens: dict[str, int | None] = Field(

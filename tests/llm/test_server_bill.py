@@ -95,8 +95,9 @@ def test_the_toolkit_share_is_the_time_with_no_request_in_flight(stub, fresh_cac
     assert "evaluating prompts" in bill and "decoding" in bill and f"{share:.0%}" in bill
 
 
-def test_without_requests_no_share_is_claimed():
-    summary = UsageSummary(roles={"agent": Usage(calls=3, cache_hits=3)}, elapsed_s=10.0)
+def test_without_a_request_seen_in_flight_no_share_is_claimed():
+    """A scripted LM counts a request per call but none is seen in flight: no share."""
+    summary = UsageSummary(roles={"agent": Usage(calls=3, requests=3)}, elapsed_s=10.0)
     assert summary.toolkit_share() is None
     assert "not reported" in summary.bill() and "share" not in summary.bill()
 
