@@ -41,10 +41,17 @@ DEFAULT_BASELINE = ROOT / "benchmarks" / "records" / "quickstart-bill.json"
 def run_cold(spec: Path, work: Path) -> tuple[Path, float]:
     """Run `evolve run SPEC` in one process with cold caches; its run directory and wall."""
     name = tomllib.loads(spec.read_text(encoding="utf-8"))["name"]
-    environment = {**os.environ, "EVOLVE_CACHE_DIR": str(work / "cache")}
+    store = work / "mlruns"
+    store.mkdir(parents=True, exist_ok=True)
+    environment = {
+        **os.environ,
+        "EVOLVE_CACHE_DIR": str(work / "cache"),
+        # Tracked as a user's run is, into a store of its own rather than the checkout's.
+        "MLFLOW_TRACKING_URI": f"sqlite:///{store / 'mlflow.db'}",
+    }
     environment.pop("DSPY_CACHEDIR", None)  # the response cache lives in the fresh cache dir
     command = [sys.executable, "-m", "evolve.cli", "run", str(spec), "--no-progress"]
-    command += ["--runs-dir", str(work / "runs"), "--no-tracking"]
+    command += ["--runs-dir", str(work / "runs")]
     print("$", " ".join(command), f"(EVOLVE_CACHE_DIR={work / 'cache'})", flush=True)
     started = time.perf_counter()
     subprocess.run(command, env=environment, check=True, cwd=ROOT)
