@@ -129,9 +129,11 @@ class GepaRecords:
             spent = [s for s in splits if s is not None]
             calls = sum(s.summary.llm_calls for s in spent)
             tokens = sum(s.summary.tokens for s in spent)
+            wall = sum(s.wall_time_s for s in spent)
         else:
             calls = int(entry["llm_calls_end"] - entry["llm_calls_start"])
             tokens = int(entry["tokens_end"] - entry["tokens_start"])
+            wall = float(entry.get("wall_time_s", 0.0))
         context.store_generation(
             compare_without=("population",),
             generation=generation,
@@ -144,7 +146,7 @@ class GepaRecords:
             best_heldout_score=best.heldout.score if best is not None and best.heldout else None,
             llm_calls=calls,
             tokens=tokens,
-            wall_time_s=float(entry.get("wall_time_s", 0.0)),
+            wall_time_s=wall,
         )
 
 

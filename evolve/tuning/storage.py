@@ -30,7 +30,6 @@ import functools
 import time
 import warnings
 from collections.abc import Iterator, Sequence
-from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -352,50 +351,49 @@ def storage_errors(url: str | None) -> Iterator[None]:
         raise StorageError(_refused(url, detail)) from None
 
 
-def fail_stale_trials(study: optuna.Study, url: str | None, grace_s: int) -> None:
+def fail_stale_trials(
+    study: optuna.Study, url: str | None, grace_s: int, beatless_since: dict[int, float]
+) -> None:
     """Fail trials whose worker stopped sending heartbeats (database storages); the storage's
     retry callback queues each again with the same parameters.
 
     Optuna never counts stale a trial that has no heartbeat at all: one whose worker was
     killed between creating the trial and its first heartbeat, a few milliseconds. Such a
-    trial would hold the study forever, so it is failed and retried the same way once it
-    is older than `grace_s` (a live worker sends its first heartbeat at once).
+    trial would hold the study forever, so it is failed and retried the same way once this
+    process has seen it without a heartbeat for `grace_s` (a live worker sends its first
+    heartbeat at once). `beatless_since` holds, per trial number, when this process first
+    saw it so, on its own monotonic clock: workers' clocks and time zones never enter.
     """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         optuna.storages.fail_stale_trials(study)
         if url is None or not storage_has_heartbeat(url):
             return
+        now = time.monotonic()
+        beatless = _running_trials_without_heartbeat(url, study.study_name)
+        for number in list(beatless_since):
+            if number not in beatless:
+                del beatless_since[number]  # it beat, or it ended
         retry = optuna.storages.RetryHeartbeatStaleTrialCallback()
-        for number in _running_trials_never_beating(url, study.study_name, grace_s):
-            trial = study.tell(number, state=TrialState.FAIL, skip_if_finished=True)
-            retry(study, trial)
+        for number in beatless:
+            if now - beatless_since.setdefault(number, now) >= grace_s:
+                trial = study.tell(number, state=TrialState.FAIL, skip_if_finished=True)
+                retry(study, trial)
+                del beatless_since[number]
 
 
-def _running_trials_never_beating(url: str, study_name: str, grace_s: int) -> list[int]:
-    """Numbers of the study's RUNNING trials older than `grace_s` without a heartbeat row.
-
-    Optuna has no public reader of heartbeats, so its schema's tables are read directly
-    (`trials`, `studies`, `trial_heartbeats`); `datetime_start` is the worker's local time,
-    as Optuna writes it.
-    """
+def _running_trials_without_heartbeat(url: str, study_name: str) -> set[int]:
+    """Numbers of the study's RUNNING trials without a heartbeat row. Optuna has no public
+    reader of heartbeats, so its schema's tables are read directly (`trials`, `studies`,
+    `trial_heartbeats`)."""
     query = sqlalchemy.text(
-        "SELECT t.number, t.datetime_start FROM trials t "
+        "SELECT t.number FROM trials t "
         "JOIN studies s ON s.study_id = t.study_id "
         "LEFT JOIN trial_heartbeats h ON h.trial_id = t.trial_id "
         "WHERE s.study_name = :name AND t.state = 'RUNNING' AND h.trial_id IS NULL"
     )
     with _database_errors(url), _reader_engine(url).connect() as connection:
-        rows = connection.execute(query, {"name": study_name}).all()
-    oldest = datetime.now() - timedelta(seconds=grace_s)
-    return [number for number, started in rows if _as_datetime(started) < oldest]
-
-
-def _as_datetime(value: datetime | str | None) -> datetime:
-    """sqlite returns Optuna's timestamps as text; a trial without one counts as old."""
-    if value is None:
-        return datetime.min
-    return value if isinstance(value, datetime) else datetime.fromisoformat(value)
+        return {number for (number,) in connection.execute(query, {"name": study_name})}
 
 
 @functools.cache

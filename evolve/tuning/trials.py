@@ -96,6 +96,8 @@ class TrialLoop:
         self.poll_s = float(min(5, heartbeat_interval_for(self.tuning.heartbeat_grace_s)))
         self._current: int | None = None  # the trial this worker is evaluating
         self._returned: int | None = None  # the last trial whose evaluation returned values
+        # RUNNING trials seen without a heartbeat: number -> when first seen (monotonic).
+        self._beatless: dict[int, float] = {}
 
     def run_trials(self, *, worker_only: bool) -> None:
         """Run trials until the study holds the requested number of finished ones.
@@ -111,7 +113,9 @@ class TrialLoop:
         grid = self.tuning.sampler == "grid"
         announced = False
         while True:
-            fail_stale_trials(run.study, self.job.storage_url, self.tuning.heartbeat_grace_s)
+            fail_stale_trials(
+                run.study, self.job.storage_url, self.tuning.heartbeat_grace_s, self._beatless
+            )
             if grid:
                 enqueue_grid_points(run.study, self.job.space, self.job.seed, requested)
             finished = run.finished()

@@ -43,6 +43,10 @@ def test_population_finds_the_marker_and_scores_heldout(tmp_path):
     for generation in result.generations:
         assert generation.best_id is not None
         assert result.candidate(generation.best_id).heldout is not None
+    # Generation 0 (the base's evaluations at GEPA's start) carries their wall time.
+    start = result.generations[0]
+    assert start.llm_calls > 0
+    assert start.wall_time_s == pytest.approx(base.train.wall_time_s + base.heldout.wall_time_s)
     # Lineage: frozen records name their parents and mutation.
     lineage = result.lineage(best.id)
     assert [r.id for r in lineage][-1] == "g00-c0"
